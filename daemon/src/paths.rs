@@ -1,0 +1,245 @@
+//! Path arguments in their two forms: lexical (as written) and resolved (as the kernel sees it),
+//! and whether each lies inside the session roots.
+//!
+//! The permission engine judges a path on both forms: a deny matches if either does, an allow
+//! holds only if both do. The file tools operate on the resolved form, so a write through a
+//! symlink replaces the target and keeps the link.
+
+use std::ffi::OsString;
+use std::path::{Component, Path, PathBuf};
+
+/// How many symlinks one resolution follows before it gives up, as the kernel's `ELOOP`.
+const MAX_SYMLINK_HOPS: usize = 40;
+
+/// A path argument made absolute, in both forms.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolvedPath {
+    /// Made absolute against the cwd, `~` expanded, `.` and `..` collapsed; no filesystem access.
+    pub lexical: PathBuf,
+    /// Every symlink followed, including a dangling last component; components past the
+    /// first missing one are appended as written.
+    pub resolved: PathBuf,
+    pub lexical_inside_roots: bool,
+    pub resolved_inside_roots: bool,
+}
+
+impl ResolvedPath {
+    /// Both forms lie inside the roots: what "inside" means for allows and grants.
+    pub fn inside_roots(&self) -> bool {
+        self.lexical_inside_roots && self.resolved_inside_roots
+    }
+}
+
+/// Resolves `raw` against `cwd` and judges both forms against `roots`.
+pub fn resolve(raw: &str, cwd: &Path, roots: &[PathBuf]) -> ResolvedPath {
+    let absolute = absolute(raw, cwd);
+    let lexical = normalize_lexically(&absolute);
+    let resolved = resolve_symlinks(&absolute);
+    let lexical_inside_roots = roots
+        .iter()
+        .any(|root| lexical.starts_with(normalize_lexically(root)));
+    let resolved_inside_roots = roots
+        .iter()
+        .any(|root| resolved.starts_with(resolve_symlinks(root)));
+    ResolvedPath {
+        lexical,
+        resolved,
+        lexical_inside_roots,
+        resolved_inside_roots,
+    }
+}
+
+/// `raw` made absolute: `~` and `~/…` from `$HOME`, anything relative from `cwd`.
+pub fn absolute(raw: &str, cwd: &Path) -> PathBuf {
+    let home = || std::env::var_os("HOME").map(PathBuf::from);
+    if raw == "~" {
+        if let Some(home) = home() {
+            return home;
+        }
+    } else if let Some(rest) = raw.strip_prefix("~/") {
+        if let Some(home) = home() {
+            return home.join(rest);
+        }
+    }
+    let path = Path::new(raw);
+    if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        cwd.join(path)
+    }
+}
+
+/// Collapses `.` and `..` without touching the filesystem; `..` at the root stays at the root.
+pub fn normalize_lexically(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for component in path.components() {
+        match component {
+            Component::Prefix(_) | Component::RootDir => out.push(component.as_os_str()),
+            Component::CurDir => {}
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::Normal(name) => out.push(name),
+        }
+    }
+    out
+}
+
+/// Follows every symlink in an absolute path as the kernel would, `..` after a symlink
+/// included, and a dangling symlink at the end too. Stops following at the first component
+/// that does not exist (nothing below it can be a symlink) or after too many hops.
+pub fn resolve_symlinks(path: &Path) -> PathBuf {
+    let mut pending: Vec<OsString> = Vec::new();
+    push_components_reversed(path, &mut pending);
+    let mut current = PathBuf::from("/");
+    let mut hops = 0;
+    let mut missing = false;
+    while let Some(name) = pending.pop() {
+        if name == "." {
+            continue;
+        }
+        if name == ".." {
+            current.pop();
+            continue;
+        }
+        let next = current.join(&name);
+        if missing {
+            current = next;
+            continue;
+        }
+        match std::fs::symlink_metadata(&next) {
+            Ok(meta) if meta.file_type().is_symlink() && hops < MAX_SYMLINK_HOPS => {
+                hops += 1;
+                match std::fs::read_link(&next) {
+                    Ok(target) => {
+                        if target.is_absolute() {
+                            current = PathBuf::from("/");
+                        }
+                        push_components_reversed(&target, &mut pending);
+                    }
+                    Err(_) => current = next,
+                }
+            }
+            Ok(_) => current = next,
+            Err(_) => {
+                missing = true;
+                current = next;
+            }
+        }
+    }
+    current
+}
+
+/// Pushes `path`'s components so that popping yields them in order.
+fn push_components_reversed(path: &Path, pending: &mut Vec<OsString>) {
+    let start = pending.len();
+    for component in path.components() {
+        match component {
+            Component::Prefix(_) | Component::RootDir => {}
+            Component::CurDir => pending.push(".".into()),
+            Component::ParentDir => pending.push("..".into()),
+            Component::Normal(name) => pending.push(name.to_os_string()),
+        }
+    }
+    pending[start..].reverse();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    fn tree() -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        (dir, root)
+    }
+
+    #[test]
+    fn lexical_form_collapses_dots_without_touching_the_disk() {
+        let cwd = Path::new("/work/project");
+        let roots = [cwd.to_path_buf()];
+        let judged = resolve("src/../a/./b", cwd, &roots);
+        assert_eq!(judged.lexical, PathBuf::from("/work/project/a/b"));
+        assert!(judged.lexical_inside_roots);
+        let escape = resolve("../../etc/passwd", cwd, &roots);
+        assert_eq!(escape.lexical, PathBuf::from("/etc/passwd"));
+        assert!(!escape.lexical_inside_roots && !escape.inside_roots());
+        assert_eq!(normalize_lexically(Path::new("/../..")), PathBuf::from("/"));
+    }
+
+    #[test]
+    fn a_root_prefix_that_is_not_a_parent_is_outside() {
+        let cwd = Path::new("/work/project");
+        let judged = resolve("/work/project-other/x", cwd, &[cwd.to_path_buf()]);
+        assert!(!judged.lexical_inside_roots);
+    }
+
+    #[test]
+    fn symlink_inside_the_root_to_a_file_outside_is_outside_when_resolved() {
+        let (_keep, base) = tree();
+        let root = base.join("root");
+        let outside = base.join("outside");
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::write(outside.join("secret"), "x").unwrap();
+        symlink(outside.join("secret"), root.join("link")).unwrap();
+        let judged = resolve("link", &root, std::slice::from_ref(&root));
+        assert_eq!(judged.lexical, root.join("link"));
+        assert_eq!(judged.resolved, outside.join("secret"));
+        assert!(judged.lexical_inside_roots);
+        assert!(!judged.resolved_inside_roots);
+        assert!(!judged.inside_roots());
+    }
+
+    #[test]
+    fn dangling_symlink_resolves_to_its_missing_target() {
+        let (_keep, base) = tree();
+        let root = base.join("root");
+        std::fs::create_dir_all(&root).unwrap();
+        symlink(base.join("elsewhere/new.txt"), root.join("dangling")).unwrap();
+        let judged = resolve("dangling", &root, std::slice::from_ref(&root));
+        assert_eq!(judged.resolved, base.join("elsewhere/new.txt"));
+        assert!(!judged.resolved_inside_roots);
+    }
+
+    #[test]
+    fn relative_symlink_and_dotdot_after_it_follow_the_kernel() {
+        let (_keep, base) = tree();
+        std::fs::create_dir_all(base.join("a/deep/er")).unwrap();
+        std::fs::create_dir_all(base.join("b")).unwrap();
+        symlink("../a/deep/er", base.join("b/link")).unwrap();
+        // b/link/.. is a/deep for the kernel, not b.
+        let judged = resolve("b/link/../file", &base, std::slice::from_ref(&base));
+        assert_eq!(judged.resolved, base.join("a/deep/file"));
+        assert_eq!(judged.lexical, base.join("b/file"));
+    }
+
+    #[test]
+    fn symlink_loops_end() {
+        let (_keep, base) = tree();
+        symlink(base.join("loop2"), base.join("loop1")).unwrap();
+        symlink(base.join("loop1"), base.join("loop2")).unwrap();
+        let judged = resolve("loop1", &base, std::slice::from_ref(&base));
+        assert!(judged.resolved.starts_with(&base));
+    }
+
+    #[test]
+    fn roots_are_compared_resolved_too() {
+        let (_keep, base) = tree();
+        std::fs::create_dir_all(base.join("real")).unwrap();
+        symlink(base.join("real"), base.join("alias")).unwrap();
+        let alias = base.join("alias");
+        let judged = resolve("file", &alias, std::slice::from_ref(&alias));
+        assert_eq!(judged.resolved, base.join("real/file"));
+        assert!(judged.inside_roots());
+    }
+
+    #[test]
+    fn home_is_expanded() {
+        let home = PathBuf::from(std::env::var_os("HOME").unwrap());
+        assert_eq!(absolute("~/x", Path::new("/cwd")), home.join("x"));
+        assert_eq!(absolute("~", Path::new("/cwd")), home);
+        assert_eq!(absolute("~x", Path::new("/cwd")), PathBuf::from("/cwd/~x"));
+    }
+}

@@ -1,0 +1,207 @@
+//! The tool runtime: the `Tool` trait every tool implements, what a running tool is given,
+//! and the six builtin tools.
+
+use std::future::Future;
+use std::io;
+use std::path::Path;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use toold_protocol::{ErrorType, ToolDefinition, ToolResult};
+
+use crate::env::Env;
+
+pub mod edit_file;
+pub mod find_files;
+pub mod read_file;
+pub mod registry;
+pub mod run_command;
+pub mod search_code;
+pub mod write_file;
+
+pub use registry::{RegisterError, Registry, ResolvedCall};
+
+/// What a tool returns: its output, or why it failed. The registry turns either into a
+/// [`ToolResult`] carrying the tool's name and the call id.
+pub type ToolOutcome = Result<ToolOutput, ToolFailure>;
+
+/// The future a tool's `run` returns. `'static` so that the registry can spawn it, which is
+/// what isolates panics and lets a caller leave a tool that ignores cancellation.
+pub type ToolFuture = Pin<Box<dyn Future<Output = ToolOutcome> + Send + 'static>>;
+
+/// A tool, builtin or registered by a client.
+pub trait Tool: Send + Sync + 'static {
+    /// The definition the registry publishes; its `safety` is the tool's only safety.
+    fn definition(&self) -> ToolDefinition;
+
+    /// Runs the tool on arguments already validated against its input schema.
+    ///
+    /// When `ctx.cancel` fires (cancellation or the deadline), the tool should stop and return
+    /// promptly, with whatever partial output it has; the registry waits [`registry::STOP_GRACE`]
+    /// for that and then leaves the tool behind.
+    fn run(&self, args: Map<String, Value>, ctx: ToolContext) -> ToolFuture;
+
+    /// A timeout the call itself asks for (only `run_command` has one); capped by the registry.
+    fn requested_timeout_ms(&self, _args: &Map<String, Value>) -> Option<u64> {
+        None
+    }
+}
+
+/// Everything a running tool is given besides its arguments.
+#[derive(Clone)]
+pub struct ToolContext {
+    pub call_id: String,
+    pub env: Arc<Env>,
+    /// Fires on cancellation and at the deadline.
+    pub cancel: CancellationToken,
+    /// When the call times out.
+    pub deadline: Instant,
+    /// Live output, for tools that produce it as they go (the daemon turns it into
+    /// `tool/output` events). Sending waits when the receiver lags: memory stays bounded.
+    pub output: Option<mpsc::Sender<OutputChunk>>,
+}
+
+/// Which stream a piece of live output came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutputStream {
+    Stdout,
+    Stderr,
+}
+
+impl OutputStream {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OutputStream::Stdout => "stdout",
+            OutputStream::Stderr => "stderr",
+        }
+    }
+}
+
+/// One piece of live output, valid UTF-8 (invalid bytes replaced, characters never split).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutputChunk {
+    pub stream: OutputStream,
+    pub text: String,
+}
+
+/// A tool's successful output.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ToolOutput {
+    pub content: String,
+    pub metadata: Map<String, Value>,
+}
+
+impl ToolOutput {
+    pub fn new(content: impl Into<String>) -> Self {
+        Self {
+            content: content.into(),
+            metadata: Map::new(),
+        }
+    }
+
+    pub fn with_meta(mut self, key: &str, value: impl Into<Value>) -> Self {
+        self.metadata.insert(key.to_owned(), value.into());
+        self
+    }
+}
+
+/// Why a tool failed, with any content and metadata it still has to give.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolFailure {
+    pub error_type: ErrorType,
+    pub message: String,
+    pub content: String,
+    pub metadata: Map<String, Value>,
+}
+
+impl ToolFailure {
+    pub fn new(error_type: ErrorType, message: impl Into<String>) -> Self {
+        Self {
+            error_type,
+            message: message.into(),
+            content: String::new(),
+            metadata: Map::new(),
+        }
+    }
+
+    pub fn invalid_arguments(message: impl Into<String>) -> Self {
+        Self::new(ErrorType::InvalidArguments, message)
+    }
+
+    pub fn with_meta(mut self, key: &str, value: impl Into<Value>) -> Self {
+        self.metadata.insert(key.to_owned(), value.into());
+        self
+    }
+
+    pub fn with_content(mut self, content: impl Into<String>) -> Self {
+        self.content = content.into();
+        self
+    }
+
+    /// An IO error on `path`, typed by its kind so that the model can react.
+    pub fn io(path: &Path, action: &str, err: &io::Error) -> Self {
+        let shown = path.display();
+        match err.kind() {
+            io::ErrorKind::NotFound => {
+                Self::new(ErrorType::NotFound, format!("{shown} does not exist"))
+            }
+            io::ErrorKind::IsADirectory => Self::new(
+                ErrorType::IsDirectory,
+                format!("{shown} is a directory; use find_files to list it"),
+            ),
+            io::ErrorKind::PermissionDenied => Self::new(
+                ErrorType::IoError,
+                format!("cannot {action} {shown}: permission denied by the OS"),
+            ),
+            _ => Self::new(
+                ErrorType::IoError,
+                format!("cannot {action} {shown}: {err}"),
+            ),
+        }
+    }
+
+    /// Turns the failure into the wire result for `tool`.
+    pub fn into_result(self, tool: &str) -> ToolResult {
+        let mut result =
+            ToolResult::failure(tool, self.error_type, self.message).with_content(self.content);
+        result.metadata = self.metadata;
+        result
+    }
+}
+
+/// Decodes validated arguments into a tool's own argument struct. The schema has already
+/// checked them, so a failure here is a gap between schema and struct, reported all the same.
+pub fn parse_args<T: DeserializeOwned>(args: Map<String, Value>) -> Result<T, ToolFailure> {
+    serde_json::from_value(Value::Object(args))
+        .map_err(|err| ToolFailure::invalid_arguments(format!("bad arguments: {err}")))
+}
+
+/// Runs blocking filesystem work off the async threads. A panic inside `work` resumes in the
+/// caller, so the registry reports it as `internal_error` like any other panic in a tool.
+pub async fn blocking<T, F>(work: F) -> T
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    match tokio::task::spawn_blocking(work).await {
+        Ok(value) => value,
+        Err(err) => std::panic::resume_unwind(err.into_panic()),
+    }
+}
+
+/// The six builtin tools.
+pub fn builtins() -> Vec<Arc<dyn Tool>> {
+    vec![
+        Arc::new(read_file::ReadFile),
+        Arc::new(write_file::WriteFile),
+        Arc::new(edit_file::EditFile),
+        Arc::new(run_command::RunCommand),
+        Arc::new(find_files::FindFiles),
+        Arc::new(search_code::SearchCode),
+    ]
+}

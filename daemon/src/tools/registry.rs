@@ -1,0 +1,399 @@
+//! The registry of tools and the execution boundary every call passes through: resolve
+//! (unknown tool, argument validation), then run with a deadline, cancellation and panic
+//! isolation, ending in exactly one `ToolResult`.
+
+use std::collections::BTreeMap;
+use std::collections::BTreeSet;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use serde_json::{Map, Value, json};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use toold_protocol::{ErrorType, Safety, ToolCall, ToolDefinition, ToolResult};
+
+use super::{OutputChunk, Tool, ToolContext, ToolOutcome};
+use crate::env::Env;
+
+/// How long a tool has, once cancelled or past its deadline, to stop and hand back its partial
+/// result. A tool that ignores cancellation is left behind after this, and the call ends without it.
+pub const STOP_GRACE: Duration = Duration::from_millis(1_000);
+
+/// Why a registration was refused.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum RegisterError {
+    #[error("a tool name must not be empty")]
+    EmptyName,
+    #[error("a tool named {0:?} is already registered")]
+    Duplicate(String),
+    #[error("the input_schema of tool {name:?} is not a valid JSON Schema: {reason}")]
+    InvalidSchema { name: String, reason: String },
+}
+
+/// A registered tool: its definition, its compiled schema and its implementation.
+struct Entry {
+    definition: ToolDefinition,
+    validator: Arc<jsonschema::Validator>,
+    tool: Arc<dyn Tool>,
+}
+
+#[derive(Default)]
+struct Inner {
+    tools: BTreeMap<String, Arc<Entry>>,
+    revision: u64,
+}
+
+/// Every tool the daemon knows. Cheap to share: lookups take a read lock for a map access.
+#[derive(Default)]
+pub struct Registry {
+    inner: RwLock<Inner>,
+}
+
+/// A call whose tool exists and whose arguments passed its schema: ready to run.
+#[derive(Clone)]
+pub struct ResolvedCall {
+    pub call_id: String,
+    pub arguments: Map<String, Value>,
+    entry: Arc<Entry>,
+}
+
+impl ResolvedCall {
+    pub fn definition(&self) -> &ToolDefinition {
+        &self.entry.definition
+    }
+
+    /// Replaces the arguments (a hook or an approver rewrote them), validating them again.
+    pub fn replace_arguments(&mut self, arguments: Map<String, Value>) -> Result<(), ToolResult> {
+        let tool = &self.entry.definition.name;
+        validate(&self.entry.validator, &arguments)
+            .map_err(|failure| stamp(failure.into_result(tool), &self.call_id))?;
+        self.arguments = arguments;
+        Ok(())
+    }
+}
+
+impl Registry {
+    /// A registry holding the six builtin tools.
+    pub fn with_builtins() -> Self {
+        let registry = Self::default();
+        for tool in super::builtins() {
+            // The builtins' names are distinct and their schemas are literals tested below.
+            registry.register(tool).expect("builtin tools register");
+        }
+        registry
+    }
+
+    /// Adds a tool; refuses an empty name, a name already taken, or an invalid schema.
+    pub fn register(&self, tool: Arc<dyn Tool>) -> Result<u64, RegisterError> {
+        self.insert(tool, false)
+    }
+
+    /// Adds a tool, replacing any tool of the same name.
+    pub fn register_or_replace(&self, tool: Arc<dyn Tool>) -> Result<u64, RegisterError> {
+        self.insert(tool, true)
+    }
+
+    fn insert(&self, tool: Arc<dyn Tool>, replace: bool) -> Result<u64, RegisterError> {
+        let definition = tool.definition();
+        let name = definition.name.clone();
+        if name.trim().is_empty() {
+            return Err(RegisterError::EmptyName);
+        }
+        // Compiled outside the lock: compilation can take a while for large schemas.
+        let validator = compile_schema(&definition.input_schema).map_err(|reason| {
+            RegisterError::InvalidSchema {
+                name: name.clone(),
+                reason,
+            }
+        })?;
+        let entry = Arc::new(Entry {
+            definition,
+            validator: Arc::new(validator),
+            tool,
+        });
+        let mut inner = self.write();
+        if !replace && inner.tools.contains_key(&name) {
+            return Err(RegisterError::Duplicate(name));
+        }
+        inner.tools.insert(name, entry);
+        inner.revision += 1;
+        Ok(inner.revision)
+    }
+
+    /// Removes a tool; returns whether it was there. The revision changes only if it was.
+    pub fn unregister(&self, name: &str) -> bool {
+        let mut inner = self.write();
+        let removed = inner.tools.remove(name).is_some();
+        if removed {
+            inner.revision += 1;
+        }
+        removed
+    }
+
+    /// Changes on every registration, replacement and removal; never decreases.
+    pub fn revision(&self) -> u64 {
+        self.read().revision
+    }
+
+    pub fn get(&self, name: &str) -> Option<ToolDefinition> {
+        self.read()
+            .tools
+            .get(name)
+            .map(|entry| entry.definition.clone())
+    }
+
+    pub fn safety(&self, name: &str) -> Option<Safety> {
+        self.read()
+            .tools
+            .get(name)
+            .map(|entry| entry.definition.safety)
+    }
+
+    /// Every definition, sorted by name.
+    pub fn definitions(&self) -> Vec<ToolDefinition> {
+        self.read()
+            .tools
+            .values()
+            .map(|entry| entry.definition.clone())
+            .collect()
+    }
+
+    /// The definitions named in `allowed`, plus every system tool, sorted by name. An empty
+    /// list (or one of blank names only) means no restriction.
+    pub fn definitions_filtered(&self, allowed: &[String]) -> Vec<ToolDefinition> {
+        let names: BTreeSet<&str> = allowed
+            .iter()
+            .map(|name| name.trim())
+            .filter(|name| !name.is_empty())
+            .collect();
+        self.read()
+            .tools
+            .values()
+            .filter(|entry| {
+                names.is_empty()
+                    || entry.definition.system
+                    || names.contains(entry.definition.name.as_str())
+            })
+            .map(|entry| entry.definition.clone())
+            .collect()
+    }
+
+    /// Step "resolve": the tool exists and the arguments are a JSON object valid for its schema.
+    /// The error is the call's final result.
+    pub fn resolve(&self, call: &ToolCall) -> Result<ResolvedCall, ToolResult> {
+        let Some(entry) = self.read().tools.get(&call.name).cloned() else {
+            let failure = ToolResult::failure(
+                &call.name,
+                ErrorType::UnknownTool,
+                format!(
+                    "no tool named {:?}; tools/list shows the available tools",
+                    call.name
+                ),
+            );
+            return Err(stamp(failure, &call.id));
+        };
+        let tool = &entry.definition.name;
+        let arguments = call.arguments_object().map_err(|reason| {
+            stamp(
+                ToolResult::failure(tool, ErrorType::InvalidArguments, reason),
+                &call.id,
+            )
+        })?;
+        validate(&entry.validator, &arguments)
+            .map_err(|failure| stamp(failure.into_result(tool), &call.id))?;
+        Ok(ResolvedCall {
+            call_id: call.id.clone(),
+            arguments,
+            entry,
+        })
+    }
+
+    /// Resolves and runs one call: the execution boundary without the permission pipeline.
+    pub async fn execute(
+        &self,
+        call: &ToolCall,
+        env: Arc<Env>,
+        cancel: CancellationToken,
+        output: Option<mpsc::Sender<OutputChunk>>,
+    ) -> ToolResult {
+        match self.resolve(call) {
+            Ok(resolved) => run_resolved(resolved, env, cancel, output).await,
+            Err(failure) => failure,
+        }
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Inner> {
+        // A panic while holding this lock cannot leave the map half-changed: every write is
+        // a single insert or remove. So a poisoned lock is still sound to use.
+        self.inner
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Inner> {
+        self.inner
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// Why a running call was stopped from outside.
+#[derive(Clone, Copy)]
+enum StopReason {
+    Canceled,
+    Timeout,
+}
+
+/// Runs a resolved call with its deadline, cancellation and panic isolation.
+///
+/// The timeout is the call's own request (capped at `max_command_timeout_ms`), else the tool
+/// definition's `timeout_ms`, else the Env's. Time spent before this point (hooks, approval)
+/// does not count.
+pub async fn run_resolved(
+    resolved: ResolvedCall,
+    env: Arc<Env>,
+    cancel: CancellationToken,
+    output: Option<mpsc::Sender<OutputChunk>>,
+) -> ToolResult {
+    let ResolvedCall {
+        call_id,
+        arguments,
+        entry,
+    } = resolved;
+    let name = entry.definition.name.clone();
+    let timeout_ms = match entry.tool.requested_timeout_ms(&arguments) {
+        Some(requested) => requested.min(env.max_command_timeout_ms),
+        None => entry.definition.timeout_ms.unwrap_or(env.timeout_ms),
+    };
+    let deadline = Instant::now() + Duration::from_millis(timeout_ms);
+    let stop = cancel.child_token();
+    let ctx = ToolContext {
+        call_id: call_id.clone(),
+        env,
+        cancel: stop.clone(),
+        deadline,
+        output,
+    };
+    let mut task = tokio::spawn(entry.tool.run(arguments, ctx));
+
+    let stopped = tokio::select! {
+        joined = &mut task => return stamp(finished(&name, joined), &call_id),
+        () = cancel.cancelled() => StopReason::Canceled,
+        () = tokio::time::sleep_until(deadline) => StopReason::Timeout,
+    };
+
+    // Tell the tool, give it a moment to stop and hand back what it has, then leave it.
+    stop.cancel();
+    let partial = match tokio::time::timeout(STOP_GRACE, &mut task).await {
+        Ok(joined) => Some(finished(&name, joined)),
+        Err(_) => {
+            task.abort();
+            None
+        }
+    };
+    let result = match partial {
+        // The tool finished its work after all; its result is the truth.
+        Some(result) if result.ok => result,
+        partial => {
+            let (error_type, error) = match stopped {
+                StopReason::Canceled => (ErrorType::Canceled, "the call was canceled".to_owned()),
+                StopReason::Timeout => (
+                    ErrorType::Timeout,
+                    format!("the call timed out after {timeout_ms} ms and was stopped"),
+                ),
+            };
+            let mut result = ToolResult::failure(&name, error_type, error);
+            if let Some(partial) = partial {
+                result.content = partial.content;
+                result.metadata = partial.metadata;
+            }
+            if matches!(stopped, StopReason::Timeout) {
+                result
+                    .metadata
+                    .insert("timeout_ms".into(), json!(timeout_ms));
+            }
+            result
+        }
+    };
+    stamp(result, &call_id)
+}
+
+/// The result of a tool task that ended: its outcome, or `internal_error` for a panic.
+fn finished(name: &str, joined: Result<ToolOutcome, tokio::task::JoinError>) -> ToolResult {
+    match joined {
+        Ok(Ok(output)) => {
+            let mut result = ToolResult::success(name, output.content);
+            result.metadata = output.metadata;
+            result
+        }
+        Ok(Err(failure)) => failure.into_result(name),
+        Err(err) => {
+            let why = if err.is_panic() {
+                panic_message(err.into_panic())
+            } else {
+                "the task was aborted".to_owned()
+            };
+            tracing::error!(tool = name, panic = %why, "tool panicked");
+            ToolResult::failure(
+                name,
+                ErrorType::InternalError,
+                format!("the tool {name} failed internally: {why}"),
+            )
+        }
+    }
+}
+
+fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
+    match payload.downcast::<String>() {
+        Ok(text) => *text,
+        Err(payload) => match payload.downcast::<&'static str>() {
+            Ok(text) => (*text).to_owned(),
+            Err(_) => "a panic without a message".to_owned(),
+        },
+    }
+}
+
+/// Puts the call id into the result's metadata, as every result must carry it.
+fn stamp(mut result: ToolResult, call_id: &str) -> ToolResult {
+    result
+        .metadata
+        .insert("call_id".into(), Value::String(call_id.to_owned()));
+    result
+}
+
+fn compile_schema(schema: &Value) -> Result<jsonschema::Validator, String> {
+    jsonschema::validator_for(schema).map_err(|err| err.to_string())
+}
+
+/// Checks arguments against a compiled schema; the failure lists every violation with its
+/// JSON pointer in `metadata.errors`.
+fn validate(
+    validator: &jsonschema::Validator,
+    arguments: &Map<String, Value>,
+) -> Result<(), super::ToolFailure> {
+    let instance = Value::Object(arguments.clone());
+    let errors: Vec<Value> = validator
+        .iter_errors(&instance)
+        .map(|err| json!({"pointer": err.instance_path.to_string(), "message": err.to_string()}))
+        .collect();
+    if errors.is_empty() {
+        return Ok(());
+    }
+    let summary: Vec<String> = errors
+        .iter()
+        .map(|err| {
+            let pointer = err["pointer"].as_str().unwrap_or_default();
+            let message = err["message"].as_str().unwrap_or_default();
+            if pointer.is_empty() {
+                message.to_owned()
+            } else {
+                format!("{pointer}: {message}")
+            }
+        })
+        .collect();
+    Err(
+        super::ToolFailure::invalid_arguments(format!("invalid arguments: {}", summary.join("; ")))
+            .with_meta("errors", Value::Array(errors)),
+    )
+}

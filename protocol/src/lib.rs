@@ -1,0 +1,8 @@
+//! toold's wire protocol (PROTOCOL.md): the serde types of every message and the framing codec.
+//!
+//! Everything the daemon and its clients put on the socket is a type from this crate;
+//! internal types convert at the daemon's dispatch layer.
+
+pub mod tool;
+
+pub use tool::{ErrorType, Safety, ToolCall, ToolDefinition, ToolResult, ToolSource};
