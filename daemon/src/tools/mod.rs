@@ -190,7 +190,11 @@ where
 {
     match tokio::task::spawn_blocking(work).await {
         Ok(value) => value,
-        Err(err) => std::panic::resume_unwind(err.into_panic()),
+        Err(err) => match err.try_into_panic() {
+            Ok(payload) => std::panic::resume_unwind(payload),
+            // Blocking tasks cannot be aborted; only a runtime shutting down cancels them.
+            Err(_) => panic!("the runtime shut down while the tool was running"),
+        },
     }
 }
 

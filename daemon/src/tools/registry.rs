@@ -267,7 +267,11 @@ pub async fn run_resolved(
         None => entry.definition.timeout_ms.unwrap_or(env.timeout_ms),
     };
     let deadline = Instant::now() + Duration::from_millis(timeout_ms);
-    let stop = cancel.child_token();
+    // The tool's own token, fired only here: were it a child of `cancel`, the tool could stop
+    // and return before the select below saw the cancellation, and the call would end with the
+    // tool's own failure instead of `canceled`. The guard stops the tool if this future is dropped.
+    let stop = CancellationToken::new();
+    let _stop_on_drop = stop.clone().drop_guard();
     let ctx = ToolContext {
         call_id: call_id.clone(),
         env,
