@@ -375,3 +375,25 @@ async fn edit_file_keeps_the_mode() {
         & 0o7777;
     assert_eq!(format!("{mode:o}"), "700");
 }
+
+#[tokio::test]
+async fn a_path_through_a_regular_file_is_an_io_error() {
+    let tree = Tree::new(&[("a.txt", "x")]);
+    let write = call(
+        tree.env(),
+        "write_file",
+        json!({"path": "a.txt/b.txt", "content": "y"}),
+    )
+    .await;
+    assert_eq!(outcome(&write), "io_error", "{write:?}");
+    assert!(
+        write.error.as_deref().unwrap().contains("a.txt"),
+        "{write:?}"
+    );
+    let read = call(tree.env(), "read_file", json!({"path": "a.txt/b.txt"})).await;
+    assert_eq!(outcome(&read), "io_error", "{read:?}");
+    assert!(
+        read.error.as_deref().unwrap().contains("Not a directory"),
+        "{read:?}"
+    );
+}
