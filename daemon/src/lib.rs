@@ -5,6 +5,7 @@
 
 pub mod env;
 pub mod paths;
+pub mod shell;
 pub mod tools;
 
 pub use env::Env;

@@ -52,14 +52,15 @@ pub fn resolve(raw: &str, cwd: &Path, roots: &[PathBuf]) -> ResolvedPath {
 /// `raw` made absolute: `~` and `~/…` from `$HOME`, anything relative from `cwd`.
 pub fn absolute(raw: &str, cwd: &Path) -> PathBuf {
     let home = || std::env::var_os("HOME").map(PathBuf::from);
-    if raw == "~" {
-        if let Some(home) = home() {
-            return home;
-        }
-    } else if let Some(rest) = raw.strip_prefix("~/") {
-        if let Some(home) = home() {
-            return home.join(rest);
-        }
+    if raw == "~"
+        && let Some(home) = home()
+    {
+        return home;
+    }
+    if let Some(rest) = raw.strip_prefix("~/")
+        && let Some(home) = home()
+    {
+        return home.join(rest);
     }
     let path = Path::new(raw);
     if path.is_absolute() {

@@ -1,0 +1,818 @@
+//! Command lines as the permission engine sees them: every simple command that would run, the
+//! forms its rules match against, and what makes a line opaque to allow rules.
+//!
+//! The line is parsed by a real shell parser (brush-parser), never split by hand. The walk goes
+//! into compound commands, functions, pipelines, substitutions, process substitutions,
+//! here-documents, `sh -c` strings, `eval` and the payload of `find -exec`, and past leading
+//! `VAR=value` words and wrappers (`env`, `command`, `nice`, `timeout`, `xargs`, …).
+//!
+//! What the rules match:
+//! - deny and ask rules match any form of any command found, nested ones included: the words as
+//!   written (quotes removed), with the command's basename (`/usr/bin/rm` → `rm`), without its
+//!   `VAR=` prefix, and each command a wrapper runs;
+//! - an allow rule covers a line only if the line is not opaque and every command's
+//!   `allow_forms` all match allow rules. The allow form is the innermost command as written,
+//!   with every `VAR=value` the line sets for it in front (`PATH=/x git status` is not
+//!   `git status`); privilege wrappers (`sudo`, `doas`, `chroot`) are not transparent to allows.
+
+use brush_parser::ast::{
+    self, AndOrList, Command, CommandPrefixOrSuffixItem, CompoundCommand, CompoundList,
+    ExtendedTestExpr, IoFileRedirectKind, IoFileRedirectTarget, IoRedirect, Pipeline,
+    SimpleCommand,
+};
+use brush_parser::word::{self, WordPiece, WordPieceWithSource};
+use brush_parser::{Parser, ParserOptions};
+
+/// How deep `sh -c` strings, `eval` and substitutions may nest before the line is just opaque.
+const MAX_NESTING: usize = 8;
+
+/// Shells whose `-c` argument is itself a command line.
+const SHELLS: &[&str] = &["sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "busybox"];
+
+/// Files a redirection may write without being judged against the roots.
+const HARMLESS_WRITE_TARGETS: &[&str] = &["/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty"];
+
+/// A command line, analysed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CommandLine {
+    /// Every simple command that would run, in source order.
+    pub commands: Vec<FoundCommand>,
+    /// Why no allow rule can cover the line; empty when every command is visible.
+    pub opaque: Vec<String>,
+    /// Paths that redirections write to, as written (`~` not expanded); the permission engine
+    /// judges them against the roots.
+    pub written_paths: Vec<String>,
+}
+
+/// One simple command and the forms rules match against.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FoundCommand {
+    /// Every form deny and ask rules are matched against.
+    pub match_forms: Vec<String>,
+    /// The forms that must all match allow rules for the command to be allowed.
+    pub allow_forms: Vec<String>,
+    /// Found inside a substitution, `sh -c` or `eval`: only deny and ask rules apply to it.
+    pub nested: bool,
+}
+
+/// Analyses a command line. A line that does not parse is opaque, with no commands found.
+pub fn analyze(line: &str) -> CommandLine {
+    let mut analysis = CommandLine::default();
+    Walker {
+        out: &mut analysis,
+        depth: 0,
+        nested: false,
+    }
+    .walk_line(line);
+    analysis
+}
+
+struct Walker<'a> {
+    out: &'a mut CommandLine,
+    depth: usize,
+    /// Inside a substitution, `sh -c` string or `eval`.
+    nested: bool,
+}
+
+impl Walker<'_> {
+    fn opaque(&mut self, why: impl Into<String>) {
+        let why = why.into();
+        if !self.out.opaque.contains(&why) {
+            self.out.opaque.push(why);
+        }
+    }
+
+    /// Walks a command line nested in another (a substitution, `sh -c`, `eval`).
+    fn walk_nested(&mut self, line: &str, why: &str) {
+        self.opaque(why);
+        if self.depth >= MAX_NESTING {
+            self.opaque("commands nested too deep to follow");
+            return;
+        }
+        let mut inner = Walker {
+            out: &mut *self.out,
+            depth: self.depth + 1,
+            nested: true,
+        };
+        inner.walk_line(line);
+    }
+
+    fn walk_line(&mut self, line: &str) {
+        let options = ParserOptions::default();
+        match Parser::new(line.as_bytes(), &options).parse_program() {
+            Ok(program) => {
+                for list in &program.complete_commands {
+                    self.walk_list(list);
+                }
+            }
+            Err(err) => self.opaque(format!("the shell parser cannot read it ({err})")),
+        }
+    }
+
+    fn walk_list(&mut self, list: &CompoundList) {
+        for item in &list.0 {
+            self.walk_and_or(&item.0);
+        }
+    }
+
+    fn walk_and_or(&mut self, list: &AndOrList) {
+        self.walk_pipeline(&list.first);
+        for next in &list.additional {
+            match next {
+                ast::AndOr::And(pipeline) | ast::AndOr::Or(pipeline) => {
+                    self.walk_pipeline(pipeline)
+                }
+            }
+        }
+    }
+
+    fn walk_pipeline(&mut self, pipeline: &Pipeline) {
+        for command in &pipeline.seq {
+            self.walk_command(command);
+        }
+    }
+
+    fn walk_command(&mut self, command: &Command) {
+        match command {
+            Command::Simple(simple) => self.walk_simple(simple),
+            Command::Compound(compound, redirects) => {
+                self.walk_compound(compound);
+                for redirect in redirects.iter().flat_map(|list| &list.0) {
+                    self.walk_redirect(redirect);
+                }
+            }
+            Command::Function(function) => {
+                self.walk_compound(&function.body.0);
+                for redirect in function.body.1.iter().flat_map(|list| &list.0) {
+                    self.walk_redirect(redirect);
+                }
+            }
+            Command::ExtendedTest(test, redirects) => {
+                self.walk_test(&test.expr);
+                for redirect in redirects.iter().flat_map(|list| &list.0) {
+                    self.walk_redirect(redirect);
+                }
+            }
+        }
+    }
+
+    fn walk_compound(&mut self, compound: &CompoundCommand) {
+        match compound {
+            CompoundCommand::Arithmetic(arithmetic) => self.walk_arithmetic(&arithmetic.expr.value),
+            CompoundCommand::ArithmeticForClause(clause) => {
+                for expr in [&clause.initializer, &clause.condition, &clause.updater]
+                    .into_iter()
+                    .flatten()
+                {
+                    self.walk_arithmetic(&expr.value);
+                }
+                self.walk_list(&clause.body.list);
+            }
+            CompoundCommand::BraceGroup(group) => self.walk_list(&group.list),
+            CompoundCommand::Subshell(subshell) => self.walk_list(&subshell.list),
+            CompoundCommand::ForClause(clause) => {
+                for value in clause.values.iter().flatten() {
+                    self.expand_word(&value.value);
+                }
+                self.walk_list(&clause.body.list);
+            }
+            CompoundCommand::CaseClause(clause) => {
+                self.expand_word(&clause.value.value);
+                for case in &clause.cases {
+                    for pattern in &case.patterns {
+                        self.expand_word(&pattern.value);
+                    }
+                    if let Some(body) = &case.cmd {
+                        self.walk_list(body);
+                    }
+                }
+            }
+            CompoundCommand::IfClause(clause) => {
+                self.walk_list(&clause.condition);
+                self.walk_list(&clause.then);
+                for branch in clause.elses.iter().flatten() {
+                    if let Some(condition) = &branch.condition {
+                        self.walk_list(condition);
+                    }
+                    self.walk_list(&branch.body);
+                }
+            }
+            CompoundCommand::WhileClause(clause) | CompoundCommand::UntilClause(clause) => {
+                self.walk_list(&clause.0);
+                self.walk_list(&clause.1.list);
+            }
+            CompoundCommand::Coprocess(coprocess) => self.walk_command(&coprocess.body),
+        }
+    }
+
+    fn walk_test(&mut self, expr: &ExtendedTestExpr) {
+        match expr {
+            ExtendedTestExpr::And(left, right) | ExtendedTestExpr::Or(left, right) => {
+                self.walk_test(left);
+                self.walk_test(right);
+            }
+            ExtendedTestExpr::Not(inner) | ExtendedTestExpr::Parenthesized(inner) => {
+                self.walk_test(inner)
+            }
+            ExtendedTestExpr::UnaryTest(_, word) => {
+                self.expand_word(&word.value);
+            }
+            ExtendedTestExpr::BinaryTest(predicate, left, right) => {
+                self.expand_word(&left.value);
+                self.expand_word(&right.value);
+                // `[[ a -eq b ]]` evaluates both sides as arithmetic, which can run commands.
+                let arithmetic = matches!(
+                    predicate,
+                    ast::BinaryPredicate::ArithmeticEqualTo
+                        | ast::BinaryPredicate::ArithmeticNotEqualTo
+                        | ast::BinaryPredicate::ArithmeticLessThan
+                        | ast::BinaryPredicate::ArithmeticLessThanOrEqualTo
+                        | ast::BinaryPredicate::ArithmeticGreaterThan
+                        | ast::BinaryPredicate::ArithmeticGreaterThanOrEqualTo
+                );
+                if arithmetic {
+                    self.walk_arithmetic(&left.value);
+                    self.walk_arithmetic(&right.value);
+                }
+            }
+        }
+    }
+
+    /// Arithmetic evaluates variables recursively, and an array subscript in a variable's value
+    /// runs command substitutions: anything but numbers and operators is opaque.
+    fn walk_arithmetic(&mut self, expr: &str) {
+        let plain = expr.chars().all(|c| {
+            c.is_ascii_digit() || c.is_ascii_whitespace() || "+-*/%()<>=!&|^~?:,".contains(c)
+        });
+        if !plain {
+            self.opaque("arithmetic on variables or substitutions");
+        }
+        // Any substitution in it still runs: look inside for deny and ask rules.
+        if expr.contains("$(") || expr.contains('`') {
+            self.expand_word(expr);
+        }
+    }
+
+    fn walk_redirect(&mut self, redirect: &IoRedirect) {
+        match redirect {
+            IoRedirect::File(_, kind, target) => match target {
+                IoFileRedirectTarget::Filename(word) => {
+                    let path = self.expand_word(&word.value);
+                    let writes = match kind {
+                        IoFileRedirectKind::Write
+                        | IoFileRedirectKind::Append
+                        | IoFileRedirectKind::ReadAndWrite
+                        | IoFileRedirectKind::Clobber
+                        | IoFileRedirectKind::DuplicateOutput => true,
+                        IoFileRedirectKind::Read | IoFileRedirectKind::DuplicateInput => false,
+                    };
+                    if writes {
+                        self.written_path(path);
+                    }
+                }
+                IoFileRedirectTarget::Fd(_) => {}
+                IoFileRedirectTarget::ProcessSubstitution(_, subshell) => {
+                    self.opaque("a process substitution");
+                    self.walk_substituted_list(&subshell.list);
+                }
+                IoFileRedirectTarget::Duplicate(word) => {
+                    let target = self.expand_word(&word.value);
+                    // `>&2` duplicates a descriptor; `>&file` writes a file.
+                    if let Some(text) = target.text {
+                        if !text
+                            .trim_end_matches('-')
+                            .chars()
+                            .all(|c| c.is_ascii_digit())
+                        {
+                            self.written_path(Expanded {
+                                text: Some(text),
+                                dynamic: false,
+                            });
+                        }
+                    } else {
+                        self.opaque("a redirection to a computed target");
+                    }
+                }
+            },
+            IoRedirect::HereDocument(_, heredoc) => {
+                if heredoc.requires_expansion {
+                    match word::parse_heredoc(&heredoc.doc.value, &ParserOptions::default()) {
+                        Ok(pieces) => {
+                            self.expand_pieces(&heredoc.doc.value, &pieces);
+                        }
+                        Err(_) => self.opaque("a here-document the parser cannot read"),
+                    }
+                }
+            }
+            IoRedirect::HereString(_, word) => {
+                self.expand_word(&word.value);
+            }
+            IoRedirect::OutputAndError(word, _) => {
+                let path = self.expand_word(&word.value);
+                self.written_path(path);
+            }
+        }
+    }
+
+    fn written_path(&mut self, path: Expanded) {
+        match path.text {
+            Some(text) if !path.dynamic => {
+                if !HARMLESS_WRITE_TARGETS.contains(&text.as_str()) {
+                    self.out.written_paths.push(text);
+                }
+            }
+            _ => self.opaque("a redirection to a computed path"),
+        }
+    }
+
+    fn walk_substituted_list(&mut self, list: &CompoundList) {
+        let mut inner = Walker {
+            out: &mut *self.out,
+            depth: self.depth + 1,
+            nested: true,
+        };
+        inner.walk_list(list);
+    }
+
+    fn walk_simple(&mut self, simple: &SimpleCommand) {
+        let mut assignments: Vec<String> = Vec::new();
+        let mut words: Vec<Expanded> = Vec::new();
+        let items = simple
+            .prefix
+            .iter()
+            .flat_map(|prefix| prefix.0.iter())
+            .map(Item::Prefix)
+            .chain(simple.word_or_name.iter().map(Item::Name))
+            .chain(
+                simple
+                    .suffix
+                    .iter()
+                    .flat_map(|suffix| suffix.0.iter())
+                    .map(Item::Suffix),
+            );
+        for item in items {
+            match item {
+                Item::Name(word) => words.push(self.expand_word(&word.value)),
+                Item::Prefix(entry) | Item::Suffix(entry) => match entry {
+                    CommandPrefixOrSuffixItem::IoRedirect(redirect) => self.walk_redirect(redirect),
+                    CommandPrefixOrSuffixItem::Word(word) => {
+                        words.push(self.expand_word(&word.value))
+                    }
+                    CommandPrefixOrSuffixItem::AssignmentWord(_, word) => {
+                        let expanded = self.expand_word(&word.value);
+                        if words.is_empty() {
+                            assignments.push(expanded.text.unwrap_or_else(|| word.value.clone()));
+                        } else {
+                            // `declare x=1` and friends: an argument like any other.
+                            words.push(expanded);
+                        }
+                    }
+                    CommandPrefixOrSuffixItem::ProcessSubstitution(_, subshell) => {
+                        self.opaque("a process substitution");
+                        self.walk_substituted_list(&subshell.list);
+                        words.push(Expanded {
+                            text: None,
+                            dynamic: true,
+                        });
+                    }
+                },
+            }
+        }
+        if words.is_empty() {
+            if !assignments.is_empty() {
+                // A bare assignment runs nothing, but it changes what later commands run
+                // (`PATH=/tmp/x; git status`): it must be allowed like a command.
+                let form = assignments.join(" ");
+                self.push_command(vec![form.clone()], vec![form]);
+            }
+            return;
+        }
+        match &words[0].text {
+            Some(name) if !words[0].dynamic && !has_glob(name) => {}
+            _ => self.opaque("a command name computed at run time"),
+        }
+        let literal: Vec<String> = words
+            .iter()
+            .map(|word| word.text.clone().unwrap_or_else(|| "$?".to_owned()))
+            .collect();
+        self.push_layers(&assignments, &literal);
+    }
+
+    /// Records a command and, through its wrappers, every command it runs.
+    fn push_layers(&mut self, assignments: &[String], words: &[String]) {
+        let mut match_forms = Vec::new();
+        let mut allow_assignments: Vec<String> = assignments.to_vec();
+        let mut privileged_outer: Option<String> = None;
+        let mut layer: &[String] = words;
+        let mut hops = 0;
+        while let Some(first) = layer.first() {
+            let name = basename(first);
+            let joined = layer.join(" ");
+            let with_basename = std::iter::once(name.to_owned())
+                .chain(layer[1..].iter().cloned())
+                .collect::<Vec<_>>()
+                .join(" ");
+            for form in [joined.clone(), with_basename] {
+                if !match_forms.contains(&form) {
+                    match_forms.push(form);
+                }
+            }
+            if !allow_assignments.is_empty() {
+                match_forms.push(format!("{} {joined}", allow_assignments.join(" ")));
+            }
+            self.nested_commands(name, layer);
+            hops += 1;
+            let Some(unwrapped) = unwrap(name, &layer[1..]) else {
+                break;
+            };
+            if hops > MAX_NESTING {
+                self.opaque("wrappers nested too deep to follow");
+                break;
+            }
+            if PRIVILEGE_WRAPPERS.contains(&name) && privileged_outer.is_none() {
+                privileged_outer = Some(prefixed(&allow_assignments, &joined));
+            }
+            allow_assignments.extend(unwrapped.assignments);
+            layer = unwrapped.command;
+        }
+        let mut allow_forms = vec![prefixed(&allow_assignments, &layer.join(" "))];
+        if layer.is_empty() {
+            // A wrapper with nothing to run (`env`, `time`) is itself the command.
+            allow_forms = vec![prefixed(assignments, &words.join(" "))];
+        }
+        allow_forms.extend(privileged_outer);
+        self.push_command(match_forms, allow_forms);
+    }
+
+    fn push_command(&mut self, match_forms: Vec<String>, allow_forms: Vec<String>) {
+        self.out.commands.push(FoundCommand {
+            match_forms,
+            allow_forms,
+            nested: self.nested,
+        });
+    }
+
+    /// Command lines a command runs from its arguments: `sh -c`, `eval`, `find -exec`.
+    fn nested_commands(&mut self, name: &str, words: &[String]) {
+        let args = &words[1..];
+        if SHELLS.contains(&name) {
+            let shell_args = if name == "busybox" {
+                args.get(1..).unwrap_or_default()
+            } else {
+                args
+            };
+            if let Some(script) = shell_c_script(shell_args) {
+                self.walk_nested(script, "a command line run by `sh -c`");
+            }
+        } else if name == "eval" {
+            self.walk_nested(&args.join(" "), "`eval`");
+        } else if name == "find" {
+            let mut rest = args;
+            while let Some(start) = rest
+                .iter()
+                .position(|w| matches!(w.as_str(), "-exec" | "-execdir" | "-ok" | "-okdir"))
+            {
+                let payload = &rest[start + 1..];
+                let end = payload
+                    .iter()
+                    .position(|w| w == ";" || w == "+")
+                    .unwrap_or(payload.len());
+                if end > 0 {
+                    // find runs it directly: a command like any other, allow rules included.
+                    let nested = self.nested;
+                    self.push_layers(&[], &payload[..end]);
+                    self.nested = nested;
+                }
+                rest = &payload[end.min(payload.len())..];
+            }
+        }
+    }
+
+    /// Expands a word's quoting and looks inside its substitutions.
+    fn expand_word(&mut self, raw: &str) -> Expanded {
+        match word::parse(raw, &ParserOptions::default()) {
+            Ok(pieces) => self.expand_pieces(raw, &pieces),
+            Err(_) => {
+                self.opaque("a word the parser cannot read");
+                Expanded {
+                    text: None,
+                    dynamic: true,
+                }
+            }
+        }
+    }
+
+    fn expand_pieces(&mut self, raw: &str, pieces: &[WordPieceWithSource]) -> Expanded {
+        let mut text = String::new();
+        let mut dynamic = false;
+        for piece in pieces {
+            match &piece.piece {
+                WordPiece::Text(part)
+                | WordPiece::SingleQuotedText(part)
+                | WordPiece::AnsiCQuotedText(part) => {
+                    text.push_str(part);
+                }
+                WordPiece::EscapeSequence(escape) => {
+                    text.push_str(escape.strip_prefix('\\').unwrap_or(escape))
+                }
+                WordPiece::DoubleQuotedSequence(inner)
+                | WordPiece::GettextDoubleQuotedSequence(inner) => {
+                    let inner = self.expand_pieces(raw, inner);
+                    dynamic |= inner.dynamic;
+                    text.push_str(inner.text.as_deref().unwrap_or("$?"));
+                }
+                WordPiece::TildeExpansion(_) => text.push_str(source_of(raw, piece)),
+                WordPiece::ParameterExpansion(_) => {
+                    dynamic = true;
+                    let source = source_of(raw, piece);
+                    text.push_str(source);
+                    // `${x:-$(cmd)}` runs cmd: follow any substitution inside.
+                    if let Some(start) = source.find("$(").or_else(|| source.find('`')) {
+                        let inner = source[start..]
+                            .strip_suffix('}')
+                            .unwrap_or(&source[start..]);
+                        self.expand_word(inner);
+                    }
+                }
+                WordPiece::CommandSubstitution(line)
+                | WordPiece::BackquotedCommandSubstitution(line) => {
+                    dynamic = true;
+                    text.push_str(source_of(raw, piece));
+                    self.walk_nested(line, "a command substitution");
+                }
+                WordPiece::ArithmeticExpression(expr) => {
+                    dynamic = true;
+                    text.push_str(source_of(raw, piece));
+                    self.walk_arithmetic(&expr.value);
+                }
+            }
+        }
+        // Old-style `$[ … ]` arithmetic is not parsed as such; bash still evaluates it.
+        if raw.contains("$[") {
+            self.opaque("arithmetic on variables or substitutions");
+        }
+        Expanded {
+            text: Some(text),
+            dynamic,
+        }
+    }
+}
+
+enum Item<'a> {
+    Prefix(&'a CommandPrefixOrSuffixItem),
+    Name(&'a ast::Word),
+    Suffix(&'a CommandPrefixOrSuffixItem),
+}
+
+/// A word after quote removal; `dynamic` when its value is only known at run time.
+struct Expanded {
+    text: Option<String>,
+    dynamic: bool,
+}
+
+fn source_of<'a>(raw: &'a str, piece: &WordPieceWithSource) -> &'a str {
+    raw.get(piece.start_index..piece.end_index).unwrap_or(raw)
+}
+
+fn has_glob(name: &str) -> bool {
+    name.contains(['*', '?', '['])
+}
+
+fn basename(command: &str) -> &str {
+    command
+        .rsplit('/')
+        .next()
+        .filter(|name| !name.is_empty())
+        .unwrap_or(command)
+}
+
+fn prefixed(assignments: &[String], command: &str) -> String {
+    if assignments.is_empty() {
+        command.to_owned()
+    } else {
+        format!("{} {command}", assignments.join(" "))
+    }
+}
+
+/// The script of `sh [options] -c SCRIPT …`, `-c` possibly combined (`-ec`, `-lc`).
+fn shell_c_script(args: &[String]) -> Option<&str> {
+    let mut index = 0;
+    let mut wants_script = false;
+    while let Some(arg) = args.get(index) {
+        if wants_script {
+            return Some(arg);
+        }
+        if arg == "--" || !arg.starts_with('-') && !arg.starts_with('+') {
+            return None;
+        }
+        if arg.starts_with('-') && !arg.starts_with("--") && arg.contains('c') {
+            wants_script = true;
+        }
+        // `-o option` takes the next word.
+        if arg == "-o" || arg == "+o" {
+            index += 1;
+        }
+        index += 1;
+    }
+    None
+}
+
+/// Wrappers that elevate privileges: transparent to deny and ask, never to allow.
+const PRIVILEGE_WRAPPERS: &[&str] = &["sudo", "doas", "chroot"];
+
+struct Unwrapped<'a> {
+    /// `VAR=value` words the wrapper sets for the command (`env`).
+    assignments: Vec<String>,
+    command: &'a [String],
+}
+
+/// The command a wrapper runs, past the wrapper's own options; `None` if `name` is no wrapper.
+fn unwrap<'a>(name: &str, args: &'a [String]) -> Option<Unwrapped<'a>> {
+    // Options that take a separate value, per wrapper.
+    let (valued, positional): (&[&str], usize) = match name {
+        "env" => (
+            &["-u", "--unset", "-C", "--chdir", "-S", "--split-string"],
+            0,
+        ),
+        "command" | "builtin" | "nohup" | "time" | "setsid" | "exec" => (&["-a"], 0),
+        "nice" => (&["-n", "--adjustment"], 0),
+        "ionice" => (&["-c", "-n", "-p", "-P", "-u", "--class", "--classdata"], 0),
+        "timeout" => (&["-s", "--signal", "-k", "--kill-after"], 1),
+        "stdbuf" => (&["-i", "-o", "-e", "--input", "--output", "--error"], 0),
+        "xargs" => (
+            &[
+                "-I",
+                "-n",
+                "-P",
+                "-L",
+                "-s",
+                "-d",
+                "-E",
+                "-a",
+                "--arg-file",
+                "--delimiter",
+                "--max-args",
+                "--max-procs",
+            ],
+            0,
+        ),
+        "sudo" => (
+            &[
+                "-u", "-g", "-C", "-D", "-h", "-p", "-r", "-t", "-U", "-T", "--user", "--group",
+            ],
+            0,
+        ),
+        "doas" => (&["-u", "-C"], 0),
+        "chroot" => (&["--userspec", "--groups"], 1),
+        _ => return None,
+    };
+    let mut index = 0;
+    let mut assignments = Vec::new();
+    while let Some(arg) = args.get(index) {
+        if arg == "--" {
+            index += 1;
+            break;
+        }
+        if name == "env" && arg.contains('=') && !arg.starts_with('-') {
+            assignments.push(arg.clone());
+        } else if arg.starts_with('-') && arg.len() > 1 {
+            if valued.contains(&arg.as_str()) {
+                index += 1;
+            }
+        } else {
+            break;
+        }
+        index += 1;
+    }
+    // `timeout 5 cmd`, `chroot DIR cmd`: positional arguments before the command.
+    index += positional;
+    Some(Unwrapped {
+        assignments,
+        command: args.get(index..).unwrap_or_default(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn forms(line: &str) -> Vec<Vec<String>> {
+        analyze(line)
+            .commands
+            .into_iter()
+            .map(|command| command.match_forms)
+            .collect()
+    }
+
+    fn allow_forms(line: &str) -> Vec<Vec<String>> {
+        analyze(line)
+            .commands
+            .into_iter()
+            .map(|command| command.allow_forms)
+            .collect()
+    }
+
+    #[test]
+    fn simple_lines_split_into_their_commands() {
+        let analysis = analyze("git status && cargo test -p x; ls | wc -l");
+        assert!(analysis.opaque.is_empty(), "{:?}", analysis.opaque);
+        let allow: Vec<String> = analysis
+            .commands
+            .iter()
+            .map(|c| c.allow_forms[0].clone())
+            .collect();
+        assert_eq!(allow, ["git status", "cargo test -p x", "ls", "wc -l"]);
+    }
+
+    #[test]
+    fn quotes_and_escapes_are_removed() {
+        assert_eq!(forms("\"rm\" x")[0][0], "rm x");
+        assert_eq!(forms("\\rm x")[0][0], "rm x");
+        assert_eq!(forms("r'm' 'a b'")[0][0], "rm a b");
+    }
+
+    #[test]
+    fn paths_wrappers_and_assignments_reach_the_real_command() {
+        assert!(forms("/usr/bin/rm -rf x")[0].contains(&"rm -rf x".to_owned()));
+        assert!(forms("FOO=1 rm x")[0].contains(&"rm x".to_owned()));
+        assert!(forms("timeout -s KILL 5 nice -n 3 rm x")[0].contains(&"rm x".to_owned()));
+        assert!(forms("env -i A=1 rm x")[0].contains(&"rm x".to_owned()));
+        assert!(forms("xargs -0 -n 1 rm < list")[0].contains(&"rm".to_owned()));
+        assert_eq!(allow_forms("timeout 5 cargo test"), [["cargo test"]]);
+        assert_eq!(
+            allow_forms("PATH=/tmp/x git status"),
+            [["PATH=/tmp/x git status"]]
+        );
+        assert_eq!(
+            allow_forms("env PATH=/tmp/x git status"),
+            [["PATH=/tmp/x git status"]]
+        );
+        assert_eq!(
+            allow_forms("sudo git status"),
+            [["git status", "sudo git status"]]
+        );
+    }
+
+    #[test]
+    fn nested_lines_are_found_and_make_the_line_opaque() {
+        for line in [
+            "echo $(rm x)",
+            "echo `rm x`",
+            "bash -c 'rm x'",
+            "sh -ec \"rm x\"",
+            "eval rm x",
+            "cat <(rm x)",
+        ] {
+            let analysis = analyze(line);
+            assert!(!analysis.opaque.is_empty(), "{line}");
+            assert!(
+                analysis
+                    .commands
+                    .iter()
+                    .any(|c| c.nested && c.match_forms.contains(&"rm x".to_owned())),
+                "{line}: {:?}",
+                analysis.commands
+            );
+        }
+        let find = analyze("find . -name '*.o' -exec rm {} ;");
+        assert!(
+            find.commands.iter().any(|c| c.allow_forms == ["rm {}"]),
+            "{:?}",
+            find.commands
+        );
+    }
+
+    #[test]
+    fn arithmetic_and_computed_names_are_opaque() {
+        assert!(!analyze("echo $[ x='a[$(touch F)]', x ]").opaque.is_empty());
+        assert!(!analyze("echo $((x))").opaque.is_empty());
+        assert!(analyze("echo $((1 + 2))").opaque.is_empty());
+        assert!(!analyze("$CMD x").opaque.is_empty());
+        assert!(!analyze("r* x").opaque.is_empty());
+        assert!(!analyze("[[ $x -eq 1 ]]").opaque.is_empty());
+    }
+
+    #[test]
+    fn redirections_that_write_are_collected() {
+        let analysis = analyze(
+            "echo x > ~/.bashrc 2>/dev/null; cat < in >> out.txt; echo &> all.log; echo >&2",
+        );
+        assert_eq!(analysis.written_paths, ["~/.bashrc", "out.txt", "all.log"]);
+        assert!(analysis.opaque.is_empty(), "{:?}", analysis.opaque);
+        assert!(!analyze("echo x > \"$HOME/x\"").opaque.is_empty());
+    }
+
+    #[test]
+    fn a_bare_assignment_is_a_command_for_allow_rules() {
+        assert_eq!(
+            allow_forms("PATH=/tmp/x; git status"),
+            [["PATH=/tmp/x"], ["git status"]]
+        );
+    }
+
+    #[test]
+    fn unparseable_lines_are_opaque() {
+        assert!(!analyze("echo 'unterminated").opaque.is_empty());
+        assert!(!analyze("if then fi (((").opaque.is_empty());
+    }
+}
