@@ -1,5 +1,6 @@
 //! read_file, write_file and edit_file on real files, through the registry's execution boundary.
 
+use std::io::BufRead;
 use std::os::unix::fs::{PermissionsExt, symlink};
 use std::time::Duration;
 
@@ -245,10 +246,16 @@ fn write_file_is_atomic_under_kill_9() {
                 "target.txt",
                 &size.to_string(),
             ])
+            .stdout(std::process::Stdio::piped())
             .spawn()
             .unwrap();
-        // Different moments each round: early in a write, mid-rename, between writes.
-        std::thread::sleep(Duration::from_millis(15 + (round * 37) % 90));
+        // Let one to three writes complete, then kill at a different moment each round: early
+        // in the next write, mid-rename, between writes.
+        let mut reports = std::io::BufReader::new(writer.stdout.take().unwrap()).lines();
+        for _ in 0..=(round % 3) {
+            assert_eq!(reports.next().unwrap().unwrap(), "wrote");
+        }
+        std::thread::sleep(Duration::from_millis((round * 7) % 40));
         writer.kill().unwrap();
         writer.wait().unwrap();
         let on_disk = std::fs::read_to_string(tree.path("target.txt")).unwrap();

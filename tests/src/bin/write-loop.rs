@@ -1,5 +1,6 @@
 //! A writer for the atomicity test: replaces one file with `write_file` in an endless loop,
-//! alternating two contents of the same size, until it is killed.
+//! alternating two contents of the same size, until it is killed. After each completed write it
+//! prints `wrote`, so that the test can kill it mid-write without guessing at timings.
 
 use serde_json::json;
 use toold_tests::call;
@@ -26,6 +27,7 @@ fn main() {
             )
             .await;
             assert!(result.ok, "write_file failed: {result:?}");
+            println!("wrote");
         }
     });
 }
