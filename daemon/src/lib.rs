@@ -5,6 +5,7 @@
 
 pub mod env;
 pub mod paths;
+pub mod permission;
 pub mod shell;
 pub mod tools;
 

@@ -1,0 +1,55 @@
+//! Gathers what the permission engine judges: path arguments resolved on disk and command lines
+//! analysed. The IO lives here so that `evaluate` stays pure.
+
+use std::path::Path;
+
+use serde_json::{Map, Value};
+
+use super::{CommandFacts, FILE_TOOLS};
+use crate::env::Env;
+use crate::paths::{self, ResolvedPath};
+use crate::shell;
+
+/// The judged path arguments of a call: a file tool's `path` (the cwd when absent); for
+/// `run_command`, its `cwd` argument when given. Other tools have none.
+pub fn judged_paths(tool: &str, arguments: &Map<String, Value>, env: &Env) -> Vec<ResolvedPath> {
+    let argument = |name: &str| arguments.get(name).and_then(Value::as_str);
+    if FILE_TOOLS.contains(&tool) {
+        return vec![env.resolve_path(argument("path").unwrap_or("."))];
+    }
+    if tool == "run_command" {
+        return argument("cwd")
+            .map(|cwd| env.resolve_path(cwd))
+            .into_iter()
+            .collect();
+    }
+    Vec::new()
+}
+
+/// For `run_command`: the line analysed, and the files its redirections write judged against
+/// the roots from the directory the command runs in.
+pub fn command_facts(
+    tool: &str,
+    arguments: &Map<String, Value>,
+    env: &Env,
+) -> Option<CommandFacts> {
+    if tool != "run_command" {
+        return None;
+    }
+    let line = arguments.get("command").and_then(Value::as_str)?.to_owned();
+    let analysis = shell::analyze(&line);
+    let run_dir = match arguments.get("cwd").and_then(Value::as_str) {
+        Some(cwd) => paths::normalize_lexically(&paths::absolute(cwd, &env.cwd)),
+        None => env.cwd.clone(),
+    };
+    let written = analysis
+        .written_paths
+        .iter()
+        .map(|target| paths::resolve(target, Path::new(&run_dir), &env.roots))
+        .collect();
+    Some(CommandFacts {
+        line,
+        analysis,
+        written,
+    })
+}

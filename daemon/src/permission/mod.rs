@@ -1,0 +1,565 @@
+//! The permission engine (PROTOCOL.md section 7): rules, modes and grants in, one decision out.
+//!
+//! Pure: no IO and no clock. The caller gathers the facts first (paths resolved on disk by
+//! `paths`, the command line analysed by `shell`), so that every decision is a table lookup
+//! that tests can drive with plain values.
+
+use std::path::{Path, PathBuf};
+
+use globset::{GlobBuilder, GlobMatcher};
+use serde_json::{Map, Value};
+use toold_protocol::Safety;
+
+use crate::paths::ResolvedPath;
+use crate::shell::CommandLine;
+
+pub mod facts;
+
+/// The tools whose rule specifier is a path glob on their `path` argument.
+pub const FILE_TOOLS: &[&str] = &[
+    "read_file",
+    "write_file",
+    "edit_file",
+    "find_files",
+    "search_code",
+];
+
+/// A session's permission mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Default,
+    AcceptEdits,
+    Plan,
+    DontAsk,
+    Bypass,
+}
+
+/// What a PreToolUse hook said about permission, if anything.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HookVerdict {
+    #[default]
+    None,
+    Allow,
+    Ask,
+}
+
+/// The outcome of a permission check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    Allow,
+    /// `permission_denied`, with the reason for the model.
+    Deny(String),
+    /// `tool_not_allowed`: the mode forbids the tool.
+    NotAllowed(String),
+    /// Ask an approver; `suggestion` is the rule an `allow_session` answer records.
+    Ask {
+        reason: String,
+        suggestion: String,
+    },
+}
+
+/// Why a rule string was refused.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum RuleError {
+    #[error("rule {0:?} is empty")]
+    Empty(String),
+    #[error("rule {0:?} has no tool name before its '('")]
+    NoTool(String),
+    #[error("rule {0:?} does not end with ')'")]
+    Unclosed(String),
+    #[error("rule {rule:?} has an invalid glob: {reason}")]
+    BadGlob { rule: String, reason: String },
+}
+
+/// One parsed rule.
+#[derive(Debug, Clone)]
+pub struct Rule {
+    text: String,
+    tool: String,
+    specifier: Specifier,
+}
+
+#[derive(Debug, Clone)]
+enum Specifier {
+    /// `tool`: every call of the tool.
+    Any,
+    /// `run_command(glob)`: each simple command of the line.
+    Command(Wildcard),
+    /// `read_file(glob)` and the other file tools: the target path.
+    Path(PathGlob),
+    /// `tool(arg=glob)`: a top-level string argument.
+    Argument { name: String, pattern: Wildcard },
+}
+
+impl Rule {
+    /// Parses `tool`, `tool(specifier)` or `tool(arg=glob)`; path globs are compiled against
+    /// `cwd` and `home`, where relative and `~/` patterns start.
+    pub fn parse(text: &str, cwd: &Path, home: &Path) -> Result<Self, RuleError> {
+        let trimmed = text.trim();
+        if trimmed.is_empty() {
+            return Err(RuleError::Empty(text.to_owned()));
+        }
+        let Some(open) = trimmed.find('(') else {
+            return Ok(Self {
+                text: trimmed.to_owned(),
+                tool: trimmed.to_owned(),
+                specifier: Specifier::Any,
+            });
+        };
+        let tool = trimmed[..open].trim();
+        if tool.is_empty() {
+            return Err(RuleError::NoTool(text.to_owned()));
+        }
+        let Some(inner) = trimmed[open + 1..].strip_suffix(')') else {
+            return Err(RuleError::Unclosed(text.to_owned()));
+        };
+        let argument = inner
+            .split_once('=')
+            .filter(|(name, _)| is_argument_name(name));
+        let specifier = match argument {
+            Some(("command", pattern)) if tool == "run_command" => {
+                Specifier::Command(Wildcard::new(pattern))
+            }
+            Some(("path", pattern)) if FILE_TOOLS.contains(&tool) => {
+                Specifier::Path(PathGlob::new(text, pattern, cwd, home)?)
+            }
+            Some((name, pattern)) if tool != "run_command" || name != name.to_ascii_uppercase() => {
+                Specifier::Argument {
+                    name: name.to_owned(),
+                    pattern: Wildcard::new(pattern),
+                }
+            }
+            _ if tool == "run_command" => Specifier::Command(Wildcard::new(inner)),
+            _ if FILE_TOOLS.contains(&tool) => {
+                Specifier::Path(PathGlob::new(text, inner, cwd, home)?)
+            }
+            _ if inner.trim().is_empty() => Specifier::Any,
+            _ => Specifier::Argument {
+                name: String::new(),
+                pattern: Wildcard::new(inner),
+            },
+        };
+        Ok(Self {
+            text: trimmed.to_owned(),
+            tool: tool.to_owned(),
+            specifier,
+        })
+    }
+
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+}
+
+/// An argument name in `tool(arg=glob)`: lowercase, so `run_command(FOO=1 make)` stays a command.
+fn is_argument_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+}
+
+/// A glob where only `*` is special and matches anything, `/` and spaces included. A trailing
+/// ` *` also matches nothing, so `cargo test *` covers `cargo test`.
+#[derive(Debug, Clone)]
+struct Wildcard {
+    parts: Vec<String>,
+    optional_tail: bool,
+}
+
+impl Wildcard {
+    fn new(pattern: &str) -> Self {
+        let optional_tail = pattern.ends_with(" *");
+        Self {
+            parts: pattern.split('*').map(str::to_owned).collect(),
+            optional_tail,
+        }
+    }
+
+    fn matches(&self, text: &str) -> bool {
+        if self.optional_tail {
+            let head = &self.parts[..self.parts.len() - 1];
+            let without_tail = head.join("*");
+            if let Some(stem) = without_tail.strip_suffix(' ')
+                && Wildcard::new(stem).matches(text)
+            {
+                return true;
+            }
+        }
+        wildcard_match(&self.parts, text)
+    }
+}
+
+/// Matches `text` against literal `parts` separated by `*`s, with the usual greedy-with-backtrack
+/// walk: linear in practice, and never exponential.
+fn wildcard_match(parts: &[String], text: &str) -> bool {
+    let (first, rest) = match parts.split_first() {
+        Some(split) => split,
+        None => return text.is_empty(),
+    };
+    let Some(mut remaining) = text.strip_prefix(first.as_str()) else {
+        return false;
+    };
+    let Some((last, middle)) = rest.split_last() else {
+        return remaining.is_empty();
+    };
+    for part in middle {
+        match remaining.find(part.as_str()) {
+            Some(at) => remaining = &remaining[at + part.len()..],
+            None => return false,
+        }
+    }
+    remaining.len() >= last.len() && remaining.ends_with(last.as_str())
+}
+
+/// A gitignore-style path glob made absolute: `//x` is `/x`, `~/x` is under home, `x/y` is
+/// under the cwd, and a pattern without `/` matches that name in any directory. `dir/**` also
+/// matches `dir`.
+#[derive(Debug, Clone)]
+struct PathGlob {
+    /// Matches wherever the path is (for deny and ask).
+    anywhere: GlobMatcher,
+    /// Matches only under the cwd (for allows); the same as `anywhere` for anchored patterns.
+    under_cwd: GlobMatcher,
+}
+
+impl PathGlob {
+    fn new(rule: &str, pattern: &str, cwd: &Path, home: &Path) -> Result<Self, RuleError> {
+        let pattern = pattern.trim();
+        let cwd_glob = globset::escape(&cwd.to_string_lossy());
+        let (anywhere, under_cwd) = if let Some(absolute) = pattern.strip_prefix("//") {
+            let glob = format!("/{absolute}");
+            (glob.clone(), glob)
+        } else if let Some(in_home) = pattern.strip_prefix("~/") {
+            let glob = format!("{}/{in_home}", globset::escape(&home.to_string_lossy()));
+            (glob.clone(), glob)
+        } else {
+            let relative = pattern.strip_prefix("./").unwrap_or(pattern);
+            let trimmed = relative.trim_end_matches('/');
+            if trimmed.contains('/') {
+                let glob = format!("{cwd_glob}/{relative}");
+                (glob.clone(), glob)
+            } else {
+                (
+                    format!("/**/{relative}"),
+                    format!("{cwd_glob}/**/{relative}"),
+                )
+            }
+        };
+        Ok(Self {
+            anywhere: compile_path_glob(rule, &anywhere)?,
+            under_cwd: compile_path_glob(rule, &under_cwd)?,
+        })
+    }
+
+    fn matches(&self, path: &Path, scope: Scope) -> bool {
+        match scope {
+            Scope::Anywhere => self.anywhere.is_match(path),
+            Scope::UnderCwd => self.under_cwd.is_match(path),
+        }
+    }
+}
+
+fn compile_path_glob(rule: &str, glob: &str) -> Result<GlobMatcher, RuleError> {
+    let bad = |err: globset::Error| RuleError::BadGlob {
+        rule: rule.to_owned(),
+        reason: err.kind().to_string(),
+    };
+    // `dir/**` covers `dir` itself: `{dir,dir/**}`.
+    let glob = match glob.strip_suffix("/**") {
+        Some(dir) => format!("{{{dir},{dir}/**}}"),
+        None => glob.to_owned(),
+    };
+    Ok(GlobBuilder::new(&glob)
+        .literal_separator(true)
+        .build()
+        .map_err(bad)?
+        .compile_matcher())
+}
+
+#[derive(Clone, Copy)]
+enum Scope {
+    Anywhere,
+    UnderCwd,
+}
+
+/// The rules in force for a session: the config's and the session's together, each source's
+/// deny applying whatever the others allow.
+#[derive(Debug, Clone, Default)]
+pub struct Policy {
+    pub allow: Vec<Rule>,
+    pub ask: Vec<Rule>,
+    pub deny: Vec<Rule>,
+}
+
+/// Rule strings by kind, as config files and sessions give them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RuleStrings {
+    pub allow: Vec<String>,
+    pub ask: Vec<String>,
+    pub deny: Vec<String>,
+}
+
+impl Policy {
+    /// Compiles every source's rules for a session at `cwd`.
+    pub fn compile<'a>(
+        sources: impl IntoIterator<Item = &'a RuleStrings>,
+        cwd: &Path,
+        home: &Path,
+    ) -> Result<Self, RuleError> {
+        let mut policy = Policy::default();
+        for source in sources {
+            let parse = |list: &[String]| {
+                list.iter()
+                    .map(|text| Rule::parse(text, cwd, home))
+                    .collect::<Result<Vec<_>, _>>()
+            };
+            policy.allow.extend(parse(&source.allow)?);
+            policy.ask.extend(parse(&source.ask)?);
+            policy.deny.extend(parse(&source.deny)?);
+        }
+        Ok(policy)
+    }
+}
+
+/// A command line with its analysis and its redirections' targets judged against the roots.
+#[derive(Debug, Clone)]
+pub struct CommandFacts {
+    pub line: String,
+    pub analysis: CommandLine,
+    pub written: Vec<ResolvedPath>,
+}
+
+/// Everything the engine needs about one call, gathered beforehand.
+#[derive(Debug, Clone)]
+pub struct CallFacts<'a> {
+    pub tool: &'a str,
+    pub safety: Safety,
+    pub system: bool,
+    pub arguments: &'a Map<String, Value>,
+    /// The call's path arguments, judged (for file tools: `path`, defaulting to the cwd).
+    pub paths: &'a [ResolvedPath],
+    /// For `run_command`: the analysed command line.
+    pub command: Option<&'a CommandFacts>,
+    pub hook: HookVerdict,
+}
+
+/// The session state a decision depends on.
+#[derive(Debug, Clone, Copy)]
+pub struct SessionFacts<'a> {
+    pub mode: Mode,
+    pub policy: &'a Policy,
+    pub grants: &'a [String],
+}
+
+/// Decides one call: PROTOCOL.md section 7's order, first match wins.
+pub fn evaluate(call: &CallFacts<'_>, session: &SessionFacts<'_>) -> Decision {
+    if call.system {
+        return Decision::Allow;
+    }
+    if let Some(rule) = session
+        .policy
+        .deny
+        .iter()
+        .find(|rule| matches_restrictive(rule, call))
+    {
+        return Decision::Deny(format!("denied by the rule {}", rule.text));
+    }
+    if session.mode == Mode::Plan && call.safety == Safety::SideEffect {
+        return Decision::NotAllowed(format!(
+            "{} changes things, and the session is in plan mode, where only read-only tools run",
+            call.tool
+        ));
+    }
+    let decision = decide_without_deny(call, session);
+    match decision {
+        Decision::Ask { reason, .. } if session.mode == Mode::DontAsk => Decision::Deny(format!(
+            "{reason}; the session's mode is dont_ask, so nothing is asked"
+        )),
+        other => other,
+    }
+}
+
+fn decide_without_deny(call: &CallFacts<'_>, session: &SessionFacts<'_>) -> Decision {
+    let suggestion = canonical_form(call);
+    if let Some(rule) = session
+        .policy
+        .ask
+        .iter()
+        .find(|rule| matches_restrictive(rule, call))
+    {
+        return Decision::Ask {
+            reason: format!("the rule {} asks for approval", rule.text),
+            suggestion,
+        };
+    }
+    if call.hook == HookVerdict::Ask {
+        return Decision::Ask {
+            reason: "a PreToolUse hook asks for approval".to_owned(),
+            suggestion,
+        };
+    }
+    if session.mode == Mode::Bypass {
+        return Decision::Allow;
+    }
+    if allowed_by_rules(call, &session.policy.allow)
+        || session.mode != Mode::Plan && session.grants.iter().any(|grant| *grant == suggestion)
+        || call.hook == HookVerdict::Allow
+    {
+        return Decision::Allow;
+    }
+    let all_inside = call.paths.iter().all(ResolvedPath::inside_roots);
+    if session.mode == Mode::AcceptEdits
+        && matches!(call.tool, "write_file" | "edit_file")
+        && all_inside
+    {
+        return Decision::Allow;
+    }
+    if call.safety == Safety::ReadOnly && all_inside {
+        return Decision::Allow;
+    }
+    let reason = match (call.command, call.safety) {
+        (Some(command), _) if !command.analysis.opaque.is_empty() => {
+            format!(
+                "no allow rule can cover this command line: it has {}",
+                command.analysis.opaque.join(", ")
+            )
+        }
+        (Some(command), _) if command.written.iter().any(|path| !path.inside_roots()) => {
+            "the command line writes to a file outside the session roots".to_owned()
+        }
+        (_, Safety::ReadOnly) => "the path is outside the session roots".to_owned(),
+        _ => format!("no allow rule matches {suggestion}"),
+    };
+    Decision::Ask { reason, suggestion }
+}
+
+/// The exact form a session grant records and matches: the command line for `run_command`, the
+/// resolved path for file tools, the tool alone otherwise.
+pub fn canonical_form(call: &CallFacts<'_>) -> String {
+    if let Some(command) = call.command {
+        return format!("{}({})", call.tool, command.line);
+    }
+    match call.paths {
+        [only] if FILE_TOOLS.contains(&call.tool) => {
+            format!("{}(/{})", call.tool, only.resolved.display())
+        }
+        _ => call.tool.to_owned(),
+    }
+}
+
+/// Deny and ask: the rule matches if any form of the call matches it.
+fn matches_restrictive(rule: &Rule, call: &CallFacts<'_>) -> bool {
+    if rule.tool != call.tool {
+        return false;
+    }
+    match &rule.specifier {
+        Specifier::Any => true,
+        Specifier::Command(pattern) => match call.command {
+            Some(command) => {
+                command.analysis.commands.iter().any(|found| found.match_forms.iter().any(|form| pattern.matches(form)))
+                    // A line the parser cannot read has no commands: match its text as a whole.
+                    || pattern.matches(command.line.trim())
+            }
+            None => false,
+        },
+        Specifier::Path(glob) => call.paths.iter().any(|path| {
+            glob.matches(&path.lexical, Scope::Anywhere)
+                || glob.matches(&path.resolved, Scope::Anywhere)
+        }),
+        Specifier::Argument { name, pattern } => {
+            argument_matches(call.arguments, name, pattern, true)
+        }
+    }
+}
+
+/// Whether allow rules cover the whole call.
+fn allowed_by_rules(call: &CallFacts<'_>, allow: &[Rule]) -> bool {
+    let mut rules = allow
+        .iter()
+        .filter(|rule| rule.tool == call.tool)
+        .peekable();
+    if rules.peek().is_none() {
+        return false;
+    }
+    let rules: Vec<&Rule> = rules.collect();
+    if rules
+        .iter()
+        .any(|rule| matches!(rule.specifier, Specifier::Any))
+    {
+        return true;
+    }
+    if let Some(command) = call.command {
+        return command_allowed(command, &rules);
+    }
+    rules.iter().any(|rule| match &rule.specifier {
+        Specifier::Any => true,
+        Specifier::Command(_) => false,
+        // Both forms must match, and an unanchored pattern only under the cwd.
+        Specifier::Path(glob) => {
+            !call.paths.is_empty()
+                && call.paths.iter().all(|path| {
+                    glob.matches(&path.lexical, Scope::UnderCwd)
+                        && glob.matches(&path.resolved, Scope::UnderCwd)
+                })
+        }
+        Specifier::Argument { name, pattern } => {
+            argument_matches(call.arguments, name, pattern, false)
+        }
+    })
+}
+
+/// A command line is allowed when nothing in it is opaque, it writes only inside the roots,
+/// and every command's allow forms match allow rules.
+fn command_allowed(command: &CommandFacts, rules: &[&Rule]) -> bool {
+    if !command.analysis.opaque.is_empty()
+        || command.written.iter().any(|path| !path.inside_roots())
+    {
+        return false;
+    }
+    if command.analysis.commands.is_empty() {
+        return false;
+    }
+    command.analysis.commands.iter().all(|found| {
+        !found.nested
+            && found.allow_forms.iter().all(|form| {
+                rules.iter().any(|rule| matches!(&rule.specifier, Specifier::Command(pattern) if pattern.matches(form)))
+            })
+    })
+}
+
+/// `tool(arg=glob)`; an empty name (a bare `tool(glob)` for a tool without a known specifier)
+/// matches any top-level string argument for deny and ask, and all of them for allow.
+fn argument_matches(
+    arguments: &Map<String, Value>,
+    name: &str,
+    pattern: &Wildcard,
+    any: bool,
+) -> bool {
+    if name.is_empty() {
+        let mut strings = arguments.values().filter_map(Value::as_str).peekable();
+        if strings.peek().is_none() {
+            return false;
+        }
+        return if any {
+            strings.any(|text| pattern.matches(text))
+        } else {
+            strings.all(|text| pattern.matches(text))
+        };
+    }
+    arguments
+        .get(name)
+        .and_then(Value::as_str)
+        .is_some_and(|text| pattern.matches(text))
+}
+
+/// Home for `~/` rule patterns.
+pub fn home_dir() -> PathBuf {
+    std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/"))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,585 @@
+//! Table tests of the permission engine, adversarial ones included. Facts are gathered the way
+//! the call pipeline gathers them, on a real temporary tree (for the symlink cases).
+
+use std::os::unix::fs::symlink;
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+use toold_protocol::Safety;
+
+use super::facts::{command_facts, judged_paths};
+use super::*;
+use crate::env::Env;
+
+struct World {
+    _dir: tempfile::TempDir,
+    /// The session cwd and only root: `<tmp>/project`.
+    root: PathBuf,
+    /// A directory beside the root, outside it.
+    outside: PathBuf,
+}
+
+impl World {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().canonicalize().unwrap();
+        let root = base.join("project");
+        let outside = base.join("outside");
+        std::fs::create_dir_all(root.join("secrets")).unwrap();
+        std::fs::create_dir_all(root.join("a")).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::write(root.join("secrets/x"), "s").unwrap();
+        std::fs::write(root.join(".env"), "K=V").unwrap();
+        std::fs::write(outside.join("file"), "o").unwrap();
+        Self {
+            _dir: dir,
+            root,
+            outside,
+        }
+    }
+
+    fn env(&self) -> Env {
+        Env::new(self.root.clone())
+    }
+}
+
+/// The rules of one case: `allow`, `ask`, `deny` lists.
+#[derive(Default)]
+struct Rules<'a> {
+    allow: &'a [&'a str],
+    ask: &'a [&'a str],
+    deny: &'a [&'a str],
+}
+
+fn strings(list: &[&str]) -> Vec<String> {
+    list.iter().map(|rule| rule.to_string()).collect()
+}
+
+fn safety_of(tool: &str) -> Safety {
+    match tool {
+        "read_file" | "find_files" | "search_code" | "lookup" => Safety::ReadOnly,
+        _ => Safety::SideEffect,
+    }
+}
+
+struct Check<'a> {
+    world: &'a World,
+    rules: Rules<'a>,
+    mode: Mode,
+    grants: Vec<String>,
+    hook: HookVerdict,
+}
+
+impl<'a> Check<'a> {
+    fn new(world: &'a World, rules: Rules<'a>) -> Self {
+        Self {
+            world,
+            rules,
+            mode: Mode::Default,
+            grants: Vec::new(),
+            hook: HookVerdict::None,
+        }
+    }
+
+    fn mode(mut self, mode: Mode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    fn decide(&self, tool: &str, arguments: Value) -> Decision {
+        let env = self.world.env();
+        let arguments = arguments.as_object().unwrap().clone();
+        let paths = judged_paths(tool, &arguments, &env);
+        let command = command_facts(tool, &arguments, &env);
+        let source = RuleStrings {
+            allow: strings(self.rules.allow),
+            ask: strings(self.rules.ask),
+            deny: strings(self.rules.deny),
+        };
+        let policy = Policy::compile([&source], &env.cwd, Path::new("/home/user")).unwrap();
+        let call = CallFacts {
+            tool,
+            safety: safety_of(tool),
+            system: false,
+            arguments: &arguments,
+            paths: &paths,
+            command: command.as_ref(),
+            hook: self.hook,
+        };
+        evaluate(
+            &call,
+            &SessionFacts {
+                mode: self.mode,
+                policy: &policy,
+                grants: &self.grants,
+            },
+        )
+    }
+
+    fn outcome(&self, tool: &str, arguments: Value) -> &'static str {
+        match self.decide(tool, arguments) {
+            Decision::Allow => "allow",
+            Decision::Deny(_) => "deny",
+            Decision::NotAllowed(_) => "not_allowed",
+            Decision::Ask { .. } => "ask",
+        }
+    }
+
+    fn command(&self, line: &str) -> &'static str {
+        self.outcome("run_command", json!({ "command": line }))
+    }
+}
+
+#[test]
+fn allow_rules_never_cover_more_than_every_command_they_match() {
+    let world = World::new();
+    let check = Check::new(
+        &world,
+        Rules {
+            allow: &["run_command(git status)", "run_command(echo *)"],
+            ..Default::default()
+        },
+    );
+    for allowed in [
+        "git status",
+        "echo hi",
+        "echo a b c",
+        "git status && echo done",
+        "echo x > out.txt",
+        "echo x 2>/dev/null",
+    ] {
+        assert_eq!(check.command(allowed), "allow", "{allowed}");
+    }
+    for asked in [
+        "git status && rm -rf x",
+        "git status; rm x",
+        "echo $(rm x)",
+        "echo `rm x`",
+        "echo x > ~/.bashrc",
+        "ls | sh",
+        "echo hi & rm x",
+        "git status\nrm x",
+        "echo $[ x='a[$(touch F)]', x ]",
+        "PATH=/tmp/x git status",
+        "PATH=/tmp/x; git status",
+        "/tmp/evil/git status",
+        "git status > ../escape.txt",
+        "sh -c 'git status'",
+        "eval git status",
+        "git status | sh",
+        "find . -exec rm {} ;",
+        "sudo git status",
+        "echo 'unterminated",
+        "echo ${x:-$(rm y)}",
+        "cat <<EOF\n$(rm z)\nEOF",
+    ] {
+        assert_eq!(check.command(asked), "ask", "{asked:?}");
+    }
+}
+
+#[test]
+fn deny_rules_see_through_quoting_paths_wrappers_and_nesting() {
+    let world = World::new();
+    let check = Check::new(
+        &world,
+        Rules {
+            deny: &["run_command(rm *)"],
+            allow: &["run_command"],
+            ..Default::default()
+        },
+    );
+    for denied in [
+        "rm x",
+        "FOO=1 rm x",
+        "/bin/rm x",
+        "\\rm x",
+        "\"rm\" x",
+        "command rm x",
+        "env rm x",
+        "timeout 5 rm x",
+        "nice rm x",
+        "bash -c 'rm x'",
+        "sh -c \"rm x\"",
+        "true && rm x",
+        "xargs rm < list",
+        "echo $(rm x)",
+        "sudo -u root rm x",
+        "find . -name '*.o' -exec rm {} +",
+        "eval 'rm x'",
+        "f() { rm x; }; f",
+        "if true; then rm x; fi",
+        "(cd /; rm x)",
+        "echo ${x:-$(rm y)}",
+    ] {
+        assert_eq!(check.command(denied), "deny", "{denied:?}");
+    }
+    assert_eq!(
+        check.command("ls -la"),
+        "allow",
+        "a bare tool rule allows every line"
+    );
+    assert_eq!(
+        check.command("rmdir x"),
+        "allow",
+        "rm * is not a prefix match of rmdir"
+    );
+}
+
+#[test]
+fn a_trailing_star_covers_the_bare_command_and_wrappers_are_transparent_to_allows() {
+    let world = World::new();
+    let check = Check::new(
+        &world,
+        Rules {
+            allow: &["run_command(cargo test *)"],
+            ..Default::default()
+        },
+    );
+    assert_eq!(check.command("cargo test"), "allow");
+    assert_eq!(check.command("cargo test -p toold"), "allow");
+    assert_eq!(check.command("timeout 60 cargo test"), "allow");
+    assert_eq!(check.command("cargo testify"), "ask");
+    assert_eq!(check.command("cargo build"), "ask");
+}
+
+#[test]
+fn file_deny_rules_match_either_form_of_the_path() {
+    let world = World::new();
+    symlink(world.root.join("secrets/x"), world.root.join("a/innocent")).unwrap();
+    let check = Check::new(
+        &world,
+        Rules {
+            deny: &["read_file(.env)", "read_file(secrets/**)"],
+            ..Default::default()
+        },
+    );
+    let env_abs = world.root.join(".env").display().to_string();
+    for path in [
+        env_abs.as_str(),
+        "a/../.env",
+        "./.env",
+        ".env",
+        "secrets",
+        "secrets/x",
+        "a/innocent",
+    ] {
+        assert_eq!(
+            check.outcome("read_file", json!({ "path": path })),
+            "deny",
+            "{path}"
+        );
+    }
+    assert_eq!(check.outcome("read_file", json!({ "path": "a" })), "allow");
+}
+
+#[test]
+fn reads_that_leave_the_roots_ask() {
+    let world = World::new();
+    symlink(world.outside.join("file"), world.root.join("a/link")).unwrap();
+    let check = Check::new(&world, Rules::default());
+    assert_eq!(
+        check.outcome("read_file", json!({ "path": "a/link" })),
+        "ask"
+    );
+    assert_eq!(
+        check.outcome("read_file", json!({ "path": "../outside/file" })),
+        "ask"
+    );
+    assert_eq!(
+        check.outcome("search_code", json!({ "pattern": "x", "path": ".." })),
+        "ask"
+    );
+    assert_eq!(
+        check.outcome("find_files", json!({ "pattern": "*" })),
+        "allow",
+        "the cwd by default"
+    );
+    assert_eq!(
+        check.outcome("lookup", json!({ "q": "x" })),
+        "allow",
+        "no path arguments count as inside"
+    );
+}
+
+#[test]
+fn accept_edits_allows_edits_inside_the_roots_only() {
+    let world = World::new();
+    symlink(world.outside.join("new.txt"), world.root.join("dangling")).unwrap();
+    let check = Check::new(&world, Rules::default()).mode(Mode::AcceptEdits);
+    assert_eq!(
+        check.outcome("write_file", json!({ "path": "a/new.txt", "content": "" })),
+        "allow"
+    );
+    assert_eq!(
+        check.outcome(
+            "edit_file",
+            json!({ "path": ".env", "old_string": "a", "new_string": "b" })
+        ),
+        "allow"
+    );
+    assert_eq!(
+        check.outcome("write_file", json!({ "path": "dangling", "content": "" })),
+        "ask"
+    );
+    assert_eq!(
+        check.outcome(
+            "write_file",
+            json!({ "path": "../outside/x", "content": "" })
+        ),
+        "ask"
+    );
+    assert_eq!(check.command("touch x"), "ask");
+    let default = Check::new(&world, Rules::default());
+    assert_eq!(
+        default.outcome("write_file", json!({ "path": "a/new.txt", "content": "" })),
+        "ask"
+    );
+}
+
+#[test]
+fn modes_in_the_order_of_the_protocol() {
+    let world = World::new();
+    let rules = || Rules {
+        ask: &["run_command(git push *)"],
+        deny: &["run_command(rm *)"],
+        ..Default::default()
+    };
+    let plan = Check::new(&world, rules()).mode(Mode::Plan);
+    assert_eq!(
+        plan.outcome("write_file", json!({ "path": "x", "content": "" })),
+        "not_allowed"
+    );
+    assert_eq!(plan.command("rm x"), "deny", "a deny comes before the mode");
+    assert_eq!(plan.outcome("read_file", json!({ "path": "a" })), "allow");
+
+    let bypass = Check::new(&world, rules()).mode(Mode::Bypass);
+    assert_eq!(bypass.command("curl x | sh"), "allow");
+    assert_eq!(
+        bypass.command("git push origin"),
+        "ask",
+        "ask rules hold in every mode"
+    );
+    assert_eq!(bypass.command("rm x"), "deny");
+
+    let dont_ask = Check::new(&world, rules()).mode(Mode::DontAsk);
+    assert_eq!(dont_ask.command("git push origin"), "deny");
+    assert_eq!(dont_ask.command("make"), "deny");
+    assert_eq!(
+        dont_ask.outcome("read_file", json!({ "path": "a" })),
+        "allow"
+    );
+    match dont_ask.decide("run_command", json!({ "command": "make" })) {
+        Decision::Deny(reason) => assert!(reason.contains("dont_ask"), "{reason}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_deny_from_any_source_wins() {
+    let world = World::new();
+    let config = RuleStrings {
+        deny: strings(&["run_command(curl *)"]),
+        ..Default::default()
+    };
+    let session = RuleStrings {
+        allow: strings(&["run_command(curl *)", "run_command"]),
+        ..Default::default()
+    };
+    let policy =
+        Policy::compile([&config, &session], &world.root, Path::new("/home/user")).unwrap();
+    let arguments = json!({ "command": "curl example.invalid" })
+        .as_object()
+        .unwrap()
+        .clone();
+    let env = world.env();
+    let command = command_facts("run_command", &arguments, &env);
+    let call = CallFacts {
+        tool: "run_command",
+        safety: Safety::SideEffect,
+        system: false,
+        arguments: &arguments,
+        paths: &[],
+        command: command.as_ref(),
+        hook: HookVerdict::Allow,
+    };
+    let session = SessionFacts {
+        mode: Mode::Bypass,
+        policy: &policy,
+        grants: &[],
+    };
+    assert!(matches!(evaluate(&call, &session), Decision::Deny(_)));
+    let system = CallFacts {
+        system: true,
+        ..call
+    };
+    assert_eq!(
+        evaluate(&system, &session),
+        Decision::Allow,
+        "system tools skip rules and modes"
+    );
+}
+
+#[test]
+fn grants_are_exact_never_beat_deny_or_ask_and_sleep_in_plan_mode() {
+    let world = World::new();
+    let mut check = Check::new(
+        &world,
+        Rules {
+            ask: &["run_command(git push *)"],
+            deny: &["run_command(rm *)"],
+            ..Default::default()
+        },
+    );
+    let Decision::Ask { suggestion, .. } =
+        check.decide("run_command", json!({ "command": "make build" }))
+    else {
+        panic!("make build should ask");
+    };
+    assert_eq!(suggestion, "run_command(make build)");
+    check.grants = vec![
+        suggestion,
+        "run_command(git push origin)".into(),
+        "run_command(rm x)".into(),
+    ];
+    assert_eq!(check.command("make build"), "allow");
+    assert_eq!(check.command("make build2"), "ask");
+    assert_eq!(
+        check.command("make  build"),
+        "ask",
+        "the exact line, not a pattern"
+    );
+    assert_eq!(check.command("git push origin"), "ask");
+    assert_eq!(check.command("rm x"), "deny");
+
+    let outside = world.outside.join("file");
+    let Decision::Ask { suggestion, .. } = check.decide("read_file", json!({ "path": outside }))
+    else {
+        panic!("a read outside the roots should ask");
+    };
+    assert_eq!(suggestion, format!("read_file(/{})", outside.display()));
+    check.grants = vec![suggestion];
+    assert_eq!(
+        check.outcome("read_file", json!({ "path": outside })),
+        "allow"
+    );
+    let plan = Check {
+        mode: Mode::Plan,
+        ..check
+    };
+    assert_eq!(plan.outcome("read_file", json!({ "path": outside })), "ask");
+}
+
+#[test]
+fn hooks_allow_and_ask_but_never_over_rules() {
+    let world = World::new();
+    let mut check = Check::new(
+        &world,
+        Rules {
+            ask: &["run_command(git push *)"],
+            ..Default::default()
+        },
+    );
+    check.hook = HookVerdict::Allow;
+    assert_eq!(check.command("make"), "allow");
+    assert_eq!(check.command("git push"), "ask");
+    check.hook = HookVerdict::Ask;
+    assert_eq!(check.outcome("read_file", json!({ "path": "a" })), "ask");
+}
+
+#[test]
+fn path_rules_absolute_home_and_directory_forms() {
+    let world = World::new();
+    let root = world.root.display().to_string();
+    let absolute = format!("write_file(/{root}/a/**)");
+    let allow = [absolute.as_str(), "read_file(~/notes.md)"];
+    let check = Check::new(
+        &world,
+        Rules {
+            allow: &allow,
+            ..Default::default()
+        },
+    );
+    assert_eq!(
+        check.outcome("write_file", json!({ "path": "a/x/y.txt", "content": "" })),
+        "allow"
+    );
+    assert_eq!(
+        check.outcome("write_file", json!({ "path": "a", "content": "" })),
+        "allow",
+        "dir/** covers dir"
+    );
+    assert_eq!(
+        check.outcome("write_file", json!({ "path": "secrets/x", "content": "" })),
+        "ask"
+    );
+    assert_eq!(
+        check.outcome("read_file", json!({ "path": "/home/user/notes.md" })),
+        "allow"
+    );
+    assert_eq!(
+        check.outcome("read_file", json!({ "path": "/home/other/notes.md" })),
+        "ask"
+    );
+
+    let unanchored = Check::new(
+        &world,
+        Rules {
+            allow: &["read_file(*.md)"],
+            ..Default::default()
+        },
+    );
+    assert_eq!(
+        unanchored.outcome("read_file", json!({ "path": "../outside/x.md" })),
+        "ask",
+        "an unanchored allow stays under the cwd"
+    );
+}
+
+#[test]
+fn argument_rules_match_top_level_strings() {
+    let world = World::new();
+    let check = Check::new(
+        &world,
+        Rules {
+            deny: &["deploy(env=prod*)"],
+            allow: &["deploy(env=staging)"],
+            ..Default::default()
+        },
+    );
+    assert_eq!(
+        check.outcome("deploy", json!({ "env": "production" })),
+        "deny"
+    );
+    assert_eq!(
+        check.outcome("deploy", json!({ "env": "staging" })),
+        "allow"
+    );
+    assert_eq!(check.outcome("deploy", json!({ "env": "dev" })), "ask");
+    assert_eq!(check.outcome("deploy", json!({ "env": 5 })), "ask");
+}
+
+#[test]
+fn bad_rules_are_refused_with_the_rule_named() {
+    let cwd = Path::new("/p");
+    let home = Path::new("/h");
+    assert_eq!(
+        Rule::parse("  ", cwd, home).unwrap_err(),
+        RuleError::Empty("  ".into())
+    );
+    assert_eq!(
+        Rule::parse("(x)", cwd, home).unwrap_err(),
+        RuleError::NoTool("(x)".into())
+    );
+    assert_eq!(
+        Rule::parse("read_file(x", cwd, home).unwrap_err(),
+        RuleError::Unclosed("read_file(x".into())
+    );
+    let bad_glob = Rule::parse("read_file(a[)", cwd, home).unwrap_err();
+    assert!(bad_glob.to_string().contains("read_file(a[)"), "{bad_glob}");
+    assert_eq!(
+        Rule::parse("run_command(FOO=1 make)", cwd, home)
+            .unwrap()
+            .text(),
+        "run_command(FOO=1 make)"
+    );
+}
