@@ -1,15 +1,17 @@
 //! toold's wire protocol (PROTOCOL.md): the serde types of every message, the method
-//! names, and the JSON-RPC envelope and error codes.
+//! names, the JSON-RPC envelope and error codes, and the framing codec.
 //!
 //! Everything the daemon and its clients put on the socket is a type from this crate;
 //! internal types convert at the daemon's dispatch layer. One module per area:
 //! [`rpc`] (envelope, ids, error codes), [`methods`] (names and typed method markers),
 //! [`initialize`], [`session`], [`tools_api`], [`execute`], [`events`], [`approval`],
-//! [`hooks`], [`invoke`], [`tool`] (definitions, calls, results).
+//! [`hooks`], [`invoke`], [`tool`] (definitions, calls, results) and [`framing`]
+//! (NDJSON or LSP-style frames, detected per connection).
 
 pub mod approval;
 pub mod events;
 pub mod execute;
+pub mod framing;
 pub mod hooks;
 pub mod initialize;
 pub mod invoke;
@@ -29,6 +31,9 @@ pub use events::{
 };
 pub use execute::{
     CallOutcome, CancelParams, CancelRequestParams, CancelResult, ExecuteParams, ExecuteResult,
+};
+pub use framing::{
+    DetectedFraming, Frame, FrameCodec, FrameDecoder, FrameEncoder, Framing, FramingError, JsonText,
 };
 pub use hooks::{
     HookEvent, HookProgramInput, PostToolUseAnswer, PostToolUseParams, PreToolUseAnswer,
