@@ -10,6 +10,9 @@ const UTF8_BOM: &[u8] = b"\xEF\xBB\xBF";
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum DecodeState {
     Detecting,
+    /// A fatal error ended the stream: message boundaries are unknown, so whatever
+    /// follows is dropped (and a caller that keeps decoding cannot trip on stale offsets).
+    Failed,
     Ndjson {
         /// Bytes of the current line already searched for `\n`, so a line that arrives
         /// in many reads is scanned once.
@@ -309,13 +312,14 @@ fn parse_frame(bytes: &[u8]) -> Frame {
     }
 }
 
-impl Decoder for FrameDecoder {
-    type Item = Frame;
-    type Error = FramingError;
-
-    fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Frame>, FramingError> {
+impl FrameDecoder {
+    fn decode_frame(&mut self, buf: &mut BytesMut) -> Result<Option<Frame>, FramingError> {
         loop {
             match self.state {
+                DecodeState::Failed => {
+                    buf.clear();
+                    return Ok(None);
+                }
                 DecodeState::Detecting => match detect_framing(buf)? {
                     Some(framing) => {
                         self.detected.set(framing);
@@ -371,6 +375,20 @@ impl Decoder for FrameDecoder {
             }
         }
     }
+}
+
+impl Decoder for FrameDecoder {
+    type Item = Frame;
+    type Error = FramingError;
+
+    fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Frame>, FramingError> {
+        let decoded = self.decode_frame(buf);
+        if decoded.is_err() {
+            self.state = DecodeState::Failed;
+            buf.clear();
+        }
+        decoded
+    }
 
     fn decode_eof(&mut self, buf: &mut BytesMut) -> Result<Option<Frame>, FramingError> {
         if let Some(frame) = self.decode(buf)? {
@@ -388,6 +406,7 @@ impl Decoder for FrameDecoder {
             // Anything else left is an incomplete frame from a peer that is gone:
             // nobody is left to tell, so it is dropped rather than reported as an error.
             DecodeState::Detecting
+            | DecodeState::Failed
             | DecodeState::Ndjson { .. }
             | DecodeState::LspHeaders { .. }
             | DecodeState::LspBody { .. }

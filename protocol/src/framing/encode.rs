@@ -6,6 +6,7 @@ use serde_json::Value;
 use tokio_util::codec::Encoder;
 
 use super::{DetectedFraming, Framing, FramingError};
+use crate::rpc::Message;
 
 /// Already-serialized JSON (such as a response rendered by jsonrpsee) to write as one frame.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,6 +68,14 @@ impl Encoder<Value> for FrameEncoder {
     type Error = FramingError;
 
     fn encode(&mut self, item: Value, dst: &mut BytesMut) -> Result<(), FramingError> {
+        self.encode(&item, dst)
+    }
+}
+
+impl Encoder<Message> for FrameEncoder {
+    type Error = FramingError;
+
+    fn encode(&mut self, item: Message, dst: &mut BytesMut) -> Result<(), FramingError> {
         self.encode(&item, dst)
     }
 }

@@ -1,6 +1,7 @@
 //! Tests of the framing codec: detection, both framings, bad input, limits, and properties.
 
 use super::*;
+use crate::rpc::Message;
 use pretty_assertions::assert_eq;
 use proptest::prelude::*;
 use serde_json::json;
@@ -215,6 +216,22 @@ fn lsp_missing_or_invalid_content_length_is_fatal() {
 }
 
 #[test]
+fn decoding_after_a_fatal_error_yields_nothing() {
+    let mut decoder = FrameDecoder::new(LIMIT);
+    let mut buf = BytesMut::from(&b"Content-Length: 2\r\nX-A: partial"[..]);
+    assert_eq!(decoder.decode(&mut buf).unwrap(), None);
+    buf.extend_from_slice(b"\r\nno colon here\r\n\r\n{}");
+    assert!(matches!(
+        decoder.decode(&mut buf),
+        Err(FramingError::InvalidHeader(_))
+    ));
+    buf.extend_from_slice(&lsp("{}").into_bytes());
+    assert_eq!(decoder.decode(&mut buf).unwrap(), None);
+    assert_eq!(decoder.decode_eof(&mut buf).unwrap(), None);
+    assert!(buf.is_empty());
+}
+
+#[test]
 fn lsp_header_section_is_bounded() {
     let endless = format!("X-Padding: {}", "a".repeat(MAX_HEADER_BYTES));
     let out = decode(endless.as_bytes());
@@ -343,6 +360,15 @@ fn the_encoder_writes_both_framings() {
         .encode(json!([1]), &mut dst)
         .unwrap();
     assert_eq!(&dst[..], b"Content-Length: 3\r\n\r\n[1]");
+    let mut dst = BytesMut::new();
+    let notification = crate::rpc::Notification::new("batch/done", None);
+    FrameEncoder::new(Framing::Ndjson)
+        .encode(Message::Notification(notification), &mut dst)
+        .unwrap();
+    assert_eq!(
+        &dst[..],
+        b"{\"jsonrpc\":\"2.0\",\"method\":\"batch/done\"}\n"
+    );
 }
 
 #[test]
