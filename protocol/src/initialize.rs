@@ -9,8 +9,10 @@ use crate::session::SessionMode;
 pub const PROTOCOL_VERSION: u32 = 1;
 
 /// Who is on the other end: a client's `client_info` or the daemon's `server_info`.
+///
+/// Unknown members are ignored: the type is read by both peers, and a client must not
+/// fail on a newer daemon's `server_info`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct PeerInfo {
     pub name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
