@@ -21,9 +21,13 @@ enum DecodeState {
         discarding: bool,
     },
     LspHeaders {
+        /// As for NDJSON, within the current header line.
         scanned: usize,
+        /// Header lines consumed so far, held to `MAX_HEADER_BYTES`.
         header_bytes: usize,
         content_length: Option<usize>,
+        /// Until a header arrives, blank lines are padding between messages, not the
+        /// end of the headers.
         seen_header: bool,
     },
     LspBody {
@@ -84,7 +88,8 @@ impl FrameDecoder {
         self.detected.get()
     }
 
-    /// A handle that shows the framing once detected; give it to [`FrameEncoder::following`].
+    /// A handle that shows the framing once detected; give it to
+    /// [`FrameEncoder::following`](super::FrameEncoder::following).
     pub fn detected_framing(&self) -> DetectedFraming {
         self.detected.clone()
     }
