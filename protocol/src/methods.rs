@@ -133,3 +133,64 @@ notification_methods! {
     BatchDone = BATCH_DONE: EventParams<BatchDoneBody>;
     ToolsListChanged = TOOLS_LIST_CHANGED: Revision;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    fn request<M: RequestMethod>() -> &'static str {
+        M::METHOD
+    }
+
+    fn notification<M: NotificationMethod>() -> &'static str {
+        M::METHOD
+    }
+
+    #[test]
+    fn method_names_are_unique_and_shaped_area_verb() {
+        let names = [
+            request::<Initialize>(),
+            request::<SessionCreate>(),
+            request::<SessionAttach>(),
+            request::<SessionDetach>(),
+            request::<SessionUpdate>(),
+            request::<SessionGet>(),
+            request::<SessionList>(),
+            request::<SessionClose>(),
+            request::<ToolsList>(),
+            request::<ToolsRegister>(),
+            request::<ToolsUnregister>(),
+            request::<ToolsExecute>(),
+            request::<ToolsCancel>(),
+            request::<ApprovalRequest>(),
+            request::<HookPreToolUse>(),
+            request::<HookPostToolUse>(),
+            request::<ToolInvoke>(),
+            notification::<CancelRequest>(),
+            notification::<BatchStart>(),
+            notification::<ToolCallStart>(),
+            notification::<ToolOutputEvent>(),
+            notification::<ToolResultEvent>(),
+            notification::<ToolCallDone>(),
+            notification::<ApprovalResolved>(),
+            notification::<BatchDone>(),
+            notification::<ToolsListChanged>(),
+        ];
+        let unique: HashSet<_> = names.iter().collect();
+        assert_eq!(unique.len(), names.len());
+        for name in names {
+            let shaped = name == INITIALIZE
+                || name.split_once('/').is_some_and(|(area, verb)| {
+                    !area.is_empty()
+                        && !verb.is_empty()
+                        && verb.bytes().all(|byte| {
+                            byte.is_ascii_lowercase()
+                                || byte == b'_'
+                                || (area == "$" && byte.is_ascii_uppercase())
+                        })
+                });
+            assert!(shaped, "{name}");
+        }
+    }
+}
