@@ -1,8 +1,58 @@
-//! toold's wire protocol (PROTOCOL.md): the serde types of every message and the framing codec.
+//! toold's wire protocol (PROTOCOL.md): the serde types of every message, the method
+//! names, the JSON-RPC envelope and error codes, and the framing codec.
 //!
 //! Everything the daemon and its clients put on the socket is a type from this crate;
-//! internal types convert at the daemon's dispatch layer.
+//! internal types convert at the daemon's dispatch layer. One module per area:
+//! [`rpc`] (envelope, ids, error codes), [`methods`] (names and typed method markers),
+//! [`initialize`], [`session`], [`tools_api`], [`execute`], [`events`], [`approval`],
+//! [`hooks`], [`invoke`], [`tool`] (definitions, calls, results) and [`framing`]
+//! (NDJSON or LSP-style frames, detected per connection).
 
+pub mod approval;
+pub mod events;
+pub mod execute;
+pub mod framing;
+pub mod hooks;
+pub mod initialize;
+pub mod invoke;
+pub mod methods;
+pub mod rpc;
+pub mod session;
 pub mod tool;
+pub mod tools_api;
 
+#[cfg(test)]
+mod test_support;
+
+pub use approval::{ApprovalAnswer, ApprovalDecision, ApprovalRequestParams};
+pub use events::{
+    ApprovalResolved, BatchDone, BatchStart, CallEnded, CallStart, Event, EventParams,
+    OutputStream, ResolvedBy, ToolOutput,
+};
+pub use execute::{
+    CallOutcome, CancelParams, CancelRequestParams, CancelResult, ExecuteParams, ExecuteResult,
+};
+pub use framing::{
+    DetectedFraming, Frame, FrameCodec, FrameDecoder, FrameEncoder, Framing, FramingError, JsonText,
+};
+pub use hooks::{
+    HookEvent, HookProgramInput, PostToolUseAnswer, PostToolUseParams, PreToolUseAnswer,
+    PreToolUseDecision, PreToolUseParams,
+};
+pub use initialize::{
+    ClientCapabilities, InitializeParams, InitializeResult, PROTOCOL_VERSION, PeerInfo,
+    ServerCapabilities, UnsupportedVersionData,
+};
+pub use invoke::{InvokeEnv, InvokeParams};
+pub use methods::{NotificationMethod, RequestMethod};
+pub use rpc::{
+    Empty, ErrorObject, Id, InvalidMessage, Message, Notification, Request, Response, error_code,
+};
+pub use session::{
+    OnDisconnect, Rules, SessionAttachParams, SessionCreateParams, SessionEnv, SessionIdParams,
+    SessionListParams, SessionListResult, SessionMode, SessionSnapshot, SessionUpdateParams,
+};
 pub use tool::{ErrorType, Safety, ToolCall, ToolDefinition, ToolResult, ToolSource};
+pub use tools_api::{
+    Revision, ToolsListParams, ToolsListResult, ToolsRegisterParams, ToolsUnregisterParams,
+};

@@ -1,0 +1,148 @@
+//! The `initialize` handshake: protocol version, peer info and capabilities (PROTOCOL.md section 2).
+
+use serde::{Deserialize, Serialize};
+
+use crate::hooks::HookEvent;
+use crate::session::SessionMode;
+
+/// The only protocol version this crate speaks.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Who is on the other end: a client's `client_info` or the daemon's `server_info`.
+///
+/// Unknown members are ignored: the type is read by both peers, and a client must not
+/// fail on a newer daemon's `server_info`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeerInfo {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+}
+
+/// What a client can do; the daemon only ever sends it the server→client requests
+/// it declared here.
+///
+/// Unknown members are refused: a misspelt capability would otherwise silently mean
+/// "no approvals" or "no hooks".
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientCapabilities {
+    /// Answers `approval/request`.
+    #[serde(default)]
+    pub approvals: bool,
+    /// The hook events it answers (`hook/pre_tool_use`, `hook/post_tool_use`).
+    #[serde(default)]
+    pub hooks: Vec<HookEvent>,
+    /// May register tools and answer `tool/invoke`.
+    #[serde(default)]
+    pub client_tools: bool,
+}
+
+/// `initialize` params.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InitializeParams {
+    pub protocol_version: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_info: Option<PeerInfo>,
+    #[serde(default)]
+    pub capabilities: ClientCapabilities,
+}
+
+/// What the daemon offers this connection.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServerCapabilities {
+    /// The session modes `session/create` and `session/update` accept here
+    /// (`bypass` only when the config allows it).
+    pub modes: Vec<SessionMode>,
+    /// The hook events the daemon will send to a connection that declared them.
+    pub hooks: Vec<HookEvent>,
+    /// Whether `tools/register` is available.
+    pub client_tools: bool,
+    /// Messages larger than this are refused and the connection closed.
+    pub max_message_bytes: u64,
+}
+
+/// `initialize` result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InitializeResult {
+    pub protocol_version: u32,
+    pub server_info: PeerInfo,
+    /// Identifies this daemon process; changes when the daemon restarts.
+    pub instance_id: String,
+    pub capabilities: ServerCapabilities,
+}
+
+/// The `data` of the `-32602` error for an unsupported `protocol_version`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnsupportedVersionData {
+    pub supported: Vec<u32>,
+}
+
+impl UnsupportedVersionData {
+    pub fn current() -> Self {
+        Self {
+            supported: vec![PROTOCOL_VERSION],
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::{assert_refused, assert_round_trip};
+    use serde_json::json;
+
+    #[test]
+    fn params_round_trip_the_protocol_example() {
+        let params: InitializeParams = assert_round_trip(json!({
+            "protocol_version":1,
+            "client_info":{"name":"my-editor","version":"0.3.0"},
+            "capabilities":{"approvals":true,"hooks":["pre_tool_use","post_tool_use"],"client_tools":true}}));
+        assert_eq!(
+            params.capabilities.hooks,
+            [HookEvent::PreToolUse, HookEvent::PostToolUse]
+        );
+    }
+
+    #[test]
+    fn capabilities_default_to_none() {
+        let params: InitializeParams =
+            serde_json::from_value(json!({"protocol_version":1})).unwrap();
+        assert_eq!(params.capabilities, ClientCapabilities::default());
+        assert_eq!(params.client_info, None);
+    }
+
+    #[test]
+    fn bad_params_are_refused() {
+        assert_refused::<InitializeParams>(json!({"client_info":{"name":"x"}}), "protocol_version");
+        assert_refused::<InitializeParams>(
+            json!({"protocol_version":1,"capabilities":{"approval":true}}),
+            "unknown field `approval`",
+        );
+        assert_refused::<InitializeParams>(
+            json!({"protocol_version":1,"capabilities":{"hooks":["on_start"]}}),
+            "unknown variant `on_start`",
+        );
+    }
+
+    #[test]
+    fn result_round_trips() {
+        let result: InitializeResult = assert_round_trip(json!({
+            "protocol_version":1,
+            "server_info":{"name":"toold","version":"0.1.0"},
+            "instance_id":"i_01",
+            "capabilities":{"modes":["default","accept_edits","plan","dont_ask"],
+                            "hooks":["pre_tool_use","post_tool_use"],
+                            "client_tools":true,"max_message_bytes":16777216}}));
+        assert_eq!(result.capabilities.modes.len(), 4);
+    }
+
+    #[test]
+    fn unsupported_version_data_lists_version_one() {
+        assert_eq!(
+            serde_json::to_value(UnsupportedVersionData::current()).unwrap(),
+            json!({"supported":[1]})
+        );
+    }
+}
