@@ -404,7 +404,7 @@ fn decide_without_deny(call: &CallFacts<'_>, session: &SessionFacts<'_>) -> Deci
         return Decision::Allow;
     }
     if allowed_by_rules(call, &session.policy.allow)
-        || session.mode != Mode::Plan && session.grants.iter().any(|grant| *grant == suggestion)
+        || session.mode != Mode::Plan && session.grants.contains(&suggestion)
         || call.hook == HookVerdict::Allow
     {
         return Decision::Allow;
