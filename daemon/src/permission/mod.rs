@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use globset::{GlobBuilder, GlobMatcher};
 use serde_json::{Map, Value};
-use toold_protocol::Safety;
+use toold_protocol::{Rules, Safety, SessionMode as Mode};
 
 use crate::paths::ResolvedPath;
 use crate::shell::CommandLine;
@@ -23,16 +23,6 @@ pub const FILE_TOOLS: &[&str] = &[
     "find_files",
     "search_code",
 ];
-
-/// A session's permission mode.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
-    Default,
-    AcceptEdits,
-    Plan,
-    DontAsk,
-    Bypass,
-}
 
 /// What a PreToolUse hook said about permission, if anything.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -293,18 +283,10 @@ pub struct Policy {
     pub deny: Vec<Rule>,
 }
 
-/// Rule strings by kind, as config files and sessions give them.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RuleStrings {
-    pub allow: Vec<String>,
-    pub ask: Vec<String>,
-    pub deny: Vec<String>,
-}
-
 impl Policy {
     /// Compiles every source's rules for a session at `cwd`.
     pub fn compile<'a>(
-        sources: impl IntoIterator<Item = &'a RuleStrings>,
+        sources: impl IntoIterator<Item = &'a Rules>,
         cwd: &Path,
         home: &Path,
     ) -> Result<Self, RuleError> {

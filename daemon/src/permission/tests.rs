@@ -5,7 +5,7 @@ use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
-use toold_protocol::Safety;
+use toold_protocol::{Rules as RuleStrings, Safety, SessionMode as Mode};
 
 use super::facts::{command_facts, judged_paths};
 use super::*;
@@ -45,7 +45,7 @@ impl World {
 
 /// The rules of one case: `allow`, `ask`, `deny` lists.
 #[derive(Default)]
-struct Rules<'a> {
+struct CaseRules<'a> {
     allow: &'a [&'a str],
     ask: &'a [&'a str],
     deny: &'a [&'a str],
@@ -64,14 +64,14 @@ fn safety_of(tool: &str) -> Safety {
 
 struct Check<'a> {
     world: &'a World,
-    rules: Rules<'a>,
+    rules: CaseRules<'a>,
     mode: Mode,
     grants: Vec<String>,
     hook: HookVerdict,
 }
 
 impl<'a> Check<'a> {
-    fn new(world: &'a World, rules: Rules<'a>) -> Self {
+    fn new(world: &'a World, rules: CaseRules<'a>) -> Self {
         Self {
             world,
             rules,
@@ -135,7 +135,7 @@ fn allow_rules_never_cover_more_than_every_command_they_match() {
     let world = World::new();
     let check = Check::new(
         &world,
-        Rules {
+        CaseRules {
             allow: &["run_command(git status)", "run_command(echo *)"],
             ..Default::default()
         },
@@ -182,7 +182,7 @@ fn deny_rules_see_through_quoting_paths_wrappers_and_nesting() {
     let world = World::new();
     let check = Check::new(
         &world,
-        Rules {
+        CaseRules {
             deny: &["run_command(rm *)"],
             allow: &["run_command"],
             ..Default::default()
@@ -230,7 +230,7 @@ fn a_trailing_star_covers_the_bare_command_and_wrappers_are_transparent_to_allow
     let world = World::new();
     let check = Check::new(
         &world,
-        Rules {
+        CaseRules {
             allow: &["run_command(cargo test *)"],
             ..Default::default()
         },
@@ -248,7 +248,7 @@ fn file_deny_rules_match_either_form_of_the_path() {
     symlink(world.root.join("secrets/x"), world.root.join("a/innocent")).unwrap();
     let check = Check::new(
         &world,
-        Rules {
+        CaseRules {
             deny: &["read_file(.env)", "read_file(secrets/**)"],
             ..Default::default()
         },
@@ -276,7 +276,7 @@ fn file_deny_rules_match_either_form_of_the_path() {
 fn reads_that_leave_the_roots_ask() {
     let world = World::new();
     symlink(world.outside.join("file"), world.root.join("a/link")).unwrap();
-    let check = Check::new(&world, Rules::default());
+    let check = Check::new(&world, CaseRules::default());
     assert_eq!(
         check.outcome("read_file", json!({ "path": "a/link" })),
         "ask"
@@ -305,7 +305,7 @@ fn reads_that_leave_the_roots_ask() {
 fn accept_edits_allows_edits_inside_the_roots_only() {
     let world = World::new();
     symlink(world.outside.join("new.txt"), world.root.join("dangling")).unwrap();
-    let check = Check::new(&world, Rules::default()).mode(Mode::AcceptEdits);
+    let check = Check::new(&world, CaseRules::default()).mode(Mode::AcceptEdits);
     assert_eq!(
         check.outcome("write_file", json!({ "path": "a/new.txt", "content": "" })),
         "allow"
@@ -329,7 +329,7 @@ fn accept_edits_allows_edits_inside_the_roots_only() {
         "ask"
     );
     assert_eq!(check.command("touch x"), "ask");
-    let default = Check::new(&world, Rules::default());
+    let default = Check::new(&world, CaseRules::default());
     assert_eq!(
         default.outcome("write_file", json!({ "path": "a/new.txt", "content": "" })),
         "ask"
@@ -339,7 +339,7 @@ fn accept_edits_allows_edits_inside_the_roots_only() {
 #[test]
 fn modes_in_the_order_of_the_protocol() {
     let world = World::new();
-    let rules = || Rules {
+    let rules = || CaseRules {
         ask: &["run_command(git push *)"],
         deny: &["run_command(rm *)"],
         ..Default::default()
@@ -424,7 +424,7 @@ fn grants_are_exact_never_beat_deny_or_ask_and_sleep_in_plan_mode() {
     let world = World::new();
     let mut check = Check::new(
         &world,
-        Rules {
+        CaseRules {
             ask: &["run_command(git push *)"],
             deny: &["run_command(rm *)"],
             ..Default::default()
@@ -474,7 +474,7 @@ fn hooks_allow_and_ask_but_never_over_rules() {
     let world = World::new();
     let mut check = Check::new(
         &world,
-        Rules {
+        CaseRules {
             ask: &["run_command(git push *)"],
             ..Default::default()
         },
@@ -494,7 +494,7 @@ fn path_rules_absolute_home_and_directory_forms() {
     let allow = [absolute.as_str(), "read_file(~/notes.md)"];
     let check = Check::new(
         &world,
-        Rules {
+        CaseRules {
             allow: &allow,
             ..Default::default()
         },
@@ -523,7 +523,7 @@ fn path_rules_absolute_home_and_directory_forms() {
 
     let unanchored = Check::new(
         &world,
-        Rules {
+        CaseRules {
             allow: &["read_file(*.md)"],
             ..Default::default()
         },
@@ -540,7 +540,7 @@ fn argument_rules_match_top_level_strings() {
     let world = World::new();
     let check = Check::new(
         &world,
-        Rules {
+        CaseRules {
             deny: &["deploy(env=prod*)"],
             allow: &["deploy(env=staging)"],
             ..Default::default()
