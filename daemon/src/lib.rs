@@ -5,6 +5,7 @@
 
 pub mod env;
 pub mod paths;
+pub mod process_tree;
 pub mod tools;
 
 pub use env::Env;
