@@ -504,6 +504,35 @@ async fn assert_all_die(markers: &[String]) {
         .filter(|(_, pids)| !pids.is_empty())
         .collect();
     assert!(all_dead, "still alive: {alive:?}");
+    // The test process is the subreaper the orphans went to: they must have been reaped.
+    let reaped = eventually(Duration::from_secs(3), || our_zombies().is_empty()).await;
+    assert!(reaped, "zombies left behind: {:?}", our_zombies());
+}
+
+/// Zombie children of this process: orphans reparented to it that nobody reaped.
+fn our_zombies() -> Vec<u32> {
+    let me = std::process::id().to_string();
+    let mut zombies = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|name| name.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .map(|(_, rest)| rest.split_whitespace().collect())
+            .unwrap_or_default();
+        if fields.first() == Some(&"Z") && fields.get(1) == Some(&me.as_str()) {
+            zombies.push(pid);
+        }
+    }
+    zombies
 }
 
 #[tokio::test]
