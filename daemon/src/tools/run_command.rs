@@ -3,31 +3,33 @@
 //!
 //! **The command's processes.** The shell runs in its own process group with stdin on
 //! `/dev/null`, the daemon's environment minus `LISTEN_*`, `NOTIFY_SOCKET`, `WATCHDOG_*` and
-//! `TOOLD_*`, plus the session's `command_env`, plus the call's `env`, plus
-//! [`RUN_TAG_VAR`](crate::process_tree::RUN_TAG_VAR), the per-call tag the process-tree sweep
-//! finds escapees by (set last, so a call cannot forge another call's tag). `PWD` is set to
+//! `TOOLD_*`, plus the session's `command_env`, plus the call's `env`, plus `TOOLD_RUN_TAG`
+//! ([`RUN_TAG_VAR`]), the per-call tag the process-tree sweep finds escapees by (set last, so
+//! a call cannot forge another call's tag). `PWD` is set to
 //! the working directory.
 //!
-//! **Output.** stdout and stderr are read concurrently; each read is decoded per stream (see
-//! [`capture::Utf8Decoder`]), sent live to `ctx.output`, and appended to one head-and-tail
-//! buffer in arrival order, so memory stays bounded whatever the command prints. Metadata:
-//! `exit_code` (null when a signal killed the shell), `signal`, `output_bytes` (every byte
-//! read, before decoding), `truncated`, and `killed_background_processes` when leftovers
-//! were killed (see below).
+//! **Output.** stdout and stderr are read concurrently (`pump`); each read is decoded per
+//! stream without splitting characters, sent live to `ctx.output`, and appended to one
+//! head-and-tail buffer in arrival order (`capture`), so memory stays bounded whatever the
+//! command prints. Metadata: `exit_code` (null when a signal killed the shell), `signal`,
+//! `output_bytes` (every byte read, before decoding), `truncated`, and
+//! `killed_background_processes` when leftovers were killed (see below). The omission marker
+//! counts bytes of decoded text, which equal raw bytes unless invalid UTF-8 was replaced.
 //!
-//! **Stopping** (cancellation or the deadline): the whole tree gets SIGTERM, [`KILL_GRACE`]
+//! **Stopping** (cancellation or the deadline): the whole tree gets SIGTERM, `KILL_GRACE`
 //! to exit, then SIGKILL (see [`crate::process_tree`]); the output read so far is returned as
 //! a failure, whose error type the registry sets.
 //!
 //! **Leftovers after a normal exit.** A call ends when its shell exits: a background process
 //! (`server &`, `setsid daemon &`, a double fork) does not outlive it. Once the shell has
-//! exited, the pipes are read until they close or [`EXIT_DRAIN`] passes (a background process
+//! exited, the pipes are read until they close or `EXIT_DRAIN` passes (a background process
 //! may hold them open forever); then every remaining process of the call — group, descendants,
-//! tagged — is killed as on cancellation, the pipes are read for at most [`KILL_DRAIN`] more,
+//! tagged — is killed as on cancellation, the pipes are read for at most `KILL_DRAIN` more,
 //! and the result is built from the shell's exit status. So a call never hangs on a background
 //! process, and never leaks one. Commands that must keep running belong in a service manager.
 
 mod capture;
+mod pump;
 
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
@@ -40,18 +42,13 @@ use std::time::Duration;
 
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
-use tokio::io::AsyncReadExt;
-use tokio::process::{ChildStderr, ChildStdout, Command};
-use tokio::sync::mpsc;
+use tokio::process::Command;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use toold_protocol::{ErrorType, Safety, ToolDefinition, ToolSource};
 
-use self::capture::{HeadTail, Utf8Decoder};
-use super::{
-    OutputChunk, OutputStream, Tool, ToolContext, ToolFailure, ToolFuture, ToolOutcome, ToolOutput,
-    parse_args,
-};
+use self::pump::OutputPump;
+use super::{Tool, ToolContext, ToolFailure, ToolFuture, ToolOutcome, ToolOutput, parse_args};
 use crate::env::Env;
 use crate::paths;
 use crate::process_tree::{self, ProcessTree, RUN_TAG_VAR, SweepReport};
@@ -64,8 +61,6 @@ const EXIT_DRAIN: Duration = Duration::from_millis(200);
 /// How long the pipes are read after the tree was killed: only a process that escaped the
 /// sweep can still hold them open.
 const KILL_DRAIN: Duration = Duration::from_millis(100);
-/// One read from a pipe; a pipe holds 64 KiB by default.
-const READ_BUFFER_BYTES: usize = 64 * 1024;
 
 const DESCRIPTION: &str = "Run a shell command with /bin/sh -c and return its output. \
 The command runs in the session's working directory (or `cwd`), with stdin empty (/dev/null): \
@@ -140,14 +135,14 @@ impl Tool for RunCommand {
 
 /// Why a running command was stopped from outside.
 #[derive(Debug, Clone, Copy)]
-enum Halt {
+pub(super) enum Halt {
     Canceled,
     Timeout,
 }
 
 /// Resolves when the call is canceled or its deadline passes (the registry turns the deadline
 /// into a cancellation too; watching it here keeps the tool honest when run on its own).
-async fn halted(cancel: &CancellationToken, deadline: Instant) -> Halt {
+pub(super) async fn halted(cancel: &CancellationToken, deadline: Instant) -> Halt {
     tokio::select! {
         () = cancel.cancelled() => Halt::Canceled,
         () = tokio::time::sleep_until(deadline) => Halt::Timeout,
@@ -429,141 +424,6 @@ impl Drop for TreeGuard {
                 tracing::error!(%err, "cannot start a thread to kill a dropped command's processes");
             }
         }
-    }
-}
-
-/// Reads both pipes as output arrives and keeps it: decoded per stream, sent live, and cut to
-/// head and tail.
-struct OutputPump {
-    stdout: Option<ChildStdout>,
-    stderr: Option<ChildStderr>,
-    stdout_buffer: Box<[u8]>,
-    stderr_buffer: Box<[u8]>,
-    stdout_text: Utf8Decoder,
-    stderr_text: Utf8Decoder,
-    kept: HeadTail,
-    total_bytes: u64,
-    live: Option<mpsc::Sender<OutputChunk>>,
-}
-
-impl OutputPump {
-    fn new(
-        stdout: Option<ChildStdout>,
-        stderr: Option<ChildStderr>,
-        max_output_bytes: usize,
-        live: Option<mpsc::Sender<OutputChunk>>,
-    ) -> Self {
-        Self {
-            stdout,
-            stderr,
-            stdout_buffer: vec![0; READ_BUFFER_BYTES].into_boxed_slice(),
-            stderr_buffer: vec![0; READ_BUFFER_BYTES].into_boxed_slice(),
-            stdout_text: Utf8Decoder::default(),
-            stderr_text: Utf8Decoder::default(),
-            kept: HeadTail::new(max_output_bytes),
-            total_bytes: 0,
-            live,
-        }
-    }
-
-    fn is_open(&self) -> bool {
-        self.stdout.is_some() || self.stderr.is_some()
-    }
-
-    /// Waits for one read on either pipe. Cancel-safe (only reads are awaited), so it can race
-    /// in a `select!`; the bytes stay in that stream's buffer for [`accept`](Self::accept).
-    async fn read(&mut self) -> (OutputStream, io::Result<usize>) {
-        let Self {
-            stdout,
-            stderr,
-            stdout_buffer,
-            stderr_buffer,
-            ..
-        } = self;
-        let from_stdout = async {
-            match stdout {
-                Some(pipe) => pipe.read(stdout_buffer).await,
-                None => std::future::pending().await,
-            }
-        };
-        let from_stderr = async {
-            match stderr {
-                Some(pipe) => pipe.read(stderr_buffer).await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            read = from_stdout => (OutputStream::Stdout, read),
-            read = from_stderr => (OutputStream::Stderr, read),
-        }
-    }
-
-    /// Takes in what [`read`](Self::read) returned: keeps it, sends it live, or closes the
-    /// stream at its end.
-    async fn accept(&mut self, stream: OutputStream, read: io::Result<usize>, ctx: &ToolContext) {
-        let text = match read {
-            Ok(0) => {
-                self.close(stream);
-                self.finish_stream(stream)
-            }
-            Ok(count) => {
-                self.total_bytes += count as u64;
-                match stream {
-                    OutputStream::Stdout => self.stdout_text.decode(&self.stdout_buffer[..count]),
-                    OutputStream::Stderr => self.stderr_text.decode(&self.stderr_buffer[..count]),
-                }
-            }
-            Err(err) => {
-                tracing::warn!(%err, stream = stream.as_str(), "cannot read a command's output");
-                self.close(stream);
-                self.finish_stream(stream)
-            }
-        };
-        if text.is_empty() {
-            return;
-        }
-        self.kept.push(&text);
-        self.send_live(OutputChunk { stream, text }, ctx).await;
-    }
-
-    /// Sends a chunk to the live listener, waiting while it lags (that is the backpressure),
-    /// but never past a cancellation: once stopping, a chunk that does not fit is dropped.
-    async fn send_live(&mut self, chunk: OutputChunk, ctx: &ToolContext) {
-        let Some(live) = &self.live else {
-            return;
-        };
-        let receiver_gone = tokio::select! {
-            biased;
-            sent = live.send(chunk) => sent.is_err(),
-            _ = halted(&ctx.cancel, ctx.deadline) => false,
-        };
-        if receiver_gone {
-            self.live = None;
-        }
-    }
-
-    fn close(&mut self, stream: OutputStream) {
-        match stream {
-            OutputStream::Stdout => self.stdout = None,
-            OutputStream::Stderr => self.stderr = None,
-        }
-    }
-
-    fn finish_stream(&mut self, stream: OutputStream) -> String {
-        match stream {
-            OutputStream::Stdout => self.stdout_text.finish(),
-            OutputStream::Stderr => self.stderr_text.finish(),
-        }
-    }
-
-    /// The kept output and whether it was cut. An incomplete character left in a stream that
-    /// never closed becomes U+FFFD.
-    fn finish(mut self) -> (String, bool) {
-        for stream in [OutputStream::Stdout, OutputStream::Stderr] {
-            let rest = self.finish_stream(stream);
-            self.kept.push(&rest);
-        }
-        self.kept.finish()
     }
 }
 
