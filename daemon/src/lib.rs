@@ -1,11 +1,13 @@
 //! toold: the per-user daemon that executes AI agents' tool calls.
 //!
-//! This library holds the tool runtime (registry, execution boundary, builtin tools) and the
-//! path handling that the permission engine judges on; the `toold` binary is thin glue over it.
+//! This library holds the tool runtime (registry, execution boundary, builtin tools, process
+//! trees), the path handling and command-line analysis the permission engine judges on, and the
+//! engine itself; the `toold` binary is thin glue over it.
 
 pub mod env;
 pub mod paths;
 pub mod permission;
+pub mod process_tree;
 pub mod shell;
 pub mod tools;
 

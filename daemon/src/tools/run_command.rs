@@ -1,26 +1,477 @@
-//! The `run_command` builtin tool (placeholder while it is being written).
+//! The `run_command` builtin tool: runs `/bin/sh -c COMMAND`, streams and keeps its output, and
+//! makes sure no process it started outlives the call.
+//!
+//! **The command's processes.** The shell runs in its own process group with stdin on
+//! `/dev/null`, the daemon's environment minus `LISTEN_*`, `NOTIFY_SOCKET`, `WATCHDOG_*` and
+//! `TOOLD_*`, plus the session's `command_env`, plus the call's `env`, plus `TOOLD_RUN_TAG`
+//! ([`RUN_TAG_VAR`]), the per-call tag the process-tree sweep finds escapees by (set last, so
+//! a call cannot forge another call's tag). `PWD` is set to
+//! the working directory.
+//!
+//! **Output.** stdout and stderr are read concurrently (`pump`); each read is decoded per
+//! stream without splitting characters, sent live to `ctx.output`, and appended to one
+//! head-and-tail buffer in arrival order (`capture`), so memory stays bounded whatever the
+//! command prints. Metadata: `exit_code` (null when a signal killed the shell), `signal`,
+//! `output_bytes` (every byte read, before decoding), `truncated`, and
+//! `killed_background_processes` when leftovers were killed (see below). The omission marker
+//! counts bytes of decoded text, which equal raw bytes unless invalid UTF-8 was replaced.
+//!
+//! **Stopping** (cancellation or the deadline): the whole tree gets SIGTERM, `KILL_GRACE`
+//! to exit, then SIGKILL (see [`crate::process_tree`]); the output read so far is returned as
+//! a failure, whose error type the registry sets.
+//!
+//! **Leftovers after a normal exit.** A call ends when its shell exits: a background process
+//! (`server &`, `setsid daemon &`, a double fork) does not outlive it. Once the shell has
+//! exited, the pipes are read until they close or `EXIT_DRAIN` passes (a background process
+//! may hold them open forever); then every remaining process of the call — group, descendants,
+//! tagged — is killed as on cancellation, the pipes are read for at most `KILL_DRAIN` more,
+//! and the result is built from the shell's exit status. So a call never hangs on a background
+//! process, and never leaks one. Commands that must keep running belong in a service manager.
 
+mod capture;
+mod pump;
+
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use serde::Deserialize;
 use serde_json::{Map, Value, json};
+use tokio::process::Command;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 use toold_protocol::{ErrorType, Safety, ToolDefinition, ToolSource};
 
-use super::{Tool, ToolContext, ToolFailure, ToolFuture};
+use self::pump::OutputPump;
+use super::{Tool, ToolContext, ToolFailure, ToolFuture, ToolOutcome, ToolOutput, parse_args};
+use crate::env::Env;
+use crate::paths;
+use crate::process_tree::{self, ProcessTree, RUN_TAG_VAR, SweepReport};
+
+/// SIGTERM to SIGKILL. Stopping must finish well within the registry's `STOP_GRACE` (1 s),
+/// which also has to cover the sweeps, [`KILL_DRAIN`] and a loaded machine's scheduling.
+const KILL_GRACE: Duration = Duration::from_millis(400);
+/// How long the pipes are read after the shell exited before leftovers are killed.
+const EXIT_DRAIN: Duration = Duration::from_millis(200);
+/// How long the pipes are read after the tree was killed: only a process that escaped the
+/// sweep can still hold them open.
+const KILL_DRAIN: Duration = Duration::from_millis(100);
+
+const DESCRIPTION: &str = "Run a shell command with /bin/sh -c and return its output. \
+The command runs in the session's working directory (or `cwd`), with stdin empty (/dev/null): \
+interactive programs get no input, so pass everything through arguments or files. \
+The content is stdout and stderr together, in the order they were written. Long output keeps \
+its beginning and end with a marker saying how many bytes were left out in the middle; \
+filter it (grep, head, tail) when you only need part of it. A non-zero exit code makes the \
+call fail with error_type command_failed, still returning the output; metadata has exit_code, \
+signal, output_bytes and truncated. When the command exits, times out or is canceled, every \
+process it started is killed, background processes included: do not use it to start servers \
+or daemons that must keep running. Give `timeout_ms` for commands that may take long.";
 
 pub struct RunCommand;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Args {
+    command: String,
+    #[serde(default)]
+    cwd: Option<String>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+}
 
 impl Tool for RunCommand {
     fn definition(&self) -> ToolDefinition {
         ToolDefinition {
             name: "run_command".into(),
-            description: String::new(),
-            input_schema: json!({"type": "object"}),
-            safety: Safety::ReadOnly,
+            description: DESCRIPTION.into(),
+            input_schema: json!({
+                "type": "object",
+                "properties": {
+                    "command": {
+                        "type": "string",
+                        "minLength": 1,
+                        "description": "The command line, run as /bin/sh -c COMMAND."
+                    },
+                    "cwd": {
+                        "type": "string",
+                        "minLength": 1,
+                        "description": "Working directory, absolute or relative to the session's cwd. Default: the session's cwd."
+                    },
+                    "timeout_ms": {
+                        "type": "integer",
+                        "minimum": 1,
+                        "description": "Stop the command after this many milliseconds (capped by the daemon). Default: the session's timeout."
+                    },
+                    "env": {
+                        "type": "object",
+                        "additionalProperties": {"type": "string"},
+                        "description": "Extra environment variables for this command only."
+                    }
+                },
+                "required": ["command"],
+                "additionalProperties": false
+            }),
+            safety: Safety::SideEffect,
             system: false,
             timeout_ms: None,
             source: ToolSource::Builtin,
         }
     }
 
-    fn run(&self, _args: Map<String, Value>, _ctx: ToolContext) -> ToolFuture {
-        Box::pin(async { Err(ToolFailure::new(ErrorType::InternalError, "not built yet")) })
+    fn run(&self, args: Map<String, Value>, ctx: ToolContext) -> ToolFuture {
+        Box::pin(run_command(args, ctx))
+    }
+
+    fn requested_timeout_ms(&self, args: &Map<String, Value>) -> Option<u64> {
+        args.get("timeout_ms").and_then(Value::as_u64)
+    }
+}
+
+/// Why a running command was stopped from outside.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Halt {
+    Canceled,
+    Timeout,
+}
+
+/// Resolves when the call is canceled or its deadline passes (the registry turns the deadline
+/// into a cancellation too; watching it here keeps the tool honest when run on its own).
+pub(super) async fn halted(cancel: &CancellationToken, deadline: Instant) -> Halt {
+    tokio::select! {
+        () = cancel.cancelled() => Halt::Canceled,
+        () = tokio::time::sleep_until(deadline) => Halt::Timeout,
+    }
+}
+
+async fn sleep_until_some(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn run_command(mut args: Map<String, Value>, ctx: ToolContext) -> ToolOutcome {
+    // The registry already turned it into the call's deadline.
+    args.remove("timeout_ms");
+    let args: Args = parse_args(args)?;
+    check_arguments(&args)?;
+    let cwd = working_directory(&ctx.env, args.cwd.as_deref())?;
+
+    process_tree::ensure_subreaper();
+    let tag = process_tree::new_run_tag();
+    let mut child = shell_command(&args, &cwd, &ctx.env, &tag)
+        .spawn()
+        .map_err(|err| {
+            ToolFailure::new(
+                ErrorType::IoError,
+                format!("cannot start /bin/sh in {}: {err}", cwd.display()),
+            )
+        })?;
+    // `id()` is `None` only after the child has been waited for, which has not happened yet.
+    let Some(shell_pid) = child.id() else {
+        return Err(ToolFailure::new(
+            ErrorType::InternalError,
+            "the shell exited before its pid could be read",
+        ));
+    };
+    let mut tree = TreeGuard(Some(ProcessTree::new(shell_pid, &tag)));
+    let mut pump = OutputPump::new(
+        child.stdout.take(),
+        child.stderr.take(),
+        ctx.env.max_output_bytes,
+        ctx.output.clone(),
+    );
+    let halt_signal = || halted(&ctx.cancel, ctx.deadline);
+
+    // The shell runs.
+    let mut status: Option<io::Result<ExitStatus>> = None;
+    let mut halt: Option<Halt> = None;
+    loop {
+        tokio::select! {
+            stop = halt_signal() => {
+                halt = Some(stop);
+                break;
+            }
+            waited = child.wait() => {
+                status = Some(waited);
+                break;
+            }
+            (stream, read) = pump.read(), if pump.is_open() => {
+                pump.accept(stream, read, &ctx).await;
+            }
+        }
+    }
+
+    // The shell exited: take what is still in the pipes, but not from a background process
+    // that holds them open and keeps writing.
+    if halt.is_none() {
+        let drain_ends = Instant::now() + EXIT_DRAIN;
+        while pump.is_open() {
+            tokio::select! {
+                stop = halt_signal() => {
+                    halt = Some(stop);
+                    break;
+                }
+                () = tokio::time::sleep_until(drain_ends) => break,
+                (stream, read) = pump.read() => pump.accept(stream, read, &ctx).await,
+            }
+        }
+    }
+
+    // Kill whatever is left of the tree, reading meanwhile: killed processes may still write,
+    // and a writer blocked on a full pipe must not stall its own death.
+    let mut sweep = std::pin::pin!(tree.terminate(KILL_GRACE));
+    let mut swept: Option<SweepReport> = None;
+    let mut drain_ends: Option<Instant> = None;
+    while swept.is_none() || status.is_none() || pump.is_open() {
+        tokio::select! {
+            report = &mut sweep, if swept.is_none() => {
+                swept = Some(report);
+                drain_ends = Some(Instant::now() + KILL_DRAIN);
+            }
+            waited = child.wait(), if status.is_none() => status = Some(waited),
+            () = sleep_until_some(drain_ends) => break,
+            (stream, read) = pump.read(), if pump.is_open() => {
+                pump.accept(stream, read, &ctx).await;
+            }
+        }
+    }
+    let swept = swept.unwrap_or_default();
+
+    let output_bytes = pump.total_bytes;
+    let (content, truncated) = pump.finish();
+    let status = status.and_then(|waited| match waited {
+        Ok(status) => Some(status),
+        Err(err) => {
+            tracing::warn!(%err, "cannot wait for a command's shell");
+            None
+        }
+    });
+    let mut metadata = Map::new();
+    metadata.insert(
+        "exit_code".into(),
+        json!(status.and_then(|status| status.code())),
+    );
+    metadata.insert(
+        "signal".into(),
+        json!(status.and_then(|status| status.signal())),
+    );
+    metadata.insert("output_bytes".into(), json!(output_bytes));
+    metadata.insert("truncated".into(), json!(truncated));
+    if halt.is_none() && swept.signaled > 0 {
+        metadata.insert("killed_background_processes".into(), json!(swept.signaled));
+    }
+
+    let failure = match (halt, status) {
+        (Some(Halt::Canceled), _) => Some((
+            ErrorType::Canceled,
+            "the command was canceled; all its processes were killed".to_owned(),
+        )),
+        (Some(Halt::Timeout), _) => Some((
+            ErrorType::Timeout,
+            "the command timed out; all its processes were killed".to_owned(),
+        )),
+        (None, Some(status)) if status.success() => None,
+        (None, Some(status)) => Some((ErrorType::CommandFailed, exit_message(status))),
+        (None, None) => Some((
+            ErrorType::CommandFailed,
+            "the command's exit status could not be read".to_owned(),
+        )),
+    };
+    match failure {
+        None => Ok(ToolOutput { content, metadata }),
+        Some((error_type, message)) => Err(ToolFailure {
+            error_type,
+            message,
+            content,
+            metadata,
+        }),
+    }
+}
+
+fn exit_message(status: ExitStatus) -> String {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("the command exited with code {code}"),
+        (None, Some(number)) => {
+            let name = nix::sys::signal::Signal::try_from(number)
+                .map(|signal| format!(" ({})", signal.as_str()))
+                .unwrap_or_default();
+            format!("the command was killed by signal {number}{name}")
+        }
+        (None, None) => format!("the command ended abnormally ({status})"),
+    }
+}
+
+/// What the schema cannot say: no NUL bytes anywhere (they cannot reach `execve`), and
+/// environment names that are names.
+#[allow(
+    clippy::result_large_err,
+    reason = "ToolFailure is every tool's error type; it is built once per call"
+)]
+fn check_arguments(args: &Args) -> Result<(), ToolFailure> {
+    if args.command.contains('\0') {
+        return Err(ToolFailure::invalid_arguments(
+            "command contains a NUL byte, which no shell can receive",
+        ));
+    }
+    for (name, value) in &args.env {
+        if name.is_empty() || name.contains(['=', '\0']) {
+            return Err(ToolFailure::invalid_arguments(format!(
+                "env name {name:?} is not a valid variable name (it must be non-empty, without '=' or NUL)"
+            )));
+        }
+        if value.contains('\0') {
+            return Err(ToolFailure::invalid_arguments(format!(
+                "env value of {name} contains a NUL byte"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The call's `cwd` resolved against the session's, which must be an existing directory.
+#[allow(
+    clippy::result_large_err,
+    reason = "ToolFailure is every tool's error type; it is built once per call"
+)]
+fn working_directory(env: &Env, requested: Option<&str>) -> Result<PathBuf, ToolFailure> {
+    let cwd = match requested {
+        Some(raw) => paths::absolute(raw, &env.cwd),
+        None => env.cwd.clone(),
+    };
+    match std::fs::metadata(&cwd) {
+        Ok(meta) if meta.is_dir() => Ok(cwd),
+        Ok(_) => Err(ToolFailure::invalid_arguments(format!(
+            "cwd {} is not a directory; give a directory to run the command in",
+            cwd.display()
+        ))),
+        Err(err) if err.kind() == io::ErrorKind::NotFound => Err(ToolFailure::new(
+            ErrorType::NotFound,
+            format!(
+                "the working directory {} does not exist; give an existing directory as cwd",
+                cwd.display()
+            ),
+        )),
+        Err(err) => Err(ToolFailure::io(&cwd, "enter", &err)),
+    }
+}
+
+fn shell_command(args: &Args, cwd: &Path, env: &Env, tag: &str) -> Command {
+    let mut command = Command::new("/bin/sh");
+    command
+        .arg("-c")
+        .arg(&args.command)
+        .current_dir(cwd)
+        .env_clear()
+        .envs(std::env::vars_os().filter(|(name, _)| is_inherited(name)))
+        .env("PWD", cwd)
+        .envs(&env.command_env)
+        .envs(&args.env)
+        .env(RUN_TAG_VAR, tag)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        // If this future is dropped mid-run, the shell dies at once; `TreeGuard` kills the rest.
+        .kill_on_drop(true);
+    command
+}
+
+/// Whether a variable of the daemon's own environment passes to commands: not the socket
+/// activation and watchdog handshakes meant for the daemon, and not the daemon's own settings.
+fn is_inherited(name: &OsStr) -> bool {
+    let name = name.as_bytes();
+    !(name.starts_with(b"LISTEN_")
+        || name == b"NOTIFY_SOCKET"
+        || name.starts_with(b"WATCHDOG_")
+        || name.starts_with(b"TOOLD_"))
+}
+
+/// Owns the call's process tree until it has been killed: if the tool's future is dropped
+/// before that (the registry gave up on it, the runtime shuts down), the kill still happens.
+struct TreeGuard(Option<ProcessTree>);
+
+impl TreeGuard {
+    /// Kills the tree on a blocking thread (the sweep sleeps between rounds). The kill runs to
+    /// its end even if this future is dropped.
+    async fn terminate(&mut self, grace: Duration) -> SweepReport {
+        let Some(mut tree) = self.0.take() else {
+            return SweepReport::default();
+        };
+        match tokio::task::spawn_blocking(move || tree.terminate(grace)).await {
+            Ok(report) => report,
+            Err(err) => {
+                tracing::error!(%err, "the process-tree sweep failed");
+                SweepReport::default()
+            }
+        }
+    }
+}
+
+impl Drop for TreeGuard {
+    fn drop(&mut self) {
+        if let Some(mut tree) = self.0.take() {
+            let spawned = std::thread::Builder::new()
+                .name("toold-tree-kill".into())
+                .spawn(move || tree.terminate(KILL_GRACE));
+            if let Err(err) = spawned {
+                tracing::error!(%err, "cannot start a thread to kill a dropped command's processes");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn filters_the_daemons_own_variables() {
+        for name in [
+            "LISTEN_FDS",
+            "LISTEN_PID",
+            "LISTEN_FDNAMES",
+            "NOTIFY_SOCKET",
+            "WATCHDOG_USEC",
+            "WATCHDOG_PID",
+            "TOOLD_SOCKET",
+            "TOOLD_RUN_TAG",
+        ] {
+            assert!(!is_inherited(OsStr::new(name)), "{name}");
+        }
+        for name in ["PATH", "HOME", "LISTEN", "NOTIFY_SOCKETS_X", "MY_TOOLD_X"] {
+            assert!(is_inherited(OsStr::new(name)), "{name}");
+        }
+    }
+
+    #[test]
+    fn the_schema_compiles_and_refuses_unknown_arguments() {
+        let schema = RunCommand.definition().input_schema;
+        let validator = jsonschema::validator_for(&schema).unwrap();
+        assert!(validator.is_valid(&json!({"command": "true"})));
+        assert!(validator.is_valid(
+            &json!({"command": "true", "cwd": "sub", "timeout_ms": 5, "env": {"A": "b"}})
+        ));
+        assert!(!validator.is_valid(&json!({"command": "true", "shell": "bash"})));
+        assert!(!validator.is_valid(&json!({"cwd": "sub"})));
+        assert!(!validator.is_valid(&json!({"command": "true", "env": {"A": 1}})));
+        assert!(!validator.is_valid(&json!({"command": "true", "timeout_ms": -1})));
+    }
+
+    #[test]
+    fn names_the_signal_that_killed_a_command() {
+        let killed = ExitStatus::from_raw(9);
+        assert_eq!(
+            exit_message(killed),
+            "the command was killed by signal 9 (SIGKILL)"
+        );
+        let failed = ExitStatus::from_raw(3 << 8);
+        assert_eq!(exit_message(failed), "the command exited with code 3");
     }
 }

@@ -1,0 +1,400 @@
+//! Killing a command's whole process tree, escapees included, without cgroups.
+//!
+//! A process group is not enough: a descendant that calls `setsid`, or double-forks and loses
+//! its parent, leaves the shell's group or its ancestry. On machines without a writable cgroup
+//! v2 we use the technique of Jenkins' ProcessTreeKiller, made sturdier by a child subreaper:
+//!
+//! - The daemon marks itself a child subreaper (`PR_SET_CHILD_SUBREAPER`, once, lazily when the
+//!   first command runs), so orphans of its commands are reparented to the daemon instead of
+//!   init and stay visible (as its children, or its zombies) until the daemon reaps them.
+//! - Every call's processes carry the environment variable [`RUN_TAG_VAR`] with a value unique to
+//!   the call. The daemon sets it deliberately (it is the one `TOOLD_*` variable a command sees);
+//!   a command that overrides it or clears its environment (`env -i`) loses the tag, and is then
+//!   caught only while it is in the group or a descendant of a process still in the tree.
+//! - [`ProcessTree::terminate`] sweeps `/proc`: a process belongs to the call when it is in the
+//!   shell's process group, carries the tag (read from `/proc/PID/environ`, same uid only), was
+//!   found in an earlier sweep, or descends from any of those (ppid links from `/proc/PID/stat`).
+//!   It sends SIGTERM (and SIGCONT, so stopped processes can act on it), waits a grace period
+//!   while sweeping again for processes forked meanwhile, then sends SIGKILL in bounded rounds
+//!   until a sweep finds nothing alive (zombies are dead).
+//! - Processes are identified by pid *and* start time, so a pid reused by an unrelated process
+//!   between sweeps is never mistaken for a member; the shell's group is only signalled while
+//!   no other process holds the shell's pid. What remains is the kernel-wide race of any
+//!   `/proc`-based killer: a member may exit and its pid be reused between one scan and the
+//!   `kill` microseconds later.
+//! - Zombies reparented to the daemon are reaped with `waitpid(pid, WNOHANG)`, but only members
+//!   of this call and never the shell itself: tokio owns the shell and waits for it.
+
+use std::collections::{HashMap, HashSet};
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use nix::sys::signal::{Signal, kill, killpg};
+use nix::sys::wait::{WaitPidFlag, waitpid};
+use nix::unistd::{Pid, geteuid};
+
+/// The environment variable that tags every process of one `run_command` call.
+pub const RUN_TAG_VAR: &str = "TOOLD_RUN_TAG";
+
+/// How often the sweep looks again while members still have their SIGTERM grace.
+const TERM_POLL: Duration = Duration::from_millis(20);
+/// How long the kernel gets to deliver a SIGKILL before the next sweep looks.
+const KILL_POLL: Duration = Duration::from_millis(10);
+/// SIGKILL rounds before giving up: each round kills everything found, so only a process that
+/// forks faster than we sweep (a fork bomb outside the group and without the tag) outlasts it.
+const MAX_KILL_ROUNDS: usize = 50;
+
+/// Makes the daemon a child subreaper, once; returns whether it is one. Without it the sweep
+/// still works but orphans of a command go to init, where only the tag and group find them.
+pub fn ensure_subreaper() -> bool {
+    static SUBREAPER: OnceLock<bool> = OnceLock::new();
+    *SUBREAPER.get_or_init(|| match nix::sys::prctl::set_child_subreaper(true) {
+        Ok(()) => true,
+        Err(err) => {
+            tracing::warn!(%err, "cannot become a child subreaper; orphaned command processes go to init");
+            false
+        }
+    })
+}
+
+/// A value for [`RUN_TAG_VAR`] unique to one call: unique within the daemon by the counter,
+/// across daemons by the pid and the clock.
+pub fn new_run_tag() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let serial = NEXT.fetch_add(1, Ordering::Relaxed);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|since| since.as_nanos())
+        .unwrap_or_default();
+    format!("{}-{serial}-{nanos:x}", std::process::id())
+}
+
+/// A process as the sweep knows it: a pid alone can be reused, a pid and start time cannot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct ProcessId {
+    pid: i32,
+    /// Clock ticks after boot (field 22 of `/proc/PID/stat`).
+    start: u64,
+}
+
+/// The fields of `/proc/PID/stat` the sweep needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ProcStat {
+    pid: i32,
+    state: u8,
+    ppid: i32,
+    pgrp: i32,
+    start: u64,
+}
+
+impl ProcStat {
+    fn id(&self) -> ProcessId {
+        ProcessId {
+            pid: self.pid,
+            start: self.start,
+        }
+    }
+
+    /// Dead but not yet reaped: it cannot be killed and never runs again.
+    fn is_zombie(&self) -> bool {
+        self.state == b'Z' || self.state == b'X'
+    }
+}
+
+/// What a call of [`ProcessTree::terminate`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SweepReport {
+    /// Processes other than the shell that were sent a signal.
+    pub signaled: usize,
+    /// Processes still alive when the sweep gave up (0 unless something outran it).
+    pub survivors: usize,
+}
+
+/// The processes of one call: the shell (leader of its own group), its group, its descendants
+/// and every process carrying the call's tag.
+#[derive(Debug)]
+pub struct ProcessTree {
+    leader_pid: i32,
+    /// The shell's start time, read right after spawning it; `None` if that failed, and then
+    /// the pid alone identifies it.
+    leader_start: Option<u64>,
+    /// `TOOLD_RUN_TAG=<tag>`, as it appears between NULs in `/proc/PID/environ`.
+    tag_entry: Vec<u8>,
+    daemon_pid: i32,
+    uid: u32,
+    /// Every process found in an earlier sweep: they stay members after losing their parent.
+    members: HashSet<ProcessId>,
+    /// Processes whose environment was read and lacks the tag. Their environment changes only
+    /// when they exec one they built themselves, and a process that never had the tag has no
+    /// way to know it, so the answer is kept rather than read again on every sweep.
+    untagged: HashSet<ProcessId>,
+    /// Whether the shell's pid still names the shell (or nothing), so its group is ours.
+    leader_trusted: bool,
+}
+
+impl ProcessTree {
+    /// The tree of the shell just spawned as `leader_pid` (its own group leader) with `tag`.
+    pub fn new(leader_pid: u32, tag: &str) -> Self {
+        // Pids fit in i32 (the kernel's pid_max is at most 2^22); a pid that did not would
+        // name no process, and the sweep would find nothing under it.
+        let leader_pid = i32::try_from(leader_pid).unwrap_or(i32::MAX);
+        let leader_start = read_stat(leader_pid).map(|stat| stat.start);
+        Self {
+            leader_pid,
+            leader_start,
+            tag_entry: format!("{RUN_TAG_VAR}={tag}").into_bytes(),
+            daemon_pid: i32::try_from(std::process::id()).unwrap_or(i32::MAX),
+            uid: geteuid().as_raw(),
+            members: HashSet::new(),
+            untagged: HashSet::new(),
+            leader_trusted: true,
+        }
+    }
+
+    /// Kills every process of the call: SIGTERM, up to `grace` for them to exit, then SIGKILL
+    /// until a sweep finds none alive (bounded). Blocking: it sleeps between sweeps.
+    pub fn terminate(&mut self, grace: Duration) -> SweepReport {
+        let mut signaled: HashSet<ProcessId> = HashSet::new();
+        let grace_ends = Instant::now() + grace;
+        let mut group_signaled = false;
+        loop {
+            let alive = self.sweep();
+            if alive.is_empty() {
+                return self.report(&signaled, 0);
+            }
+            if !group_signaled {
+                self.signal_group(Signal::SIGTERM);
+                self.signal_group(Signal::SIGCONT);
+                group_signaled = true;
+            }
+            for process in &alive {
+                // Each member gets one SIGTERM: a second could re-run a handler it trapped.
+                if signaled.insert(*process) {
+                    signal(process.pid, Signal::SIGTERM);
+                    signal(process.pid, Signal::SIGCONT);
+                }
+            }
+            if Instant::now() >= grace_ends {
+                break;
+            }
+            std::thread::sleep(TERM_POLL);
+        }
+        for _ in 0..MAX_KILL_ROUNDS {
+            let alive = self.sweep();
+            if alive.is_empty() {
+                return self.report(&signaled, 0);
+            }
+            self.signal_group(Signal::SIGKILL);
+            for process in &alive {
+                signaled.insert(*process);
+                signal(process.pid, Signal::SIGKILL);
+            }
+            std::thread::sleep(KILL_POLL);
+        }
+        let survivors = self.sweep().len();
+        tracing::warn!(
+            shell = self.leader_pid,
+            survivors,
+            "processes of a command outlived every SIGKILL round"
+        );
+        self.report(&signaled, survivors)
+    }
+
+    fn report(&self, signaled: &HashSet<ProcessId>, survivors: usize) -> SweepReport {
+        SweepReport {
+            signaled: signaled
+                .iter()
+                .filter(|process| process.pid != self.leader_pid)
+                .count(),
+            survivors,
+        }
+    }
+
+    /// One look at `/proc`: records the members, reaps the members that are our zombies, and
+    /// returns the members still alive.
+    fn sweep(&mut self) -> Vec<ProcessId> {
+        let processes = scan_processes();
+        let alive = self.collect_members(&processes);
+        self.reap_zombies(&processes);
+        alive
+    }
+
+    fn collect_members(&mut self, processes: &[ProcStat]) -> Vec<ProcessId> {
+        self.leader_trusted = match self.leader_start {
+            Some(start) => processes
+                .iter()
+                .find(|process| process.pid == self.leader_pid)
+                .is_none_or(|process| process.start == start),
+            None => true,
+        };
+        let mut found: HashSet<ProcessId> = HashSet::new();
+        for process in processes {
+            if process.pid == self.daemon_pid {
+                continue;
+            }
+            let in_group = self.leader_trusted
+                && (process.pid == self.leader_pid || process.pgrp == self.leader_pid);
+            if in_group || self.members.contains(&process.id()) || self.carries_tag(process) {
+                found.insert(process.id());
+            }
+        }
+        self.add_descendants(processes, &mut found);
+        self.members.extend(found.iter().copied());
+        processes
+            .iter()
+            .filter(|process| !process.is_zombie() && found.contains(&process.id()))
+            .map(ProcStat::id)
+            .collect()
+    }
+
+    /// Adds every descendant of a process in `found`: whatever it forked belongs to the call,
+    /// tag or not.
+    fn add_descendants(&self, processes: &[ProcStat], found: &mut HashSet<ProcessId>) {
+        let mut children: HashMap<i32, Vec<ProcessId>> = HashMap::new();
+        for process in processes {
+            if process.pid != self.daemon_pid {
+                children.entry(process.ppid).or_default().push(process.id());
+            }
+        }
+        let mut pending: Vec<i32> = found.iter().map(|process| process.pid).collect();
+        while let Some(parent) = pending.pop() {
+            for child in children.get(&parent).into_iter().flatten() {
+                if found.insert(*child) {
+                    pending.push(child.pid);
+                }
+            }
+        }
+    }
+
+    fn carries_tag(&mut self, process: &ProcStat) -> bool {
+        if process.is_zombie() || self.untagged.contains(&process.id()) {
+            return false;
+        }
+        // Everything that carries the tag was born after the shell that first had it.
+        if self.leader_start.is_some_and(|start| process.start < start) {
+            return false;
+        }
+        let path = format!("/proc/{}", process.pid);
+        // Only our own user's processes: others cannot carry our tag unless a setuid program
+        // passed it on, and their environment is none of our business.
+        match fs::metadata(&path) {
+            Ok(meta) if meta.uid() == self.uid => {}
+            _ => return false,
+        }
+        let Ok(environ) = fs::read(format!("{path}/environ")) else {
+            return false;
+        };
+        let tagged = environ
+            .split(|byte| *byte == 0)
+            .any(|entry| entry == self.tag_entry.as_slice());
+        if !tagged {
+            self.untagged.insert(process.id());
+        }
+        tagged
+    }
+
+    /// Reaps members that died as the daemon's children (orphans reparented to the subreaper).
+    /// Never the shell, whose status tokio collects, and never a process that is not a member,
+    /// which may be another call's shell.
+    fn reap_zombies(&self, processes: &[ProcStat]) {
+        for process in processes {
+            if process.is_zombie()
+                && process.ppid == self.daemon_pid
+                && process.pid != self.leader_pid
+                && self.members.contains(&process.id())
+            {
+                // ECHILD (someone else reaped it) and the like leave nothing to do.
+                let _ = waitpid(Pid::from_raw(process.pid), Some(WaitPidFlag::WNOHANG));
+            }
+        }
+    }
+
+    fn signal_group(&self, signal: Signal) {
+        if self.leader_trusted {
+            // ESRCH (the group is empty) and EPERM leave nothing to do.
+            let _ = killpg(Pid::from_raw(self.leader_pid), signal);
+        }
+    }
+}
+
+fn signal(pid: i32, signal: Signal) {
+    // ESRCH: it exited since the scan, which is what we want.
+    let _ = kill(Pid::from_raw(pid), signal);
+}
+
+/// Every process in `/proc` whose stat could be read (a process may exit while we look).
+fn scan_processes() -> Vec<ProcStat> {
+    let Ok(entries) = fs::read_dir("/proc") else {
+        tracing::warn!("cannot read /proc; command processes cannot be swept");
+        return Vec::new();
+    };
+    entries
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter_map(read_stat)
+        .collect()
+}
+
+fn read_stat(pid: i32) -> Option<ProcStat> {
+    let raw = fs::read(format!("/proc/{pid}/stat")).ok()?;
+    parse_stat(pid, &raw)
+}
+
+/// Parses `/proc/PID/stat`: `pid (comm) state ppid pgrp session … starttime …`. The command
+/// name may hold spaces, parentheses and invalid UTF-8, so the fields start after the last `)`.
+fn parse_stat(pid: i32, raw: &[u8]) -> Option<ProcStat> {
+    let after_comm = raw.iter().rposition(|byte| *byte == b')')?;
+    let rest = std::str::from_utf8(raw.get(after_comm + 1..)?).ok()?;
+    let fields: Vec<&str> = rest.split_ascii_whitespace().collect();
+    // Field n of proc(5) is fields[n - 3]: state is field 3, starttime field 22.
+    let state = *fields.first()?.as_bytes().first()?;
+    Some(ProcStat {
+        pid,
+        state,
+        ppid: fields.get(1)?.parse().ok()?,
+        pgrp: fields.get(2)?.parse().ok()?,
+        start: fields.get(19)?.parse().ok()?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_stat_with_a_hostile_command_name() {
+        let raw =
+            b"4242 (a) b (c) S 1 4242 4242 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 987654 1 2 3";
+        let stat = parse_stat(4242, raw).unwrap();
+        assert_eq!(
+            stat,
+            ProcStat {
+                pid: 4242,
+                state: b'S',
+                ppid: 1,
+                pgrp: 4242,
+                start: 987654
+            }
+        );
+    }
+
+    #[test]
+    fn refuses_a_truncated_stat() {
+        assert_eq!(parse_stat(1, b"1 (init) S 0 1"), None);
+        assert_eq!(parse_stat(1, b"garbage"), None);
+    }
+
+    #[test]
+    fn reads_its_own_stat() {
+        let me = read_stat(std::process::id() as i32).unwrap();
+        assert!(!me.is_zombie());
+        assert_eq!(me.ppid, nix::unistd::getppid().as_raw());
+    }
+
+    #[test]
+    fn run_tags_are_unique() {
+        assert_ne!(new_run_tag(), new_run_tag());
+    }
+}

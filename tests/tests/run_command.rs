@@ -1,0 +1,575 @@
+//! End-to-end tests of the `run_command` builtin: real shells, real pipes, real `/proc`.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use pretty_assertions::assert_eq;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use toold::tools::{OutputChunk, OutputStream};
+use toold::{Env, Registry};
+use toold_protocol::{ErrorType, ToolCall, ToolResult};
+
+fn env_in(dir: &Path) -> Env {
+    Env::new(dir)
+}
+
+/// Runs one `run_command` call through the registry's execution boundary.
+async fn run(env: Env, arguments: Value) -> ToolResult {
+    run_with(env, arguments, CancellationToken::new(), None).await
+}
+
+async fn run_with(
+    env: Env,
+    arguments: Value,
+    cancel: CancellationToken,
+    output: Option<mpsc::Sender<OutputChunk>>,
+) -> ToolResult {
+    let call = ToolCall::new("call_1", "run_command", arguments);
+    Registry::with_builtins()
+        .execute(&call, Arc::new(env), cancel, output)
+        .await
+}
+
+fn meta<'a>(result: &'a ToolResult, key: &str) -> &'a Value {
+    result
+        .metadata
+        .get(key)
+        .unwrap_or_else(|| panic!("no metadata {key} in {result:?}"))
+}
+
+/// A string no other process on the machine has on its command line: `sleep` accepts it as a
+/// duration, and the tests find each process by it.
+fn marker(index: u32) -> String {
+    format!("3000.{}{index:03}", std::process::id())
+}
+
+/// The pids of live (not zombie) processes whose command line contains `needle`.
+fn live_processes_with(needle: &str) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|name| name.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+            continue;
+        };
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if !cmdline.contains(needle) {
+            continue;
+        }
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let state = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .unwrap_or("?");
+        if state != "Z" && state != "X" {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// Polls until `done` holds, for at most `limit`.
+async fn eventually(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let until = Instant::now() + limit;
+    loop {
+        if done() {
+            return true;
+        }
+        if Instant::now() >= until {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// Waits until the live output has shown `text`, keeping what arrived.
+async fn wait_for_output(chunks: &mut mpsc::Receiver<OutputChunk>, seen: &mut String, text: &str) {
+    let waited = tokio::time::timeout(Duration::from_secs(20), async {
+        while !seen.contains(text) {
+            match chunks.recv().await {
+                Some(chunk) => seen.push_str(&chunk.text),
+                None => break,
+            }
+        }
+    })
+    .await;
+    assert!(
+        waited.is_ok() && seen.contains(text),
+        "never saw {text:?} in {seen:?}"
+    );
+}
+
+fn assert_error(result: &ToolResult, expected: ErrorType) {
+    assert!(!result.ok, "{result:?}");
+    assert_eq!(result.error_type.as_ref(), Some(&expected), "{result:?}");
+}
+
+#[tokio::test]
+async fn stdout_and_stderr_interleave_in_arrival_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let result = run(
+        env_in(dir.path()),
+        json!({"command": "echo a; sleep 0.1; echo b >&2; sleep 0.1; echo c"}),
+    )
+    .await;
+    assert!(result.ok, "{result:?}");
+    assert_eq!(result.content, "a\nb\nc\n");
+    assert_eq!(meta(&result, "exit_code"), &json!(0));
+    assert_eq!(meta(&result, "signal"), &Value::Null);
+    assert_eq!(meta(&result, "output_bytes"), &json!(6));
+    assert_eq!(meta(&result, "truncated"), &json!(false));
+    assert_eq!(meta(&result, "call_id"), &json!("call_1"));
+}
+
+#[tokio::test]
+async fn a_nonzero_exit_is_command_failed_with_the_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let result = run(
+        env_in(dir.path()),
+        json!({"command": "echo out; echo err >&2; exit 3"}),
+    )
+    .await;
+    assert_error(&result, ErrorType::CommandFailed);
+    assert!(
+        result.error.as_deref().unwrap().contains("code 3"),
+        "{result:?}"
+    );
+    assert!(result.content.contains("out\n") && result.content.contains("err\n"));
+    assert_eq!(meta(&result, "exit_code"), &json!(3));
+    assert_eq!(meta(&result, "signal"), &Value::Null);
+}
+
+#[tokio::test]
+async fn a_shell_killed_by_a_signal_reports_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let result = run(env_in(dir.path()), json!({"command": "kill -KILL $$"})).await;
+    assert_error(&result, ErrorType::CommandFailed);
+    assert!(
+        result.error.as_deref().unwrap().contains("signal 9"),
+        "{result:?}"
+    );
+    assert_eq!(meta(&result, "exit_code"), &Value::Null);
+    assert_eq!(meta(&result, "signal"), &json!(9));
+}
+
+/// The daemon's own variables are set in a child test process (setting them here would need
+/// `unsafe` `set_var`); that child runs the command and checks what it sees.
+#[test]
+fn commands_do_not_inherit_the_daemons_variables() {
+    const INNER: &str = "TOOLD_TEST_INNER";
+    if std::env::var_os(INNER).is_none() {
+        let inner = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "commands_do_not_inherit_the_daemons_variables",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(INNER, "1")
+            .env("TOOLD_SECRET", "hunter2")
+            .env("NOTIFY_SOCKET", "/run/systemd/notify")
+            .env("LISTEN_FDS", "3")
+            .env("LISTEN_PID", "1")
+            .env("WATCHDOG_USEC", "1000")
+            .env("KEPT_FROM_DAEMON", "kept")
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&inner.stdout);
+        assert!(
+            inner.status.success() && stdout.contains("1 passed"),
+            "the inner test failed:\n{stdout}\n{}",
+            String::from_utf8_lossy(&inner.stderr)
+        );
+        return;
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let result = runtime.block_on(run(env_in(dir.path()), json!({"command": "env"})));
+    assert!(result.ok, "{result:?}");
+    let names: Vec<&str> = result
+        .content
+        .lines()
+        .filter_map(|line| line.split_once('=').map(|(name, _)| name))
+        .collect();
+    for hidden in [
+        "TOOLD_SECRET",
+        "TOOLD_TEST_INNER",
+        "NOTIFY_SOCKET",
+        "LISTEN_FDS",
+        "LISTEN_PID",
+        "WATCHDOG_USEC",
+    ] {
+        assert!(
+            !names.contains(&hidden),
+            "{hidden} leaked:\n{}",
+            result.content
+        );
+    }
+    assert!(result.content.contains("KEPT_FROM_DAEMON=kept\n"));
+    // The one TOOLD_ variable a command sees is the tag the daemon sets on purpose.
+    assert!(names.contains(&"TOOLD_RUN_TAG"));
+}
+
+#[tokio::test]
+async fn session_and_call_variables_reach_the_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut env = env_in(dir.path());
+    env.command_env
+        .insert("FROM_SESSION".into(), "session".into());
+    env.command_env
+        .insert("OVERRIDDEN".into(), "by the session".into());
+    let result = run(
+        env,
+        json!({
+            "command": "echo \"$FROM_SESSION/$FROM_CALL/$OVERRIDDEN\"",
+            "env": {"FROM_CALL": "call", "OVERRIDDEN": "by the call"}
+        }),
+    )
+    .await;
+    assert!(result.ok, "{result:?}");
+    assert_eq!(result.content, "session/call/by the call\n");
+}
+
+#[tokio::test]
+async fn a_bad_variable_name_is_invalid_arguments() {
+    let dir = tempfile::tempdir().unwrap();
+    let result = run(
+        env_in(dir.path()),
+        json!({"command": "true", "env": {"A=B": "c"}}),
+    )
+    .await;
+    assert_error(&result, ErrorType::InvalidArguments);
+}
+
+#[tokio::test]
+async fn cwd_is_taken_relative_to_the_session() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("sub")).unwrap();
+    let real = dir.path().join("sub").canonicalize().unwrap();
+    let result = run(
+        env_in(dir.path()),
+        json!({"command": "pwd -P; echo \"$PWD\"", "cwd": "sub"}),
+    )
+    .await;
+    assert!(result.ok, "{result:?}");
+    let expected = format!("{}\n{}\n", real.display(), dir.path().join("sub").display());
+    assert_eq!(result.content, expected);
+
+    let default = run(env_in(dir.path()), json!({"command": "pwd -P"})).await;
+    assert_eq!(
+        default.content,
+        format!("{}\n", dir.path().canonicalize().unwrap().display())
+    );
+}
+
+#[tokio::test]
+async fn a_missing_cwd_is_not_found() {
+    let dir = tempfile::tempdir().unwrap();
+    let result = run(
+        env_in(dir.path()),
+        json!({"command": "true", "cwd": "no/such/dir"}),
+    )
+    .await;
+    assert_error(&result, ErrorType::NotFound);
+    assert!(
+        result.error.as_deref().unwrap().contains("no/such/dir"),
+        "{result:?}"
+    );
+}
+
+#[tokio::test]
+async fn stdin_is_empty() {
+    let dir = tempfile::tempdir().unwrap();
+    let started = Instant::now();
+    let result = run(
+        env_in(dir.path()),
+        json!({"command": "cat; echo \"cat read $(wc -c) bytes\"", "timeout_ms": 20_000}),
+    )
+    .await;
+    assert!(result.ok, "{result:?}");
+    assert_eq!(result.content, "cat read 0 bytes\n");
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
+
+#[tokio::test]
+async fn long_output_keeps_head_and_tail_with_a_marker() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut env = env_in(dir.path());
+    env.max_output_bytes = 1000;
+    let result = run(env, json!({"command": "seq 1 100000"})).await;
+    assert!(result.ok, "{result:?}");
+    let total: usize = (1..=100_000).map(|n: u32| n.to_string().len() + 1).sum();
+    assert_eq!(meta(&result, "output_bytes"), &json!(total));
+    assert_eq!(meta(&result, "truncated"), &json!(true));
+    let marker = format!("\n[… {} bytes of output omitted …]\n", total - 1000);
+    assert!(marker.len() < 100);
+    assert!(
+        result.content.starts_with("1\n2\n3\n"),
+        "{}",
+        result.content
+    );
+    assert!(
+        result.content.ends_with("99999\n100000\n"),
+        "{}",
+        result.content
+    );
+    assert!(result.content.contains(&marker), "{}", result.content);
+    assert_eq!(result.content.len(), 1000 + marker.len());
+}
+
+#[tokio::test]
+async fn invalid_utf8_is_replaced() {
+    let dir = tempfile::tempdir().unwrap();
+    let result = run(
+        env_in(dir.path()),
+        json!({"command": "printf 'a\\377b\\342\\202\\254\\n'"}),
+    )
+    .await;
+    assert!(result.ok, "{result:?}");
+    assert_eq!(result.content, "a\u{FFFD}b€\n");
+    assert_eq!(meta(&result, "output_bytes"), &json!(7));
+}
+
+#[tokio::test]
+async fn output_arrives_live_per_stream() {
+    let dir = tempfile::tempdir().unwrap();
+    let (sender, mut chunks) = mpsc::channel(1024);
+    let result = run_with(
+        env_in(dir.path()),
+        json!({"command": "echo one; echo two >&2; printf '\\342\\202'; sleep 0.1; printf '\\254\\n'"}),
+        CancellationToken::new(),
+        Some(sender),
+    )
+    .await;
+    assert!(result.ok, "{result:?}");
+    let mut stdout = String::new();
+    let mut stderr = String::new();
+    let mut stdout_chunks = 0;
+    while let Ok(chunk) = chunks.try_recv() {
+        match chunk.stream {
+            OutputStream::Stdout => {
+                stdout_chunks += 1;
+                stdout.push_str(&chunk.text);
+            }
+            OutputStream::Stderr => stderr.push_str(&chunk.text),
+        }
+    }
+    assert_eq!(stdout, "one\n€\n");
+    assert_eq!(stderr, "two\n");
+    // The euro sign was written in two pieces but arrives whole: at least one chunk before it.
+    assert!(stdout_chunks >= 2, "{stdout_chunks}");
+}
+
+/// Printing a gigabyte grows the process by a few MiB at most: the output is kept as head
+/// and tail, never whole.
+#[tokio::test]
+async fn memory_stays_bounded_whatever_the_command_prints() {
+    fn peak_rss_kib() -> u64 {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let line = status
+            .lines()
+            .find(|line| line.starts_with("VmHWM:"))
+            .unwrap();
+        line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let before = peak_rss_kib();
+    let result = run(
+        env_in(dir.path()),
+        json!({"command": "head -c 1000000000 /dev/zero"}),
+    )
+    .await;
+    let after = peak_rss_kib();
+    assert!(result.ok, "{:?}", result.error);
+    assert_eq!(meta(&result, "output_bytes"), &json!(1_000_000_000u64));
+    assert_eq!(meta(&result, "truncated"), &json!(true));
+    assert!(result.content.len() < toold::env::defaults::MAX_OUTPUT_BYTES + 100);
+    let grown_mib = after.saturating_sub(before) / 1024;
+    assert!(grown_mib < 64, "peak RSS grew by {grown_mib} MiB");
+}
+
+#[tokio::test]
+async fn the_deadline_stops_the_command_and_keeps_its_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let started = Instant::now();
+    let result = run(
+        env_in(dir.path()),
+        json!({"command": "echo started; sleep 30", "timeout_ms": 300}),
+    )
+    .await;
+    assert_error(&result, ErrorType::Timeout);
+    assert_eq!(result.content, "started\n");
+    assert_eq!(meta(&result, "timeout_ms"), &json!(300));
+    assert_eq!(meta(&result, "output_bytes"), &json!(8));
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
+
+#[tokio::test]
+async fn cancellation_stops_the_command_and_keeps_its_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let cancel = CancellationToken::new();
+    let (sender, mut chunks) = mpsc::channel(64);
+    let call = tokio::spawn(run_with(
+        env_in(dir.path()),
+        json!({"command": "echo started; sleep 30"}),
+        cancel.clone(),
+        Some(sender),
+    ));
+    let mut seen = String::new();
+    wait_for_output(&mut chunks, &mut seen, "started").await;
+    cancel.cancel();
+    let result = call.await.unwrap();
+    assert_error(&result, ErrorType::Canceled);
+    assert_eq!(result.content, "started\n");
+}
+
+/// A command whose processes leave the shell's group or ancestry in every usual way (setsid,
+/// a double fork, both, a cleared environment), plus one that ignores SIGTERM; and the markers
+/// that find each of them.
+fn escaping_tree_command() -> (String, Vec<String>) {
+    let markers: Vec<String> = (1..=6).map(marker).collect();
+    let command = format!(
+        "setsid sleep {m1} & \
+         (sleep {m2} &) ; \
+         (setsid sh -c 'sleep {m3}' &) ; \
+         env -i /usr/bin/setsid /usr/bin/sleep {m4} & \
+         sh -c 'trap \"\" TERM; sleep {m5}' & \
+         echo ready; sleep {m6}",
+        m1 = markers[0],
+        m2 = markers[1],
+        m3 = markers[2],
+        m4 = markers[3],
+        m5 = markers[4],
+        m6 = markers[5],
+    );
+    (command, markers)
+}
+
+/// Runs the escaping tree and waits until every process of it runs; then cancels it, or lets
+/// the `timeout_ms` deadline stop it. Returns the result and the markers.
+async fn run_escaping_tree(timeout_ms: Option<u64>) -> (ToolResult, Vec<String>) {
+    let dir = tempfile::tempdir().unwrap();
+    let (command, markers) = escaping_tree_command();
+    let mut arguments = json!({ "command": command });
+    if let Some(timeout_ms) = timeout_ms {
+        arguments["timeout_ms"] = json!(timeout_ms);
+    }
+    let cancel = CancellationToken::new();
+    let (sender, mut chunks) = mpsc::channel(64);
+    let call = tokio::spawn(run_with(
+        env_in(dir.path()),
+        arguments,
+        cancel.clone(),
+        Some(sender),
+    ));
+    let mut seen = String::new();
+    wait_for_output(&mut chunks, &mut seen, "ready").await;
+    let all_started = eventually(Duration::from_secs(10), || {
+        markers
+            .iter()
+            .all(|marker| !live_processes_with(marker).is_empty())
+    })
+    .await;
+    assert!(all_started, "the tree never started whole");
+    if timeout_ms.is_none() {
+        cancel.cancel();
+    }
+    (call.await.unwrap(), markers)
+}
+
+/// Within a few seconds, no process with any of the markers is alive (zombies are dead).
+async fn assert_all_die(markers: &[String]) {
+    let all_dead = eventually(Duration::from_secs(3), || {
+        markers
+            .iter()
+            .all(|marker| live_processes_with(marker).is_empty())
+    })
+    .await;
+    let alive: Vec<(&String, Vec<u32>)> = markers
+        .iter()
+        .map(|marker| (marker, live_processes_with(marker)))
+        .filter(|(_, pids)| !pids.is_empty())
+        .collect();
+    assert!(all_dead, "still alive: {alive:?}");
+    // The test process is the subreaper the orphans went to: they must have been reaped.
+    let reaped = eventually(Duration::from_secs(3), || our_zombies().is_empty()).await;
+    assert!(reaped, "zombies left behind: {:?}", our_zombies());
+}
+
+/// Zombie children of this process: orphans reparented to it that nobody reaped.
+fn our_zombies() -> Vec<u32> {
+    let me = std::process::id().to_string();
+    let mut zombies = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|name| name.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .map(|(_, rest)| rest.split_whitespace().collect())
+            .unwrap_or_default();
+        if fields.first() == Some(&"Z") && fields.get(1) == Some(&me.as_str()) {
+            zombies.push(pid);
+        }
+    }
+    zombies
+}
+
+#[tokio::test]
+async fn cancellation_kills_the_whole_process_tree() {
+    let (result, markers) = run_escaping_tree(None).await;
+    assert_error(&result, ErrorType::Canceled);
+    assert!(result.content.contains("ready"), "{result:?}");
+    assert_all_die(&markers).await;
+}
+
+#[tokio::test]
+async fn the_deadline_kills_the_whole_process_tree() {
+    // Long enough for the tree to start on a loaded machine, short enough to keep the test fast.
+    let (result, markers) = run_escaping_tree(Some(3_000)).await;
+    assert_error(&result, ErrorType::Timeout);
+    assert!(result.content.contains("ready"), "{result:?}");
+    assert_all_die(&markers).await;
+}
+
+#[tokio::test]
+async fn background_leftovers_die_when_the_shell_exits() {
+    let dir = tempfile::tempdir().unwrap();
+    let markers: Vec<String> = (11..=13).map(marker).collect();
+    // One leftover detached from the pipes, one holding stdout open, one in a new session
+    // holding it too: the call must neither hang nor leak any of them.
+    let command = format!(
+        "setsid sleep {} >/dev/null 2>&1 & sleep {} & setsid sleep {} & echo done",
+        markers[0], markers[1], markers[2]
+    );
+    let started = Instant::now();
+    let result = run(env_in(dir.path()), json!({ "command": command })).await;
+    assert!(result.ok, "{result:?}");
+    assert_eq!(result.content, "done\n");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    let killed = meta(&result, "killed_background_processes")
+        .as_u64()
+        .unwrap();
+    assert!(killed >= 1, "{result:?}");
+    assert_all_die(&markers).await;
+}
