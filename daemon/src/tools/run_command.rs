@@ -310,10 +310,6 @@ fn exit_message(status: ExitStatus) -> String {
 
 /// What the schema cannot say: no NUL bytes anywhere (they cannot reach `execve`), and
 /// environment names that are names.
-#[allow(
-    clippy::result_large_err,
-    reason = "ToolFailure is every tool's error type; it is built once per call"
-)]
 fn check_arguments(args: &Args) -> Result<(), ToolFailure> {
     if args.command.contains('\0') {
         return Err(ToolFailure::invalid_arguments(
@@ -336,10 +332,6 @@ fn check_arguments(args: &Args) -> Result<(), ToolFailure> {
 }
 
 /// The call's `cwd` resolved against the session's, which must be an existing directory.
-#[allow(
-    clippy::result_large_err,
-    reason = "ToolFailure is every tool's error type; it is built once per call"
-)]
 fn working_directory(env: &Env, requested: Option<&str>) -> Result<PathBuf, ToolFailure> {
     let cwd = match requested {
         Some(raw) => paths::absolute(raw, &env.cwd),
