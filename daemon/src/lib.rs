@@ -4,7 +4,10 @@
 //! trees), the path handling and command-line analysis the permission engine judges on, and the
 //! engine itself; the `toold` binary is thin glue over it.
 
+pub mod approval;
+pub mod batch;
 pub mod env;
+pub mod events;
 pub mod paths;
 pub mod permission;
 pub mod process_tree;

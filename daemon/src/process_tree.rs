@@ -26,7 +26,9 @@
 //!   of this call and never the shell itself: tokio owns the shell and waits for it.
 
 use std::collections::{HashMap, HashSet};
+use std::ffi::{OsStr, OsString};
 use std::fs;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -38,6 +40,21 @@ use nix::unistd::{Pid, geteuid};
 
 /// The environment variable that tags every process of one `run_command` call.
 pub const RUN_TAG_VAR: &str = "TOOLD_RUN_TAG";
+
+/// The daemon's environment as the processes it spawns inherit it: without the socket
+/// activation and watchdog handshakes meant for the daemon (`LISTEN_*`, `NOTIFY_SOCKET`,
+/// `WATCHDOG_*`) and without the daemon's own settings (`TOOLD_*`).
+pub fn inherited_env() -> impl Iterator<Item = (OsString, OsString)> {
+    std::env::vars_os().filter(|(name, _)| is_inherited(name))
+}
+
+fn is_inherited(name: &OsStr) -> bool {
+    let name = name.as_bytes();
+    !(name.starts_with(b"LISTEN_")
+        || name == b"NOTIFY_SOCKET"
+        || name.starts_with(b"WATCHDOG_")
+        || name.starts_with(b"TOOLD_"))
+}
 
 /// How often the sweep looks again while members still have their SIGTERM grace.
 const TERM_POLL: Duration = Duration::from_millis(20);
@@ -362,6 +379,25 @@ fn parse_stat(pid: i32, raw: &[u8]) -> Option<ProcStat> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn filters_the_daemons_own_variables() {
+        for name in [
+            "LISTEN_FDS",
+            "LISTEN_PID",
+            "LISTEN_FDNAMES",
+            "NOTIFY_SOCKET",
+            "WATCHDOG_USEC",
+            "WATCHDOG_PID",
+            "TOOLD_SOCKET",
+            "TOOLD_RUN_TAG",
+        ] {
+            assert!(!is_inherited(OsStr::new(name)), "{name}");
+        }
+        for name in ["PATH", "HOME", "LISTEN", "NOTIFY_SOCKETS_X", "MY_TOOLD_X"] {
+            assert!(is_inherited(OsStr::new(name)), "{name}");
+        }
+    }
 
     #[test]
     fn parses_stat_with_a_hostile_command_name() {

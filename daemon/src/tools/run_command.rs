@@ -32,9 +32,7 @@ mod capture;
 mod pump;
 
 use std::collections::BTreeMap;
-use std::ffi::OsStr;
 use std::io;
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
@@ -361,7 +359,7 @@ fn shell_command(args: &Args, cwd: &Path, env: &Env, tag: &str) -> Command {
         .arg(&args.command)
         .current_dir(cwd)
         .env_clear()
-        .envs(std::env::vars_os().filter(|(name, _)| is_inherited(name)))
+        .envs(process_tree::inherited_env())
         .env("PWD", cwd)
         .envs(&env.command_env)
         .envs(&args.env)
@@ -373,16 +371,6 @@ fn shell_command(args: &Args, cwd: &Path, env: &Env, tag: &str) -> Command {
         // If this future is dropped mid-run, the shell dies at once; `TreeGuard` kills the rest.
         .kill_on_drop(true);
     command
-}
-
-/// Whether a variable of the daemon's own environment passes to commands: not the socket
-/// activation and watchdog handshakes meant for the daemon, and not the daemon's own settings.
-fn is_inherited(name: &OsStr) -> bool {
-    let name = name.as_bytes();
-    !(name.starts_with(b"LISTEN_")
-        || name == b"NOTIFY_SOCKET"
-        || name.starts_with(b"WATCHDOG_")
-        || name.starts_with(b"TOOLD_"))
 }
 
 /// Owns the call's process tree until it has been killed: if the tool's future is dropped
@@ -422,25 +410,6 @@ impl Drop for TreeGuard {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn filters_the_daemons_own_variables() {
-        for name in [
-            "LISTEN_FDS",
-            "LISTEN_PID",
-            "LISTEN_FDNAMES",
-            "NOTIFY_SOCKET",
-            "WATCHDOG_USEC",
-            "WATCHDOG_PID",
-            "TOOLD_SOCKET",
-            "TOOLD_RUN_TAG",
-        ] {
-            assert!(!is_inherited(OsStr::new(name)), "{name}");
-        }
-        for name in ["PATH", "HOME", "LISTEN", "NOTIFY_SOCKETS_X", "MY_TOOLD_X"] {
-            assert!(is_inherited(OsStr::new(name)), "{name}");
-        }
-    }
 
     #[test]
     fn the_schema_compiles_and_refuses_unknown_arguments() {

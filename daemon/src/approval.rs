@@ -1,0 +1,27 @@
+//! Approvals: how the pipeline asks whoever is attached to a session, and what it can hear back.
+//! The daemon implements [`Approver`] over JSON-RPC (`approval/request` to every attached
+//! connection that declared `approvals`, first valid answer wins); tests implement it directly.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use toold_protocol::{ApprovalAnswer, ApprovalRequestParams};
+
+/// What came back from an approval request.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ApprovalReply {
+    /// A valid answer.
+    Answer(ApprovalAnswer),
+    /// An error answer or an invalid one: the call ends `permission_canceled` with this reason.
+    Failed(String),
+    /// Every approver went away before answering: `permission_canceled`.
+    Disconnected,
+}
+
+/// The future of one approval request; dropping it withdraws the request.
+pub type ApprovalFuture = Pin<Box<dyn Future<Output = ApprovalReply> + Send + 'static>>;
+
+/// Whoever can approve a session's calls.
+pub trait Approver: Send + Sync {
+    fn request(&self, params: ApprovalRequestParams) -> ApprovalFuture;
+}

@@ -1,0 +1,116 @@
+//! The one sink a session's events go through: it stamps each with the session id, the batch id
+//! and the next `seq`, and hands it to whoever listens (the daemon's event log and the attached
+//! connections; a collector in tests).
+
+use std::sync::{Arc, Mutex};
+
+use toold_protocol::{
+    ApprovalResolved, BatchDone, BatchStart, CallEnded, CallStart, Event, EventParams, ToolOutput,
+};
+
+/// The body of an event, before the sink stamps it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum EventBody {
+    BatchStart(BatchStart),
+    CallStart(CallStart),
+    Output(ToolOutput),
+    Result(CallEnded),
+    CallDone(CallEnded),
+    ApprovalResolved(ApprovalResolved),
+    BatchDone,
+}
+
+/// Receives stamped events, in `seq` order. Called with the sink's lock held, so it must not
+/// block: queue the event and return.
+pub trait EventListener: Send + Sync {
+    fn deliver(&self, event: Event);
+}
+
+/// A session's event sink.
+pub struct EventSink {
+    session_id: String,
+    /// The last `seq` handed out. Held while delivering, so that listeners see events in `seq`
+    /// order even when several calls emit at once.
+    last_seq: Mutex<u64>,
+    listener: Arc<dyn EventListener>,
+}
+
+impl EventSink {
+    pub fn new(
+        session_id: impl Into<String>,
+        last_seq: u64,
+        listener: Arc<dyn EventListener>,
+    ) -> Self {
+        Self {
+            session_id: session_id.into(),
+            last_seq: Mutex::new(last_seq),
+            listener,
+        }
+    }
+
+    pub fn session_id(&self) -> &str {
+        &self.session_id
+    }
+
+    /// The `seq` of the last event emitted.
+    pub fn last_seq(&self) -> u64 {
+        *self.lock()
+    }
+
+    /// Stamps and delivers one event; returns its `seq`.
+    pub fn emit(&self, batch_id: &str, body: EventBody) -> u64 {
+        let mut last_seq = self.lock();
+        *last_seq += 1;
+        let seq = *last_seq;
+        let session_id = self.session_id.clone();
+        let batch_id = batch_id.to_owned();
+        let stamp = |body| EventParams {
+            session_id,
+            seq,
+            batch_id,
+            body,
+        };
+        let event = match body {
+            EventBody::BatchStart(body) => Event::BatchStart(stamp(body)),
+            EventBody::CallStart(body) => Event::CallStart(stamp(body)),
+            EventBody::Output(body) => Event::Output(stamp(body)),
+            EventBody::Result(body) => Event::Result(stamp(body)),
+            EventBody::CallDone(body) => Event::CallDone(stamp(body)),
+            EventBody::ApprovalResolved(body) => Event::ApprovalResolved(stamp(body)),
+            EventBody::BatchDone => Event::BatchDone(stamp(BatchDone {})),
+        };
+        self.listener.deliver(event);
+        seq
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, u64> {
+        // The counter is a plain integer: a panic elsewhere cannot leave it half-written.
+        self.last_seq
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// A listener that keeps every event, for tests and for callers that read events afterwards.
+#[derive(Default)]
+pub struct CollectingListener {
+    events: Mutex<Vec<Event>>,
+}
+
+impl CollectingListener {
+    pub fn events(&self) -> Vec<Event> {
+        self.events
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+}
+
+impl EventListener for CollectingListener {
+    fn deliver(&self, event: Event) {
+        self.events
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .push(event);
+    }
+}
