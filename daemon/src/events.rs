@@ -62,22 +62,15 @@ impl EventSink {
         let mut last_seq = self.lock();
         *last_seq += 1;
         let seq = *last_seq;
-        let session_id = self.session_id.clone();
-        let batch_id = batch_id.to_owned();
-        let stamp = |body| EventParams {
-            session_id,
-            seq,
-            batch_id,
-            body,
-        };
+        let header = (self.session_id.clone(), seq, batch_id.to_owned());
         let event = match body {
-            EventBody::BatchStart(body) => Event::BatchStart(stamp(body)),
-            EventBody::CallStart(body) => Event::CallStart(stamp(body)),
-            EventBody::Output(body) => Event::Output(stamp(body)),
-            EventBody::Result(body) => Event::Result(stamp(body)),
-            EventBody::CallDone(body) => Event::CallDone(stamp(body)),
-            EventBody::ApprovalResolved(body) => Event::ApprovalResolved(stamp(body)),
-            EventBody::BatchDone => Event::BatchDone(stamp(BatchDone {})),
+            EventBody::BatchStart(body) => Event::BatchStart(stamp(header, body)),
+            EventBody::CallStart(body) => Event::CallStart(stamp(header, body)),
+            EventBody::Output(body) => Event::Output(stamp(header, body)),
+            EventBody::Result(body) => Event::Result(stamp(header, body)),
+            EventBody::CallDone(body) => Event::CallDone(stamp(header, body)),
+            EventBody::ApprovalResolved(body) => Event::ApprovalResolved(stamp(header, body)),
+            EventBody::BatchDone => Event::BatchDone(stamp(header, BatchDone {})),
         };
         self.listener.deliver(event);
         seq
@@ -88,6 +81,15 @@ impl EventSink {
         self.last_seq
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+fn stamp<B>((session_id, seq, batch_id): (String, u64, String), body: B) -> EventParams<B> {
+    EventParams {
+        session_id,
+        seq,
+        batch_id,
+        body,
     }
 }
 
