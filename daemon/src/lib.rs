@@ -6,11 +6,14 @@
 
 pub mod approval;
 pub mod batch;
+pub mod call;
 pub mod env;
 pub mod events;
+pub mod hooks;
 pub mod paths;
 pub mod permission;
 pub mod process_tree;
+pub mod session;
 pub mod shell;
 pub mod tools;
 

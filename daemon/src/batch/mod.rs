@@ -1,3 +1,210 @@
-//! Batches: the plan (which calls run together) and the runner.
+//! Batches: the plan (which calls run together) and the runner, which runs the plan and writes
+//! each call's outcome into its slot, so that results come back in call order whatever order
+//! the calls finish in, and every call gets exactly one.
 
 pub mod plan;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use toold_protocol::{BatchStart, CallOutcome, ErrorType, Safety, ToolCall};
+
+use crate::call::{self, CallScope, failure};
+use crate::events::EventBody;
+use crate::hooks::{ClientHooks, ConfiguredHook, HookSet};
+use crate::permission::facts::with_facts;
+use crate::permission::{self, Decision, HookVerdict, SessionFacts};
+use crate::session::{Session, SessionState};
+use crate::tools::Registry;
+
+/// The limits of PROTOCOL.md section 10 that the pipeline applies.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// How many calls of one concurrent run execute at once.
+    pub max_parallel: usize,
+    /// Live output per call delivered as `tool/output` events.
+    pub max_stream_bytes: usize,
+    pub approval_timeout: Duration,
+    pub hook_timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_parallel: 8,
+            max_stream_bytes: 10 * 1024 * 1024,
+            approval_timeout: Duration::from_secs(600),
+            hook_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// What runs batches: the registry, the configured hooks, the limits.
+pub struct Executor {
+    pub registry: Arc<Registry>,
+    pub hooks: Vec<ConfiguredHook>,
+    pub limits: Limits,
+}
+
+/// One `tools/execute` request.
+#[derive(Debug, Clone)]
+pub struct Batch {
+    pub id: String,
+    pub iteration: u64,
+    pub calls: Vec<ToolCall>,
+}
+
+/// The cancel tokens of a running batch: one for the batch, one per call (a child of the
+/// batch's), so that `tools/cancel` can stop the whole batch or single calls.
+#[derive(Debug, Clone)]
+pub struct BatchControl {
+    pub batch: CancellationToken,
+    pub calls: Vec<CancellationToken>,
+}
+
+impl BatchControl {
+    pub fn new(calls: usize) -> Self {
+        let batch = CancellationToken::new();
+        let calls = (0..calls).map(|_| batch.child_token()).collect();
+        Self { batch, calls }
+    }
+}
+
+impl Executor {
+    pub fn new(registry: Arc<Registry>) -> Self {
+        Self {
+            registry,
+            hooks: Vec::new(),
+            limits: Limits::default(),
+        }
+    }
+
+    /// The hooks that apply to a session's calls.
+    pub fn hook_set<'a>(
+        &'a self,
+        clients: &'a [Arc<dyn ClientHooks>],
+        cwd: &'a Path,
+    ) -> HookSet<'a> {
+        HookSet {
+            configured: &self.hooks,
+            clients,
+            timeout: self.limits.hook_timeout,
+            cwd,
+        }
+    }
+
+    /// Runs a batch to its end: `batch/start`, every call in plan order, `batch/done`; one
+    /// outcome per call, in call order.
+    pub async fn run_batch(
+        self: &Arc<Self>,
+        session: &Arc<Session>,
+        batch: Batch,
+        control: &BatchControl,
+    ) -> Vec<CallOutcome> {
+        let Batch {
+            id,
+            iteration,
+            calls,
+        } = batch;
+        let state = session.state();
+        let flags: Vec<bool> = calls
+            .iter()
+            .map(|call| self.runs_concurrently(&state, call))
+            .collect();
+        let runs = plan::plan(&flags);
+        let scope = CallScope {
+            executor: Arc::clone(self),
+            session: Arc::clone(session),
+            batch_id: Arc::from(id.as_str()),
+            iteration,
+            abort: control.batch.clone(),
+        };
+        scope.emit(EventBody::BatchStart(BatchStart {
+            iteration,
+            call_ids: calls.iter().map(|call| call.id.clone()).collect(),
+            plan: runs.clone(),
+        }));
+        // Bounds a concurrent run; serial runs take one permit at a time anyway.
+        let permits = Arc::new(Semaphore::new(self.limits.max_parallel.max(1)));
+        let mut outcomes: Vec<Option<CallOutcome>> = vec![None; calls.len()];
+        for run in runs {
+            let mut tasks = Vec::with_capacity(run.len());
+            for index in run {
+                let (scope, call, cancel) = (
+                    scope.clone(),
+                    calls[index].clone(),
+                    control.calls[index].clone(),
+                );
+                let permits = Arc::clone(&permits);
+                let started = Instant::now();
+                let task = tokio::spawn(async move {
+                    // The semaphore is never closed, so acquiring cannot fail; were it closed,
+                    // running unbounded is the safe side of that impossibility.
+                    let _permit = permits.acquire_owned().await.ok();
+                    call::run_call(scope, call, cancel).await
+                });
+                tasks.push((index, started, task));
+            }
+            for (index, started, task) in tasks {
+                let outcome = match task.await {
+                    Ok(outcome) => outcome,
+                    // The pipeline itself failed: the call still gets its result and its events.
+                    Err(err) => {
+                        let call = &calls[index];
+                        tracing::error!(call = %call.id, %err, "the call pipeline failed");
+                        let result = failure(
+                            call,
+                            ErrorType::InternalError,
+                            format!("the call failed inside toold: {err}"),
+                        );
+                        call::finish(&scope, call, result, call::elapsed_ms(started))
+                    }
+                };
+                outcomes[index] = Some(outcome);
+            }
+        }
+        scope.emit(EventBody::BatchDone);
+        outcomes
+            .into_iter()
+            .zip(&calls)
+            .map(|(outcome, call)| outcome.unwrap_or_else(|| missing(call)))
+            .collect()
+    }
+
+    /// Whether a call may join a concurrent run: registered, read-only, visible, and certain
+    /// to need no approval from the rules and the mode as they stand (a hook may still ask).
+    fn runs_concurrently(&self, state: &SessionState, call: &ToolCall) -> bool {
+        let Ok(resolved) = self.registry.resolve(call) else {
+            return false;
+        };
+        let definition = resolved.definition();
+        if definition.safety != Safety::ReadOnly || !state.visible(definition) {
+            return false;
+        }
+        let session = SessionFacts {
+            mode: state.mode,
+            policy: &state.policy,
+            grants: &state.grants,
+        };
+        with_facts(&state.env, &resolved, HookVerdict::None, |facts| {
+            permission::evaluate(facts, &session) == Decision::Allow
+        })
+    }
+}
+
+/// Every slot is filled by the loop above; this result exists so that no code path, however
+/// unexpected, can return fewer results than calls.
+fn missing(call: &ToolCall) -> CallOutcome {
+    CallOutcome {
+        call_id: call.id.clone(),
+        result: failure(
+            call,
+            ErrorType::InternalError,
+            "the call produced no result",
+        ),
+        elapsed_ms: 0,
+    }
+}

@@ -5,10 +5,11 @@ use std::path::Path;
 
 use serde_json::{Map, Value};
 
-use super::{CommandFacts, FILE_TOOLS};
+use super::{CallFacts, CommandFacts, FILE_TOOLS, HookVerdict};
 use crate::env::Env;
 use crate::paths::{self, ResolvedPath};
 use crate::shell;
+use crate::tools::ResolvedCall;
 
 /// The judged path arguments of a call: a file tool's `path` (the cwd when absent); for
 /// `run_command`, its `cwd` argument when given. Other tools have none.
@@ -51,5 +52,27 @@ pub fn command_facts(
         line,
         analysis,
         written,
+    })
+}
+
+/// Gathers the facts of a resolved call and hands them to `judge` (the engine, or one of its
+/// parts).
+pub fn with_facts<T>(
+    env: &Env,
+    resolved: &ResolvedCall,
+    hook: HookVerdict,
+    judge: impl FnOnce(&CallFacts<'_>) -> T,
+) -> T {
+    let definition = resolved.definition();
+    let paths = judged_paths(&definition.name, &resolved.arguments, env);
+    let command = command_facts(&definition.name, &resolved.arguments, env);
+    judge(&CallFacts {
+        tool: &definition.name,
+        safety: definition.safety,
+        system: definition.system,
+        arguments: &resolved.arguments,
+        paths: &paths,
+        command: command.as_ref(),
+        hook,
     })
 }

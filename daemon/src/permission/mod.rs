@@ -340,13 +340,8 @@ pub fn evaluate(call: &CallFacts<'_>, session: &SessionFacts<'_>) -> Decision {
     if call.system {
         return Decision::Allow;
     }
-    if let Some(rule) = session
-        .policy
-        .deny
-        .iter()
-        .find(|rule| matches_restrictive(rule, call))
-    {
-        return Decision::Deny(format!("denied by the rule {}", rule.text));
+    if let Some(reason) = denied(call, session.policy) {
+        return Decision::Deny(reason);
     }
     if session.mode == Mode::Plan && call.safety == Safety::SideEffect {
         return Decision::NotAllowed(format!(
@@ -361,6 +356,19 @@ pub fn evaluate(call: &CallFacts<'_>, session: &SessionFacts<'_>) -> Decision {
         )),
         other => other,
     }
+}
+
+/// Step 1 alone: the reason a deny rule refuses the call, if one does. Approvals that rewrite
+/// arguments are checked with this again.
+pub fn denied(call: &CallFacts<'_>, policy: &Policy) -> Option<String> {
+    if call.system {
+        return None;
+    }
+    let rule = policy
+        .deny
+        .iter()
+        .find(|rule| matches_restrictive(rule, call))?;
+    Some(format!("denied by the rule {}", rule.text))
 }
 
 fn decide_without_deny(call: &CallFacts<'_>, session: &SessionFacts<'_>) -> Decision {

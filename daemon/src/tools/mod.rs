@@ -12,6 +12,7 @@ use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+pub use toold_protocol::OutputStream;
 use toold_protocol::{ErrorType, ToolDefinition, ToolResult};
 
 use crate::env::Env;
@@ -64,22 +65,6 @@ pub struct ToolContext {
     /// Live output, for tools that produce it as they go (the daemon turns it into
     /// `tool/output` events). Sending waits when the receiver lags: memory stays bounded.
     pub output: Option<mpsc::Sender<OutputChunk>>,
-}
-
-/// Which stream a piece of live output came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OutputStream {
-    Stdout,
-    Stderr,
-}
-
-impl OutputStream {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            OutputStream::Stdout => "stdout",
-            OutputStream::Stderr => "stderr",
-        }
-    }
 }
 
 /// One piece of live output, valid UTF-8 (invalid bytes replaced, characters never split).

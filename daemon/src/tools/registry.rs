@@ -3,7 +3,6 @@
 //! isolation, ending in exactly one `ToolResult`.
 
 use std::collections::BTreeMap;
-use std::collections::BTreeSet;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -162,19 +161,10 @@ impl Registry {
     /// The definitions named in `allowed`, plus every system tool, sorted by name. An empty
     /// list (or one of blank names only) means no restriction.
     pub fn definitions_filtered(&self, allowed: &[String]) -> Vec<ToolDefinition> {
-        let names: BTreeSet<&str> = allowed
-            .iter()
-            .map(|name| name.trim())
-            .filter(|name| !name.is_empty())
-            .collect();
         self.read()
             .tools
             .values()
-            .filter(|entry| {
-                names.is_empty()
-                    || entry.definition.system
-                    || names.contains(entry.definition.name.as_str())
-            })
+            .filter(|entry| is_listed(&entry.definition, allowed))
             .map(|entry| entry.definition.clone())
             .collect()
     }
@@ -236,6 +226,17 @@ impl Registry {
             .write()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
+}
+
+/// Whether a name list lets a tool through: system tools always; otherwise an empty list (or one
+/// of blank names only) restricts nothing, and names are compared trimmed.
+pub fn is_listed(definition: &ToolDefinition, allowed: &[String]) -> bool {
+    let mut names = allowed
+        .iter()
+        .map(|name| name.trim())
+        .filter(|name| !name.is_empty())
+        .peekable();
+    definition.system || names.peek().is_none() || names.any(|name| name == definition.name)
 }
 
 /// Why a running call was stopped from outside.

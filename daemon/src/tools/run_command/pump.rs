@@ -102,7 +102,7 @@ impl OutputPump {
                 }
             }
             Err(err) => {
-                tracing::warn!(%err, stream = stream.as_str(), "cannot read a command's output");
+                tracing::warn!(%err, ?stream, "cannot read a command's output");
                 self.close(stream);
                 self.finish_stream(stream)
             }

@@ -1,0 +1,478 @@
+//! The per-call pipeline, PROTOCOL.md section 5 steps 1–8, one function per step:
+//! `call_start` → resolve → pre hooks → permission (and approval) → recheck → execute →
+//! post hooks → `tool/result`, `tool/call_done`. The first step that fails ends the call with
+//! its result; every call ends with exactly one.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde_json::{Map, Value};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use toold_protocol::{
+    ApprovalDecision, ApprovalRequestParams, ApprovalResolved, CallEnded, CallOutcome, CallStart,
+    ErrorType, PostToolUseParams, PreToolUseDecision, PreToolUseParams, ResolvedBy, ToolCall,
+    ToolOutput as OutputEvent, ToolResult,
+};
+
+use crate::approval::ApprovalReply;
+use crate::batch::Executor;
+use crate::env::Env;
+use crate::events::EventBody;
+use crate::permission::facts::with_facts;
+use crate::permission::{self, Decision, HookVerdict, SessionFacts};
+use crate::session::{Session, SessionState};
+use crate::tools::registry::run_resolved;
+use crate::tools::{OutputChunk, ResolvedCall};
+
+/// How many live output chunks may wait for the event sink before the tool waits.
+const OUTPUT_QUEUE: usize = 64;
+
+/// Everything one call of a batch runs in. Cheap to clone: one per call task.
+#[derive(Clone)]
+pub struct CallScope {
+    pub executor: Arc<Executor>,
+    pub session: Arc<Session>,
+    pub batch_id: Arc<str>,
+    pub iteration: u64,
+    /// Cancels the whole batch: an approver's `abort`.
+    pub abort: CancellationToken,
+}
+
+/// Runs one call to its end: the events, the pipeline, the outcome.
+pub async fn run_call(scope: CallScope, call: ToolCall, cancel: CancellationToken) -> CallOutcome {
+    let started = Instant::now();
+    scope.emit(EventBody::CallStart(CallStart {
+        iteration: scope.iteration,
+        call: call.clone(),
+    }));
+    let result = if cancel.is_cancelled() {
+        failure(
+            &call,
+            ErrorType::Canceled,
+            "the call was canceled before it started",
+        )
+    } else {
+        pipeline(&scope, &call, &cancel).await
+    };
+    let result = step_post_hooks(&scope, &call, result, elapsed_ms(started)).await;
+    finish(&scope, &call, result, elapsed_ms(started))
+}
+
+/// Step 8: `tool/result`, then `tool/call_done`, and the call's outcome.
+pub fn finish(
+    scope: &CallScope,
+    call: &ToolCall,
+    result: ToolResult,
+    elapsed_ms: u64,
+) -> CallOutcome {
+    let ended = CallEnded {
+        iteration: scope.iteration,
+        call_id: call.id.clone(),
+        result,
+        elapsed_ms,
+    };
+    scope.emit(EventBody::Result(ended.clone()));
+    scope.emit(EventBody::CallDone(ended.clone()));
+    tracing::info!(
+        session = scope.session.id(),
+        batch = &*scope.batch_id,
+        call = %call.id,
+        tool = %call.name,
+        outcome = ended.result.error_type.as_ref().map_or("ok", |error_type| error_type.as_str()),
+        elapsed_ms,
+        "call"
+    );
+    CallOutcome {
+        call_id: ended.call_id,
+        result: ended.result,
+        elapsed_ms,
+    }
+}
+
+impl CallScope {
+    pub fn emit(&self, body: EventBody) {
+        self.session.events().emit(&self.batch_id, body);
+    }
+}
+
+/// Steps 2–6; the first that fails gives the result.
+async fn pipeline(scope: &CallScope, call: &ToolCall, cancel: &CancellationToken) -> ToolResult {
+    let mut resolved = match step_resolve(scope, call) {
+        Ok(resolved) => resolved,
+        Err(result) => return result,
+    };
+    let hook = match step_pre_hooks(scope, call, &mut resolved, cancel).await {
+        Ok(hook) => hook,
+        Err(result) => return result,
+    };
+    let env = match step_permission(scope, call, &mut resolved, hook, cancel).await {
+        Ok(env) => env,
+        Err(result) => return result,
+    };
+    if let Err(result) = step_recheck(scope, call, &resolved) {
+        return result;
+    }
+    step_execute(scope, resolved, env, cancel).await
+}
+
+/// Step 2: registered, visible to the session, arguments valid for the schema.
+fn step_resolve(scope: &CallScope, call: &ToolCall) -> Result<ResolvedCall, ToolResult> {
+    let resolved = scope.executor.registry.resolve(call)?;
+    if !scope.session.state().visible(resolved.definition()) {
+        return Err(not_visible(call));
+    }
+    Ok(resolved)
+}
+
+/// Step 3: every PreToolUse hook; `block` ends the call, replaced arguments are validated again.
+async fn step_pre_hooks(
+    scope: &CallScope,
+    call: &ToolCall,
+    resolved: &mut ResolvedCall,
+    cancel: &CancellationToken,
+) -> Result<HookVerdict, ToolResult> {
+    let state = scope.session.state();
+    let peers = scope.session.peers();
+    let hooks = scope.executor.hook_set(&peers.hooks, &state.env.cwd);
+    if !hooks.any_for(toold_protocol::HookEvent::PreToolUse, &call.name) {
+        return Ok(HookVerdict::None);
+    }
+    let params = PreToolUseParams {
+        session_id: scope.session.id().to_owned(),
+        batch_id: scope.batch_id.to_string(),
+        call: current_call(call, &resolved.arguments),
+        safety: resolved.definition().safety,
+        mode: state.mode,
+    };
+    let verdict = tokio::select! {
+        verdict = hooks.pre_tool_use(&params) => verdict,
+        () = cancel.cancelled() => return Err(failure(call, ErrorType::Canceled, "the call was canceled during its PreToolUse hooks")),
+    };
+    if verdict.decision == PreToolUseDecision::Block {
+        let reason = verdict
+            .reason
+            .unwrap_or_else(|| "a PreToolUse hook blocked the call".to_owned());
+        return Err(failure(call, ErrorType::HookBlocked, reason));
+    }
+    if let Some(arguments) = verdict.arguments {
+        resolved.replace_arguments(arguments)?;
+    }
+    Ok(match verdict.decision {
+        PreToolUseDecision::Allow => HookVerdict::Allow,
+        PreToolUseDecision::Ask => HookVerdict::Ask,
+        PreToolUseDecision::Continue | PreToolUseDecision::Block => HookVerdict::None,
+    })
+}
+
+/// Step 4: the permission engine on the session's current state, and an approval when it asks.
+/// Returns the Env the call runs in: updates made after this step do not reach the call.
+async fn step_permission(
+    scope: &CallScope,
+    call: &ToolCall,
+    resolved: &mut ResolvedCall,
+    hook: HookVerdict,
+    cancel: &CancellationToken,
+) -> Result<Arc<Env>, ToolResult> {
+    let state = scope.session.state();
+    let decision = decide(&state, resolved, hook);
+    match decision {
+        Decision::Allow => Ok(state.env),
+        Decision::Deny(reason) => Err(failure(call, ErrorType::PermissionDenied, reason)),
+        Decision::NotAllowed(reason) => Err(failure(call, ErrorType::ToolNotAllowed, reason)),
+        Decision::Ask { reason, suggestion } => {
+            step_approval(scope, call, resolved, reason, suggestion, cancel).await?;
+            Ok(scope.session.state().env)
+        }
+    }
+}
+
+/// Gathers the facts (paths, command line) and asks the engine.
+fn decide(state: &SessionState, resolved: &ResolvedCall, hook: HookVerdict) -> Decision {
+    let session = SessionFacts {
+        mode: state.mode,
+        policy: &state.policy,
+        grants: &state.grants,
+    };
+    with_facts(&state.env, resolved, hook, |facts| {
+        permission::evaluate(facts, &session)
+    })
+}
+
+/// The approval half of step 4: ask, wait (not counted in the call's timeout), apply the answer.
+async fn step_approval(
+    scope: &CallScope,
+    call: &ToolCall,
+    resolved: &mut ResolvedCall,
+    reason: String,
+    suggestion: String,
+    cancel: &CancellationToken,
+) -> Result<(), ToolResult> {
+    let Some(approver) = scope.session.peers().approver else {
+        return Err(failure(
+            call,
+            ErrorType::PermissionDenied,
+            format!("{reason}, and no approver is attached"),
+        ));
+    };
+    let approval_id = format!("{}/{}", scope.batch_id, call.id);
+    let params = ApprovalRequestParams {
+        session_id: scope.session.id().to_owned(),
+        batch_id: scope.batch_id.to_string(),
+        approval_id: approval_id.clone(),
+        call: current_call(call, &resolved.arguments),
+        safety: resolved.definition().safety,
+        reason,
+        suggestions: vec![suggestion],
+    };
+    let timeout = scope.executor.limits.approval_timeout;
+    let reply = tokio::select! {
+        reply = tokio::time::timeout(timeout, approver.request(params)) => reply.ok(),
+        () = cancel.cancelled() => {
+            resolved_event(scope, &approval_id, call, None, ResolvedBy::Cancel);
+            return Err(failure(call, ErrorType::Canceled, "the call was canceled while it waited for approval"));
+        }
+    };
+    let answer = match reply {
+        Some(ApprovalReply::Answer(answer)) => answer,
+        Some(ApprovalReply::Failed(why)) => {
+            resolved_event(scope, &approval_id, call, None, ResolvedBy::Client);
+            return Err(failure(
+                call,
+                ErrorType::PermissionCanceled,
+                format!("the approval failed: {why}"),
+            ));
+        }
+        Some(ApprovalReply::Disconnected) => {
+            resolved_event(scope, &approval_id, call, None, ResolvedBy::Disconnect);
+            return Err(failure(
+                call,
+                ErrorType::PermissionCanceled,
+                "the approver disconnected before answering",
+            ));
+        }
+        None => {
+            resolved_event(scope, &approval_id, call, None, ResolvedBy::Timeout);
+            let waited = format!("no approval within {} ms", timeout.as_millis());
+            return Err(failure(call, ErrorType::PermissionCanceled, waited));
+        }
+    };
+    resolved_event(
+        scope,
+        &approval_id,
+        call,
+        Some(answer.decision),
+        ResolvedBy::Client,
+    );
+    match answer.decision {
+        ApprovalDecision::AllowOnce | ApprovalDecision::AllowSession => {
+            if let Some(arguments) = answer.arguments {
+                resolved.replace_arguments(arguments)?;
+                let state = scope.session.state();
+                if let Some(reason) = deny_reason(&state, resolved) {
+                    return Err(failure(
+                        call,
+                        ErrorType::PermissionDenied,
+                        format!("the approved arguments are {reason}"),
+                    ));
+                }
+            }
+            if answer.decision == ApprovalDecision::AllowSession {
+                let state = scope.session.state();
+                scope.session.add_grant(grant_for(&state, resolved));
+            }
+            Ok(())
+        }
+        ApprovalDecision::Deny => {
+            let message = answer
+                .message
+                .unwrap_or_else(|| "the user denied this call".to_owned());
+            Err(failure(call, ErrorType::PermissionDenied, message))
+        }
+        ApprovalDecision::Abort => {
+            scope.abort.cancel();
+            let message = answer
+                .message
+                .unwrap_or_else(|| "the user aborted the batch".to_owned());
+            Err(failure(call, ErrorType::PermissionCanceled, message))
+        }
+    }
+}
+
+fn resolved_event(
+    scope: &CallScope,
+    approval_id: &str,
+    call: &ToolCall,
+    decision: Option<ApprovalDecision>,
+    by: ResolvedBy,
+) {
+    scope.emit(EventBody::ApprovalResolved(ApprovalResolved {
+        approval_id: approval_id.to_owned(),
+        call_id: call.id.clone(),
+        decision,
+        by,
+    }));
+}
+
+/// Deny rules alone, on arguments an approver supplied.
+fn deny_reason(state: &SessionState, resolved: &ResolvedCall) -> Option<String> {
+    with_facts(&state.env, resolved, HookVerdict::None, |facts| {
+        permission::denied(facts, &state.policy)
+    })
+}
+
+/// The exact form an `allow_session` answer records.
+fn grant_for(state: &SessionState, resolved: &ResolvedCall) -> String {
+    with_facts(
+        &state.env,
+        resolved,
+        HookVerdict::None,
+        permission::canonical_form,
+    )
+}
+
+/// Step 5: on the final arguments and the session's current mode, the tool is still registered,
+/// still visible, and its safety still allowed.
+fn step_recheck(
+    scope: &CallScope,
+    call: &ToolCall,
+    resolved: &ResolvedCall,
+) -> Result<(), ToolResult> {
+    let name = &resolved.definition().name;
+    let Some(definition) = scope.executor.registry.get(name) else {
+        return Err(failure(
+            call,
+            ErrorType::ToolNotAllowed,
+            format!("the tool {name} was unregistered before it could run"),
+        ));
+    };
+    if !scope.session.state().visible(&definition) {
+        return Err(not_visible(call));
+    }
+    Ok(())
+}
+
+/// Step 6: the tool runs within its deadline; its live output becomes `tool/output` events, up
+/// to `max_stream_bytes`.
+async fn step_execute(
+    scope: &CallScope,
+    resolved: ResolvedCall,
+    env: Arc<Env>,
+    cancel: &CancellationToken,
+) -> ToolResult {
+    let call_id = resolved.call_id.clone();
+    let (sender, mut receiver) = mpsc::channel::<OutputChunk>(OUTPUT_QUEUE);
+    let mut stream = OutputStreamer {
+        scope,
+        call_id: &call_id,
+        sent: 0,
+        truncated: false,
+    };
+    let run = run_resolved(resolved, env, cancel.clone(), Some(sender));
+    tokio::pin!(run);
+    let result = loop {
+        tokio::select! {
+            biased;
+            chunk = receiver.recv() => match chunk {
+                Some(chunk) => stream.forward(chunk),
+                None => break (&mut run).await,
+            },
+            result = &mut run => break result,
+        }
+    };
+    // Output the tool sent just before it ended still comes before its result.
+    while let Ok(chunk) = receiver.try_recv() {
+        stream.forward(chunk);
+    }
+    result
+}
+
+/// Turns live output chunks into events, cutting the stream at `max_stream_bytes`.
+struct OutputStreamer<'a> {
+    scope: &'a CallScope,
+    call_id: &'a str,
+    sent: usize,
+    truncated: bool,
+}
+
+impl OutputStreamer<'_> {
+    fn forward(&mut self, chunk: OutputChunk) {
+        if self.truncated {
+            return;
+        }
+        let limit = self.scope.executor.limits.max_stream_bytes;
+        let room = limit.saturating_sub(self.sent);
+        let mut data = chunk.text;
+        if data.len() > room {
+            let mut cut = room;
+            while !data.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            data.truncate(cut);
+            self.truncated = true;
+        }
+        self.sent += data.len();
+        self.scope.emit(EventBody::Output(OutputEvent {
+            call_id: self.call_id.to_owned(),
+            stream: chunk.stream,
+            data,
+            truncated: self.truncated,
+        }));
+    }
+}
+
+/// Step 7: PostToolUse hooks see the result, whatever it is; their context is added to it.
+async fn step_post_hooks(
+    scope: &CallScope,
+    call: &ToolCall,
+    mut result: ToolResult,
+    elapsed_ms: u64,
+) -> ToolResult {
+    let state = scope.session.state();
+    let peers = scope.session.peers();
+    let hooks = scope.executor.hook_set(&peers.hooks, &state.env.cwd);
+    if !hooks.any_for(toold_protocol::HookEvent::PostToolUse, &call.name) {
+        return result;
+    }
+    let params = PostToolUseParams {
+        session_id: scope.session.id().to_owned(),
+        batch_id: scope.batch_id.to_string(),
+        call: call.clone(),
+        result: result.clone(),
+        elapsed_ms,
+    };
+    if let Some(context) = hooks.post_tool_use(&params).await {
+        result
+            .metadata
+            .insert("additional_context".into(), Value::String(context));
+    }
+    result
+}
+
+fn current_call(call: &ToolCall, arguments: &Map<String, Value>) -> ToolCall {
+    ToolCall::new(
+        call.id.clone(),
+        call.name.clone(),
+        Value::Object(arguments.clone()),
+    )
+}
+
+fn not_visible(call: &ToolCall) -> ToolResult {
+    failure(
+        call,
+        ErrorType::ToolNotAllowed,
+        format!(
+            "the tool {} is not available in this session (its tool list or plan mode excludes it)",
+            call.name
+        ),
+    )
+}
+
+/// A failed result for `call`, carrying its tool name and call id.
+pub fn failure(call: &ToolCall, error_type: ErrorType, error: impl Into<String>) -> ToolResult {
+    ToolResult::failure(&call.name, error_type, error).with_meta("call_id", call.id.clone())
+}
+
+pub fn elapsed_ms(started: Instant) -> u64 {
+    u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX)
+}

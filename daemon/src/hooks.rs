@@ -1,0 +1,382 @@
+//! PreToolUse and PostToolUse hooks (PROTOCOL.md section 8): programs from the config and
+//! connections that declared `hooks`, all of an event's hooks in parallel, the strictest answer
+//! winning. Fail-closed: a PreToolUse hook that errors, times out, answers junk or disappears
+//! blocks the call. PostToolUse failures are logged and change nothing.
+
+use std::future::Future;
+use std::path::Path;
+use std::pin::Pin;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use regex::Regex;
+use serde::Serialize;
+use serde_json::{Map, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::process::Command;
+use toold_protocol::{
+    HookEvent, HookProgramInput, PostToolUseAnswer, PostToolUseParams, PreToolUseAnswer,
+    PreToolUseDecision, PreToolUseParams,
+};
+
+use crate::process_tree::{self, ProcessTree, RUN_TAG_VAR};
+
+/// The most of a hook program's stdout or stderr that is kept; the rest is read and dropped.
+const MAX_HOOK_OUTPUT: usize = 1024 * 1024;
+
+/// How long a hook program's process tree gets to exit after SIGTERM.
+const HOOK_KILL_GRACE: Duration = Duration::from_millis(200);
+
+/// A hook program from the config.
+#[derive(Debug, Clone)]
+pub struct ConfiguredHook {
+    pub event: HookEvent,
+    /// Which tools it applies to; `None` is every tool.
+    pub matcher: Option<Regex>,
+    /// argv, run without a shell.
+    pub command: Vec<String>,
+    /// `None`: the config's `hook_timeout_ms`.
+    pub timeout: Option<Duration>,
+}
+
+impl ConfiguredHook {
+    fn applies_to(&self, event: HookEvent, tool: &str) -> bool {
+        self.event == event
+            && self
+                .matcher
+                .as_ref()
+                .is_none_or(|matcher| matcher.is_match(tool))
+    }
+
+    fn name(&self) -> String {
+        self.command.first().cloned().unwrap_or_default()
+    }
+}
+
+/// A boxed hook future; dropping it withdraws the request.
+pub type HookFuture<T> = Pin<Box<dyn Future<Output = Result<T, String>> + Send + 'static>>;
+
+/// A connection that declared `hooks`; the error is why its answer is unusable.
+pub trait ClientHooks: Send + Sync {
+    /// Whether it declared this event.
+    fn handles(&self, event: HookEvent) -> bool;
+    fn pre_tool_use(&self, params: PreToolUseParams) -> HookFuture<PreToolUseAnswer>;
+    fn post_tool_use(&self, params: PostToolUseParams) -> HookFuture<PostToolUseAnswer>;
+}
+
+/// Every hook of a session for one event.
+pub struct HookSet<'a> {
+    pub configured: &'a [ConfiguredHook],
+    pub clients: &'a [Arc<dyn ClientHooks>],
+    /// The config's `hook_timeout_ms`: client hooks, and programs without their own timeout.
+    pub timeout: Duration,
+    /// Where hook programs run: the session's cwd.
+    pub cwd: &'a Path,
+}
+
+/// The PreToolUse verdict: the strictest decision, its reason, and replacement arguments.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PreHookVerdict {
+    pub decision: PreToolUseDecision,
+    pub reason: Option<String>,
+    /// From the first hook (config order, then connections) that replaced them.
+    pub arguments: Option<Map<String, Value>>,
+}
+
+impl PreHookVerdict {
+    fn proceed() -> Self {
+        Self {
+            decision: PreToolUseDecision::Continue,
+            reason: None,
+            arguments: None,
+        }
+    }
+}
+
+impl HookSet<'_> {
+    /// Whether any hook would run for `event` on `tool`.
+    pub fn any_for(&self, event: HookEvent, tool: &str) -> bool {
+        self.configured
+            .iter()
+            .any(|hook| hook.applies_to(event, tool))
+            || self.clients.iter().any(|client| client.handles(event))
+    }
+
+    /// Runs every PreToolUse hook for the call in parallel; a failure is a `block` naming it.
+    pub async fn pre_tool_use(&self, params: &PreToolUseParams) -> PreHookVerdict {
+        let tool = params.call.name.as_str();
+        let mut answers = tokio::task::JoinSet::new();
+        for (order, hook) in self
+            .configured
+            .iter()
+            .filter(|hook| hook.applies_to(HookEvent::PreToolUse, tool))
+            .enumerate()
+        {
+            let hook = hook.clone();
+            let input = HookProgramInput {
+                event: HookEvent::PreToolUse,
+                params: params.clone(),
+            };
+            let (timeout, cwd) = (hook.timeout.unwrap_or(self.timeout), self.cwd.to_path_buf());
+            answers.spawn(async move {
+                let name = hook.name();
+                let answer = run_program(&hook.command, &input, &cwd, timeout)
+                    .await
+                    .and_then(|output| match output {
+                        ProgramOutput::Json(json) => parse_pre_answer(&json),
+                        ProgramOutput::Empty => {
+                            Ok(PreToolUseAnswer::new(PreToolUseDecision::Continue))
+                        }
+                        ProgramOutput::Blocked(reason) => {
+                            let mut answer = PreToolUseAnswer::new(PreToolUseDecision::Block);
+                            answer.reason = Some(reason);
+                            Ok(answer)
+                        }
+                    });
+                (order, format!("hook program {name}"), answer)
+            });
+        }
+        let offset = self.configured.len();
+        for (order, client) in self
+            .clients
+            .iter()
+            .filter(|client| client.handles(HookEvent::PreToolUse))
+            .enumerate()
+        {
+            let request = client.pre_tool_use(params.clone());
+            let timeout = self.timeout;
+            answers.spawn(async move {
+                let answer = match tokio::time::timeout(timeout, request).await {
+                    Ok(answer) => answer,
+                    Err(_) => Err(format!("no answer within {} ms", timeout.as_millis())),
+                };
+                (offset + order, "a client's hook".to_owned(), answer)
+            });
+        }
+        let mut collected = Vec::new();
+        while let Some(joined) = answers.join_next().await {
+            match joined {
+                Ok(answer) => collected.push(answer),
+                Err(err) => collected.push((
+                    usize::MAX,
+                    "a hook".to_owned(),
+                    Err(format!("it failed internally: {err}")),
+                )),
+            }
+        }
+        collected.sort_by_key(|(order, _, _)| *order);
+        strictest(collected)
+    }
+
+    /// Runs every PostToolUse hook in parallel and joins their `additional_context`s; failures
+    /// are logged and otherwise ignored.
+    pub async fn post_tool_use(&self, params: &PostToolUseParams) -> Option<String> {
+        let tool = params.call.name.as_str();
+        let mut answers = tokio::task::JoinSet::new();
+        for (order, hook) in self
+            .configured
+            .iter()
+            .filter(|hook| hook.applies_to(HookEvent::PostToolUse, tool))
+            .enumerate()
+        {
+            let hook = hook.clone();
+            let input = HookProgramInput {
+                event: HookEvent::PostToolUse,
+                params: params.clone(),
+            };
+            let (timeout, cwd) = (hook.timeout.unwrap_or(self.timeout), self.cwd.to_path_buf());
+            answers.spawn(async move {
+                let answer = run_program(&hook.command, &input, &cwd, timeout)
+                    .await
+                    .and_then(|output| match output {
+                        ProgramOutput::Json(json) => {
+                            serde_json::from_str::<PostToolUseAnswer>(&json).map_err(|err| {
+                                format!("its answer is not a PostToolUse answer: {err}")
+                            })
+                        }
+                        ProgramOutput::Empty => Ok(PostToolUseAnswer::default()),
+                        ProgramOutput::Blocked(reason) => {
+                            Err(format!("it exited with 2: {reason}"))
+                        }
+                    });
+                (order, hook.name(), answer)
+            });
+        }
+        let offset = self.configured.len();
+        for (order, client) in self
+            .clients
+            .iter()
+            .filter(|client| client.handles(HookEvent::PostToolUse))
+            .enumerate()
+        {
+            let request = client.post_tool_use(params.clone());
+            let timeout = self.timeout;
+            answers.spawn(async move {
+                let answer = tokio::time::timeout(timeout, request)
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(format!("no answer within {} ms", timeout.as_millis()))
+                    });
+                (offset + order, "a client's hook".to_owned(), answer)
+            });
+        }
+        let mut contexts = Vec::new();
+        while let Some(joined) = answers.join_next().await {
+            match joined {
+                Ok((order, _, Ok(answer))) => {
+                    contexts.extend(answer.additional_context.map(|text| (order, text)))
+                }
+                Ok((_, name, Err(why))) => {
+                    tracing::warn!(hook = %name, tool, %why, "a PostToolUse hook failed; the result stands")
+                }
+                Err(err) => tracing::warn!(%err, tool, "a PostToolUse hook task failed"),
+            }
+        }
+        contexts.sort_by_key(|(order, _)| *order);
+        let texts: Vec<String> = contexts
+            .into_iter()
+            .map(|(_, text)| text)
+            .filter(|text| !text.is_empty())
+            .collect();
+        (!texts.is_empty()).then(|| texts.join("\n"))
+    }
+}
+
+/// The strictest of the answers, failures counting as `block`: `block` > `ask` > `allow` >
+/// `continue`. Reasons of the winning decision are joined.
+fn strictest(answers: Vec<(usize, String, Result<PreToolUseAnswer, String>)>) -> PreHookVerdict {
+    let mut verdict = PreHookVerdict::proceed();
+    let mut reasons: Vec<String> = Vec::new();
+    for (_, name, answer) in answers {
+        let answer = answer.unwrap_or_else(|why| {
+            let mut blocked = PreToolUseAnswer::new(PreToolUseDecision::Block);
+            blocked.reason = Some(format!("{name} failed: {why}"));
+            blocked
+        });
+        if verdict.arguments.is_none() && answer.decision != PreToolUseDecision::Block {
+            verdict.arguments = answer.arguments;
+        }
+        if answer.decision > verdict.decision {
+            verdict.decision = answer.decision;
+            reasons.clear();
+        }
+        if answer.decision == verdict.decision {
+            reasons.extend(answer.reason);
+        }
+    }
+    verdict.reason = (!reasons.is_empty()).then(|| reasons.join("; "));
+    verdict
+}
+
+fn parse_pre_answer(json: &str) -> Result<PreToolUseAnswer, String> {
+    serde_json::from_str(json)
+        .map_err(|err| format!("its answer is not a PreToolUse decision: {err}"))
+}
+
+/// What a hook program said, when it said something usable.
+enum ProgramOutput {
+    /// Exit 0 with output: a JSON decision to parse.
+    Json(String),
+    /// Exit 0 with nothing (whitespace) on stdout.
+    Empty,
+    /// Exit 2: block, with stderr as the reason.
+    Blocked(String),
+}
+
+/// Runs a hook program: the input as JSON on stdin, in its own process group, with a deadline
+/// after which its whole process tree is killed. Any exit but 0 and 2 is an error.
+async fn run_program<P: Serialize>(
+    argv: &[String],
+    input: &HookProgramInput<P>,
+    cwd: &Path,
+    timeout: Duration,
+) -> Result<ProgramOutput, String> {
+    let (program, args) = argv.split_first().ok_or("the hook has an empty command")?;
+    let stdin_json =
+        serde_json::to_vec(input).map_err(|err| format!("cannot encode its input: {err}"))?;
+    process_tree::ensure_subreaper();
+    let tag = process_tree::new_run_tag();
+    let mut child = Command::new(program)
+        .args(args)
+        .current_dir(cwd)
+        .env_clear()
+        .envs(process_tree::inherited_env())
+        .env(RUN_TAG_VAR, &tag)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|err| format!("cannot start {program}: {err}"))?;
+    let tree = child.id().map(|pid| ProcessTree::new(pid, &tag));
+    let mut stdin = child.stdin.take();
+    let mut stdout = child.stdout.take();
+    let mut stderr = child.stderr.take();
+    let exchange = async {
+        // A program that exits without reading its input is fine: ignore a broken pipe.
+        if let Some(mut stdin) = stdin.take() {
+            let _ = stdin.write_all(&stdin_json).await;
+        }
+        let (out, err, status) = tokio::join!(
+            read_capped(stdout.as_mut()),
+            read_capped(stderr.as_mut()),
+            child.wait()
+        );
+        (out, err, status)
+    };
+    let outcome = tokio::time::timeout(timeout, exchange).await;
+    // Whatever happened, nothing the hook started may outlive it.
+    if let Some(mut tree) = tree {
+        let _ = tokio::task::spawn_blocking(move || tree.terminate(HOOK_KILL_GRACE)).await;
+    }
+    let (stdout, stderr, status) = outcome
+        .map_err(|_| format!("no answer within {} ms; it was killed", timeout.as_millis()))?;
+    let status = status.map_err(|err| format!("cannot wait for it: {err}"))?;
+    let stderr = String::from_utf8_lossy(&stderr).trim().to_owned();
+    match status.code() {
+        Some(0) => {
+            let stdout = String::from_utf8_lossy(&stdout).trim().to_owned();
+            Ok(if stdout.is_empty() {
+                ProgramOutput::Empty
+            } else {
+                ProgramOutput::Json(stdout)
+            })
+        }
+        Some(2) => Ok(ProgramOutput::Blocked(if stderr.is_empty() {
+            "blocked by a hook".to_owned()
+        } else {
+            stderr
+        })),
+        Some(code) => Err(format!("it exited with {code}{}", describe_stderr(&stderr))),
+        None => Err(format!(
+            "it was killed by a signal{}",
+            describe_stderr(&stderr)
+        )),
+    }
+}
+
+fn describe_stderr(stderr: &str) -> String {
+    if stderr.is_empty() {
+        String::new()
+    } else {
+        format!(": {stderr}")
+    }
+}
+
+/// Reads a pipe to its end, keeping at most `MAX_HOOK_OUTPUT` bytes.
+async fn read_capped<R: tokio::io::AsyncRead + Unpin>(pipe: Option<&mut R>) -> Vec<u8> {
+    let Some(pipe) = pipe else { return Vec::new() };
+    let mut kept = Vec::new();
+    let mut buffer = [0u8; 8192];
+    loop {
+        match pipe.read(&mut buffer).await {
+            Ok(0) | Err(_) => return kept,
+            Ok(read) => {
+                let room = MAX_HOOK_OUTPUT.saturating_sub(kept.len());
+                kept.extend_from_slice(&buffer[..read.min(room)]);
+            }
+        }
+    }
+}

@@ -1,0 +1,140 @@
+//! A session as the call pipeline sees it: its Env, mode, rules, grants and tool list (read
+//! afresh at each step, so an update reaches every call that has not passed that step), the
+//! peers that can approve and hook its calls, and its event sink.
+
+use std::path::Path;
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use toold_protocol::{Rules, SessionMode, ToolDefinition};
+
+use crate::approval::Approver;
+use crate::env::Env;
+use crate::events::{EventListener, EventSink};
+use crate::hooks::ClientHooks;
+use crate::permission::{Policy, RuleError};
+use crate::tools::registry::is_listed;
+
+/// What a session's calls run under. Cloned per step: cheap, the large parts are shared.
+#[derive(Clone)]
+pub struct SessionState {
+    pub env: Arc<Env>,
+    pub mode: SessionMode,
+    /// The session's own rules; `policy` holds them compiled together with the config's.
+    pub rules: Rules,
+    pub policy: Arc<Policy>,
+    /// Rule strings recorded by `allow_session` answers.
+    pub grants: Vec<String>,
+    /// The tools the session's model may see (`None`: all); system tools are always visible.
+    pub allowed_tools: Option<Vec<String>>,
+}
+
+impl SessionState {
+    /// A state whose policy is `config_rules` and `rules` compiled for the Env's cwd.
+    pub fn new(
+        env: Env,
+        mode: SessionMode,
+        rules: Rules,
+        config_rules: &Rules,
+        home: &Path,
+    ) -> Result<Self, RuleError> {
+        let policy = Policy::compile([config_rules, &rules], &env.cwd, home)?;
+        Ok(Self {
+            env: Arc::new(env),
+            mode,
+            rules,
+            policy: Arc::new(policy),
+            grants: Vec::new(),
+            allowed_tools: None,
+        })
+    }
+
+    /// Whether the session's model may see (and so call) a tool, in the current mode.
+    pub fn visible(&self, definition: &ToolDefinition) -> bool {
+        if definition.system {
+            return true;
+        }
+        let listed = self
+            .allowed_tools
+            .as_deref()
+            .is_none_or(|allowed| is_listed(definition, allowed));
+        let mode_allows =
+            self.mode != SessionMode::Plan || definition.safety == toold_protocol::Safety::ReadOnly;
+        listed && mode_allows
+    }
+}
+
+/// Who, among the session's attached connections, can approve and hook its calls.
+#[derive(Clone, Default)]
+pub struct SessionPeers {
+    pub approver: Option<Arc<dyn Approver>>,
+    pub hooks: Vec<Arc<dyn ClientHooks>>,
+}
+
+/// One session.
+pub struct Session {
+    id: String,
+    state: RwLock<SessionState>,
+    peers: RwLock<SessionPeers>,
+    events: EventSink,
+}
+
+impl Session {
+    pub fn new(
+        id: impl Into<String>,
+        state: SessionState,
+        listener: Arc<dyn EventListener>,
+    ) -> Self {
+        let id = id.into();
+        Self {
+            events: EventSink::new(id.clone(), 0, listener),
+            id,
+            state: RwLock::new(state),
+            peers: RwLock::new(SessionPeers::default()),
+        }
+    }
+
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    pub fn events(&self) -> &EventSink {
+        &self.events
+    }
+
+    /// The state as it is now.
+    pub fn state(&self) -> SessionState {
+        read(&self.state).clone()
+    }
+
+    /// Changes the state; the next step of every call sees the change.
+    pub fn update<T>(&self, change: impl FnOnce(&mut SessionState) -> T) -> T {
+        change(&mut write(&self.state))
+    }
+
+    /// Records an `allow_session` grant (once).
+    pub fn add_grant(&self, grant: String) {
+        let mut state = write(&self.state);
+        if !state.grants.contains(&grant) {
+            state.grants.push(grant);
+        }
+    }
+
+    pub fn peers(&self) -> SessionPeers {
+        read(&self.peers).clone()
+    }
+
+    pub fn set_peers(&self, peers: SessionPeers) {
+        *write(&self.peers) = peers;
+    }
+}
+
+// Every write to these locks replaces or pushes whole values, so a panic elsewhere cannot leave
+// them half-changed: a poisoned lock is still sound to use.
+fn read<T>(lock: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    lock.read().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn write<T>(lock: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+    lock.write()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
