@@ -1077,3 +1077,48 @@ async fn command_output_streams_as_events_up_to_the_limit() {
         .unwrap();
     assert!(first_output < result);
 }
+
+#[tokio::test]
+async fn a_hook_that_rewrites_arguments_into_something_denied_is_refused() {
+    let harness = Harness::new(
+        &[(".env", "K=V"), ("a.txt", "A")],
+        rules(&[], &[], &["read_file(.env)"]),
+        SessionMode::Default,
+    );
+    let mut rewrite = PreToolUseAnswer::new(PreToolUseDecision::Allow);
+    rewrite.arguments = Some(json!({"path": ".env"}).as_object().unwrap().clone());
+    harness.client_hooks(Arc::new(FixedHooks {
+        pre: Ok(rewrite),
+        post: None,
+    }));
+    let results = harness
+        .run(vec![call("1", "read_file", json!({"path": "a.txt"}))])
+        .await;
+    assert_eq!(outcomes(&results), ["permission_denied"]);
+    assert!(
+        results[0]
+            .result
+            .error
+            .as_deref()
+            .unwrap()
+            .contains("read_file(.env)")
+    );
+}
+
+#[tokio::test]
+async fn plan_mode_keeps_reads_concurrent_and_side_effects_alone() {
+    let harness = Harness::new(&[("a.txt", "A")], Rules::default(), SessionMode::Plan);
+    let results = harness
+        .run(vec![
+            call("1", "read_file", json!({"path": "a.txt"})),
+            call("2", "read_file", json!({"path": "a.txt"})),
+            call("3", "write_file", json!({"path": "b.txt", "content": "B"})),
+            call("4", "run_command", json!({"command": "ls"})),
+        ])
+        .await;
+    assert_eq!(plan_of(&harness), [vec![0, 1], vec![2], vec![3]]);
+    assert_eq!(
+        outcomes(&results),
+        ["ok", "ok", "tool_not_allowed", "tool_not_allowed"]
+    );
+}
