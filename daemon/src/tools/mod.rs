@@ -23,6 +23,7 @@ pub mod read_file;
 pub mod registry;
 pub mod run_command;
 pub mod search_code;
+pub mod walk;
 pub mod write_file;
 
 pub use registry::{RegisterError, Registry, ResolvedCall};

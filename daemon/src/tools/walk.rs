@@ -1,0 +1,280 @@
+//! What `find_files` and `search_code` share: where a search starts, which files it visits
+//! (ignore files, hidden files, the glob filter), a parallel walk that stops early, and the
+//! order results are shown in.
+//!
+//! File selection follows ripgrep, with one deliberate difference. `.gitignore`, `.ignore` and
+//! `.git/info/exclude` apply whether or not the tree is a git repository (`require_git(false)`),
+//! and parent directories' ignore files apply too. A glob filter uses ripgrep's `-g` syntax and
+//! matching (gitignore-style: without a `/` it matches the file name at any depth, `*` stays
+//! within one component, `**` crosses them, `!` negates), but unlike `rg -g` it never
+//! *un-ignores* a file: PROTOCOL.md says these tools honour ignore files, so a glob only narrows
+//! what the ignore rules let through. Hidden entries (a name starting with `.`) are skipped
+//! unless the glob names one, in which case they are walked, except `.git` directories unless
+//! the glob names `.git` itself: nobody searching for `.github/**` wants git's object store.
+
+use std::cmp::Ordering;
+use std::num::NonZeroUsize;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
+
+use ignore::overrides::{Override, OverrideBuilder};
+use ignore::{DirEntry, WalkBuilder, WalkState};
+use tokio_util::sync::CancellationToken;
+use toold_protocol::ErrorType;
+
+use super::ToolFailure;
+use crate::env::Env;
+
+/// ripgrep's own ceiling on walker threads: past it, more threads only contend on the disk.
+const MAX_WALK_THREADS: usize = 12;
+
+/// Where a search starts, after the path argument was resolved and looked at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Start {
+    /// A directory (symlinks followed): results are shown relative to it.
+    Directory(PathBuf),
+    /// A single file (symlinks followed); `shown` is how results name it: the argument as
+    /// written, without a leading `./`.
+    File { path: PathBuf, shown: String },
+}
+
+/// Resolves a path argument (default: the session cwd) and finds out what it is.
+/// A missing path is `not_found`; any other failure to look at it is `io_error`.
+pub fn locate(env: &Env, raw: Option<&str>) -> Result<Start, ToolFailure> {
+    let raw = raw.unwrap_or(".");
+    let resolved = env.resolve_path(raw).resolved;
+    let metadata = std::fs::metadata(&resolved)
+        .map_err(|err| ToolFailure::io(Path::new(raw), "read", &err))?;
+    if metadata.is_dir() {
+        Ok(Start::Directory(resolved))
+    } else {
+        Ok(Start::File {
+            path: resolved,
+            shown: strip_dot_slash(raw).to_owned(),
+        })
+    }
+}
+
+/// Like [`locate`], for tools that need a directory: a file is refused with a message that
+/// says what to do instead.
+pub fn locate_directory(env: &Env, raw: Option<&str>, tool: &str) -> Result<PathBuf, ToolFailure> {
+    match locate(env, raw)? {
+        Start::Directory(path) => Ok(path),
+        Start::File { shown, .. } => Err(ToolFailure::new(
+            ErrorType::InvalidArguments,
+            format!(
+                "{shown} is a file, not a directory; {tool} needs a directory as path \
+                 (pass its parent directory, or read the file with read_file)"
+            ),
+        )),
+    }
+}
+
+fn strip_dot_slash(mut raw: &str) -> &str {
+    while let Some(rest) = raw.strip_prefix("./") {
+        raw = rest.trim_start_matches('/');
+    }
+    if raw.is_empty() { "." } else { raw }
+}
+
+/// Which files and directories a walk lets through, beyond the ignore files.
+pub struct FileFilter {
+    glob: Override,
+    walk_hidden: bool,
+    walk_git_dirs: bool,
+}
+
+impl FileFilter {
+    /// A filter for an optional glob (ripgrep `-g` syntax). A glob that does not parse is
+    /// `invalid_arguments`, with the parser's reason.
+    pub fn new(glob: Option<&str>) -> Result<Self, ToolFailure> {
+        let Some(glob) = glob else {
+            return Ok(Self {
+                glob: Override::empty(),
+                walk_hidden: false,
+                walk_git_dirs: false,
+            });
+        };
+        // The root only serves to strip absolute paths; we always match relative ones.
+        let mut builder = OverrideBuilder::new("");
+        builder
+            .add(glob)
+            .map_err(|err| ToolFailure::invalid_arguments(format!("invalid glob: {err}")))?;
+        let compiled = builder
+            .build()
+            .map_err(|err| ToolFailure::invalid_arguments(format!("invalid glob: {err}")))?;
+        Ok(Self {
+            glob: compiled,
+            walk_hidden: names_hidden(glob),
+            walk_git_dirs: glob.split(['/', '{', ',', '}']).any(|part| part == ".git"),
+        })
+    }
+
+    /// Whether the file at `relative` (to the walk's root) is selected by the glob.
+    pub fn selects_file(&self, relative: &Path) -> bool {
+        // With a positive glob every file it does not match comes back as an ignore match;
+        // with a negated one only the files it names do. Either way: selected unless ignored.
+        !self.glob.matched(relative, false).is_ignore()
+    }
+
+    /// Whether a directory below the root should not be descended into.
+    fn prunes_directory(&self, entry: &DirEntry, relative: &Path) -> bool {
+        if !self.walk_git_dirs && entry.file_name() == ".git" {
+            return true;
+        }
+        // Only a negated glob (`!vendor`) can ignore a directory; a positive one never does.
+        self.glob.matched(relative, true).is_ignore()
+    }
+}
+
+/// Whether a glob names a hidden entry: one of its components (or brace alternatives) starts
+/// with a `.` that is not just `.` or `..`. `*.rs` does not; `.github/**`, `**/.env` and
+/// `{.*,x}` do.
+pub fn names_hidden(glob: &str) -> bool {
+    glob.trim_start_matches('!')
+        .split(['/', '{', ',', '}'])
+        .any(|part| part.starts_with('.') && part != "." && part != "..")
+}
+
+/// How many threads a walk uses: the machine's parallelism, capped as ripgrep caps it.
+pub fn walk_threads() -> usize {
+    std::thread::available_parallelism()
+        .map_or(1, NonZeroUsize::get)
+        .min(MAX_WALK_THREADS)
+}
+
+/// Walks `root` in parallel and calls a per-thread visitor for every regular file that the
+/// ignore rules and `filter` let through, with its absolute path and its path relative to
+/// `root`. `make_visitor` is called once per walker thread, so a visitor can keep its own
+/// buffers and searcher. A visitor returns [`WalkState::Quit`] to stop the whole walk (when
+/// enough was found); the walk also stops when `cancel` fires.
+///
+/// Symlinks are not followed and only regular files are visited, as in ripgrep.
+pub fn walk_files<'s, B, V>(
+    root: &'s Path,
+    filter: &'s FileFilter,
+    cancel: &'s CancellationToken,
+    mut make_visitor: B,
+) where
+    B: FnMut() -> V,
+    V: FnMut(&Path, &Path) -> WalkState + Send + 's,
+{
+    let walker = WalkBuilder::new(root)
+        .hidden(!filter.walk_hidden)
+        .require_git(false)
+        .follow_links(false)
+        .threads(walk_threads())
+        .build_parallel();
+    walker.run(|| {
+        let mut visit = make_visitor();
+        Box::new(move |entry| {
+            if cancel.is_cancelled() {
+                return WalkState::Quit;
+            }
+            // An unreadable directory or file is skipped, as ripgrep does (it only warns).
+            let Ok(entry) = entry else {
+                return WalkState::Continue;
+            };
+            let Some(file_type) = entry.file_type() else {
+                return WalkState::Continue;
+            };
+            let Ok(relative) = entry.path().strip_prefix(root) else {
+                return WalkState::Continue;
+            };
+            if file_type.is_dir() {
+                if entry.depth() > 0 && filter.prunes_directory(&entry, relative) {
+                    return WalkState::Skip;
+                }
+                return WalkState::Continue;
+            }
+            if !file_type.is_file() || !filter.selects_file(relative) {
+                return WalkState::Continue;
+            }
+            visit(entry.path(), relative)
+        })
+    });
+}
+
+/// A walker thread's own results, merged into the shared list once when the thread ends,
+/// so that threads never contend on a lock while they walk.
+pub struct ThreadResults<'s, T> {
+    shared: &'s Mutex<Vec<T>>,
+    pub local: Vec<T>,
+}
+
+impl<'s, T> ThreadResults<'s, T> {
+    pub fn new(shared: &'s Mutex<Vec<T>>) -> Self {
+        Self {
+            shared,
+            local: Vec::new(),
+        }
+    }
+}
+
+impl<T> Drop for ThreadResults<'_, T> {
+    fn drop(&mut self) {
+        // A poisoned lock means another walker thread panicked mid-append; the walk's panic
+        // propagates anyway, and appending to a Vec cannot leave it inconsistent.
+        let mut shared = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
+        shared.append(&mut self.local);
+    }
+}
+
+/// The order paths are shown in: component by component, as a tree listing reads
+/// (`a/x` before `a-b/x`), which is plain byte order with `/` counted lowest.
+pub fn path_order(left: &str, right: &str) -> Ordering {
+    let key = |byte: &u8| if *byte == b'/' { 0 } else { *byte };
+    left.as_bytes()
+        .iter()
+        .map(key)
+        .cmp(right.as_bytes().iter().map(key))
+}
+
+/// A path relative to the walk's root as shown to the model (non-UTF-8 bytes replaced).
+pub fn shown_path(relative: &Path) -> String {
+    relative.to_string_lossy().into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hidden_is_named_only_by_a_component_starting_with_a_dot() {
+        for glob in [
+            ".github/**",
+            "**/.env",
+            ".*",
+            "{.*,x}",
+            "src/.config",
+            "!.x",
+        ] {
+            assert!(names_hidden(glob), "{glob}");
+        }
+        for glob in [
+            "*.rs",
+            "**/*.cpp",
+            "./src/*.rs",
+            "../x/*",
+            "a.b/c",
+            "*.d.ts",
+        ] {
+            assert!(!names_hidden(glob), "{glob}");
+        }
+    }
+
+    #[test]
+    fn paths_sort_component_by_component() {
+        let mut paths = vec!["a-b/x", "a/x", "a/b/c", "a.rs", "b"];
+        paths.sort_by(|l, r| path_order(l, r));
+        assert_eq!(paths, ["a/b/c", "a/x", "a-b/x", "a.rs", "b"]);
+    }
+
+    #[test]
+    fn a_leading_dot_slash_is_not_shown() {
+        assert_eq!(strip_dot_slash("./src/main.rs"), "src/main.rs");
+        assert_eq!(strip_dot_slash("././a"), "a");
+        assert_eq!(strip_dot_slash("./"), ".");
+        assert_eq!(strip_dot_slash("/abs/x"), "/abs/x");
+    }
+}
