@@ -386,6 +386,9 @@ async fn search_code_refuses_bad_regexes_and_missing_paths() {
     assert!(failed(&bad_glob, ErrorType::InvalidArguments).contains("glob"));
     let missing = search(dir.path(), json!({"pattern": "x", "path": "gone/dir"})).await;
     assert!(failed(&missing, ErrorType::NotFound).contains("gone/dir"));
+    nix::unistd::mkfifo(&dir.path().join("pipe"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+    let fifo = search(dir.path(), json!({"pattern": "x", "path": "pipe"})).await;
+    assert!(failed(&fifo, ErrorType::InvalidArguments).contains("neither a directory"));
     let too_much_context = search(dir.path(), json!({"pattern": "x", "context": 1000})).await;
     failed(&too_much_context, ErrorType::InvalidArguments);
     let as_string = call(dir.path(), "search_code", json!("{\"pattern\": \"x\"}")).await;

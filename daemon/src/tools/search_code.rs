@@ -174,7 +174,7 @@ fn search_code(args: &SearchArgs, ctx: &ToolContext) -> ToolOutcome {
                 &mut searcher,
                 &matcher,
                 &path,
-                shown,
+                &shown,
                 &found,
                 wanted,
                 &ctx.cancel,
@@ -191,9 +191,11 @@ fn search_code(args: &SearchArgs, ctx: &ToolContext) -> ToolOutcome {
                 let matcher = matcher.clone();
                 let (found, cancel) = (&found, &ctx.cancel);
                 move |path, relative| {
-                    let shown = walk::shown_path(relative);
+                    // Borrowed for the UTF-8 paths that nearly all are: most files match
+                    // nothing, and their search should cost no allocation.
+                    let shown = relative.to_string_lossy();
                     if let Some(file_hits) =
-                        search_file(&mut searcher, &matcher, path, shown, found, wanted, cancel)
+                        search_file(&mut searcher, &matcher, path, &shown, found, wanted, cancel)
                     {
                         results.local.push(file_hits);
                     }
@@ -233,13 +235,13 @@ fn search_file(
     searcher: &mut Searcher,
     matcher: &RegexMatcher,
     path: &Path,
-    shown: String,
+    shown: &str,
     found: &AtomicUsize,
     wanted: usize,
     cancel: &CancellationToken,
 ) -> Option<FileHits> {
     let mut sink = HitSink {
-        shown: &shown,
+        shown,
         text: String::new(),
         match_ends: Vec::new(),
         found,
@@ -254,7 +256,7 @@ fn search_file(
         return None;
     }
     Some(FileHits {
-        shown,
+        shown: shown.to_owned(),
         text,
         match_ends,
     })

@@ -39,7 +39,8 @@ pub enum Start {
 }
 
 /// Resolves a path argument (default: the session cwd) and finds out what it is.
-/// A missing path is `not_found`; any other failure to look at it is `io_error`.
+/// A missing path is `not_found`; any other failure to look at it is `io_error`; anything but
+/// a directory or a regular file is `invalid_arguments`.
 pub fn locate(env: &Env, raw: Option<&str>) -> Result<Start, ToolFailure> {
     let raw = raw.unwrap_or(".");
     let resolved = env.resolve_path(raw).resolved;
@@ -47,11 +48,16 @@ pub fn locate(env: &Env, raw: Option<&str>) -> Result<Start, ToolFailure> {
         .map_err(|err| ToolFailure::io(Path::new(raw), "read", &err))?;
     if metadata.is_dir() {
         Ok(Start::Directory(resolved))
-    } else {
+    } else if metadata.is_file() {
         Ok(Start::File {
             path: resolved,
             shown: strip_dot_slash(raw).to_owned(),
         })
+    } else {
+        // A FIFO or a device could block the search forever or never end (`/dev/zero`).
+        Err(ToolFailure::invalid_arguments(format!(
+            "{raw} is neither a directory nor a regular file"
+        )))
     }
 }
 
