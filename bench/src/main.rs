@@ -1,9 +1,9 @@
 //! toold's benchmark harness: measures toold against the tools it is compared with, on the
 //! same machine in the same run, as ratios (DESIGN.md, "Performance").
 //!
-//! `cargo run --release -p toold-bench -- search [--rounds N] [--corpus DIR]` compares
-//! `search_code` with `rg -n` and `find_files` with `rg --files -g` and `fd`, on the corpus of
-//! `../shared/bench/make-corpus.sh`. The daemon's socket does not exist yet, so toold is
+//! `cargo run --release -p toold-bench -- search [--rounds N] [--corpus DIR] [--rg PROGRAM]`
+//! compares `search_code` with `rg -n` and `find_files` with `rg --files -g` and `fd`, on the
+//! corpus of `../shared/bench/make-corpus.sh`. The daemon's socket does not exist yet, so toold is
 //! measured through its library call path (`Registry::execute`, as the daemon will call it),
 //! while rg and fd are whole processes writing to a pipe: the comparison slightly favours toold
 //! by the cost of a process start (about a millisecond), which the table says.
@@ -35,6 +35,8 @@ const TARGET_RATIO: f64 = 1.1;
 struct Options {
     rounds: usize,
     corpus: Option<PathBuf>,
+    /// The ripgrep to compare with (`--rg PATH`; default `rg` on the PATH).
+    rg: String,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -43,6 +45,7 @@ fn main() -> anyhow::Result<()> {
     let mut options = Options {
         rounds: DEFAULT_ROUNDS,
         corpus: None,
+        rg: "rg".to_owned(),
     };
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -57,12 +60,13 @@ fn main() -> anyhow::Result<()> {
             "--corpus" => {
                 options.corpus = Some(args.next().context("--corpus needs a directory")?.into())
             }
+            "--rg" => options.rg = args.next().context("--rg needs a program")?,
             other => bail!("unknown option {other:?}"),
         }
     }
     match suite.as_str() {
         "search" => search_suite(&options),
-        _ => bail!("usage: toold-bench search [--rounds N] [--corpus DIR]"),
+        _ => bail!("usage: toold-bench search [--rounds N] [--corpus DIR] [--rg PROGRAM]"),
     }
 }
 
@@ -90,10 +94,12 @@ fn search_suite(options: &Options) -> anyhow::Result<()> {
             .with_context(|| format!("corpus {}", dir.display()))?,
         None => build_corpus()?,
     };
-    let rg = tool_version("rg")?.context("ripgrep (rg) is required: apt-get install ripgrep")?;
+    let rg_program = options.rg.as_str();
+    let rg =
+        tool_version(rg_program)?.context("ripgrep (rg) is required: apt-get install ripgrep")?;
     let fd = find_fd();
     let file_count = command_lines(
-        Command::new("rg")
+        Command::new(rg_program)
             .args(["--no-config", "--files"])
             .current_dir(&corpus),
     )?
@@ -122,7 +128,7 @@ fn search_suite(options: &Options) -> anyhow::Result<()> {
 
     // Warm the page cache (every file rg would search is read once) and toold's first-use costs.
     command_lines(
-        Command::new("rg")
+        Command::new(rg_program)
             .args(["--no-config", "-c", "warm-the-page-cache-zq"])
             .current_dir(&corpus),
     )?;
@@ -152,6 +158,7 @@ fn search_suite(options: &Options) -> anyhow::Result<()> {
             case,
             options.rounds,
             &corpus,
+            rg_program,
             fd.as_ref(),
             &toold,
         )?);
@@ -174,6 +181,7 @@ fn measure(
     case: &Case,
     rounds: usize,
     corpus: &Path,
+    rg_program: &str,
     fd: Option<&(String, String)>,
     toold: &dyn Fn(&str, Value) -> anyhow::Result<String>,
 ) -> anyhow::Result<Row> {
@@ -196,7 +204,7 @@ fn measure(
         Case::Search { .. } => None,
     };
     let rg_command = || {
-        let mut command = Command::new("rg");
+        let mut command = Command::new(rg_program);
         command.args(&rg_args).current_dir(corpus);
         command
     };

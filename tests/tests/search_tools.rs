@@ -357,6 +357,21 @@ async fn search_code_honours_ignore_files_and_hidden_files() {
 }
 
 #[tokio::test]
+async fn an_ignored_directory_named_as_path_is_searched_with_the_other_rules_still_applied() {
+    // As `rg --no-require-git needle build`: naming a directory searches it even if ignored.
+    let dir = tree(&[
+        (".gitignore", b"build/\n*.log\n"),
+        ("build/a.rs", b"needle\n"),
+        ("build/sub/b.rs", b"needle\n"),
+        ("build/x.log", b"needle\n"),
+    ]);
+    let result = search(dir.path(), json!({"pattern": "needle", "path": "build"})).await;
+    assert_eq!(ok(&result), "a.rs:1:needle\nsub/b.rs:1:needle");
+    let listed = find(dir.path(), json!({"pattern": "*", "path": "build"})).await;
+    assert_eq!(ok(&listed), "a.rs\nsub/b.rs");
+}
+
+#[tokio::test]
 async fn search_code_skips_binary_files_and_cuts_long_lines() {
     let long_line = format!("needle{}\n", "x".repeat(5000));
     let dir = tree(&[
