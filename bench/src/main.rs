@@ -37,6 +37,8 @@ struct Options {
     corpus: Option<PathBuf>,
     /// The ripgrep to compare with (`--rg PATH`; default `rg` on the PATH).
     rg: String,
+    /// Only the cases with this name (`--only NAME`), e.g. to profile one.
+    only: Option<String>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -46,6 +48,7 @@ fn main() -> anyhow::Result<()> {
         rounds: DEFAULT_ROUNDS,
         corpus: None,
         rg: "rg".to_owned(),
+        only: None,
     };
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -61,12 +64,15 @@ fn main() -> anyhow::Result<()> {
                 options.corpus = Some(args.next().context("--corpus needs a directory")?.into())
             }
             "--rg" => options.rg = args.next().context("--rg needs a program")?,
+            "--only" => options.only = Some(args.next().context("--only needs a case name")?),
             other => bail!("unknown option {other:?}"),
         }
     }
     match suite.as_str() {
         "search" => search_suite(&options),
-        _ => bail!("usage: toold-bench search [--rounds N] [--corpus DIR] [--rg PROGRAM]"),
+        _ => bail!(
+            "usage: toold-bench search [--rounds N] [--corpus DIR] [--rg PROGRAM] [--only CASE]"
+        ),
     }
 }
 
@@ -151,7 +157,10 @@ fn search_suite(options: &Options) -> anyhow::Result<()> {
         ("find", Case::Find { glob: "**/*.cpp" }),
     ];
     let mut rows = Vec::new();
-    for (name, case) in &cases {
+    let selected = cases
+        .iter()
+        .filter(|(name, _)| options.only.as_deref().is_none_or(|only| only == *name));
+    for (name, case) in selected {
         eprintln!("measuring {name} ({} rounds)", options.rounds);
         rows.push(measure(
             name,

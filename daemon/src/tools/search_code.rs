@@ -33,10 +33,9 @@ use grep_searcher::{BinaryDetection, Searcher, SearcherBuilder, Sink, SinkContex
 use ignore::WalkState;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
-use tokio_util::sync::CancellationToken;
 use toold_protocol::{ErrorType, Safety, ToolDefinition, ToolSource};
 
-use super::walk::{self, FileFilter, Start, ThreadResults};
+use super::walk::{self, CancelCheck, FileFilter, Start, ThreadResults};
 use super::{Tool, ToolContext, ToolFailure, ToolFuture, ToolOutcome, ToolOutput, parse_args};
 
 /// How many matching lines a call returns when it does not say.
@@ -169,6 +168,7 @@ fn search_code(args: &SearchArgs, ctx: &ToolContext) -> ToolOutcome {
     let mut hits = match start {
         Start::File { path, shown } => {
             let mut searcher = searcher;
+            let mut cancel = CancelCheck::new(&ctx.cancel);
             let mut hits = Vec::new();
             if let Some(file_hits) = search_file(
                 &mut searcher,
@@ -177,7 +177,7 @@ fn search_code(args: &SearchArgs, ctx: &ToolContext) -> ToolOutcome {
                 &shown,
                 &found,
                 wanted,
-                &ctx.cancel,
+                &mut cancel,
             ) {
                 hits.push(file_hits);
             }
@@ -189,14 +189,21 @@ fn search_code(args: &SearchArgs, ctx: &ToolContext) -> ToolOutcome {
                 let mut results = ThreadResults::new(&shared);
                 let mut searcher = searcher.clone();
                 let matcher = matcher.clone();
-                let (found, cancel) = (&found, &ctx.cancel);
+                let mut cancel = CancelCheck::new(&ctx.cancel);
+                let found = &found;
                 move |path, relative| {
                     // Borrowed for the UTF-8 paths that nearly all are: most files match
                     // nothing, and their search should cost no allocation.
                     let shown = relative.to_string_lossy();
-                    if let Some(file_hits) =
-                        search_file(&mut searcher, &matcher, path, &shown, found, wanted, cancel)
-                    {
+                    if let Some(file_hits) = search_file(
+                        &mut searcher,
+                        &matcher,
+                        path,
+                        &shown,
+                        found,
+                        wanted,
+                        &mut cancel,
+                    ) {
                         results.local.push(file_hits);
                     }
                     if found.load(Ordering::Relaxed) >= wanted {
@@ -238,7 +245,7 @@ fn search_file(
     shown: &str,
     found: &AtomicUsize,
     wanted: usize,
-    cancel: &CancellationToken,
+    cancel: &mut CancelCheck<'_>,
 ) -> Option<FileHits> {
     let mut sink = HitSink {
         shown,
@@ -264,16 +271,16 @@ fn search_file(
 
 /// Writes one file's matches and context lines in ripgrep's format, and counts matching lines
 /// into the search-wide total so that every file stops once the search has enough.
-struct HitSink<'a> {
+struct HitSink<'a, 'c> {
     shown: &'a str,
     text: String,
     match_ends: Vec<usize>,
     found: &'a AtomicUsize,
     wanted: usize,
-    cancel: &'a CancellationToken,
+    cancel: &'a mut CancelCheck<'c>,
 }
 
-impl Sink for HitSink<'_> {
+impl Sink for HitSink<'_, '_> {
     type Error = io::Error;
 
     fn matched(&mut self, _searcher: &Searcher, found: &SinkMatch<'_>) -> Result<bool, io::Error> {
