@@ -5,7 +5,8 @@
 //! Output is ripgrep's `-n` format: `path:line:text` for a matching line, and with `context`
 //! `path-line-text` for a context line and `--` between groups that are not adjacent (also
 //! between files). `path` is relative to the searched directory, or the argument as written
-//! when a single file is searched. Files come in sorted order, lines in file order. A line
+//! when a single file is searched; a file named that way is searched whatever the glob, the
+//! ignore files and the hidden rule say, as ripgrep does (binary detection still applies). Files come in sorted order, lines in file order. A line
 //! longer than [`MAX_LINE_BYTES`] is cut with a marker saying how much was left out, so that
 //! one minified file cannot flood the model. Invalid UTF-8 is replaced, never refused.
 //!
