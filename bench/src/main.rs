@@ -1,8 +1,8 @@
 //! toold's benchmark harness: measures toold against the tools it is compared with, on the
 //! same machine in the same run, as ratios (DESIGN.md, "Performance").
 //!
-//! `cargo run --release -p toold-bench -- search [--rounds N] [--corpus DIR] [--rg PROGRAM]`
-//! compares `search_code` with `rg -n` and `find_files` with `rg --files -g` and `fd`, on the
+//! `cargo run --release -p toold-bench -- search [--rounds N] [--corpus DIR] [--rg PROGRAM]
+//! [--only CASE] [--out FILE]` compares `search_code` with `rg -n` and `find_files` with `rg --files -g` and `fd`, on the
 //! corpus of `../shared/bench/make-corpus.sh`. The daemon's socket does not exist yet, so toold is
 //! measured through its library call path (`Registry::execute`, as the daemon will call it),
 //! while rg and fd are whole processes writing to a pipe: the comparison slightly favours toold
@@ -39,6 +39,8 @@ struct Options {
     rg: String,
     /// Only the cases with this name (`--only NAME`), e.g. to profile one.
     only: Option<String>,
+    /// Also write the table here (`--out FILE`), e.g. `docs/benchmarks.md`.
+    out: Option<PathBuf>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -49,6 +51,7 @@ fn main() -> anyhow::Result<()> {
         corpus: None,
         rg: "rg".to_owned(),
         only: None,
+        out: None,
     };
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -65,13 +68,14 @@ fn main() -> anyhow::Result<()> {
             }
             "--rg" => options.rg = args.next().context("--rg needs a program")?,
             "--only" => options.only = Some(args.next().context("--only needs a case name")?),
+            "--out" => options.out = Some(args.next().context("--out needs a file")?.into()),
             other => bail!("unknown option {other:?}"),
         }
     }
     match suite.as_str() {
         "search" => search_suite(&options),
         _ => bail!(
-            "usage: toold-bench search [--rounds N] [--corpus DIR] [--rg PROGRAM] [--only CASE]"
+            "usage: toold-bench search [--rounds N] [--corpus DIR] [--rg PROGRAM] [--only CASE] [--out FILE]"
         ),
     }
 }
@@ -181,6 +185,9 @@ fn search_suite(options: &Options) -> anyhow::Result<()> {
         fd.as_ref().map(|(_, v)| v.as_str()),
     );
     println!("{table}");
+    if let Some(out) = &options.out {
+        std::fs::write(out, &table).with_context(|| format!("writing {}", out.display()))?;
+    }
     Ok(())
 }
 
