@@ -8,6 +8,7 @@
 //! while rg and fd are whole processes writing to a pipe: the comparison slightly favours toold
 //! by the cost of a process start (about a millisecond), which the table says.
 
+mod permission;
 mod stats;
 
 use std::collections::BTreeSet;
@@ -74,8 +75,9 @@ fn main() -> anyhow::Result<()> {
     }
     match suite.as_str() {
         "search" => search_suite(&options),
+        "permission" => permission::permission_suite(options.rounds),
         _ => bail!(
-            "usage: toold-bench search [--rounds N] [--corpus DIR] [--rg PROGRAM] [--only CASE] [--out FILE]"
+            "usage: toold-bench search [--rounds N] [--corpus DIR] [--rg PROGRAM] [--only CASE] [--out FILE]\n       toold-bench permission [--rounds N]"
         ),
     }
 }

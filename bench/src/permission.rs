@@ -1,0 +1,105 @@
+//! The permission engine's cost: a 10-rule policy against a compound command line, parsed and
+//! judged as the pipeline does it, per call in microseconds (median and IQR over rounds).
+
+use std::path::Path;
+use std::time::Instant;
+
+use serde_json::json;
+use toold::permission::facts::command_facts;
+use toold::permission::{CallFacts, HookVerdict, Policy, SessionFacts, evaluate};
+use toold::{Env, shell};
+use toold_protocol::{Rules, Safety, SessionMode};
+
+use crate::stats::Samples;
+
+/// A compound line with a pipeline, a list, a wrapper, a redirection and a substitution.
+const LINE: &str = "cd src && FOO=1 timeout 30 cargo test -p toold 2>&1 | tee ../test.log; git status --short || echo \"$(date) failed\" > /dev/null";
+
+/// Evaluations per round: enough that the clock's resolution does not matter.
+const PER_ROUND: u32 = 2_000;
+
+pub fn permission_suite(rounds: usize) -> anyhow::Result<()> {
+    let cwd = Path::new("/work/project");
+    let strings = |list: &[&str]| list.iter().map(|rule| rule.to_string()).collect();
+    let rules = Rules {
+        allow: strings(&[
+            "run_command(cargo test *)",
+            "run_command(git status *)",
+            "run_command(echo *)",
+            "run_command(cd *)",
+            "run_command(tee *)",
+        ]),
+        ask: strings(&["run_command(git push *)", "run_command(curl *)"]),
+        deny: strings(&[
+            "run_command(rm -rf *)",
+            "run_command(sudo *)",
+            "read_file(.env)",
+        ]),
+    };
+    let policy = Policy::compile([&rules], cwd, Path::new("/home/user"))?;
+    let env = Env::new(cwd);
+    let arguments = json!({ "command": LINE })
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
+    let session = SessionFacts {
+        mode: SessionMode::Default,
+        policy: &policy,
+        grants: &[],
+    };
+
+    let judge = |facts_parsed: &toold::permission::CommandFacts| {
+        let call = CallFacts {
+            tool: "run_command",
+            safety: Safety::SideEffect,
+            system: false,
+            arguments: &arguments,
+            paths: &[],
+            command: Some(facts_parsed),
+            hook: HookVerdict::None,
+        };
+        evaluate(&call, &session)
+    };
+    let parsed = command_facts("run_command", &arguments, &env)
+        .ok_or_else(|| anyhow::anyhow!("no command facts"))?;
+    let decision = judge(&parsed);
+
+    let (mut full, mut evaluate_only, mut parse_only) =
+        (Samples::default(), Samples::default(), Samples::default());
+    for _ in 0..rounds {
+        let started = Instant::now();
+        for _ in 0..PER_ROUND {
+            let facts = command_facts("run_command", &arguments, &env)
+                .ok_or_else(|| anyhow::anyhow!("no command facts"))?;
+            std::hint::black_box(judge(&facts));
+        }
+        full.push(started.elapsed() / PER_ROUND);
+        let started = Instant::now();
+        for _ in 0..PER_ROUND {
+            std::hint::black_box(judge(std::hint::black_box(&parsed)));
+        }
+        evaluate_only.push(started.elapsed() / PER_ROUND);
+        let started = Instant::now();
+        for _ in 0..PER_ROUND {
+            std::hint::black_box(shell::analyze(std::hint::black_box(LINE)));
+        }
+        parse_only.push(started.elapsed() / PER_ROUND);
+    }
+    println!("permission engine, 10 rules, line: {LINE}");
+    println!("decision: {decision:?}");
+    println!("| step | µs per call, median (IQR) |");
+    println!("|---|---|");
+    for (name, samples) in [
+        ("parse + judge (what a call pays)", &full),
+        ("judge only", &evaluate_only),
+        ("parse only", &parse_only),
+    ] {
+        let summary = samples.summary();
+        println!(
+            "| {name} | {:.1} ({:.1}) |",
+            summary.median_ms * 1e3,
+            summary.iqr_ms() * 1e3
+        );
+    }
+    Ok(())
+}
