@@ -43,9 +43,11 @@ pub trait Tool: Send + Sync + 'static {
 
     /// Runs the tool on arguments already validated against its input schema.
     ///
-    /// When `ctx.cancel` fires (cancellation or the deadline), the tool should stop and return
-    /// promptly, with whatever partial output it has; the registry waits [`registry::STOP_GRACE`]
-    /// for that and then leaves the tool behind.
+    /// When `ctx.cancel` fires (cancellation or the deadline), the tool should stop promptly and
+    /// return a *failure* carrying whatever partial output it has (the registry replaces its
+    /// error type with `timeout` or `canceled`; a success would be taken as the work having
+    /// finished after all). The registry waits [`registry::STOP_GRACE`] for it, then leaves the
+    /// tool behind.
     fn run(&self, args: Map<String, Value>, ctx: ToolContext) -> ToolFuture;
 
     /// A timeout the call itself asks for (only `run_command` has one); capped by the registry.
