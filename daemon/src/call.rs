@@ -23,7 +23,7 @@ use crate::permission::facts::with_facts;
 use crate::permission::{self, Decision, HookVerdict, SessionFacts};
 use crate::session::{Session, SessionState};
 use crate::tools::registry::run_resolved;
-use crate::tools::{OutputChunk, ResolvedCall};
+use crate::tools::{CallOrigin, OutputChunk, ResolvedCall};
 
 /// How many live output chunks may wait for the event sink before the tool waits.
 const OUTPUT_QUEUE: usize = 64;
@@ -368,16 +368,26 @@ async fn step_execute(
         sent: 0,
         truncated: false,
     };
-    let run = run_resolved(resolved, env, cancel.clone(), Some(sender));
-    tokio::pin!(run);
-    let result = loop {
+    let origin = CallOrigin {
+        session_id: Arc::from(scope.session.id()),
+        batch_id: Arc::clone(&scope.batch_id),
+    };
+    let run = run_resolved(resolved, env, cancel.clone(), Some(sender), Some(origin));
+    let result = {
+        // Forwarding runs beside the call (never instead of it, so the deadline is always
+        // watched); it waits for the listeners before each event, which holds the tool back
+        // through the bounded channel when a client reads slowly.
+        let forward = async {
+            while let Some(chunk) = receiver.recv().await {
+                scope.session.events().output_ready().await;
+                stream.forward(chunk);
+            }
+            std::future::pending::<()>().await;
+        };
+        tokio::pin!(run, forward);
         tokio::select! {
-            biased;
-            chunk = receiver.recv() => match chunk {
-                Some(chunk) => stream.forward(chunk),
-                None => break (&mut run).await,
-            },
-            result = &mut run => break result,
+            result = &mut run => result,
+            () = &mut forward => unreachable!("forwarding never ends by itself"),
         }
     };
     // Output the tool sent just before it ended still comes before its result.

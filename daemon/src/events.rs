@@ -2,6 +2,8 @@
 //! and the next `seq`, and hands it to whoever listens (the daemon's event log and the attached
 //! connections; a collector in tests).
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 
 use toold_protocol::{
@@ -24,6 +26,13 @@ pub enum EventBody {
 /// block: queue the event and return.
 pub trait EventListener: Send + Sync {
     fn deliver(&self, event: Event);
+
+    /// Resolves when the listener can take more live output: a listener whose readers lag
+    /// holds back `tool/output` events, and so the command that produces them, rather than
+    /// buffering without bound.
+    fn output_ready(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        Box::pin(std::future::ready(()))
+    }
 }
 
 /// A session's event sink.
@@ -55,6 +64,11 @@ impl EventSink {
     /// The `seq` of the last event emitted.
     pub fn last_seq(&self) -> u64 {
         *self.lock()
+    }
+
+    /// Waits until the listener can take more live output (see [`EventListener::output_ready`]).
+    pub async fn output_ready(&self) {
+        self.listener.output_ready().await;
     }
 
     /// Stamps and delivers one event; returns its `seq`.

@@ -60,6 +60,9 @@ pub trait Tool: Send + Sync + 'static {
 #[derive(Clone)]
 pub struct ToolContext {
     pub call_id: String,
+    /// The session and batch the call belongs to; `None` when a caller runs a tool outside any
+    /// session (tests, benchmarks).
+    pub origin: Option<CallOrigin>,
     pub env: Arc<Env>,
     /// Fires on cancellation and at the deadline.
     pub cancel: CancellationToken,
@@ -68,6 +71,13 @@ pub struct ToolContext {
     /// Live output, for tools that produce it as they go (the daemon turns it into
     /// `tool/output` events). Sending waits when the receiver lags: memory stays bounded.
     pub output: Option<mpsc::Sender<OutputChunk>>,
+}
+
+/// Which session and batch a call belongs to: client tools pass it on in `tool/invoke`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallOrigin {
+    pub session_id: Arc<str>,
+    pub batch_id: Arc<str>,
 }
 
 /// One piece of live output, valid UTF-8 (invalid bytes replaced, characters never split).

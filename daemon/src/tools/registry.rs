@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use toold_protocol::{ErrorType, Safety, ToolCall, ToolDefinition, ToolResult};
 
-use super::{OutputChunk, Tool, ToolContext, ToolOutcome};
+use super::{CallOrigin, OutputChunk, Tool, ToolContext, ToolOutcome};
 use crate::env::Env;
 
 /// How long a tool has, once cancelled or past its deadline, to stop and hand back its partial
@@ -208,7 +208,7 @@ impl Registry {
         output: Option<mpsc::Sender<OutputChunk>>,
     ) -> ToolResult {
         match self.resolve(call) {
-            Ok(resolved) => run_resolved(resolved, env, cancel, output).await,
+            Ok(resolved) => run_resolved(resolved, env, cancel, output, None).await,
             Err(failure) => failure,
         }
     }
@@ -256,6 +256,7 @@ pub async fn run_resolved(
     env: Arc<Env>,
     cancel: CancellationToken,
     output: Option<mpsc::Sender<OutputChunk>>,
+    origin: Option<CallOrigin>,
 ) -> ToolResult {
     let ResolvedCall {
         call_id,
@@ -275,6 +276,7 @@ pub async fn run_resolved(
     let _stop_on_drop = stop.clone().drop_guard();
     let ctx = ToolContext {
         call_id: call_id.clone(),
+        origin,
         env,
         cancel: stop.clone(),
         deadline,
