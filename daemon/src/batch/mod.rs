@@ -6,6 +6,7 @@ pub mod plan;
 
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::sync::Semaphore;
@@ -63,13 +64,27 @@ pub struct Batch {
 pub struct BatchControl {
     pub batch: CancellationToken,
     pub calls: Vec<CancellationToken>,
+    /// Which calls have ended, so that `tools/cancel` reports only calls it could still reach.
+    finished: Arc<[AtomicBool]>,
 }
 
 impl BatchControl {
     pub fn new(calls: usize) -> Self {
         let batch = CancellationToken::new();
-        let calls = (0..calls).map(|_| batch.child_token()).collect();
-        Self { batch, calls }
+        let tokens = (0..calls).map(|_| batch.child_token()).collect();
+        let finished = (0..calls).map(|_| AtomicBool::new(false)).collect();
+        Self { batch, calls: tokens, finished }
+    }
+
+    /// Whether call `index` has its result.
+    pub fn is_finished(&self, index: usize) -> bool {
+        self.finished.get(index).is_some_and(|done| done.load(Ordering::Acquire))
+    }
+
+    fn mark_finished(&self, index: usize) {
+        if let Some(done) = self.finished.get(index) {
+            done.store(true, Ordering::Release);
+        }
     }
 }
 
@@ -140,11 +155,14 @@ impl Executor {
                 );
                 let permits = Arc::clone(&permits);
                 let started = Instant::now();
+                let finished = control.clone();
                 let task = tokio::spawn(async move {
                     // The semaphore is never closed, so acquiring cannot fail; were it closed,
                     // running unbounded is the safe side of that impossibility.
                     let _permit = permits.acquire_owned().await.ok();
-                    call::run_call(scope, call, cancel).await
+                    let outcome = call::run_call(scope, call, cancel).await;
+                    finished.mark_finished(index);
+                    outcome
                 });
                 tasks.push((index, started, task));
             }
@@ -163,6 +181,7 @@ impl Executor {
                         call::finish(&scope, call, result, call::elapsed_ms(started))
                     }
                 };
+                control.mark_finished(index);
                 outcomes[index] = Some(outcome);
             }
         }

@@ -1,0 +1,158 @@
+//! One client connection as the daemon's handlers see it: how to reach it (requests and
+//! notifications towards the client), what it declared in `initialize`, and what it owns
+//! (attached sessions, registered tools, submitted batches).
+
+use std::collections::{BTreeSet, HashMap};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+use toold_protocol::{ClientCapabilities, ErrorObject, HookEvent};
+
+/// Why a request towards the client did not get a result.
+#[derive(Debug, Clone, PartialEq)]
+pub enum OutboundError {
+    /// The client answered with an error.
+    Error(ErrorObject),
+    /// The connection closed before an answer came.
+    Closed,
+}
+
+/// A boxed future towards the client.
+pub type OutboundFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+
+/// The way to the client: the daemon's side of the bidirectional peer. Dropping a request's
+/// future withdraws it (`$/cancelRequest`).
+pub trait Outbound: Send + Sync + 'static {
+    fn request(&self, method: &'static str, params: Value) -> OutboundFuture<Result<Value, OutboundError>>;
+    /// Waits for room in the connection's outgoing queue; fails once the connection is gone.
+    fn notify(&self, method: &'static str, params: Value) -> OutboundFuture<Result<(), OutboundError>>;
+    /// Resolves when the connection has closed.
+    fn closed(&self) -> OutboundFuture<()>;
+}
+
+/// What the client declared and what it owns; changed by its own requests.
+#[derive(Default)]
+struct ConnectionState {
+    initialized: bool,
+    capabilities: ClientCapabilities,
+    client_name: Option<String>,
+    /// Sessions this connection is attached to.
+    sessions: BTreeSet<String>,
+    /// Client tools this connection registered.
+    tools: BTreeSet<String>,
+    /// `tools/execute` requests in flight: request id (as JSON text) → the batch's cancel token,
+    /// for `$/cancelRequest`.
+    executing: HashMap<String, CancellationToken>,
+}
+
+/// One connection.
+pub struct Connection {
+    id: u64,
+    outbound: Arc<dyn Outbound>,
+    state: Mutex<ConnectionState>,
+}
+
+impl Connection {
+    pub fn new(id: u64, outbound: Arc<dyn Outbound>) -> Self {
+        Self { id, outbound, state: Mutex::new(ConnectionState::default()) }
+    }
+
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    pub fn outbound(&self) -> &Arc<dyn Outbound> {
+        &self.outbound
+    }
+
+    pub fn is_initialized(&self) -> bool {
+        self.lock().initialized
+    }
+
+    /// Records the `initialize` handshake; false if it already happened.
+    pub fn initialize(&self, capabilities: ClientCapabilities, client_name: Option<String>) -> bool {
+        let mut state = self.lock();
+        if state.initialized {
+            return false;
+        }
+        state.initialized = true;
+        state.capabilities = capabilities;
+        state.client_name = client_name;
+        true
+    }
+
+    pub fn client_name(&self) -> Option<String> {
+        self.lock().client_name.clone()
+    }
+
+    pub fn approves(&self) -> bool {
+        self.lock().capabilities.approvals
+    }
+
+    pub fn hooks(&self, event: HookEvent) -> bool {
+        self.lock().capabilities.hooks.contains(&event)
+    }
+
+    pub fn has_client_tools(&self) -> bool {
+        self.lock().capabilities.client_tools
+    }
+
+    pub fn attach(&self, session_id: &str) -> bool {
+        self.lock().sessions.insert(session_id.to_owned())
+    }
+
+    pub fn detach(&self, session_id: &str) -> bool {
+        self.lock().sessions.remove(session_id)
+    }
+
+    pub fn is_attached(&self, session_id: &str) -> bool {
+        self.lock().sessions.contains(session_id)
+    }
+
+    pub fn sessions(&self) -> Vec<String> {
+        self.lock().sessions.iter().cloned().collect()
+    }
+
+    pub fn own_tool(&self, name: &str) {
+        self.lock().tools.insert(name.to_owned());
+    }
+
+    pub fn disown_tool(&self, name: &str) -> bool {
+        self.lock().tools.remove(name)
+    }
+
+    pub fn owns_tool(&self, name: &str) -> bool {
+        self.lock().tools.contains(name)
+    }
+
+    pub fn tools(&self) -> Vec<String> {
+        self.lock().tools.iter().cloned().collect()
+    }
+
+    pub fn start_execute(&self, request_id: String, cancel: CancellationToken) {
+        self.lock().executing.insert(request_id, cancel);
+    }
+
+    pub fn end_execute(&self, request_id: &str) {
+        self.lock().executing.remove(request_id);
+    }
+
+    /// Cancels the batch a `tools/execute` request of this connection runs; false if none.
+    pub fn cancel_execute(&self, request_id: &str) -> bool {
+        match self.lock().executing.get(request_id) {
+            Some(cancel) => {
+                cancel.cancel();
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, ConnectionState> {
+        // Every change is a single insert, remove or assignment: a poisoned lock is still sound.
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}

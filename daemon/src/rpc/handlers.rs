@@ -1,0 +1,211 @@
+//! One function per client→server method of PROTOCOL.md, on typed params. Errors are
+//! JSON-RPC errors: malformed or impossible requests only; tool failures are results.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use serde_json::{Value, json};
+use toold_protocol::{
+    CancelParams, CancelResult, Empty, ErrorObject, ExecuteParams, ExecuteResult, HookEvent, InitializeParams,
+    InitializeResult, PROTOCOL_VERSION, PeerInfo, Revision, ServerCapabilities, SessionAttachParams, SessionCreateParams,
+    SessionIdParams, SessionListResult, SessionMode, SessionSnapshot, SessionUpdateParams, ToolSource, ToolsListParams,
+    ToolsListResult, ToolsRegisterParams, ToolsUnregisterParams, UnsupportedVersionData, methods,
+};
+
+use super::Daemon;
+use super::connection::Connection;
+use super::peers::ClientTool;
+use crate::batch::{Batch, BatchControl};
+use crate::tools::RegisterError;
+
+type Reply<T> = Result<T, ErrorObject>;
+
+pub fn initialize(daemon: &Daemon, connection: &Connection, params: InitializeParams) -> Reply<InitializeResult> {
+    if params.protocol_version != PROTOCOL_VERSION {
+        return Err(ErrorObject::invalid_params(format!(
+            "protocol_version {} is not supported; this daemon speaks {PROTOCOL_VERSION}",
+            params.protocol_version
+        ))
+        .with_data(json!(UnsupportedVersionData { supported: vec![PROTOCOL_VERSION] })));
+    }
+    let name = params.client_info.map(|info| info.name);
+    if !connection.initialize(params.capabilities, name) {
+        return Err(ErrorObject::invalid_request("initialize was already called on this connection"));
+    }
+    let mut modes = vec![SessionMode::Default, SessionMode::AcceptEdits, SessionMode::Plan, SessionMode::DontAsk];
+    if daemon.settings.allow_bypass {
+        modes.push(SessionMode::Bypass);
+    }
+    Ok(InitializeResult {
+        protocol_version: PROTOCOL_VERSION,
+        server_info: PeerInfo { name: "toold".into(), version: Some(env!("CARGO_PKG_VERSION").into()) },
+        instance_id: daemon.instance_id.clone(),
+        capabilities: ServerCapabilities {
+            modes,
+            hooks: vec![HookEvent::PreToolUse, HookEvent::PostToolUse],
+            client_tools: true,
+            max_message_bytes: daemon.settings.max_message_bytes as u64,
+        },
+    })
+}
+
+pub fn session_create(daemon: &Daemon, connection: &Arc<Connection>, params: SessionCreateParams) -> Reply<SessionSnapshot> {
+    let managed = daemon.sessions.create(params, connection)?;
+    tracing::info!(session = managed.id(), connection = connection.id(), "session created");
+    Ok(managed.snapshot())
+}
+
+/// Attaches, replaying retained events after `after_seq` first; the snapshot comes after them.
+pub async fn session_attach(daemon: &Daemon, connection: &Arc<Connection>, params: SessionAttachParams) -> Reply<SessionSnapshot> {
+    let managed = daemon.sessions.get(&params.session_id)?;
+    let head = managed.log.last_seq();
+    connection.attach(managed.id());
+    let truncated = managed.attach(connection, params.after_seq);
+    if params.after_seq.is_some() {
+        managed.flushed(connection.id(), head).await;
+    }
+    let mut snapshot = managed.snapshot();
+    snapshot.replay_truncated = truncated;
+    Ok(snapshot)
+}
+
+pub fn session_detach(daemon: &Daemon, connection: &Connection, params: SessionIdParams) -> Reply<Empty> {
+    let managed = daemon.sessions.get(&params.session_id)?;
+    connection.detach(managed.id());
+    managed.detach(connection.id());
+    Ok(Empty {})
+}
+
+pub fn session_update(daemon: &Daemon, params: SessionUpdateParams) -> Reply<SessionSnapshot> {
+    Ok(daemon.sessions.update(params)?.snapshot())
+}
+
+pub fn session_get(daemon: &Daemon, params: SessionIdParams) -> Reply<SessionSnapshot> {
+    Ok(daemon.sessions.get(&params.session_id)?.snapshot())
+}
+
+pub fn session_list(daemon: &Daemon) -> Reply<SessionListResult> {
+    Ok(SessionListResult { sessions: daemon.sessions.all().iter().map(|managed| managed.snapshot()).collect() })
+}
+
+pub fn session_close(daemon: &Daemon, params: SessionIdParams) -> Reply<Empty> {
+    daemon.sessions.close(&params.session_id)?;
+    tracing::info!(session = %params.session_id, "session closed");
+    Ok(Empty {})
+}
+
+pub fn tools_list(daemon: &Daemon, params: ToolsListParams) -> Reply<ToolsListResult> {
+    let revision = daemon.registry.revision();
+    let mut tools = daemon.registry.definitions();
+    if let Some(session_id) = &params.session_id {
+        let state = daemon.sessions.get(session_id)?.session.state();
+        tools.retain(|definition| state.visible(definition));
+    }
+    if let Some(allowed) = &params.allowed {
+        tools.retain(|definition| crate::tools::registry::is_listed(definition, allowed));
+    }
+    if let Some(safety) = params.safety {
+        tools.retain(|definition| definition.safety == safety);
+    }
+    Ok(ToolsListResult { revision, tools })
+}
+
+pub fn tools_register(daemon: &Daemon, connection: &Arc<Connection>, params: ToolsRegisterParams) -> Reply<Revision> {
+    if !connection.has_client_tools() {
+        return Err(ErrorObject::invalid_params(
+            "tools/register needs the client_tools capability, declared in initialize",
+        ));
+    }
+    let mut seen = HashSet::new();
+    for definition in &params.tools {
+        if !seen.insert(definition.name.as_str()) {
+            return Err(ErrorObject::invalid_params(format!("the tool {:?} is listed twice", definition.name)));
+        }
+        let existing = daemon.registry.get(&definition.name);
+        if existing.is_some() && !(params.replace && connection.owns_tool(&definition.name)) {
+            return Err(ErrorObject::invalid_params(format!(
+                "a tool named {:?} is already registered{}",
+                definition.name,
+                if params.replace { " by someone else; replace only replaces this connection's own tools" } else { "" }
+            )));
+        }
+    }
+    for mut definition in params.tools {
+        definition.source = ToolSource::Client;
+        let name = definition.name.clone();
+        let tool = Arc::new(ClientTool::new(definition, Arc::clone(connection)));
+        let registered = if connection.owns_tool(&name) {
+            daemon.registry.register_or_replace(tool)
+        } else {
+            daemon.registry.register(tool)
+        };
+        registered.map_err(|err| match err {
+            RegisterError::EmptyName | RegisterError::Duplicate(_) | RegisterError::InvalidSchema { .. } => {
+                ErrorObject::invalid_params(err.to_string())
+            }
+        })?;
+        connection.own_tool(&name);
+    }
+    daemon.tools_changed();
+    Ok(Revision { revision: daemon.registry.revision() })
+}
+
+pub fn tools_unregister(daemon: &Daemon, connection: &Connection, params: ToolsUnregisterParams) -> Reply<Revision> {
+    if let Some(foreign) = params.names.iter().find(|name| !connection.owns_tool(name)) {
+        return Err(ErrorObject::invalid_params(format!(
+            "the tool {foreign:?} was not registered by this connection; only a connection's own tools can be removed"
+        )));
+    }
+    for name in &params.names {
+        daemon.registry.unregister(name);
+        connection.disown_tool(name);
+    }
+    daemon.tools_changed();
+    Ok(Revision { revision: daemon.registry.revision() })
+}
+
+/// Runs a batch; answers after every call has ended and after the submitting connection, if
+/// attached, has been sent the batch's events.
+pub async fn tools_execute(
+    daemon: &Daemon,
+    connection: &Arc<Connection>,
+    request_id: String,
+    params: ExecuteParams,
+) -> Reply<ExecuteResult> {
+    let managed = daemon.sessions.get(&params.session_id)?;
+    let mut ids = HashSet::new();
+    if let Some(duplicate) = params.calls.iter().find(|call| !ids.insert(call.id.as_str())) {
+        return Err(ErrorObject::invalid_params(format!("the call id {:?} appears twice in the batch", duplicate.id)));
+    }
+    if daemon.shutdown.is_cancelled() {
+        return Err(ErrorObject::overloaded("the daemon is shutting down; no new batches start"));
+    }
+    let batch_id = format!("b_{}", daemon.next_batch.fetch_add(1, Ordering::Relaxed));
+    let control = BatchControl::new(params.calls.len());
+    let call_ids: Vec<String> = params.calls.iter().map(|call| call.id.clone()).collect();
+    managed.start_batch(&batch_id, control.clone(), call_ids, connection.id());
+    connection.start_execute(request_id.clone(), control.batch.clone());
+    let batch = Batch { id: batch_id.clone(), iteration: params.iteration, calls: params.calls };
+    let results = daemon.executor.run_batch(&managed.session, batch, &control).await;
+    connection.end_execute(&request_id);
+    managed.end_batch(&batch_id);
+    // Grants may have changed during the batch.
+    daemon.sessions.persist(&managed);
+    managed.flushed(connection.id(), managed.log.last_seq()).await;
+    Ok(ExecuteResult { batch_id, results })
+}
+
+pub fn tools_cancel(daemon: &Daemon, params: CancelParams) -> Reply<CancelResult> {
+    let managed = daemon.sessions.get(&params.session_id)?;
+    let canceled = managed.cancel(params.batch_id.as_deref(), params.call_ids.as_deref());
+    Ok(CancelResult { canceled })
+}
+
+/// `$/cancelRequest` naming a `tools/execute` request cancels its batch; anything else is
+/// ignored, as JSON-RPC allows.
+pub fn cancel_request(connection: &Connection, params: Option<Value>) {
+    if let Some(id) = params.as_ref().and_then(|params| params.get("id")) {
+        connection.cancel_execute(&id.to_string());
+    }
+}

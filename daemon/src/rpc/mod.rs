@@ -1,0 +1,106 @@
+//! The daemon's JSON-RPC side: the shared daemon state, connections, the method table and its
+//! handlers, and the peers (hooks, client tools) reached over connections.
+
+pub mod connection;
+pub mod dispatch;
+pub mod handlers;
+pub mod peers;
+
+use std::collections::HashMap;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+use toold_protocol::methods;
+
+use crate::batch::Executor;
+use crate::session::manager::SessionManager;
+use crate::tools::Registry;
+use connection::Connection;
+
+/// Daemon-wide settings the handlers need.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub allow_bypass: bool,
+    pub max_message_bytes: usize,
+}
+
+/// Everything the daemon shares between connections.
+pub struct Daemon {
+    pub registry: Arc<Registry>,
+    pub executor: Arc<Executor>,
+    pub sessions: SessionManager,
+    pub settings: Settings,
+    /// Changes with every daemon process: clients tell a restart by it.
+    pub instance_id: String,
+    pub started: Instant,
+    /// Fired when the daemon starts shutting down: no new batches.
+    pub shutdown: CancellationToken,
+    pub next_batch: AtomicU64,
+    /// Every open connection, for `tools/list_changed`.
+    connections: Mutex<HashMap<u64, Arc<Connection>>>,
+}
+
+impl Daemon {
+    pub fn new(executor: Arc<Executor>, sessions: SessionManager, settings: Settings) -> Self {
+        let started_nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|elapsed| elapsed.as_nanos())
+            .unwrap_or(0);
+        Self {
+            registry: Arc::clone(&executor.registry),
+            executor,
+            sessions,
+            settings,
+            instance_id: format!("{:x}-{}", started_nanos, std::process::id()),
+            started: Instant::now(),
+            shutdown: CancellationToken::new(),
+            next_batch: AtomicU64::new(1),
+            connections: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn connections(&self) -> MutexGuard<'_, HashMap<u64, Arc<Connection>>> {
+        // Inserts and removes only: a poisoned lock stays consistent.
+        self.connections.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    pub fn connection_opened(&self, connection: Arc<Connection>) {
+        self.connections().insert(connection.id(), connection);
+    }
+
+    /// A connection closed: its sessions lose it (its batches are canceled where the session
+    /// says so), its tools are unregistered.
+    pub fn connection_closed(&self, connection: &Connection) {
+        self.connections().remove(&connection.id());
+        self.sessions.connection_gone(connection);
+        let tools = connection.tools();
+        let mut changed = false;
+        for name in tools {
+            changed |= self.registry.unregister(&name);
+            connection.disown_tool(&name);
+        }
+        if changed {
+            self.tools_changed();
+        }
+    }
+
+    pub fn connection_count(&self) -> usize {
+        self.connections().len()
+    }
+
+    /// Tells every initialized connection the registry changed.
+    pub fn tools_changed(&self) {
+        let revision = self.registry.revision();
+        let connections: Vec<Arc<Connection>> = self.connections().values().cloned().collect();
+        for connection in connections.into_iter().filter(|connection| connection.is_initialized()) {
+            let notify = connection.outbound().notify(methods::TOOLS_LIST_CHANGED, json!({ "revision": revision }));
+            tokio::spawn(async move {
+                // A connection that is gone needs no notification.
+                let _ = notify.await;
+            });
+        }
+    }
+}

@@ -1,0 +1,133 @@
+//! What the pipeline asks of clients, over their connections: PreToolUse/PostToolUse hooks
+//! (`hook/pre_tool_use`, `hook/post_tool_use`) and client tools (`tool/invoke`).
+
+use std::sync::Arc;
+
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value};
+use tokio::time::Instant;
+use toold_protocol::{
+    ErrorType, HookEvent, InvokeEnv, InvokeParams, PostToolUseAnswer, PostToolUseParams, PreToolUseAnswer,
+    PreToolUseParams, ToolCall, ToolDefinition, ToolResult, methods,
+};
+
+use super::connection::{Connection, OutboundError};
+use crate::hooks::{ClientHooks, HookFuture};
+use crate::tools::{Tool, ToolContext, ToolFailure, ToolFuture, ToolOutput};
+
+/// A connection that declared hooks, as the pipeline's [`ClientHooks`].
+pub struct ConnectionHooks(pub Arc<Connection>);
+
+impl ClientHooks for ConnectionHooks {
+    fn handles(&self, event: HookEvent) -> bool {
+        self.0.hooks(event)
+    }
+
+    fn pre_tool_use(&self, params: PreToolUseParams) -> HookFuture<PreToolUseAnswer> {
+        ask(&self.0, methods::HOOK_PRE_TOOL_USE, &params)
+    }
+
+    fn post_tool_use(&self, params: PostToolUseParams) -> HookFuture<PostToolUseAnswer> {
+        ask(&self.0, methods::HOOK_POST_TOOL_USE, &params)
+    }
+}
+
+/// Sends a request and reads its answer as `T`; every failure is a reason for the hook layer.
+fn ask<P: serde::Serialize, T: DeserializeOwned + 'static>(
+    connection: &Connection,
+    method: &'static str,
+    params: &P,
+) -> HookFuture<T> {
+    let request = match serde_json::to_value(params) {
+        Ok(value) => connection.outbound().request(method, value),
+        Err(err) => return Box::pin(async move { Err(format!("cannot encode the request: {err}")) }),
+    };
+    Box::pin(async move {
+        match request.await {
+            Ok(value) => serde_json::from_value(value).map_err(|err| format!("its answer is invalid: {err}")),
+            Err(OutboundError::Error(error)) => Err(format!("it answered with an error: {}", error.message)),
+            Err(OutboundError::Closed) => Err("its connection closed before it answered".to_owned()),
+        }
+    })
+}
+
+/// A tool registered by a connection and run by it through `tool/invoke`.
+pub struct ClientTool {
+    definition: ToolDefinition,
+    owner: Arc<Connection>,
+}
+
+impl ClientTool {
+    pub fn new(definition: ToolDefinition, owner: Arc<Connection>) -> Self {
+        Self { definition, owner }
+    }
+}
+
+impl Tool for ClientTool {
+    fn definition(&self) -> ToolDefinition {
+        self.definition.clone()
+    }
+
+    fn run(&self, args: Map<String, Value>, ctx: ToolContext) -> ToolFuture {
+        let name = self.definition.name.clone();
+        let (session_id, batch_id) = match &ctx.origin {
+            Some(origin) => (origin.session_id.to_string(), origin.batch_id.to_string()),
+            None => (String::new(), String::new()),
+        };
+        let remaining = ctx.deadline.saturating_duration_since(Instant::now());
+        let params = InvokeParams {
+            session_id,
+            batch_id,
+            call: ToolCall::new(ctx.call_id.clone(), name.clone(), Value::Object(args)),
+            env: InvokeEnv {
+                cwd: ctx.env.cwd.clone(),
+                roots: ctx.env.roots.clone(),
+                timeout_ms: u64::try_from(remaining.as_millis()).unwrap_or(u64::MAX),
+            },
+        };
+        let request = match serde_json::to_value(&params) {
+            Ok(value) => self.owner.outbound().request(methods::TOOL_INVOKE, value),
+            Err(err) => {
+                let failure = ToolFailure::new(ErrorType::InternalError, format!("cannot encode tool/invoke: {err}"));
+                return Box::pin(async move { Err(failure) });
+            }
+        };
+        Box::pin(async move {
+            // Cancellation and the deadline drop the request, which withdraws it from the client
+            // with `$/cancelRequest`; the registry then reports `canceled` or `timeout`.
+            let answer = tokio::select! {
+                answer = request => answer,
+                () = ctx.cancel.cancelled() => {
+                    return Err(ToolFailure::new(ErrorType::Canceled, format!("{name} was stopped")));
+                }
+            };
+            match answer {
+                Ok(value) => outcome_of(&name, value),
+                Err(OutboundError::Error(error)) => Err(ToolFailure::new(
+                    ErrorType::InternalError,
+                    format!("the client running {name} answered with an error: {}", error.message),
+                )),
+                Err(OutboundError::Closed) => Err(ToolFailure::new(
+                    ErrorType::InternalError,
+                    format!("the connection that registered {name} closed before it answered"),
+                )),
+            }
+        })
+    }
+}
+
+/// A client's `tool/invoke` answer: a result object (PROTOCOL.md section 6).
+fn outcome_of(name: &str, value: Value) -> Result<ToolOutput, ToolFailure> {
+    let result: ToolResult = serde_json::from_value(value).map_err(|err| {
+        ToolFailure::new(ErrorType::InternalError, format!("the client's answer for {name} is not a tool result: {err}"))
+    })?;
+    let mut metadata = result.metadata;
+    // The registry stamps the call id itself; a client cannot claim another call's.
+    metadata.remove("call_id");
+    if result.ok {
+        return Ok(ToolOutput { content: result.content, metadata });
+    }
+    let error_type = result.error_type.unwrap_or(ErrorType::InternalError);
+    let message = result.error.unwrap_or_else(|| format!("{name} failed"));
+    Err(ToolFailure { error_type, message, content: result.content, metadata })
+}

@@ -1,0 +1,216 @@
+//! The daemon's accept loop and shutdown. `run(listener, daemon, options, shutdown)` takes a
+//! bound listener, so tests start a real server in-process as `toold serve` does.
+//!
+//! Each accepted connection is checked (same uid, before a byte is read) and handed to a
+//! bidirectional peer whose requests go through the method table. On shutdown the loop stops
+//! accepting, lets running batches finish within the drain grace, then cancels the rest (every
+//! call still gets its result, and connections stay open to receive them), and persists the
+//! sessions.
+
+use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use jsonrpsee::core::server::Methods;
+use serde_json::Value;
+use tokio::net::{UnixListener, UnixStream};
+use tokio_util::sync::CancellationToken;
+use toold_protocol::peer::{BoxFuture, Handler, Peer, PeerHandle, PeerOptions, Reply, RequestError};
+use toold_protocol::{ErrorObject, Notification, Request, methods};
+
+use super::socket::peer_allowed;
+use crate::rpc::connection::{Connection, Outbound, OutboundError, OutboundFuture};
+use crate::rpc::{Daemon, dispatch, handlers};
+
+/// How the server runs.
+#[derive(Debug, Clone)]
+pub struct ServerOptions {
+    pub max_connections: usize,
+    pub max_message_bytes: usize,
+    /// How long running batches may go on after a shutdown signal before they are canceled.
+    pub drain_grace: Duration,
+    /// How often idle sessions are looked for; `None` with no `session_idle_ttl`.
+    pub idle_ttl: Option<Duration>,
+}
+
+/// Serves until `shutdown` fires, then drains. Returns when every batch has ended and every
+/// session is persisted.
+pub async fn run(listener: UnixListener, daemon: Arc<Daemon>, options: ServerOptions, shutdown: CancellationToken) {
+    let methods = dispatch::method_table(Arc::clone(&daemon));
+    let sweeper = options.idle_ttl.map(|ttl| tokio::spawn(expire_idle_sessions(Arc::clone(&daemon), ttl)));
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            () = shutdown.cancelled() => break,
+        };
+        let stream = match accepted {
+            Ok((stream, _)) => stream,
+            Err(err) => {
+                // Out of descriptors, typically: wait a little rather than spin.
+                tracing::error!(%err, "cannot accept a connection");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        if !peer_allowed(&stream) {
+            tracing::warn!("refused a connection from another user");
+            continue;
+        }
+        let overloaded = daemon.connection_count() >= options.max_connections;
+        tokio::spawn(serve_connection(stream, Arc::clone(&daemon), methods.clone(), options.max_message_bytes, overloaded));
+    }
+    drop(listener);
+    drain(&daemon, options.drain_grace).await;
+    if let Some(sweeper) = sweeper {
+        sweeper.abort();
+    }
+}
+
+/// Stops new batches, waits for running ones up to `grace`, cancels the rest and waits for
+/// their results, then persists every session.
+async fn drain(daemon: &Daemon, grace: Duration) {
+    daemon.shutdown.cancel();
+    let running = daemon.sessions.running_batches();
+    tracing::info!(running, grace_ms = grace.as_millis() as u64, "shutting down");
+    if !wait_for_batches(daemon, grace).await {
+        tracing::warn!(running = daemon.sessions.running_batches(), "canceling the batches still running");
+        daemon.sessions.cancel_all();
+        // Canceled calls end within the registry's stop grace; this bound only guards the exit.
+        wait_for_batches(daemon, Duration::from_secs(10)).await;
+    }
+    daemon.sessions.persist_all();
+}
+
+async fn wait_for_batches(daemon: &Daemon, within: Duration) -> bool {
+    let deadline = tokio::time::Instant::now() + within;
+    while daemon.sessions.running_batches() > 0 {
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    true
+}
+
+async fn expire_idle_sessions(daemon: Arc<Daemon>, ttl: Duration) {
+    let every = (ttl / 10).clamp(Duration::from_millis(100), Duration::from_secs(60));
+    loop {
+        tokio::time::sleep(every).await;
+        for session_id in daemon.sessions.expire_idle(ttl) {
+            tracing::info!(session = %session_id, "session expired after its idle time");
+        }
+    }
+}
+
+static NEXT_CONNECTION: AtomicU64 = AtomicU64::new(1);
+
+async fn serve_connection(stream: UnixStream, daemon: Arc<Daemon>, methods: Methods, max_message_bytes: usize, overloaded: bool) {
+    let (reader, writer) = stream.into_split();
+    let options = PeerOptions { max_message_bytes, ..PeerOptions::server() };
+    let handler = Arc::new(ConnectionHandler {
+        daemon: Arc::clone(&daemon),
+        methods,
+        connection: Arc::new(OnceLock::new()),
+        overloaded,
+    });
+    let (peer, task) = Peer::spawn(reader, writer, options, handler.clone());
+    let id = NEXT_CONNECTION.fetch_add(1, Ordering::Relaxed);
+    let connection = Arc::new(Connection::new(id, Arc::new(PeerOutbound(peer))));
+    // The peer reads from the moment it is spawned, before this cell is set: requests that
+    // arrive first wait for it (see `ConnectionHandler::request`).
+    let _ = handler.connection.set(Arc::clone(&connection));
+    daemon.connection_opened(Arc::clone(&connection));
+    tracing::debug!(connection = id, "connection opened");
+    let reason = task.await;
+    tracing::debug!(connection = id, %reason, "connection closed");
+    daemon.connection_closed(&connection);
+}
+
+/// Incoming traffic of one connection.
+struct ConnectionHandler {
+    daemon: Arc<Daemon>,
+    methods: Methods,
+    /// Set right after the peer is spawned; shared with the request futures that wait for it.
+    connection: Arc<OnceLock<Arc<Connection>>>,
+    /// Over `max_connections`: every request is answered `-32001`.
+    overloaded: bool,
+}
+
+/// Waits until the connection is set up (it is, microseconds after the peer starts).
+async fn connection_of(cell: &OnceLock<Arc<Connection>>) -> Arc<Connection> {
+    loop {
+        if let Some(connection) = cell.get() {
+            return Arc::clone(connection);
+        }
+        tokio::task::yield_now().await;
+    }
+}
+
+impl Handler for ConnectionHandler {
+    fn request(&self, _peer: PeerHandle, request: Request) -> BoxFuture<'static, Reply> {
+        if self.overloaded {
+            return Box::pin(async { Reply::error(ErrorObject::overloaded("the daemon serves its maximum of connections; try again later")) });
+        }
+        let methods = self.methods.clone();
+        let cell = Arc::clone(&self.connection);
+        let id = serde_json::to_value(&request.id).unwrap_or(Value::Null);
+        Box::pin(async move {
+            let connection = connection_of(&cell).await;
+            if !connection.is_initialized() && request.method != methods::INITIALIZE {
+                return Reply::error(ErrorObject::not_initialized(&request.method));
+            }
+            let started = std::time::Instant::now();
+            let outcome = dispatch::call(&methods, &connection, &id, &request.method, request.params.as_ref()).await;
+            tracing::debug!(
+                connection = connection.id(),
+                method = %request.method,
+                ok = outcome.is_ok(),
+                elapsed_us = started.elapsed().as_micros() as u64,
+                "request"
+            );
+            if let Err(error) = &outcome
+                && error.code == toold_protocol::error_code::INTERNAL_ERROR
+            {
+                tracing::error!(connection = connection.id(), method = %request.method, error = %error.message, "a request failed inside the daemon");
+            }
+            Reply::from(outcome)
+        })
+    }
+
+    fn notification(&self, _peer: PeerHandle, notification: Notification) {
+        if notification.method == methods::CANCEL_REQUEST
+            && let Some(connection) = self.connection.get()
+        {
+            handlers::cancel_request(connection, notification.params);
+        }
+    }
+}
+
+/// A peer handle as the handlers' [`Outbound`].
+struct PeerOutbound(PeerHandle);
+
+impl Outbound for PeerOutbound {
+    fn request(&self, method: &'static str, params: Value) -> OutboundFuture<Result<Value, OutboundError>> {
+        let request = self.0.request(method, Some(params));
+        Box::pin(async move {
+            request.await.map_err(|err| match err {
+                RequestError::Rpc(error) => OutboundError::Error(error),
+                RequestError::Closed | RequestError::Canceled | RequestError::InvalidParams(_) | RequestError::InvalidResult(_) => {
+                    OutboundError::Closed
+                }
+            })
+        })
+    }
+
+    fn notify(&self, method: &'static str, params: Value) -> OutboundFuture<Result<(), OutboundError>> {
+        let peer = self.0.clone();
+        Box::pin(async move { peer.notify(method, Some(params)).await.map_err(|_| OutboundError::Closed) })
+    }
+
+    fn closed(&self) -> OutboundFuture<()> {
+        let peer = self.0.clone();
+        Box::pin(async move {
+            peer.closed().await;
+        })
+    }
+}
