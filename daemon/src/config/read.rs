@@ -1,0 +1,539 @@
+//! Reading a config file's TOML tree key by key: each key's type and bounds, rules and hooks
+//! turned into what the daemon uses, and every refusal located by its key path.
+//!
+//! The tree is walked by hand rather than through serde derive so that every error names its
+//! full key path (`hooks.pre_tool_use[1].matcher`) and points at the key or value at fault,
+//! unknown keys are refused at every level, and each key's checks sit beside it.
+
+use std::borrow::Cow;
+use std::fmt::Display;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use regex::Regex;
+use toml::Spanned;
+use toml::de::{DeTable, DeValue};
+use toold_protocol::{HookEvent, Rules};
+
+use super::{Config, DAY_SECS, GIB, KIB, MIB, show_duration};
+use crate::hooks::ConfiguredHook;
+use crate::permission::{Rule, home_dir};
+
+/// The longest socket path the kernel takes: `sun_path` is 108 bytes with its final NUL.
+const MAX_SOCKET_PATH_BYTES: usize = 107;
+
+const DAY_MS: u64 = DAY_SECS * 1000;
+
+/// Where a value must lie. The upper ends are far above any sane setting: they catch a
+/// misplaced digit or a value given in the wrong unit, not a deliberate choice.
+#[derive(Debug, Clone, Copy)]
+struct Bounds {
+    min: u64,
+    max: u64,
+    unit: Unit,
+}
+
+/// How a bound is shown in an error.
+#[derive(Debug, Clone, Copy)]
+enum Unit {
+    Count,
+    Bytes,
+    Millis,
+}
+
+const MESSAGE_BYTES: Bounds = Bounds {
+    min: KIB,
+    max: GIB,
+    unit: Unit::Bytes,
+};
+const OUTPUT_BYTES: Bounds = Bounds {
+    min: 1,
+    max: GIB,
+    unit: Unit::Bytes,
+};
+/// 0 is allowed: a call then streams no live output, only its one `truncated` event.
+const STREAM_BYTES: Bounds = Bounds {
+    min: 0,
+    max: GIB,
+    unit: Unit::Bytes,
+};
+const CONNECTIONS: Bounds = Bounds {
+    min: 1,
+    max: 65_536,
+    unit: Unit::Count,
+};
+const PARALLEL: Bounds = Bounds {
+    min: 1,
+    max: 1024,
+    unit: Unit::Count,
+};
+const TIMEOUT_MS: Bounds = Bounds {
+    min: 1,
+    max: DAY_MS,
+    unit: Unit::Millis,
+};
+/// `session_idle_ttl` beyond this is refused; 0 turns expiry off.
+const MAX_SESSION_IDLE_TTL: Duration = Duration::from_secs(365 * DAY_SECS);
+
+/// A refused key or value, before its byte offset becomes a line and column.
+#[derive(Debug)]
+pub(super) struct Fault {
+    pub(super) key: String,
+    pub(super) span: Range<usize>,
+    pub(super) reason: String,
+}
+
+/// The keys of the top level, for "unknown key" errors.
+const TOP_LEVEL_KEYS: [&str; 15] = [
+    "socket",
+    "max_message_bytes",
+    "max_connections",
+    "max_parallel",
+    "max_stream_bytes",
+    "timeout_ms",
+    "max_command_timeout_ms",
+    "max_output_bytes",
+    "max_read_bytes",
+    "session_idle_ttl",
+    "approval_timeout_ms",
+    "hook_timeout_ms",
+    "allow_bypass",
+    "permissions",
+    "hooks",
+];
+
+/// The settings a parsed file gives, every key checked; the first fault in file order.
+pub(super) fn read_document(document: &DeTable<'_>) -> Result<Config, Fault> {
+    let mut config = Config::default();
+    for field in fields(document, None) {
+        match field.name {
+            "socket" => config.socket = Some(socket(&field)?),
+            "max_message_bytes" => config.max_message_bytes = field.size(MESSAGE_BYTES)?,
+            "max_connections" => config.max_connections = field.size(CONNECTIONS)?,
+            "max_parallel" => config.max_parallel = field.size(PARALLEL)?,
+            "max_stream_bytes" => config.max_stream_bytes = field.size(STREAM_BYTES)?,
+            "timeout_ms" => config.timeout_ms = field.integer(TIMEOUT_MS)?,
+            "max_command_timeout_ms" => {
+                config.max_command_timeout_ms = field.integer(TIMEOUT_MS)?
+            }
+            "max_output_bytes" => config.max_output_bytes = field.size(OUTPUT_BYTES)?,
+            "max_read_bytes" => config.max_read_bytes = field.size(OUTPUT_BYTES)?,
+            "session_idle_ttl" => config.session_idle_ttl = idle_ttl(&field)?,
+            "approval_timeout_ms" => config.approval_timeout_ms = field.integer(TIMEOUT_MS)?,
+            "hook_timeout_ms" => config.hook_timeout_ms = field.integer(TIMEOUT_MS)?,
+            "allow_bypass" => config.allow_bypass = field.boolean()?,
+            "permissions" => config.rules = permissions(&field)?,
+            "hooks" => config.hooks = hooks(&field)?,
+            _ => return Err(field.unknown(&TOP_LEVEL_KEYS)),
+        }
+    }
+    Ok(config)
+}
+
+fn socket(field: &Field<'_, '_>) -> Result<PathBuf, Fault> {
+    let path = PathBuf::from(field.string()?);
+    if !path.is_absolute() {
+        return Err(field.fault(format!("must be an absolute path, got {path:?}")));
+    }
+    if path.file_name().is_none() {
+        return Err(field.fault(format!("must name a file, got {path:?}")));
+    }
+    if path.as_os_str().len() > MAX_SOCKET_PATH_BYTES {
+        return Err(field.fault(format!(
+            "is longer than {MAX_SOCKET_PATH_BYTES} bytes, the most a Unix socket path may have"
+        )));
+    }
+    Ok(path)
+}
+
+/// `session_idle_ttl`: whole seconds, or a string such as `"90s"`, `"30m"`, `"24h"`, `"7d"`;
+/// zero turns expiry off.
+fn idle_ttl(field: &Field<'_, '_>) -> Result<Option<Duration>, Fault> {
+    let unbounded = Bounds {
+        min: 0,
+        max: u64::MAX,
+        unit: Unit::Count,
+    };
+    let ttl = match field.value.get_ref() {
+        DeValue::Integer(_) => Duration::from_secs(field.integer(unbounded)?),
+        DeValue::String(text) => parse_duration(text).map_err(|reason| field.fault(reason))?,
+        _ => return Err(field.wrong_type("a duration (\"90s\", \"30m\", \"24h\", \"7d\")")),
+    };
+    if ttl > MAX_SESSION_IDLE_TTL {
+        return Err(field.fault(format!(
+            "must be at most {}, got {}; 0 keeps sessions until they are closed",
+            show_duration(Some(MAX_SESSION_IDLE_TTL)),
+            show_duration(Some(ttl))
+        )));
+    }
+    Ok(Some(ttl).filter(|ttl| !ttl.is_zero()))
+}
+
+/// A whole number followed by one unit: `s`, `m`, `h` or `d`.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let malformed = || {
+        format!(
+            "invalid duration {text:?}: expected a whole number and a unit (s, m, h or d), \
+             as in \"90s\", \"30m\", \"24h\", \"7d\""
+        )
+    };
+    let digits_end = text
+        .find(|c: char| !c.is_ascii_digit())
+        .ok_or_else(malformed)?;
+    let (number, unit) = text.split_at(digits_end);
+    let seconds_per_unit = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 60 * 60,
+        "d" => DAY_SECS,
+        _ => return Err(malformed()),
+    };
+    let number: u64 = number.parse().map_err(|_| malformed())?;
+    let seconds = number
+        .checked_mul(seconds_per_unit)
+        .ok_or_else(|| format!("duration {text:?} is too long"))?;
+    Ok(Duration::from_secs(seconds))
+}
+
+fn permissions(field: &Field<'_, '_>) -> Result<Rules, Fault> {
+    let home = home_dir();
+    let mut rules = Rules::default();
+    for list in field.entries()? {
+        let target = match list.name {
+            "allow" => &mut rules.allow,
+            "ask" => &mut rules.ask,
+            "deny" => &mut rules.deny,
+            _ => return Err(list.unknown(&["allow", "ask", "deny"])),
+        };
+        for item in list.elements("an array of rule strings")? {
+            let text = item.string()?;
+            // Syntax errors do not depend on the cwd: rules are compiled again per session.
+            Rule::parse(text, Path::new("/"), &home)
+                .map_err(|error| item.fault(format!("invalid rule: {error}")))?;
+            target.push(text.to_owned());
+        }
+    }
+    Ok(rules)
+}
+
+fn hooks(field: &Field<'_, '_>) -> Result<Vec<ConfiguredHook>, Fault> {
+    let mut hooks = Vec::new();
+    for list in field.entries()? {
+        let event = match list.name {
+            "pre_tool_use" => HookEvent::PreToolUse,
+            "post_tool_use" => HookEvent::PostToolUse,
+            _ => return Err(list.unknown(&["pre_tool_use", "post_tool_use"])),
+        };
+        for item in list.elements("an array of hook tables ([[hooks.pre_tool_use]])")? {
+            hooks.push(hook(event, &item)?);
+        }
+    }
+    Ok(hooks)
+}
+
+fn hook(event: HookEvent, field: &Field<'_, '_>) -> Result<ConfiguredHook, Fault> {
+    let mut hook = ConfiguredHook {
+        event,
+        matcher: None,
+        command: Vec::new(),
+        timeout: None,
+    };
+    for entry in field.entries()? {
+        match entry.name {
+            "matcher" => hook.matcher = Some(matcher(&entry)?),
+            "command" => hook.command = command(&entry)?,
+            "timeout_ms" => {
+                hook.timeout = Some(Duration::from_millis(entry.integer(TIMEOUT_MS)?));
+            }
+            _ => return Err(entry.unknown(&["matcher", "command", "timeout_ms"])),
+        }
+    }
+    if hook.command.is_empty() {
+        return Err(field.fault(
+            "missing `command`, the program to run and its arguments, as in \
+             command = [\"/path/to/program\", \"--flag\"]"
+                .to_owned(),
+        ));
+    }
+    Ok(hook)
+}
+
+/// The matcher must match the whole tool name: `read` does not select `read_file`, and
+/// `run_command|write_file` selects exactly those two.
+fn matcher(field: &Field<'_, '_>) -> Result<Regex, Fault> {
+    let pattern = field.string()?;
+    if pattern.is_empty() {
+        return Err(field.fault(
+            "is empty, which matches no tool; leave `matcher` out to match every tool".to_owned(),
+        ));
+    }
+    Regex::new(&format!("^(?:{pattern})$")).map_err(|error| {
+        let hint = if pattern == "*" {
+            "; leave `matcher` out to match every tool"
+        } else {
+            ""
+        };
+        field.fault(format!("invalid regex: {}{hint}", regex_reason(&error)))
+    })
+}
+
+/// regex's own message spans several lines (the pattern, a caret, the error); its last line
+/// says what is wrong.
+fn regex_reason(error: &regex::Error) -> String {
+    let text = error.to_string();
+    match text.lines().rev().find(|line| !line.trim().is_empty()) {
+        Some(last) => last.trim().trim_start_matches("error: ").to_owned(),
+        None => text,
+    }
+}
+
+fn command(field: &Field<'_, '_>) -> Result<Vec<String>, Fault> {
+    let argv = field
+        .elements("an array of strings (the program and its arguments, run without a shell)")?
+        .map(|item| item.string().map(str::to_owned))
+        .collect::<Result<Vec<_>, _>>()?;
+    match argv.first() {
+        None => Err(field.fault("is empty; it needs at least the program to run".to_owned())),
+        Some(program) if program.is_empty() => {
+            Err(field.fault("starts with an empty program name".to_owned()))
+        }
+        Some(_) => Ok(argv),
+    }
+}
+
+/// One key of the file with its value: its full key path, where it is, what it holds.
+struct Field<'a, 'i> {
+    /// The last segment of the key, which the readers match on.
+    name: &'a str,
+    /// The full key path, as errors show it: `hooks.pre_tool_use[1].matcher`.
+    key: String,
+    key_span: Range<usize>,
+    value: &'a Spanned<DeValue<'i>>,
+}
+
+/// The entries of a table, keyed below `prefix`.
+fn fields<'a, 'i>(
+    table: &'a DeTable<'i>,
+    prefix: Option<String>,
+) -> impl Iterator<Item = Field<'a, 'i>> {
+    table.iter().map(move |(key, value)| {
+        let name: &str = key.get_ref();
+        let segment = show_key(name);
+        Field {
+            name,
+            key: match &prefix {
+                Some(prefix) => format!("{prefix}.{segment}"),
+                None => segment.into_owned(),
+            },
+            key_span: key.span(),
+            value,
+        }
+    })
+}
+
+/// A key as TOML would write it: bare when it may be, quoted otherwise.
+fn show_key(name: &str) -> Cow<'_, str> {
+    let bare = !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    if bare {
+        Cow::Borrowed(name)
+    } else {
+        Cow::Owned(format!("{name:?}"))
+    }
+}
+
+impl<'a, 'i> Field<'a, 'i> {
+    /// A fault in the value.
+    fn fault(&self, reason: String) -> Fault {
+        Fault {
+            key: self.key.clone(),
+            span: self.value.span(),
+            reason,
+        }
+    }
+
+    /// A key that has no business here; a near miss gets a suggestion, anything else the list.
+    fn unknown(&self, known: &[&str]) -> Fault {
+        let nearest = known
+            .iter()
+            .map(|candidate| (edit_distance(self.name, candidate), candidate))
+            .min();
+        let reason = match nearest {
+            Some((distance, candidate)) if distance <= 2 => {
+                format!("unknown key; did you mean `{candidate}`?")
+            }
+            _ => format!("unknown key; the keys here are {}", known.join(", ")),
+        };
+        Fault {
+            key: self.key.clone(),
+            span: self.key_span.clone(),
+            reason,
+        }
+    }
+
+    fn wrong_type(&self, expected: &str) -> Fault {
+        let found = self.value.get_ref().type_str();
+        let article = if found.starts_with(['a', 'e', 'i', 'o', 'u']) {
+            "an"
+        } else {
+            "a"
+        };
+        self.fault(format!("expected {expected}, found {article} {found}"))
+    }
+
+    fn integer(&self, bounds: Bounds) -> Result<u64, Fault> {
+        let DeValue::Integer(integer) = self.value.get_ref() else {
+            return Err(self.wrong_type("an integer"));
+        };
+        // Only a number beyond u64 (either way) fails to parse: it is out of bounds too.
+        let value = u64::from_str_radix(integer.as_str(), integer.radix()).map_err(|_| {
+            if integer.as_str().starts_with('-') {
+                self.below(bounds, integer)
+            } else {
+                self.above(bounds, integer)
+            }
+        })?;
+        if value < bounds.min {
+            return Err(self.below(bounds, value));
+        }
+        if value > bounds.max {
+            return Err(self.above(bounds, value));
+        }
+        Ok(value)
+    }
+
+    fn below(&self, bounds: Bounds, got: impl Display) -> Fault {
+        let min = show_bound(bounds.min, bounds.unit);
+        self.fault(format!("must be at least {min}, got {got}"))
+    }
+
+    fn above(&self, bounds: Bounds, got: impl Display) -> Fault {
+        let max = show_bound(bounds.max, bounds.unit);
+        self.fault(format!("must be at most {max}, got {got}"))
+    }
+
+    /// An integer that counts bytes or things in memory.
+    fn size(&self, bounds: Bounds) -> Result<usize, Fault> {
+        let value = self.integer(bounds)?;
+        usize::try_from(value)
+            .map_err(|_| self.fault(format!("{value} does not fit this machine's memory")))
+    }
+
+    fn boolean(&self) -> Result<bool, Fault> {
+        match self.value.get_ref() {
+            DeValue::Boolean(value) => Ok(*value),
+            _ => Err(self.wrong_type("true or false")),
+        }
+    }
+
+    fn string(&self) -> Result<&'a str, Fault> {
+        match self.value.get_ref() {
+            DeValue::String(text) => Ok(text.as_ref()),
+            _ => Err(self.wrong_type("a string")),
+        }
+    }
+
+    /// The entries of a table value, keyed below this one.
+    fn entries(&self) -> Result<impl Iterator<Item = Field<'a, 'i>> + use<'a, 'i>, Fault> {
+        match self.value.get_ref() {
+            DeValue::Table(table) => Ok(fields(table, Some(self.key.clone()))),
+            _ => Err(self.wrong_type("a table")),
+        }
+    }
+
+    /// The items of an array value, keyed `key[index]`; `expected` describes the array.
+    fn elements(
+        &self,
+        expected: &str,
+    ) -> Result<impl Iterator<Item = Field<'a, 'i>> + use<'a, 'i>, Fault> {
+        let DeValue::Array(items) = self.value.get_ref() else {
+            return Err(self.wrong_type(expected));
+        };
+        let key = self.key.clone();
+        Ok(items.iter().enumerate().map(move |(index, item)| Field {
+            name: "",
+            key: format!("{key}[{index}]"),
+            key_span: item.span(),
+            value: item,
+        }))
+    }
+}
+
+/// Levenshtein distance, for "did you mean" on short key names.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut previous: Vec<usize> = (0..=b.len()).collect();
+    for (i, a_char) in a.chars().enumerate() {
+        let mut current = vec![i + 1];
+        for (j, b_char) in b.iter().enumerate() {
+            let substitution = previous[j] + usize::from(a_char != *b_char);
+            current.push(substitution.min(previous[j + 1] + 1).min(current[j] + 1));
+        }
+        previous = current;
+    }
+    previous[b.len()]
+}
+
+/// A bound as a number, with its size in a friendlier unit where that helps.
+fn show_bound(value: u64, unit: Unit) -> String {
+    let friendly = match unit {
+        Unit::Count => None,
+        Unit::Bytes => [(GIB, "GiB"), (MIB, "MiB"), (KIB, "KiB")]
+            .into_iter()
+            .find(|(size, _)| value >= *size && value.is_multiple_of(*size))
+            .map(|(size, name)| format!("{} {name}", value / size)),
+        Unit::Millis => [(DAY_MS, "d"), (60 * 60 * 1000, "h"), (60 * 1000, "min")]
+            .into_iter()
+            .find(|(size, _)| value >= *size && value.is_multiple_of(*size))
+            .map(|(size, name)| format!("{} {name}", value / size)),
+    };
+    match friendly {
+        Some(friendly) => format!("{value} ({friendly})"),
+        None => value.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_in_each_unit() {
+        for (text, seconds) in [
+            ("0s", 0),
+            ("90s", 90),
+            ("30m", 1800),
+            ("24h", 86_400),
+            ("7d", 604_800),
+        ] {
+            assert_eq!(
+                parse_duration(text),
+                Ok(Duration::from_secs(seconds)),
+                "{text}"
+            );
+        }
+        for text in ["", "90", "s", "1.5h", "-1s", "1 h", "1w", "1h30m", "1H"] {
+            assert!(parse_duration(text).is_err(), "{text:?} was accepted");
+        }
+        assert!(parse_duration("99999999999999999999d").is_err());
+        assert!(parse_duration("999999999999999999d").is_err());
+    }
+
+    #[test]
+    fn near_misses_are_suggested() {
+        assert_eq!(edit_distance("max_paralel", "max_parallel"), 1);
+        assert_eq!(edit_distance("", "abc"), 3);
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+    }
+
+    #[test]
+    fn bounds_show_friendly_units() {
+        assert_eq!(show_bound(GIB, Unit::Bytes), "1073741824 (1 GiB)");
+        assert_eq!(show_bound(1000, Unit::Bytes), "1000");
+        assert_eq!(show_bound(DAY_MS, Unit::Millis), "86400000 (1 d)");
+        assert_eq!(show_bound(8, Unit::Count), "8");
+    }
+}
