@@ -3,8 +3,26 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
 
+use anyhow::Context;
 use clap::{Parser, Subcommand};
+use tokio_util::sync::CancellationToken;
+use toold::batch::Executor;
+use toold::config::{self, Config};
+use toold::rpc::{Daemon, Settings};
+use toold::server::run::{ServerOptions, run};
+use toold::server::{socket, systemd};
+use toold::session::manager::{SessionDefaults, SessionManager};
+use toold::session::store::SessionStore;
+use toold::{Registry, permission};
+
+/// How long running batches may finish after SIGTERM before they are canceled.
+const DRAIN_GRACE: Duration = Duration::from_secs(10);
+
+/// Events each session keeps for replay after a reconnect.
+const EVENT_LOG_CAPACITY: usize = 10_000;
 
 /// toold: the per-user daemon that executes AI agents' tool calls.
 #[derive(Parser)]
@@ -17,6 +35,8 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the daemon on its Unix socket (or on a socket inherited from systemd).
+    ///
+    /// Logs go to stderr; TOOLD_LOG sets the filter (RUST_LOG syntax, default "info").
     ///
     /// Example: toold serve --socket /tmp/toold-test/toold.sock
     Serve {
@@ -42,14 +62,87 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    match cli.command {
-        Command::Serve { .. } => {
-            eprintln!("toold serve: the socket server is being built; see README.md");
-            ExitCode::from(2)
-        }
-        Command::CheckConfig { .. } => {
-            eprintln!("toold check-config: the configuration module is being built; see README.md");
-            ExitCode::from(2)
+    let outcome = match cli.command {
+        Command::Serve { socket, config, allow_root } => serve(socket, config, allow_root),
+        Command::CheckConfig { path } => config::check_config(path.as_deref())
+            .map(|summary| println!("{summary}"))
+            .map_err(anyhow::Error::from),
+    };
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("toold: {err:#}");
+            ExitCode::FAILURE
         }
     }
+}
+
+fn serve(socket_flag: Option<PathBuf>, config_path: Option<PathBuf>, allow_root: bool) -> anyhow::Result<()> {
+    socket::refuse_root(allow_root)?;
+    let config = Config::load(config_path.as_deref())?;
+    init_logging();
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the runtime")?;
+    runtime.block_on(async move {
+        let (listener, place) = match systemd::inherited_listener()? {
+            Some(listener) => (listener, "the socket systemd passed".to_owned()),
+            None => {
+                let env = socket::SocketEnv::from_process();
+                let path = socket::resolve_socket_path(socket_flag.as_deref(), config.socket.as_deref(), &env);
+                (socket::bind_listener(&path)?, path.display().to_string())
+            }
+        };
+        let mut executor = Executor::new(Arc::new(Registry::with_builtins()));
+        executor.hooks = config.hooks.clone();
+        executor.limits = config.limits();
+        let store = SessionStore::new(SessionStore::default_dir().context("no directory for session state: set XDG_STATE_HOME or HOME")?);
+        let defaults = SessionDefaults {
+            env: config.env_for(PathBuf::from("/")),
+            config_rules: config.rules.clone(),
+            allow_bypass: config.allow_bypass,
+            home: permission::home_dir(),
+            log_capacity: EVENT_LOG_CAPACITY,
+        };
+        let sessions = SessionManager::new(defaults, Some(store));
+        let restored = sessions.restore();
+        let settings = Settings { allow_bypass: config.allow_bypass, max_message_bytes: config.max_message_bytes };
+        let daemon = Arc::new(Daemon::new(Arc::new(executor), sessions, settings));
+        let shutdown = CancellationToken::new();
+        tokio::spawn(stop_on_signal(shutdown.clone()));
+        let options = ServerOptions {
+            max_connections: config.max_connections,
+            max_message_bytes: config.max_message_bytes,
+            drain_grace: DRAIN_GRACE,
+            idle_ttl: config.session_idle_ttl,
+        };
+        systemd::spawn_watchdog();
+        tracing::info!(socket = %place, restored, version = env!("CARGO_PKG_VERSION"), "toold is serving");
+        // Not under systemd these are no-ops; failing to notify must not stop the daemon.
+        let _ = systemd::notify_status(&format!("serving on {place}"));
+        let _ = systemd::notify_ready();
+        run(listener, daemon, options, shutdown).await;
+        tracing::info!("toold stopped");
+        Ok(())
+    })
+}
+
+/// SIGTERM and SIGINT start the drain.
+async fn stop_on_signal(shutdown: CancellationToken) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut interrupt)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+        tracing::error!("cannot listen for SIGTERM and SIGINT; stop the daemon with SIGKILL");
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM: draining"),
+        _ = interrupt.recv() => tracing::info!("SIGINT: draining"),
+    }
+    let _ = systemd::notify_stopping();
+    shutdown.cancel();
+}
+
+/// Logs to stderr (the journal under systemd), filtered by `TOOLD_LOG` (default `info`).
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("TOOLD_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
 }

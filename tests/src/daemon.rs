@@ -1,0 +1,244 @@
+//! The real daemon for end-to-end tests: `toold serve` started as a process on a socket in a
+//! temporary directory (with its own state and config directories), and clients that speak to
+//! it through the protocol crate's peer.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tokio::net::UnixStream;
+use tokio::sync::mpsc;
+use toold_protocol::peer::{BoxFuture, Handler, Peer, PeerHandle, PeerOptions, Reply};
+use toold_protocol::{Framing, Notification, Request, RequestError};
+
+/// The `toold` binary under test: built from the daemon's own `main.rs` (see Cargo.toml).
+pub const TOOLD: &str = env!("CARGO_BIN_EXE_toold-e2e");
+
+/// A daemon process and the directories it owns.
+pub struct TestDaemon {
+    dir: tempfile::TempDir,
+    root: PathBuf,
+    child: Option<Child>,
+    config: Option<String>,
+}
+
+impl TestDaemon {
+    /// Starts a daemon with every default.
+    pub fn start() -> Self {
+        Self::start_with_config(None)
+    }
+
+    /// Starts a daemon with `config` as its configuration file.
+    pub fn start_with_config(config: Option<&str>) -> Self {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let root = dir.path().canonicalize().expect("canonical temporary directory");
+        for sub in ["run", "state", "config", "home", "work"] {
+            std::fs::create_dir_all(root.join(sub)).expect("daemon directories");
+        }
+        let mut daemon = Self { dir, root, child: None, config: config.map(str::to_owned) };
+        daemon.spawn();
+        daemon
+    }
+
+    /// The socket the daemon listens on.
+    pub fn socket(&self) -> PathBuf {
+        self.root.join("run/toold/toold.sock")
+    }
+
+    /// A directory for the test's own files (session cwds), inside the daemon's tree.
+    pub fn work(&self) -> PathBuf {
+        self.root.join("work")
+    }
+
+    pub fn state_dir(&self) -> PathBuf {
+        self.root.join("state/toold")
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The `toold` command with this daemon's environment.
+    pub fn command(&self) -> Command {
+        let mut command = Command::new(TOOLD);
+        command
+            .env("XDG_RUNTIME_DIR", self.root.join("run"))
+            .env("XDG_STATE_HOME", self.root.join("state"))
+            .env("XDG_CONFIG_HOME", self.root.join("config"))
+            .env("HOME", self.root.join("home"))
+            .env("TOOLD_LOG", "info,toold=debug")
+            .env_remove("TOOLD_SOCKET")
+            .env_remove("NOTIFY_SOCKET")
+            .env_remove("LISTEN_FDS")
+            .env_remove("LISTEN_PID");
+        command
+    }
+
+    fn spawn(&mut self) {
+        let mut command = self.command();
+        command.arg("serve").arg("--allow-root").stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::inherit());
+        if let Some(config) = &self.config {
+            let path = self.root.join("config/toold/config.toml");
+            std::fs::create_dir_all(path.parent().expect("a parent")).expect("config directory");
+            std::fs::write(&path, config).expect("config file");
+        }
+        self.child = Some(command.spawn().expect("start toold serve"));
+        wait_for_socket(&self.socket(), self.child.as_mut().expect("just spawned"));
+    }
+
+    /// Stops the daemon with SIGTERM and waits for it; returns how it exited.
+    pub fn stop(&mut self) -> ExitStatus {
+        let mut child = self.child.take().expect("the daemon is running");
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("a pid"));
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("signal the daemon");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = child.try_wait().expect("wait for the daemon") {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "the daemon did not stop within 30 s of SIGTERM");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Stops and starts the daemon again on the same directories.
+    pub fn restart(&mut self) {
+        let status = self.stop();
+        assert!(status.success(), "the daemon exited with {status} on SIGTERM");
+        self.spawn();
+    }
+
+    /// Connects and initializes with `capabilities`; `answer` answers the daemon's requests.
+    pub async fn connect(&self, capabilities: Value, answer: Answerer) -> TestClient {
+        TestClient::connect(&self.socket(), Framing::Ndjson, capabilities, answer).await
+    }
+
+    /// Keeps the temporary directory alive.
+    pub fn temp_dir(&self) -> &tempfile::TempDir {
+        &self.dir
+    }
+}
+
+impl Drop for TestDaemon {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn wait_for_socket(socket: &Path, child: &mut Child) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if std::os::unix::net::UnixStream::connect(socket).is_ok() {
+            return;
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("toold serve exited with {status} before it served");
+        }
+        assert!(Instant::now() < deadline, "toold serve did not serve on {} within 30 s", socket.display());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Answers the daemon's requests to a test client (approvals, hooks, client tools).
+pub type Answerer = Arc<dyn Fn(Request) -> BoxFuture<'static, Reply> + Send + Sync>;
+
+/// An answerer for clients that expect no requests: each gets an error.
+pub fn no_answers() -> Answerer {
+    Arc::new(|request: Request| {
+        Box::pin(async move {
+            Reply::error(toold_protocol::ErrorObject::method_not_found(&request.method))
+        })
+    })
+}
+
+/// An answerer that gives the same JSON result to every request, recording them.
+pub fn always(result: Value, seen: Arc<Mutex<Vec<Request>>>) -> Answerer {
+    Arc::new(move |request: Request| {
+        seen.lock().expect("requests").push(request);
+        let result = result.clone();
+        Box::pin(async move { Reply::result(result) })
+    })
+}
+
+struct ClientHandler {
+    answer: Answerer,
+    notifications: mpsc::UnboundedSender<Notification>,
+}
+
+impl Handler for ClientHandler {
+    fn request(&self, _peer: PeerHandle, request: Request) -> BoxFuture<'static, Reply> {
+        (self.answer)(request)
+    }
+
+    fn notification(&self, _peer: PeerHandle, notification: Notification) {
+        // The test may have stopped listening: then the notification is not needed.
+        let _ = self.notifications.send(notification);
+    }
+}
+
+/// A connection to the daemon, initialized.
+pub struct TestClient {
+    pub peer: PeerHandle,
+    notifications: mpsc::UnboundedReceiver<Notification>,
+}
+
+impl TestClient {
+    pub async fn connect(socket: &Path, framing: Framing, capabilities: Value, answer: Answerer) -> Self {
+        let mut client = Self::connect_raw(socket, framing, answer).await;
+        let result = client
+            .request("initialize", json!({"protocol_version": 1, "client_info": {"name": "e2e"}, "capabilities": capabilities}))
+            .await
+            .expect("initialize");
+        assert_eq!(result["protocol_version"], 1);
+        client.drain_notifications();
+        client
+    }
+
+    /// Connected, not initialized.
+    pub async fn connect_raw(socket: &Path, framing: Framing, answer: Answerer) -> Self {
+        let stream = UnixStream::connect(socket).await.expect("connect to the daemon");
+        let (reader, writer) = stream.into_split();
+        let (sender, notifications) = mpsc::unbounded_channel();
+        let handler = Arc::new(ClientHandler { answer, notifications: sender });
+        let (peer, _task) = Peer::spawn(reader, writer, PeerOptions::client(framing), handler);
+        Self { peer, notifications }
+    }
+
+    pub async fn request(&self, method: &str, params: Value) -> Result<Value, RequestError> {
+        tokio::time::timeout(Duration::from_secs(60), self.peer.request(method.to_owned(), Some(params)))
+            .await
+            .unwrap_or_else(|_| panic!("no answer to {method} within 60 s"))
+    }
+
+    /// Creates a session at `cwd`; returns its id.
+    pub async fn create_session(&self, cwd: &Path, extra: Value) -> String {
+        let mut params = json!({"cwd": cwd});
+        if let (Some(params), Some(extra)) = (params.as_object_mut(), extra.as_object()) {
+            params.extend(extra.clone());
+        }
+        let snapshot = self.request("session/create", params).await.expect("session/create");
+        snapshot["session_id"].as_str().expect("a session id").to_owned()
+    }
+
+    /// The next notification, waiting up to 30 s.
+    pub async fn next_notification(&mut self) -> Notification {
+        tokio::time::timeout(Duration::from_secs(30), self.notifications.recv())
+            .await
+            .expect("a notification within 30 s")
+            .expect("the connection is open")
+    }
+
+    /// Every notification received so far.
+    pub fn drain_notifications(&mut self) -> Vec<Notification> {
+        let mut drained = Vec::new();
+        while let Ok(notification) = self.notifications.try_recv() {
+            drained.push(notification);
+        }
+        drained
+    }
+}
