@@ -13,6 +13,7 @@ pub mod hooks;
 pub mod paths;
 pub mod permission;
 pub mod process_tree;
+pub mod server;
 pub mod session;
 pub mod shell;
 pub mod tools;

@@ -1,0 +1,3 @@
+//! The socket server: where the daemon listens, who may connect, and the systemd handshakes.
+
+pub mod socket;

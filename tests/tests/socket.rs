@@ -1,0 +1,162 @@
+//! The daemon's listening socket on real sockets in temp dirs: modes of the directory and the
+//! socket, the directories and files refused, a stale socket replaced, a live one refused, and
+//! the peer's uid.
+
+use std::fs;
+use std::os::unix::fs::{PermissionsExt, chown};
+use std::os::unix::net::{UnixListener as StdUnixListener, UnixStream as StdUnixStream};
+use std::path::Path;
+
+use nix::unistd::geteuid;
+use toold::server::socket::{SocketError, bind_listener, peer_allowed, peer_uid, refuse_root};
+
+/// A temp dir the socket may live in: tempfile creates it with the umask's mode (often 0755).
+fn private_temp_dir() -> tempfile::TempDir {
+    let temp = tempfile::tempdir().expect("tempdir");
+    fs::set_permissions(temp.path(), fs::Permissions::from_mode(0o700)).expect("chmod 700");
+    temp
+}
+
+fn mode(path: &Path) -> u32 {
+    fs::metadata(path).expect("metadata").permissions().mode() & 0o7777
+}
+
+#[tokio::test]
+async fn the_directory_is_created_0700_and_the_socket_is_0600() {
+    let temp = private_temp_dir();
+    let socket = temp.path().join("run/toold/toold.sock");
+    let listener = bind_listener(&socket).expect("bind");
+    assert_eq!(
+        mode(&temp.path().join("run")),
+        0o700,
+        "a missing parent too"
+    );
+    assert_eq!(mode(&temp.path().join("run/toold")), 0o700);
+    assert_eq!(mode(&socket), 0o600);
+
+    let client = tokio::net::UnixStream::connect(&socket)
+        .await
+        .expect("connect");
+    let (server, _) = listener.accept().await.expect("accept");
+    assert_eq!(peer_uid(&server).expect("peer uid"), geteuid().as_raw());
+    assert!(peer_allowed(&server));
+    assert!(peer_allowed(&client));
+}
+
+#[tokio::test]
+async fn a_directory_open_to_others_is_refused() {
+    let temp = private_temp_dir();
+    let dir = temp.path().join("open");
+    fs::create_dir(&dir).expect("mkdir");
+    fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).expect("chmod");
+    let error = bind_listener(&dir.join("toold.sock")).unwrap_err();
+    assert!(
+        matches!(error, SocketError::DirectoryTooOpen { mode: 0o755, .. }),
+        "{error:?}"
+    );
+    let message = error.to_string();
+    assert!(
+        message.contains(&format!("chmod 700 {}", dir.display())),
+        "{message}"
+    );
+    assert!(!dir.join("toold.sock").exists());
+}
+
+#[tokio::test]
+async fn a_directory_of_another_user_is_refused() {
+    let temp = private_temp_dir();
+    // As root, hand a private directory to `nobody`; as anyone else, `/` is root's.
+    let dir = if geteuid().is_root() {
+        let dir = temp.path().join("theirs");
+        fs::create_dir(&dir).expect("mkdir");
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o700)).expect("chmod");
+        chown(&dir, Some(65534), Some(65534)).expect("chown to nobody");
+        dir
+    } else {
+        Path::new("/").to_path_buf()
+    };
+    let error = bind_listener(&dir.join("toold.sock")).unwrap_err();
+    assert!(
+        matches!(error, SocketError::DirectoryNotOwned { .. }),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains("--socket"), "{error}");
+}
+
+#[tokio::test]
+async fn a_regular_file_at_the_path_is_refused_and_kept() {
+    let temp = private_temp_dir();
+    let path = temp.path().join("toold.sock");
+    fs::write(&path, "not a socket").expect("write");
+    let error = bind_listener(&path).unwrap_err();
+    assert!(matches!(error, SocketError::NotASocket { .. }), "{error:?}");
+    assert_eq!(fs::read_to_string(&path).expect("read"), "not a socket");
+}
+
+#[tokio::test]
+async fn a_symlink_at_the_path_is_refused() {
+    let temp = private_temp_dir();
+    let elsewhere = temp.path().join("elsewhere.sock");
+    let _listener = StdUnixListener::bind(&elsewhere).expect("bind elsewhere");
+    let path = temp.path().join("toold.sock");
+    std::os::unix::fs::symlink(&elsewhere, &path).expect("symlink");
+    let error = bind_listener(&path).unwrap_err();
+    assert!(matches!(error, SocketError::NotASocket { .. }), "{error:?}");
+}
+
+#[tokio::test]
+async fn a_stale_socket_is_replaced() {
+    let temp = private_temp_dir();
+    let path = temp.path().join("toold.sock");
+    drop(StdUnixListener::bind(&path).expect("bind the soon stale socket"));
+    assert!(path.exists(), "closing a listener leaves its file behind");
+
+    let listener = bind_listener(&path).expect("bind over the stale socket");
+    assert_eq!(mode(&path), 0o600);
+    let _client = StdUnixStream::connect(&path).expect("connect");
+    listener.accept().await.expect("the new listener accepts");
+}
+
+#[tokio::test]
+async fn a_live_daemon_is_not_replaced() {
+    let temp = private_temp_dir();
+    let path = temp.path().join("toold.sock");
+    let first = bind_listener(&path).expect("first bind");
+    let error = bind_listener(&path).unwrap_err();
+    assert!(
+        matches!(error, SocketError::AlreadyServing { .. }),
+        "{error:?}"
+    );
+    assert!(
+        error.to_string().contains(&format!(
+            "another toold is already serving on {}",
+            path.display()
+        )),
+        "{error}"
+    );
+    // The first daemon still serves.
+    let _client = StdUnixStream::connect(&path).expect("connect");
+    first.accept().await.expect("the first listener accepts");
+}
+
+#[tokio::test]
+async fn a_path_too_long_for_a_socket_is_refused_before_anything_is_created() {
+    let temp = private_temp_dir();
+    let dir = temp.path().join("d".repeat(120));
+    let error = bind_listener(&dir.join("toold.sock")).unwrap_err();
+    assert!(
+        matches!(error, SocketError::PathTooLong { .. }),
+        "{error:?}"
+    );
+    assert!(!dir.exists());
+}
+
+#[test]
+fn root_needs_allow_root() {
+    assert!(refuse_root(true).is_ok());
+    let refused = refuse_root(false);
+    assert_eq!(refused.is_err(), geteuid().is_root(), "{refused:?}");
+    if let Err(error) = refused {
+        assert!(error.to_string().contains("--allow-root"), "{error}");
+    }
+}
