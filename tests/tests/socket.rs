@@ -5,6 +5,7 @@
 use std::fs;
 use std::os::unix::fs::{PermissionsExt, chown};
 use std::os::unix::net::{UnixListener as StdUnixListener, UnixStream as StdUnixStream};
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 
 use nix::unistd::geteuid;
@@ -159,4 +160,57 @@ fn root_needs_allow_root() {
     if let Err(error) = refused {
         assert!(error.to_string().contains("--allow-root"), "{error}");
     }
+}
+
+/// A peer of another user is told apart by its credentials. Only root can be another user, so
+/// the test runs a copy of itself as `nobody` to connect; as anyone else it cannot switch users
+/// and checks nothing more than the tests above.
+#[tokio::test]
+async fn a_peer_of_another_user_is_not_allowed() {
+    const INNER: &str = "TOOLD_TEST_CONNECT_TO";
+    const NOBODY: u32 = 65534;
+    if let Some(path) = std::env::var_os(INNER) {
+        let mut stream = StdUnixStream::connect(path).expect("connect as nobody");
+        let mut rest = Vec::new();
+        std::io::Read::read_to_end(&mut stream, &mut rest).expect("read until closed");
+        return;
+    }
+    if !geteuid().is_root() {
+        return;
+    }
+    // Bound directly, not with bind_listener: nobody must be able to reach this socket.
+    let temp = tempfile::tempdir().expect("tempdir");
+    fs::set_permissions(temp.path(), fs::Permissions::from_mode(0o755)).expect("chmod 755");
+    let path = temp.path().join("open.sock");
+    let listener = tokio::net::UnixListener::bind(&path).expect("bind");
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o777)).expect("chmod 777");
+
+    // A copy of this test binary where nobody may run it: the target directory may be private.
+    let copy = temp.path().join("socket-test");
+    fs::copy(std::env::current_exe().expect("current_exe"), &copy).expect("copy the test");
+    fs::set_permissions(&copy, fs::Permissions::from_mode(0o755)).expect("chmod 755");
+    let inner = std::process::Command::new(&copy)
+        .args([
+            "--exact",
+            "a_peer_of_another_user_is_not_allowed",
+            "--nocapture",
+        ])
+        .env(INNER, &path)
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .spawn()
+        .expect("run the test as nobody");
+    let (server, _) = tokio::time::timeout(std::time::Duration::from_secs(30), listener.accept())
+        .await
+        .expect("nobody connected within 30 s")
+        .expect("accept");
+    assert_eq!(peer_uid(&server).expect("peer uid"), NOBODY);
+    assert!(!peer_allowed(&server));
+    drop(server);
+    let output = inner.wait_with_output().expect("wait");
+    assert!(
+        output.status.success(),
+        "the inner test failed: {}",
+        output.status
+    );
 }
