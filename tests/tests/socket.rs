@@ -3,7 +3,7 @@
 //! the peer's uid.
 
 use std::fs;
-use std::os::unix::fs::{PermissionsExt, chown};
+use std::os::unix::fs::{PermissionsExt, chown, lchown};
 use std::os::unix::net::{UnixListener as StdUnixListener, UnixStream as StdUnixStream};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
@@ -82,6 +82,26 @@ async fn a_directory_of_another_user_is_refused() {
         "{error:?}"
     );
     assert!(error.to_string().contains("--socket"), "{error}");
+}
+
+#[tokio::test]
+async fn a_directory_symlink_planted_by_another_user_is_refused() {
+    if !geteuid().is_root() {
+        return; // Only root can make a symlink that belongs to someone else.
+    }
+    let temp = private_temp_dir();
+    let ours = temp.path().join("ours");
+    fs::create_dir(&ours).expect("mkdir");
+    fs::set_permissions(&ours, fs::Permissions::from_mode(0o700)).expect("chmod");
+    let planted = temp.path().join("planted");
+    std::os::unix::fs::symlink(&ours, &planted).expect("symlink");
+    lchown(&planted, Some(65534), Some(65534)).expect("lchown to nobody");
+    let error = bind_listener(&planted.join("toold.sock")).unwrap_err();
+    assert!(
+        matches!(error, SocketError::DirectoryNotOwned { owner: 65534, .. }),
+        "{error:?}"
+    );
+    assert!(!ours.join("toold.sock").exists());
 }
 
 #[tokio::test]

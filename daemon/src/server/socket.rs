@@ -88,7 +88,11 @@ pub enum SocketError {
     )]
     RunningAsRoot,
 
-    #[error("cannot {action} {}: {source}", path.display())]
+    #[error(
+        "cannot {action} {}: {source}; check that path, or choose another socket path with \
+         --socket",
+        path.display()
+    )]
     Io {
         action: &'static str,
         path: PathBuf,
@@ -227,7 +231,7 @@ fn bind_std_listener(path: &Path) -> Result<StdUnixListener, SocketError> {
             }
         } else {
             SocketError::Io {
-                action: "listen on",
+                action: "listen on the socket",
                 path: path.to_path_buf(),
                 source,
             }
@@ -296,6 +300,18 @@ fn prepare_directory(dir: &Path) -> Result<(), SocketError> {
         });
     }
     let uid = geteuid().as_raw();
+    // A symlink in a shared directory such as /tmp, planted by someone else, must not steer the
+    // socket into a directory of ours they chose, even a private one.
+    if let Ok(link) = fs::symlink_metadata(dir)
+        && link.file_type().is_symlink()
+        && link.uid() != uid
+    {
+        return Err(SocketError::DirectoryNotOwned {
+            dir: dir.to_path_buf(),
+            owner: link.uid(),
+            uid,
+        });
+    }
     if metadata.uid() != uid {
         return Err(SocketError::DirectoryNotOwned {
             dir: dir.to_path_buf(),
@@ -322,7 +338,7 @@ fn remove_stale_socket(path: &Path) -> Result<(), SocketError> {
         Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(()),
         Err(source) => {
             return Err(SocketError::Io {
-                action: "inspect",
+                action: "inspect the socket path",
                 path: path.to_path_buf(),
                 source,
             });
@@ -356,7 +372,7 @@ fn remove_stale_socket(path: &Path) -> Result<(), SocketError> {
         }
         Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(()),
         Err(source) => Err(SocketError::Io {
-            action: "check whether a daemon answers on",
+            action: "check whether a daemon answers on the socket",
             path: path.to_path_buf(),
             source,
         }),
