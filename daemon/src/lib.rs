@@ -15,6 +15,7 @@ pub mod paths;
 pub mod permission;
 pub mod process_tree;
 pub mod rpc;
+pub mod server;
 pub mod session;
 pub mod shell;
 pub mod tools;

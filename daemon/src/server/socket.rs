@@ -1,0 +1,472 @@
+//! Where the daemon listens and who may connect: the socket path (PROTOCOL.md section 1), a
+//! private directory for it, binding (a stale socket replaced, a live daemon refused), the
+//! root check, and the peer's uid (SO_PEERCRED).
+//!
+//! The socket is protected three times over: its directory is the user's own, mode 0700, so no
+//! one else can even reach the socket file; the file is 0600; and every accepted peer's uid is
+//! compared with the daemon's before a byte is read.
+
+use std::ffi::OsString;
+use std::fs::{self, DirBuilder, File};
+use std::io;
+use std::os::fd::AsFd;
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
+use std::os::unix::net::{UnixListener as StdUnixListener, UnixStream as StdUnixStream};
+use std::path::{Path, PathBuf};
+
+use nix::fcntl::{Flock, FlockArg};
+use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
+use nix::unistd::{geteuid, getuid};
+
+/// The longest socket path the kernel accepts: `sun_path` is 108 bytes with the closing NUL.
+pub const MAX_SOCKET_PATH_BYTES: usize = 107;
+
+/// The socket file's mode: only its owner may connect.
+const SOCKET_MODE: u32 = 0o600;
+/// The socket directory's mode when the daemon creates it.
+const DIRECTORY_MODE: u32 = 0o700;
+/// The mode bits that must be clear on the socket directory: any access by group or others.
+const FOREIGN_ACCESS_BITS: u32 = 0o077;
+
+/// Why the daemon cannot listen where it was asked to, or may not run at all. Every message
+/// says what was wrong and what to do about it.
+#[derive(Debug, thiserror::Error)]
+pub enum SocketError {
+    #[error(
+        "the socket path {} is {len} bytes long, but a Unix socket path may have at most \
+         {MAX_SOCKET_PATH_BYTES}; choose a shorter one with --socket or TOOLD_SOCKET",
+        path.display()
+    )]
+    PathTooLong { path: PathBuf, len: usize },
+
+    #[error(
+        "cannot create the socket directory {}: {source}; create it yourself \
+         (`mkdir -m 700 {}`) or choose another socket path with --socket",
+        dir.display(), dir.display()
+    )]
+    CreateDirectory { dir: PathBuf, source: io::Error },
+
+    #[error(
+        "the socket directory {} exists but is not a directory; remove it or choose another \
+         socket path with --socket",
+        dir.display()
+    )]
+    NotADirectory { dir: PathBuf },
+
+    #[error(
+        "the socket directory {} belongs to uid {owner}, not to you (uid {uid}), so its owner \
+         could replace the socket; remove it or choose another socket path with --socket",
+        dir.display()
+    )]
+    DirectoryNotOwned { dir: PathBuf, owner: u32, uid: u32 },
+
+    #[error(
+        "the socket directory {} has mode {mode:04o}, so group or others may reach the socket; \
+         run `chmod 700 {}` or choose another socket path with --socket",
+        dir.display(), dir.display()
+    )]
+    DirectoryTooOpen { dir: PathBuf, mode: u32 },
+
+    #[error(
+        "{} exists and is not a socket; remove it if it is yours to remove, or choose another \
+         socket path with --socket",
+        path.display()
+    )]
+    NotASocket { path: PathBuf },
+
+    #[error(
+        "another toold is already serving on {}; stop it first (`systemctl --user stop \
+         toold.socket toold.service` if systemd runs it) or choose another socket path with \
+         --socket",
+        path.display()
+    )]
+    AlreadyServing { path: PathBuf },
+
+    #[error(
+        "toold is running as root and would execute a model's commands as root; run it as your \
+         own user, or pass --allow-root if that is really what you want"
+    )]
+    RunningAsRoot,
+
+    #[error(
+        "cannot {action} {}: {source}; check that path, or choose another socket path with \
+         --socket",
+        path.display()
+    )]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        source: io::Error,
+    },
+
+    #[error(
+        "the socket activation variables from systemd (LISTEN_PID, LISTEN_FDS, LISTEN_FDNAMES) \
+         are malformed: {source}; check toold.socket, or unset them to listen on a path"
+    )]
+    ActivationEnv { source: io::Error },
+
+    #[error(
+        "systemd passed {} socket(s) named {names:?}, none named `toold`; set \
+         FileDescriptorName=toold in toold.socket",
+        names.len()
+    )]
+    NoTooldSocket { names: Vec<String> },
+
+    #[error(
+        "the socket systemd passed as `toold` (fd {fd}) is {what}, not a listening Unix stream \
+         socket; use ListenStream=%t/toold/toold.sock in toold.socket"
+    )]
+    InheritedNotUnixStream { fd: i32, what: String },
+
+    #[error("cannot {action} the socket inherited from systemd: {source}")]
+    Inherited {
+        action: &'static str,
+        source: io::Error,
+    },
+}
+
+/// The environment values the socket path depends on, read once so that resolving stays pure.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SocketEnv {
+    /// `$TOOLD_SOCKET`.
+    pub toold_socket: Option<OsString>,
+    /// `$XDG_RUNTIME_DIR`.
+    pub xdg_runtime_dir: Option<OsString>,
+    /// The user's uid, as `$UID` in the fallback `/tmp/toold-$UID`.
+    pub uid: u32,
+}
+
+impl SocketEnv {
+    /// The values of this process.
+    pub fn from_process() -> Self {
+        SocketEnv {
+            toold_socket: std::env::var_os("TOOLD_SOCKET"),
+            xdg_runtime_dir: std::env::var_os("XDG_RUNTIME_DIR"),
+            uid: getuid().as_raw(),
+        }
+    }
+}
+
+/// The socket path, first found of: `--socket`, `$TOOLD_SOCKET`, the config key `socket`,
+/// `$XDG_RUNTIME_DIR/toold/toold.sock`, `/tmp/toold-$UID/toold.sock`. The daemon and the client
+/// both call it (the client without a config).
+///
+/// Empty values count as unset, and so does a relative `XDG_RUNTIME_DIR` (the XDG base
+/// directory specification says to ignore it): a socket next to wherever the daemon happened
+/// to start is never what was meant.
+pub fn resolve_socket_path(flag: Option<&Path>, config: Option<&Path>, env: &SocketEnv) -> PathBuf {
+    if let Some(path) = given(flag)
+        .or_else(|| given(env.toold_socket.as_deref().map(Path::new)))
+        .or_else(|| given(config))
+    {
+        return path.to_path_buf();
+    }
+    match env.xdg_runtime_dir.as_deref().map(Path::new) {
+        Some(runtime_dir) if runtime_dir.is_absolute() => runtime_dir.join("toold/toold.sock"),
+        _ => PathBuf::from(format!("/tmp/toold-{}/toold.sock", env.uid)),
+    }
+}
+
+/// A path source that is set and not empty.
+fn given(value: Option<&Path>) -> Option<&Path> {
+    value.filter(|path| !path.as_os_str().is_empty())
+}
+
+/// Refuses to run as root unless `allow_root`: the daemon executes whatever commands a model
+/// asks for, with its own privileges.
+pub fn refuse_root(allow_root: bool) -> Result<(), SocketError> {
+    if geteuid().is_root() && !allow_root {
+        return Err(SocketError::RunningAsRoot);
+    }
+    Ok(())
+}
+
+/// Listens on `path`: its directory created 0700 (or checked to be the user's own and
+/// private), a stale socket file replaced, the socket 0600. Must be called inside a tokio
+/// runtime.
+///
+/// A path that exists and is not a socket is refused, and so is a socket a live daemon answers
+/// on ([`SocketError::AlreadyServing`]).
+pub fn bind_listener(path: &Path) -> Result<tokio::net::UnixListener, SocketError> {
+    let listener = bind_std_listener(path)?;
+    tokio::net::UnixListener::from_std(listener).map_err(|source| SocketError::Io {
+        action: "register with the runtime the socket",
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+fn bind_std_listener(path: &Path) -> Result<StdUnixListener, SocketError> {
+    let len = path.as_os_str().len();
+    if len > MAX_SOCKET_PATH_BYTES {
+        return Err(SocketError::PathTooLong {
+            path: path.to_path_buf(),
+            len,
+        });
+    }
+    let dir = socket_directory(path);
+    prepare_directory(dir)?;
+
+    // Two daemons starting at once could both find the old socket stale, and the second would
+    // then delete the socket the first just bound. Holding the directory's lock from the
+    // staleness check until the new socket listens makes the second one find a live socket.
+    // The lock lasts only for this function: a running daemon is found by connecting to it.
+    let directory = File::open(dir).map_err(|source| SocketError::Io {
+        action: "open the socket directory",
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    let _lock =
+        Flock::lock(directory, FlockArg::LockExclusive).map_err(|(_, errno)| SocketError::Io {
+            action: "lock the socket directory",
+            path: dir.to_path_buf(),
+            source: errno.into(),
+        })?;
+
+    remove_stale_socket(path)?;
+    let listener = StdUnixListener::bind(path).map_err(|source| {
+        if source.kind() == io::ErrorKind::AddrInUse {
+            SocketError::AlreadyServing {
+                path: path.to_path_buf(),
+            }
+        } else {
+            SocketError::Io {
+                action: "listen on the socket",
+                path: path.to_path_buf(),
+                source,
+            }
+        }
+    })?;
+    // chmod right after bind rather than a umask around it: the umask is process-wide, so
+    // setting it would race with every other thread creating files (tools writing a user's
+    // files would get the wrong modes). The moment between bind and chmod is harmless because
+    // the socket sits in a 0700 directory of ours that nobody else can enter.
+    if let Err(source) = fs::set_permissions(path, fs::Permissions::from_mode(SOCKET_MODE)) {
+        let _ = fs::remove_file(path);
+        return Err(SocketError::Io {
+            action: "make private (mode 0600) the socket",
+            path: path.to_path_buf(),
+            source,
+        });
+    }
+    listener
+        .set_nonblocking(true)
+        .map_err(|source| SocketError::Io {
+            action: "make non-blocking the socket",
+            path: path.to_path_buf(),
+            source,
+        })?;
+    Ok(listener)
+}
+
+/// The directory the socket lives in; a bare file name lives in the current directory.
+fn socket_directory(path: &Path) -> &Path {
+    match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    }
+}
+
+/// Creates the socket directory 0700 if it is missing (with any missing parents, also 0700),
+/// then checks that it is a directory of ours that group and others cannot access.
+fn prepare_directory(dir: &Path) -> Result<(), SocketError> {
+    let metadata = match fs::metadata(dir) {
+        Ok(metadata) => metadata,
+        Err(error) if error.kind() == io::ErrorKind::NotFound => {
+            DirBuilder::new()
+                .recursive(true)
+                .mode(DIRECTORY_MODE)
+                .create(dir)
+                .map_err(|source| SocketError::CreateDirectory {
+                    dir: dir.to_path_buf(),
+                    source,
+                })?;
+            fs::metadata(dir).map_err(|source| SocketError::CreateDirectory {
+                dir: dir.to_path_buf(),
+                source,
+            })?
+        }
+        Err(source) => {
+            return Err(SocketError::Io {
+                action: "inspect the socket directory",
+                path: dir.to_path_buf(),
+                source,
+            });
+        }
+    };
+    if !metadata.is_dir() {
+        return Err(SocketError::NotADirectory {
+            dir: dir.to_path_buf(),
+        });
+    }
+    let uid = geteuid().as_raw();
+    // A symlink in a shared directory such as /tmp, planted by someone else, must not steer the
+    // socket into a directory of ours they chose, even a private one.
+    if let Ok(link) = fs::symlink_metadata(dir)
+        && link.file_type().is_symlink()
+        && link.uid() != uid
+    {
+        return Err(SocketError::DirectoryNotOwned {
+            dir: dir.to_path_buf(),
+            owner: link.uid(),
+            uid,
+        });
+    }
+    if metadata.uid() != uid {
+        return Err(SocketError::DirectoryNotOwned {
+            dir: dir.to_path_buf(),
+            owner: metadata.uid(),
+            uid,
+        });
+    }
+    let mode = metadata.mode() & 0o7777;
+    if mode & FOREIGN_ACCESS_BITS != 0 {
+        return Err(SocketError::DirectoryTooOpen {
+            dir: dir.to_path_buf(),
+            mode,
+        });
+    }
+    Ok(())
+}
+
+/// Clears the way for binding: nothing there is fine; a socket nobody answers on (a daemon that
+/// died without cleaning up) is removed; a socket that answers, or anything that is not a
+/// socket, is refused.
+fn remove_stale_socket(path: &Path) -> Result<(), SocketError> {
+    let metadata = match fs::symlink_metadata(path) {
+        Ok(metadata) => metadata,
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(source) => {
+            return Err(SocketError::Io {
+                action: "inspect the socket path",
+                path: path.to_path_buf(),
+                source,
+            });
+        }
+    };
+    if !metadata.file_type().is_socket() {
+        return Err(SocketError::NotASocket {
+            path: path.to_path_buf(),
+        });
+    }
+    match StdUnixStream::connect(path) {
+        Ok(_) => Err(SocketError::AlreadyServing {
+            path: path.to_path_buf(),
+        }),
+        // A listener whose backlog is full is alive, only busy.
+        Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
+            Err(SocketError::AlreadyServing {
+                path: path.to_path_buf(),
+            })
+        }
+        Err(error) if error.kind() == io::ErrorKind::ConnectionRefused => {
+            match fs::remove_file(path) {
+                Ok(()) => Ok(()),
+                Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(()),
+                Err(source) => Err(SocketError::Io {
+                    action: "remove the stale socket",
+                    path: path.to_path_buf(),
+                    source,
+                }),
+            }
+        }
+        Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(source) => Err(SocketError::Io {
+            action: "check whether a daemon answers on the socket",
+            path: path.to_path_buf(),
+            source,
+        }),
+    }
+}
+
+/// The uid of the process at the other end of a connected Unix socket (SO_PEERCRED: the
+/// credentials it had when it connected, which it cannot forge).
+pub fn peer_uid(stream: &impl AsFd) -> io::Result<u32> {
+    let credentials = getsockopt(stream, PeerCredentials)?;
+    Ok(credentials.uid())
+}
+
+/// Whether the peer may talk to this daemon: only the daemon's own user may. A peer whose
+/// credentials cannot be read is refused.
+pub fn peer_allowed(stream: &impl AsFd) -> bool {
+    peer_uid(stream).is_ok_and(|uid| uid == geteuid().as_raw())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(toold_socket: Option<&str>, xdg_runtime_dir: Option<&str>) -> SocketEnv {
+        SocketEnv {
+            toold_socket: toold_socket.map(OsString::from),
+            xdg_runtime_dir: xdg_runtime_dir.map(OsString::from),
+            uid: 1000,
+        }
+    }
+
+    #[test]
+    fn resolution_order() {
+        let flag = Some(Path::new("/flag.sock"));
+        let config = Some(Path::new("/config.sock"));
+        let cases: &[(Option<&Path>, Option<&Path>, SocketEnv, &str)] = &[
+            (
+                flag,
+                config,
+                env(Some("/env.sock"), Some("/run/user/1000")),
+                "/flag.sock",
+            ),
+            (
+                None,
+                config,
+                env(Some("/env.sock"), Some("/run/user/1000")),
+                "/env.sock",
+            ),
+            (
+                None,
+                config,
+                env(None, Some("/run/user/1000")),
+                "/config.sock",
+            ),
+            (
+                None,
+                None,
+                env(None, Some("/run/user/1000")),
+                "/run/user/1000/toold/toold.sock",
+            ),
+            (None, None, env(None, None), "/tmp/toold-1000/toold.sock"),
+            // Empty values are unset; a relative runtime directory is ignored.
+            (
+                Some(Path::new("")),
+                None,
+                env(Some(""), Some("")),
+                "/tmp/toold-1000/toold.sock",
+            ),
+            (
+                None,
+                None,
+                env(None, Some("run/user")),
+                "/tmp/toold-1000/toold.sock",
+            ),
+            // An explicit path is taken as given, relative or not.
+            (
+                Some(Path::new("here.sock")),
+                None,
+                env(None, None),
+                "here.sock",
+            ),
+        ];
+        for (flag, config, env, expected) in cases {
+            assert_eq!(
+                resolve_socket_path(*flag, *config, env),
+                PathBuf::from(expected),
+                "flag {flag:?}, config {config:?}, {env:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_bare_file_name_lives_in_the_current_directory() {
+        assert_eq!(socket_directory(Path::new("toold.sock")), Path::new("."));
+        assert_eq!(socket_directory(Path::new("/a/b.sock")), Path::new("/a"));
+    }
+}

@@ -1,0 +1,101 @@
+//! The systemd user units in `systemd/` carry the settings the daemon relies on: the socket's
+//! path, modes and descriptor name, and the service's notify type, watchdog, kill mode and
+//! restart policy.
+
+use std::path::PathBuf;
+
+/// A unit file as (section, key, value) triples, in order; comments and blank lines dropped.
+fn parse_unit(name: &str) -> Vec<(String, String, String)> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../systemd")
+        .join(name);
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|error| panic!("cannot read {}: {error}", path.display()));
+    let mut section = String::new();
+    let mut entries = Vec::new();
+    for (number, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') || line.starts_with(';') {
+            continue;
+        }
+        if let Some(name) = line
+            .strip_prefix('[')
+            .and_then(|rest| rest.strip_suffix(']'))
+        {
+            section = name.to_owned();
+            continue;
+        }
+        let (key, value) = line
+            .split_once('=')
+            .unwrap_or_else(|| panic!("{name}:{}: not `key=value`: {line}", number + 1));
+        assert!(
+            !section.is_empty(),
+            "{name}:{}: a key outside any section",
+            number + 1
+        );
+        entries.push((
+            section.clone(),
+            key.trim().to_owned(),
+            value.trim().to_owned(),
+        ));
+    }
+    entries
+}
+
+/// The value of `key` in `section`, which must appear exactly once.
+fn value<'a>(unit: &'a [(String, String, String)], section: &str, key: &str) -> &'a str {
+    let values: Vec<&str> = unit
+        .iter()
+        .filter(|(s, k, _)| s == section && k == key)
+        .map(|(_, _, v)| v.as_str())
+        .collect();
+    assert_eq!(
+        values.len(),
+        1,
+        "[{section}] {key}= should appear once: {values:?}"
+    );
+    values[0]
+}
+
+#[test]
+fn the_socket_unit_listens_privately_on_the_default_path() {
+    let unit = parse_unit("toold.socket");
+    assert_eq!(
+        value(&unit, "Socket", "ListenStream"),
+        "%t/toold/toold.sock"
+    );
+    assert_eq!(value(&unit, "Socket", "SocketMode"), "0600");
+    assert_eq!(value(&unit, "Socket", "DirectoryMode"), "0700");
+    assert_eq!(
+        value(&unit, "Socket", "FileDescriptorName"),
+        toold::server::systemd::FD_NAME
+    );
+    assert_eq!(value(&unit, "Install", "WantedBy"), "sockets.target");
+    assert!(!value(&unit, "Unit", "Description").is_empty());
+    assert!(!value(&unit, "Unit", "Documentation").is_empty());
+}
+
+#[test]
+fn the_service_unit_notifies_is_watched_and_drains() {
+    let unit = parse_unit("toold.service");
+    assert_eq!(value(&unit, "Service", "Type"), "notify");
+    assert_eq!(
+        value(&unit, "Service", "ExecStart"),
+        "%h/.cargo/bin/toold serve"
+    );
+    assert_eq!(value(&unit, "Service", "WatchdogSec"), "30");
+    assert_eq!(value(&unit, "Service", "KillMode"), "mixed");
+    assert_eq!(value(&unit, "Service", "Restart"), "on-failure");
+    assert_eq!(value(&unit, "Service", "NotifyAccess"), "main");
+    assert_eq!(value(&unit, "Unit", "Requires"), "toold.socket");
+    assert!(!value(&unit, "Unit", "Description").is_empty());
+    assert!(!value(&unit, "Unit", "Documentation").is_empty());
+
+    let stop_timeout: u64 = value(&unit, "Service", "TimeoutStopSec")
+        .parse()
+        .expect("TimeoutStopSec in plain seconds");
+    assert!(
+        stop_timeout >= 60,
+        "TimeoutStopSec={stop_timeout} leaves too little room above the drain grace"
+    );
+}
