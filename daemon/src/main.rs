@@ -81,10 +81,15 @@ fn serve(socket_flag: Option<PathBuf>, config_path: Option<PathBuf>, allow_root:
     socket::refuse_root(allow_root)?;
     let config = Config::load(config_path.as_deref())?;
     init_logging();
+    // Before the runtime's threads exist: only then can the LISTEN_* variables be removed.
+    let inherited = systemd::take_inherited_listener()?;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the runtime")?;
     runtime.block_on(async move {
-        let (listener, place) = match systemd::inherited_listener()? {
-            Some(listener) => (listener, "the socket systemd passed".to_owned()),
+        let (listener, place) = match inherited {
+            Some(listener) => (
+                tokio::net::UnixListener::from_std(listener).context("cannot use the socket systemd passed")?,
+                "the socket systemd passed".to_owned(),
+            ),
             None => {
                 let env = socket::SocketEnv::from_process();
                 let path = socket::resolve_socket_path(socket_flag.as_deref(), config.socket.as_deref(), &env);
