@@ -13,6 +13,26 @@
 //! The [`PeerHandle`] is the cheap, cloneable face of the connection: outgoing requests
 //! ([`PeerHandle::request`]), notifications, pre-rendered JSON, cancellation and close.
 //! The [`PeerTask`] resolves with the [`CloseReason`] once the connection has ended.
+//!
+//! One [`Handler`] is given per connection, so per-connection state (initialized or not, the
+//! declared capabilities) lives in it; the handle's [`PeerHandle::connection_id`] names the
+//! connection in logs.
+//!
+//! Choices where PROTOCOL.md is silent:
+//! - End of input is a disconnect: reading stops, our pending requests fail at once, what was
+//!   already queued is still flushed (for at most `flush_timeout`), and answers produced after
+//!   that are dropped. Handlers' running futures are not cancelled: they own their work.
+//! - [`PeerHandle::close`] also flushes what was queued before it.
+//! - A batch's answer keeps the order of its requests; an invalid entry (a nested array
+//!   too) gets a `-32600` entry in its place; responses inside a batch are routed like single
+//!   ones. Batch entries are answered even if the batch also holds notifications.
+//! - A response is never answered. One to no pending request (a late answer to a request we
+//!   withdrew) is dropped; an error response with id null (the other side could not read
+//!   something we sent) is logged.
+//! - A handler that panics answers `-32603`; requests beyond `max_in_flight_requests` are
+//!   answered `-32001` without running.
+//! - Our request ids are integers from 1, per connection. `$/cancelRequest` is sent only for
+//!   a request that was queued; one dropped before that is forgotten silently.
 
 use std::fmt;
 use std::future::Future;

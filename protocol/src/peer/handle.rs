@@ -11,7 +11,7 @@ use std::task::{Context, Poll, ready};
 
 use serde::Serialize;
 use serde_json::{Value, json};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use super::{BoxFuture, CloseReason};
@@ -134,8 +134,10 @@ impl PeerHandle {
         outgoing_capacity: usize,
         framing: DetectedFraming,
     ) -> (Self, mpsc::Receiver<JsonText>) {
-        // `mpsc::channel` refuses 0; a queue of one still lets the writer work.
-        let (outgoing, queue) = mpsc::channel(outgoing_capacity.max(1));
+        // `mpsc::channel` panics on 0 and on more than `MAX_PERMITS`; a queue of one still
+        // lets the writer work.
+        let capacity = outgoing_capacity.clamp(1, Semaphore::MAX_PERMITS);
+        let (outgoing, queue) = mpsc::channel(capacity);
         let shared = Shared {
             connection_id: NEXT_CONNECTION_ID.fetch_add(1, Ordering::Relaxed),
             outgoing,

@@ -23,6 +23,10 @@ use crate::rpc::{ErrorObject, Id, Message, Notification, Request, Response};
 /// How much room each read asks for; a frame larger than this arrives over several reads.
 const READ_CHUNK_BYTES: usize = 8 * 1024;
 
+/// An empty read buffer larger than this is given back, so that a connection that once
+/// received a large message does not keep its memory while idle.
+const MAX_IDLE_BUFFER_BYTES: usize = 64 * 1024;
+
 /// Whether the connection goes on after a frame.
 enum Flow {
     Continue,
@@ -63,7 +67,10 @@ impl<R: AsyncRead + Unpin + Send + 'static> Reader<R> {
             framing_announced: false,
             peer,
             handler,
-            in_flight: Arc::new(Semaphore::new(options.max_in_flight_requests)),
+            // `Semaphore::new` panics over `MAX_PERMITS`, which no real limit reaches.
+            in_flight: Arc::new(Semaphore::new(
+                options.max_in_flight_requests.min(Semaphore::MAX_PERMITS),
+            )),
             max_message_bytes: options.max_message_bytes,
         }
     }
@@ -82,6 +89,10 @@ impl<R: AsyncRead + Unpin + Send + 'static> Reader<R> {
                     Ok(None) => break,
                     Err(err) => return self.on_fatal(err).await,
                 }
+            }
+            if self.buffer.is_empty() && self.buffer.capacity() > MAX_IDLE_BUFFER_BYTES {
+                // One large message must not pin its buffer for the connection's lifetime.
+                self.buffer = BytesMut::new();
             }
             self.buffer.reserve(READ_CHUNK_BYTES);
             match self.stream.read_buf(&mut self.buffer).await {

@@ -607,6 +607,25 @@ async fn close_flushes_what_was_queued_then_ends() {
 }
 
 #[tokio::test]
+async fn closing_gives_up_on_a_peer_that_does_not_read() {
+    let options = PeerOptions {
+        outgoing_capacity: 2,
+        flush_timeout: QUIET,
+        ..PeerOptions::client(Framing::Ndjson)
+    };
+    let (_raw_end_never_read, peer_end) = tokio::io::duplex(64);
+    let client = spawn_side(peer_end, options, echo());
+    while client.peer.try_notify("fill", None).is_ok() {
+        tokio::task::yield_now().await;
+    }
+    client.peer.close();
+    assert!(matches!(
+        within(client.task).await,
+        CloseReason::ClosedLocally
+    ));
+}
+
+#[tokio::test]
 async fn a_write_error_closes_the_connection() {
     // Input that never ends (its other end stays open), output whose other end is gone:
     // only the failed write can end this connection.

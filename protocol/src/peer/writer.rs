@@ -106,5 +106,9 @@ async fn write_out<W: AsyncWrite + Unpin>(
 ) -> std::io::Result<()> {
     writer.write_all(buffer).await?;
     buffer.clear();
+    if buffer.capacity() > 4 * MAX_WRITE_BATCH_BYTES {
+        // One large message must not pin its buffer for the connection's lifetime.
+        *buffer = BytesMut::new();
+    }
     writer.flush().await
 }
