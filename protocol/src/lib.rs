@@ -49,7 +49,7 @@ pub use invoke::{InvokeEnv, InvokeParams};
 pub use methods::{NotificationMethod, RequestMethod};
 pub use peer::{
     BoxFuture, CloseReason, Handler, OutgoingRequest, Peer, PeerClosed, PeerFraming, PeerHandle,
-    PeerOptions, PeerTask, Reply, RequestError, TrySendError,
+    PeerOptions, PeerTask, Reply, RequestError, TrySendError, render_notification,
 };
 pub use rpc::{
     Empty, ErrorObject, Id, InvalidMessage, Message, Notification, Request, Response, error_code,

@@ -57,7 +57,9 @@ mod writer;
 #[cfg(test)]
 mod tests;
 
-pub use handle::{OutgoingRequest, PeerClosed, PeerHandle, RequestError, TrySendError};
+pub use handle::{
+    OutgoingRequest, PeerClosed, PeerHandle, RequestError, TrySendError, render_notification,
+};
 
 /// A boxed future that can move between threads: what a [`Handler`] returns.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

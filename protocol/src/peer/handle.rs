@@ -16,8 +16,8 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 
 use super::{BoxFuture, CloseReason};
 use crate::framing::{DetectedFraming, Framing, JsonText};
-use crate::methods::{CANCEL_REQUEST, RequestMethod};
-use crate::rpc::{ErrorObject, Id, Notification, Request, Response};
+use crate::methods::{CANCEL_REQUEST, NotificationMethod, RequestMethod};
+use crate::rpc::{ErrorObject, Id, Notification, Request, Response, Version};
 
 /// Numbers connections for logs; process-wide so that two connections never share one.
 static NEXT_CONNECTION_ID: AtomicU64 = AtomicU64::new(1);
@@ -127,6 +127,25 @@ pub(super) fn render<T: Serialize + ?Sized>(message: &T) -> JsonText {
     // `Serialize` that errors (ours do not) or on IO (a `String` cannot fail to grow but by
     // aborting), so this cannot fail.
     JsonText(serde_json::to_string(message).expect("JSON-RPC messages always serialize"))
+}
+
+/// Renders a typed notification once, for [`PeerHandle::send_text`] to any number of
+/// connections (an event goes to every attached one), without a `Value` in between.
+pub fn render_notification<M: NotificationMethod>(
+    params: &M::Params,
+) -> Result<JsonText, serde_json::Error> {
+    #[derive(Serialize)]
+    struct Wire<'a, P> {
+        jsonrpc: Version,
+        method: &'static str,
+        params: &'a P,
+    }
+    serde_json::to_string(&Wire {
+        jsonrpc: Version,
+        method: M::METHOD,
+        params,
+    })
+    .map(JsonText)
 }
 
 impl PeerHandle {

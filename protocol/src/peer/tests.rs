@@ -13,9 +13,10 @@ use tokio::sync::mpsc;
 
 use super::*;
 use crate::framing::Framing;
-use crate::methods::{CANCEL_REQUEST, SessionClose};
+use crate::methods::{CANCEL_REQUEST, SessionClose, ToolsListChanged};
 use crate::rpc::{Empty, Notification, Request, error_code};
 use crate::session::SessionIdParams;
+use crate::tools_api::Revision;
 
 /// Long enough for a loaded machine; every wait that should succeed is bounded by it.
 const PATIENCE: Duration = Duration::from_secs(5);
@@ -638,6 +639,23 @@ async fn a_write_error_closes_the_connection() {
     let reason = within(task).await;
     assert!(matches!(reason, CloseReason::WriteFailed(_)), "{reason}");
     assert_eq!(within(pending).await.unwrap(), Err(RequestError::Closed));
+}
+
+#[tokio::test]
+async fn a_notification_rendered_once_goes_to_every_connection() {
+    let text = render_notification::<ToolsListChanged>(&Revision { revision: 7 }).unwrap();
+    for framing in [Framing::Ndjson, Framing::Lsp] {
+        let (mut raw, client) = raw_pair(PeerOptions::client(framing), echo());
+        client.peer.send_text(text.clone()).await.unwrap();
+        let received = match framing {
+            Framing::Ndjson => raw.line().await,
+            Framing::Lsp => raw.lsp().await,
+        };
+        assert_eq!(
+            received,
+            json!({"jsonrpc":"2.0","method":"tools/list_changed","params":{"revision":7}})
+        );
+    }
 }
 
 #[tokio::test]
