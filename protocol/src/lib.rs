@@ -5,8 +5,9 @@
 //! internal types convert at the daemon's dispatch layer. One module per area:
 //! [`rpc`] (envelope, ids, error codes), [`methods`] (names and typed method markers),
 //! [`initialize`], [`session`], [`tools_api`], [`execute`], [`events`], [`approval`],
-//! [`hooks`], [`invoke`], [`tool`] (definitions, calls, results) and [`framing`]
-//! (NDJSON or LSP-style frames, detected per connection).
+//! [`hooks`], [`invoke`], [`tool`] (definitions, calls, results), [`framing`]
+//! (NDJSON or LSP-style frames, detected per connection) and [`peer`] (the bidirectional
+//! JSON-RPC connection both the daemon and the client run on).
 
 pub mod approval;
 pub mod events;
@@ -16,6 +17,7 @@ pub mod hooks;
 pub mod initialize;
 pub mod invoke;
 pub mod methods;
+pub mod peer;
 pub mod rpc;
 pub mod session;
 pub mod tool;
@@ -45,6 +47,10 @@ pub use initialize::{
 };
 pub use invoke::{InvokeEnv, InvokeParams};
 pub use methods::{NotificationMethod, RequestMethod};
+pub use peer::{
+    BoxFuture, CloseReason, Handler, OutgoingRequest, Peer, PeerClosed, PeerFraming, PeerHandle,
+    PeerOptions, PeerTask, Reply, RequestError, TrySendError, render_notification,
+};
 pub use rpc::{
     Empty, ErrorObject, Id, InvalidMessage, Message, Notification, Request, Response, error_code,
 };

@@ -1,0 +1,357 @@
+//! The reader: decodes frames, routes responses to our pending requests, hands
+//! notifications to the handler, spawns incoming requests, and answers batches and bad input.
+
+use std::any::Any;
+use std::future::Future;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::BytesMut;
+use serde_json::Value;
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::task::JoinHandle;
+use tokio_util::codec::Decoder;
+
+use super::handle::render;
+use super::{BoxFuture, CloseReason, Handler, PeerHandle, PeerOptions, Reply};
+use crate::framing::{Frame, FrameDecoder, FramingError, JsonText};
+use crate::rpc::{ErrorObject, Id, Message, Notification, Request, Response};
+
+/// How much room each read asks for; a frame larger than this arrives over several reads.
+const READ_CHUNK_BYTES: usize = 8 * 1024;
+
+/// An empty read buffer larger than this is given back, so that a connection that once
+/// received a large message does not keep its memory while idle.
+const MAX_IDLE_BUFFER_BYTES: usize = 64 * 1024;
+
+/// Whether the connection goes on after a frame.
+enum Flow {
+    Continue,
+    Close(CloseReason),
+}
+
+pub(super) struct Reader<R> {
+    stream: R,
+    decoder: FrameDecoder,
+    buffer: BytesMut,
+    /// Rung once the client's first byte has chosen the framing, so the writer may start.
+    framing_known: Arc<Notify>,
+    framing_announced: bool,
+    peer: PeerHandle,
+    handler: Arc<dyn Handler>,
+    /// One permit per incoming request whose answer is not queued yet. Bounded so that a
+    /// flood of requests cannot spawn tasks without limit; over it a request is refused
+    /// (`-32001`) and the reader goes on, since pausing it would also pause the answers to
+    /// our own requests that a handler may be waiting for.
+    in_flight: Arc<Semaphore>,
+    max_message_bytes: usize,
+}
+
+impl<R: AsyncRead + Unpin + Send + 'static> Reader<R> {
+    pub(super) fn new(
+        stream: R,
+        decoder: FrameDecoder,
+        framing_known: Arc<Notify>,
+        peer: PeerHandle,
+        handler: Arc<dyn Handler>,
+        options: &PeerOptions,
+    ) -> Self {
+        Self {
+            stream,
+            decoder,
+            buffer: BytesMut::new(),
+            framing_known,
+            framing_announced: false,
+            peer,
+            handler,
+            // `Semaphore::new` panics over `MAX_PERMITS`, which no real limit reaches.
+            in_flight: Arc::new(Semaphore::new(
+                options.max_in_flight_requests.min(Semaphore::MAX_PERMITS),
+            )),
+            max_message_bytes: options.max_message_bytes,
+        }
+    }
+
+    /// Reads until the input ends or becomes unreadable, and says why it stopped.
+    pub(super) async fn run(mut self) -> CloseReason {
+        loop {
+            loop {
+                let decoded = self.decoder.decode(&mut self.buffer);
+                self.announce_framing();
+                match decoded {
+                    Ok(Some(frame)) => match self.on_frame(frame).await {
+                        Flow::Continue => {}
+                        Flow::Close(reason) => return reason,
+                    },
+                    Ok(None) => break,
+                    Err(err) => return self.on_fatal(err).await,
+                }
+            }
+            if self.buffer.is_empty() && self.buffer.capacity() > MAX_IDLE_BUFFER_BYTES {
+                // One large message must not pin its buffer for the connection's lifetime.
+                self.buffer = BytesMut::new();
+            }
+            self.buffer.reserve(READ_CHUNK_BYTES);
+            match self.stream.read_buf(&mut self.buffer).await {
+                Ok(0) => return self.at_eof().await,
+                Ok(_) => {}
+                Err(err) => return CloseReason::ReadFailed(Arc::new(err)),
+            }
+        }
+    }
+
+    fn announce_framing(&mut self) {
+        if !self.framing_announced && self.decoder.framing().is_some() {
+            self.framing_announced = true;
+            self.framing_known.notify_one();
+        }
+    }
+
+    /// A last message without its newline still counts; then the input has ended.
+    async fn at_eof(&mut self) -> CloseReason {
+        loop {
+            match self.decoder.decode_eof(&mut self.buffer) {
+                Ok(Some(frame)) => match self.on_frame(frame).await {
+                    Flow::Continue => {}
+                    Flow::Close(reason) => return reason,
+                },
+                Ok(None) => return CloseReason::Eof,
+                Err(err) => return self.on_fatal(err).await,
+            }
+        }
+    }
+
+    async fn on_frame(&mut self, frame: Frame) -> Flow {
+        match frame {
+            Frame::Message(Value::Array(entries)) => self.on_batch(entries).await,
+            Frame::Message(value) => self.on_message(value).await,
+            Frame::ParseError(why) => {
+                self.answer_now(Response::error(Id::Null, ErrorObject::parse_error(why)))
+                    .await;
+            }
+            Frame::TooLarge => {
+                let error = ErrorObject::too_large(self.max_message_bytes);
+                self.answer_now(Response::error(Id::Null, error)).await;
+                return Flow::Close(CloseReason::TooLarge);
+            }
+        }
+        Flow::Continue
+    }
+
+    /// Message boundaries are lost: answer when the framing allows it, then close.
+    async fn on_fatal(&mut self, err: FramingError) -> CloseReason {
+        match &err {
+            FramingError::InvalidHeader(_) => {
+                let error = ErrorObject::invalid_request(&err);
+                self.answer_now(Response::error(Id::Null, error)).await;
+            }
+            // No framing was chosen, so there is no way to answer.
+            FramingError::UnrecognizedFraming { .. }
+            // The decoder reports neither; they belong to the encoding side.
+            | FramingError::FramingNotDetected
+            | FramingError::Serialize(_)
+            | FramingError::Io(_) => {}
+        }
+        CloseReason::Framing(Arc::new(err))
+    }
+
+    async fn on_message(&mut self, value: Value) {
+        match Message::from_value(value) {
+            Ok(Message::Request(request)) => self.on_request(request).await,
+            Ok(Message::Notification(notification)) => self.on_notification(notification),
+            Ok(Message::Response(response)) => self.peer.complete(response),
+            Err(invalid) => self.answer_now(invalid.to_response()).await,
+        }
+    }
+
+    /// Spawns the handler: the reader never waits for one, or a handler waiting for an
+    /// answer from this same peer would wait forever.
+    async fn on_request(&mut self, request: Request) {
+        match self.in_flight_permit() {
+            Some(permit) => {
+                let peer = self.peer.clone();
+                let handler = Arc::clone(&self.handler);
+                tokio::spawn(async move {
+                    let text = answer(peer.clone(), handler, request).await;
+                    // A closed connection cannot take the answer; the handler's work is done.
+                    let _ = peer.send_text(text).await;
+                    drop(permit);
+                });
+            }
+            None => self.answer_now(overloaded(request.id)).await,
+        }
+    }
+
+    fn on_notification(&self, notification: Notification) {
+        let method = notification.method.clone();
+        let delivered = catch_unwind(AssertUnwindSafe(|| {
+            self.handler.notification(self.peer.clone(), notification);
+        }));
+        if let Err(payload) = delivered {
+            tracing::error!(
+                connection = self.peer.connection_id(),
+                method,
+                panic = panic_message(payload.as_ref()),
+                "a notification handler panicked; the notification is dropped"
+            );
+        }
+    }
+
+    /// Handles every entry (requests spawned, notifications delivered, responses routed)
+    /// and answers once, with one array, when every request in it has been answered.
+    async fn on_batch(&mut self, entries: Vec<Value>) {
+        if entries.is_empty() {
+            let error = ErrorObject::invalid_request("an empty batch: send at least one message");
+            self.answer_now(Response::error(Id::Null, error)).await;
+            return;
+        }
+        let mut answers = Vec::new();
+        for entry in entries {
+            match Message::from_value(entry) {
+                Ok(Message::Request(request)) => answers.push(self.start_batch_entry(request)),
+                Ok(Message::Notification(notification)) => self.on_notification(notification),
+                Ok(Message::Response(response)) => self.peer.complete(response),
+                Err(invalid) => answers.push(BatchAnswer::Ready(render(&invalid.to_response()))),
+            }
+        }
+        // Notifications and responses get no entry; a batch of only those gets no answer.
+        if answers.is_empty() {
+            return;
+        }
+        let peer = self.peer.clone();
+        tokio::spawn(async move {
+            let mut texts = Vec::with_capacity(answers.len());
+            for answer in answers {
+                texts.push(answer.finish().await);
+            }
+            let _ = peer.send_text(join_batch(&texts)).await;
+        });
+    }
+
+    fn start_batch_entry(&self, request: Request) -> BatchAnswer {
+        match self.in_flight_permit() {
+            Some(permit) => {
+                let id = request.id.clone();
+                let peer = self.peer.clone();
+                let handler = Arc::clone(&self.handler);
+                let task = tokio::spawn(async move {
+                    let text = answer(peer, handler, request).await;
+                    drop(permit);
+                    text
+                });
+                BatchAnswer::Running { id, task }
+            }
+            None => BatchAnswer::Ready(render(&overloaded(request.id))),
+        }
+    }
+
+    fn in_flight_permit(&self) -> Option<OwnedSemaphorePermit> {
+        Arc::clone(&self.in_flight).try_acquire_owned().ok()
+    }
+
+    /// Queues an answer from the reader itself (bad input). Waiting for room here is the
+    /// backpressure on a peer that sends garbage without reading our answers.
+    async fn answer_now(&mut self, response: Response) {
+        let _ = self.peer.send_text(render(&response)).await;
+    }
+}
+
+/// One entry of a batch's answer.
+enum BatchAnswer {
+    Ready(JsonText),
+    Running { id: Id, task: JoinHandle<JsonText> },
+}
+
+impl BatchAnswer {
+    async fn finish(self) -> JsonText {
+        match self {
+            BatchAnswer::Ready(text) => text,
+            BatchAnswer::Running { id, task } => match task.await {
+                Ok(text) => text,
+                // Panics are caught inside `answer`; only a runtime shutting down ends up here.
+                Err(err) => render(&Response::error(
+                    id,
+                    ErrorObject::internal_error(format!("the request was not answered: {err}")),
+                )),
+            },
+        }
+    }
+}
+
+fn join_batch(texts: &[JsonText]) -> JsonText {
+    let length = texts.iter().map(|text| text.0.len() + 1).sum::<usize>() + 1;
+    let mut joined = String::with_capacity(length);
+    joined.push('[');
+    for (index, text) in texts.iter().enumerate() {
+        if index > 0 {
+            joined.push(',');
+        }
+        joined.push_str(&text.0);
+    }
+    joined.push(']');
+    JsonText(joined)
+}
+
+fn overloaded(id: Id) -> Response {
+    Response::error(
+        id,
+        ErrorObject::overloaded("too many requests on this connection are waiting for an answer"),
+    )
+}
+
+/// Runs the handler for one request, turning a panic into a `-32603` answer.
+async fn answer(peer: PeerHandle, handler: Arc<dyn Handler>, request: Request) -> JsonText {
+    let id = request.id.clone();
+    let method = request.method.clone();
+    let connection = peer.connection_id();
+    let reply = match catch_unwind(AssertUnwindSafe(|| handler.request(peer, request))) {
+        Ok(future) => CatchUnwind(future).await,
+        Err(payload) => Err(payload),
+    };
+    match reply {
+        Ok(Reply::Outcome(outcome)) => render(&Response { id, outcome }),
+        Ok(Reply::Rendered(text)) => text,
+        Err(payload) => {
+            tracing::error!(
+                connection,
+                method,
+                panic = panic_message(payload.as_ref()),
+                "a request handler panicked"
+            );
+            render(&Response::error(
+                id,
+                ErrorObject::internal_error(format!(
+                    "the handler of {method:?} failed unexpectedly; the log has details"
+                )),
+            ))
+        }
+    }
+}
+
+/// A handler's future with its panics caught, so that every request gets an answer.
+struct CatchUnwind(BoxFuture<'static, Reply>);
+
+impl Future for CatchUnwind {
+    type Output = std::thread::Result<Reply>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match catch_unwind(AssertUnwindSafe(|| self.0.as_mut().poll(cx))) {
+            Ok(Poll::Ready(reply)) => Poll::Ready(Ok(reply)),
+            Ok(Poll::Pending) => Poll::Pending,
+            Err(payload) => Poll::Ready(Err(payload)),
+        }
+    }
+}
+
+fn panic_message(payload: &(dyn Any + Send)) -> &str {
+    if let Some(text) = payload.downcast_ref::<&str>() {
+        text
+    } else if let Some(text) = payload.downcast_ref::<String>() {
+        text
+    } else {
+        "a panic without a message"
+    }
+}
