@@ -3,6 +3,7 @@
 //! peers that can approve and hook its calls, and its event sink.
 
 pub mod log;
+pub mod store;
 
 use std::path::Path;
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
