@@ -155,7 +155,7 @@ async fn a_saved_session_comes_back_after_a_restart() {
     let mut again = SessionState::new(
         env,
         restored.mode,
-        restored.rules(),
+        restored.rules.clone(),
         &Rules::default(),
         home,
     )

@@ -374,6 +374,17 @@ mod tests {
         }
     }
 
+    /// The daemon spawns the tasks that await these, and boxes `wait_for_readers` as a
+    /// listener's `Send` future.
+    #[test]
+    fn the_futures_are_send() {
+        fn send<T: Send>(_: &T) {}
+        let log = log_with(10, []);
+        let mut reader = log.reader(0);
+        send(&log.wait_for_readers(1));
+        send(&reader.next());
+    }
+
     #[test]
     fn keeps_only_the_last_capacity_events() {
         let log = log_with(5, 1..=8);

@@ -3,8 +3,8 @@
 //! atomically and privately, and loaded back with every unreadable file reported and skipped.
 //!
 //! The format is read by older and newer daemons alike: every field but `session_id` and `cwd`
-//! has a default, unknown fields are kept and written back, and nothing is refused for being
-//! new. What is refused is what could loosen a session if guessed: an unknown `mode` makes the
+//! has a default, unknown top-level fields are kept and written back, unknown kinds of rules are
+//! ignored, and nothing is refused for being new. What is refused is what could loosen a session if guessed: an unknown `mode` makes the
 //! file unreadable (reported, left in place for a daemon that knows it).
 
 use std::collections::BTreeMap;
@@ -15,9 +15,9 @@ use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value};
-use toold_protocol::{OnDisconnect, Rules, SessionMode};
+use toold_protocol::{OnDisconnect, Rules, SessionMode, SessionSnapshot};
 
 use super::SessionState;
 use crate::env::{Env, defaults};
@@ -56,8 +56,9 @@ pub struct SessionRecord {
     /// `None`: every tool is visible.
     #[serde(default)]
     pub allowed_tools: Option<Vec<String>>,
-    #[serde(default)]
-    pub rules: StoredRules,
+    /// Read leniently (see [`lenient_rules`]): the protocol's `Rules` refuses unknown fields.
+    #[serde(default, deserialize_with = "lenient_rules")]
+    pub rules: Rules,
     #[serde(default = "default_timeout_ms")]
     pub timeout_ms: u64,
     #[serde(default = "default_max_output_bytes")]
@@ -95,36 +96,21 @@ fn default_max_read_bytes() -> u64 {
     to_u64(defaults::MAX_READ_BYTES)
 }
 
-/// A session's rules as stored: the protocol's `Rules` refuses unknown fields, which a file from
-/// a newer daemon may have.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub struct StoredRules {
-    #[serde(default)]
-    pub allow: Vec<String>,
-    #[serde(default)]
-    pub ask: Vec<String>,
-    #[serde(default)]
-    pub deny: Vec<String>,
-}
-
-impl From<&Rules> for StoredRules {
-    fn from(rules: &Rules) -> Self {
-        Self {
-            allow: rules.allow.clone(),
-            ask: rules.ask.clone(),
-            deny: rules.deny.clone(),
-        }
+/// Reads `rules` without the wire type's `deny_unknown_fields`: a newer daemon may add a kind
+/// of rule, and an older one then keeps the kinds it knows (and drops the new kind on its next
+/// save) instead of losing the whole session.
+fn lenient_rules<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Rules, D::Error> {
+    #[derive(Deserialize)]
+    struct AnyRules {
+        #[serde(default)]
+        allow: Vec<String>,
+        #[serde(default)]
+        ask: Vec<String>,
+        #[serde(default)]
+        deny: Vec<String>,
     }
-}
-
-impl From<&StoredRules> for Rules {
-    fn from(rules: &StoredRules) -> Self {
-        Self {
-            allow: rules.allow.clone(),
-            ask: rules.ask.clone(),
-            deny: rules.deny.clone(),
-        }
-    }
+    let AnyRules { allow, ask, deny } = AnyRules::deserialize(deserializer)?;
+    Ok(Rules { allow, ask, deny })
 }
 
 impl SessionRecord {
@@ -139,14 +125,14 @@ impl SessionRecord {
             cwd,
             mode: SessionMode::default(),
             allowed_tools: None,
-            rules: StoredRules::default(),
+            rules: Rules::default(),
             timeout_ms: default_timeout_ms(),
             max_output_bytes: default_max_output_bytes(),
             max_read_bytes: default_max_read_bytes(),
             command_env: BTreeMap::new(),
             grants: Vec::new(),
             on_disconnect: OnDisconnect::default(),
-            created_at: rfc3339(SystemTime::now()),
+            created_at: now_rfc3339(),
             last_seq: 0,
             unknown_fields: Map::new(),
         }
@@ -164,7 +150,7 @@ impl SessionRecord {
         self.max_read_bytes = to_u64(env.max_read_bytes);
         self.command_env.clone_from(&env.command_env);
         self.mode = state.mode;
-        self.rules = StoredRules::from(&state.rules);
+        self.rules.clone_from(&state.rules);
         self.grants.clone_from(&state.grants);
         self.allowed_tools.clone_from(&state.allowed_tools);
     }
@@ -183,9 +169,27 @@ impl SessionRecord {
         env
     }
 
-    /// The session's rules in the protocol's type.
-    pub fn rules(&self) -> Rules {
-        Rules::from(&self.rules)
+    /// A record of what a snapshot shows (a snapshot has everything a record keeps).
+    pub fn from_snapshot(snapshot: &SessionSnapshot) -> Self {
+        Self {
+            version: RECORD_VERSION,
+            session_id: snapshot.session_id.clone(),
+            title: snapshot.title.clone(),
+            cwd: snapshot.cwd.clone(),
+            roots: snapshot.roots.clone(),
+            mode: snapshot.mode,
+            allowed_tools: snapshot.allowed_tools.clone(),
+            rules: snapshot.rules.clone(),
+            timeout_ms: snapshot.env.timeout_ms,
+            max_output_bytes: snapshot.env.max_output_bytes,
+            max_read_bytes: snapshot.env.max_read_bytes,
+            command_env: snapshot.command_env.clone(),
+            grants: snapshot.grants.clone(),
+            on_disconnect: snapshot.on_disconnect,
+            created_at: snapshot.created_at.clone(),
+            last_seq: snapshot.last_seq,
+            unknown_fields: Map::new(),
+        }
     }
 }
 
@@ -448,6 +452,11 @@ fn state_dir_from(xdg_state_home: Option<OsString>, home: Option<OsString>) -> O
     Some(state_home.join("toold").join("sessions"))
 }
 
+/// Now, as RFC 3339 (a session's `created_at`).
+pub fn now_rfc3339() -> String {
+    rfc3339(SystemTime::now())
+}
+
 /// `time` as RFC 3339 in UTC to the second (`2026-11-30T09:00:00Z`). A time before 1970 (a
 /// clock gone wrong) is written as the epoch.
 pub fn rfc3339(time: SystemTime) -> String {
@@ -510,7 +519,7 @@ mod tests {
         record.roots = vec!["/home/u/project".into(), "/tmp/scratch".into()];
         record.mode = SessionMode::AcceptEdits;
         record.allowed_tools = Some(vec!["read_file".into(), "run_command".into()]);
-        record.rules = StoredRules {
+        record.rules = Rules {
             allow: vec!["run_command(cargo test *)".into()],
             ask: vec!["write_file".into()],
             deny: vec!["read_file(//etc/**)".into()],
@@ -594,11 +603,39 @@ mod tests {
         let mut record = SessionRecord::new("s_1", "/elsewhere");
         record.capture(&state);
         assert_eq!(record.env(env.max_command_timeout_ms), env);
-        assert_eq!(record.rules(), rules);
+        assert_eq!(record.rules, rules);
         assert_eq!(record.mode, SessionMode::Plan);
         assert_eq!(record.grants, state.grants);
         assert_eq!(record.allowed_tools, state.allowed_tools);
         assert_eq!(record.env(9).max_command_timeout_ms, 9);
+    }
+
+    #[test]
+    fn a_snapshot_holds_everything_a_record_keeps() {
+        let record = full_record("s_1");
+        let snapshot = SessionSnapshot {
+            session_id: record.session_id.clone(),
+            title: record.title.clone(),
+            cwd: record.cwd.clone(),
+            roots: record.roots.clone(),
+            mode: record.mode,
+            allowed_tools: record.allowed_tools.clone(),
+            rules: record.rules.clone(),
+            env: toold_protocol::SessionEnv {
+                timeout_ms: record.timeout_ms,
+                max_output_bytes: record.max_output_bytes,
+                max_read_bytes: record.max_read_bytes,
+            },
+            command_env: record.command_env.clone(),
+            grants: record.grants.clone(),
+            attached: 2,
+            running_batches: vec!["b_1".into()],
+            last_seq: record.last_seq,
+            created_at: record.created_at.clone(),
+            on_disconnect: record.on_disconnect,
+            replay_truncated: false,
+        };
+        assert_eq!(SessionRecord::from_snapshot(&snapshot), record);
     }
 
     #[test]
