@@ -2,6 +2,9 @@
 //! afresh at each step, so an update reaches every call that has not passed that step), the
 //! peers that can approve and hook its calls, and its event sink.
 
+pub mod log;
+pub mod store;
+
 use std::path::Path;
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 

@@ -1,0 +1,663 @@
+//! A session's retained event log: the last events in `seq` order (for `session/attach`'s
+//! `after_seq` replay), the readers that follow it on behalf of connections, and the
+//! backpressure that lets a slow reader throttle live output instead of growing memory.
+//!
+//! The log is the session's [`EventListener`]: the sink calls [`EventLog::deliver`] with its own
+//! lock held, so appending only takes a short `std` mutex and wakes readers; it never waits.
+//! Readers and backpressure waiters are async and wait on [`Notify`]s, each created before the
+//! condition is checked under the mutex, so a wakeup between the check and the wait is never lost.
+
+use std::collections::{HashMap, VecDeque};
+use std::pin::pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tokio::sync::Notify;
+use toold_protocol::Event;
+
+use crate::events::EventListener;
+
+/// How many events the protocol says a session retains at least (PROTOCOL.md section 3).
+pub const MIN_RETAINED_EVENTS: usize = 10_000;
+
+/// A reader fell behind what the log retains: `missed` events were dropped before it read them.
+/// The reader has been moved to the oldest retained event and goes on from there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the reader fell behind the retained event log and missed {missed} events")]
+pub struct Lagged {
+    pub missed: u64,
+}
+
+/// A session's event log. Shared as `Arc<EventLog>`: the sink delivers into it, and every
+/// [`LogReader`] keeps it alive.
+pub struct EventLog {
+    /// Everything readers and appenders share. A `std` mutex, never held across an `.await`:
+    /// `deliver` runs under the sink's lock, in sync code, and must not wait on a task.
+    inner: Mutex<LogInner>,
+    /// Woken on every append (and on close): readers waiting for a new event.
+    appended: Notify,
+    /// Woken whenever a reader advances or goes away (and on close): `wait_for_readers` callers.
+    progressed: Notify,
+}
+
+struct LogInner {
+    /// The retained events, oldest first, `seq` strictly increasing.
+    events: VecDeque<Event>,
+    capacity: usize,
+    /// The `seq` of the newest event (or the starting `seq` before any).
+    last_seq: u64,
+    /// Every event with this `seq` or a lower one is gone: evicted, or from before the log
+    /// started (a restored session). Replaying from below it is truncated.
+    evicted_through: u64,
+    /// Each registered reader's position: the `seq` of the last event it has taken.
+    readers: HashMap<u64, u64>,
+    next_reader_id: u64,
+    /// Set by `close`: readers end once they have read everything, nobody is throttled.
+    closed: bool,
+}
+
+impl LogInner {
+    /// The retained events with a `seq` larger than `after_seq`.
+    fn after(&self, after_seq: u64) -> impl Iterator<Item = &Event> {
+        let start = self
+            .events
+            .partition_point(|event| event.seq() <= after_seq);
+        self.events.range(start..)
+    }
+
+    /// Whether every registered reader is within `max_lag` events of the head.
+    fn readers_within(&self, max_lag: u64) -> bool {
+        self.readers
+            .values()
+            .all(|&position| self.last_seq.saturating_sub(position) <= max_lag)
+    }
+}
+
+impl EventLog {
+    /// A log retaining [`MIN_RETAINED_EVENTS`], whose first event will follow `start_seq` (0 for a
+    /// new session, the persisted `last_seq` for a restored one).
+    pub fn new(start_seq: u64) -> Self {
+        Self::with_capacity(MIN_RETAINED_EVENTS, start_seq)
+    }
+
+    /// A log retaining the last `capacity` events (at least one). The daemon must pass at least
+    /// [`MIN_RETAINED_EVENTS`] to keep the protocol's promise; tests use small logs.
+    pub fn with_capacity(capacity: usize, start_seq: u64) -> Self {
+        let capacity = capacity.max(1);
+        Self {
+            inner: Mutex::new(LogInner {
+                // Grown as events come: most sessions never fill a whole log.
+                events: VecDeque::new(),
+                capacity,
+                last_seq: start_seq,
+                evicted_through: start_seq,
+                readers: HashMap::new(),
+                next_reader_id: 0,
+                closed: false,
+            }),
+            appended: Notify::new(),
+            progressed: Notify::new(),
+        }
+    }
+
+    /// The `seq` of the newest event, or the starting `seq` when there is none yet.
+    pub fn last_seq(&self) -> u64 {
+        self.lock().last_seq
+    }
+
+    /// How many events the log holds now.
+    pub fn len(&self) -> usize {
+        self.lock().events.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.lock().events.is_empty()
+    }
+
+    /// Every retained event with a `seq` larger than `after_seq`, in order, and whether some
+    /// events after `after_seq` are no longer retained (`replay_truncated`). An `after_seq` at or
+    /// beyond the newest event gives nothing, untruncated.
+    pub fn replay(&self, after_seq: u64) -> (Vec<Event>, bool) {
+        let inner = self.lock();
+        let truncated = after_seq < inner.evicted_through;
+        (inner.after(after_seq).cloned().collect(), truncated)
+    }
+
+    /// A reader that yields every event after `after_seq`: the retained ones, then new ones as
+    /// they come. An `after_seq` beyond the newest event starts at the newest, so that nothing
+    /// appended after this call is skipped. The reader counts for [`EventLog::wait_for_readers`]
+    /// until it is dropped.
+    pub fn reader(self: &Arc<Self>, after_seq: u64) -> LogReader {
+        let mut inner = self.lock();
+        let id = inner.next_reader_id;
+        inner.next_reader_id += 1;
+        let position = after_seq.min(inner.last_seq);
+        inner.readers.insert(id, position);
+        LogReader {
+            log: Arc::clone(self),
+            id,
+        }
+    }
+
+    /// How many readers are registered.
+    pub fn reader_count(&self) -> usize {
+        self.lock().readers.len()
+    }
+
+    /// Resolves once every registered reader is within `max_lag` events of the newest one
+    /// (at once when there is none, or when the log is closed). A reader that stops reading
+    /// holds every caller here until it reads on or is dropped: a connection must drop its
+    /// reader when it closes or gives up on a client that does not read. The daemon awaits it before each
+    /// `tool/output` event, so that a slow connection slows the command down instead of the log
+    /// and the connection's queue growing without bound.
+    pub async fn wait_for_readers(&self, max_lag: u64) {
+        loop {
+            // Created (and enabled) before the check: a reader advancing between the check and
+            // the `.await` still wakes this waiter.
+            let mut progressed = pin!(self.progressed.notified());
+            progressed.as_mut().enable();
+            {
+                let inner = self.lock();
+                if inner.closed || inner.readers_within(max_lag) {
+                    return;
+                }
+            }
+            progressed.await;
+        }
+    }
+
+    /// Ends the log (the session is closing): readers end after the events they have not read
+    /// yet, and nobody waits in [`EventLog::wait_for_readers`] any more. Later events are
+    /// still retained and replayable, but no reader waits for them.
+    pub fn close(&self) {
+        self.lock().closed = true;
+        self.appended.notify_waiters();
+        self.progressed.notify_waiters();
+    }
+
+    fn append(&self, event: Event) {
+        {
+            let mut inner = self.lock();
+            let seq = event.seq();
+            if seq <= inner.last_seq {
+                // The sink hands out strictly increasing numbers under its lock; anything else is
+                // a bug upstream. Keeping it would break every reader's ordering, so refuse it.
+                tracing::error!(
+                    seq,
+                    last_seq = inner.last_seq,
+                    "event log: dropped an event whose seq does not follow the last one"
+                );
+                return;
+            }
+            if inner.events.len() >= inner.capacity
+                && let Some(evicted) = inner.events.pop_front()
+            {
+                inner.evicted_through = evicted.seq();
+            }
+            inner.events.push_back(event);
+            inner.last_seq = seq;
+        }
+        self.appended.notify_waiters();
+    }
+
+    fn lock(&self) -> MutexGuard<'_, LogInner> {
+        // Every change under this lock is a few plain assignments and a push or pop that cannot
+        // panic halfway (allocation failure aborts): a poisoned lock still holds a sound log.
+        self.inner
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+impl EventListener for EventLog {
+    fn deliver(&self, event: Event) {
+        self.append(event);
+    }
+}
+
+/// A connection's cursor into the log. Dropping it unregisters it (and releases anyone
+/// throttled by it).
+pub struct LogReader {
+    log: Arc<EventLog>,
+    /// The key of this reader's position in the log's table.
+    id: u64,
+}
+
+impl LogReader {
+    /// The next event after this reader's position, waiting for one if there is none yet;
+    /// `Err(Lagged)` once if events it had not read were dropped (it then goes on from the oldest
+    /// retained event); `None` when the log is closed and everything was read.
+    ///
+    /// Cancel-safe: the position only moves when an item is returned, so dropping the future
+    /// (in a `select!`) loses nothing.
+    pub async fn next(&mut self) -> Option<Result<Event, Lagged>> {
+        loop {
+            // Created before the check, for the same reason as in `wait_for_readers`.
+            let mut appended = pin!(self.log.appended.notified());
+            appended.as_mut().enable();
+            match self.step() {
+                Ok(item) => return Some(item),
+                Err(AtHead::Ended) => return None,
+                Err(AtHead::Waiting) => appended.await,
+            }
+        }
+    }
+
+    /// The next event if one is there now, without waiting; `None` when the reader is at the head.
+    pub fn try_next(&mut self) -> Option<Result<Event, Lagged>> {
+        self.step().ok()
+    }
+
+    /// Takes the next item if there is one, deciding under one lock whether the reader has
+    /// ended, so that an event appended just before a close is never skipped.
+    fn step(&self) -> Result<Result<Event, Lagged>, AtHead> {
+        let item = {
+            let mut inner = self.log.lock();
+            if let Some(lagged) = self.skip_evicted(&mut inner) {
+                Err(lagged)
+            } else {
+                let next = inner.after(self.position_in(&inner)).next().cloned();
+                match next {
+                    Some(event) => {
+                        inner.readers.insert(self.id, event.seq());
+                        Ok(event)
+                    }
+                    None if inner.closed => return Err(AtHead::Ended),
+                    None => return Err(AtHead::Waiting),
+                }
+            }
+        };
+        self.log.progressed.notify_waiters();
+        Ok(item)
+    }
+
+    /// If events this reader had not read were already dropped, moves it to the oldest retained
+    /// event and says how many it missed. `session/attach` calls it right after creating the
+    /// reader to set the snapshot's `replay_truncated`; the stream then has no `Lagged` item for
+    /// that gap.
+    pub fn take_lag(&mut self) -> Option<Lagged> {
+        let lagged = self.skip_evicted(&mut self.log.lock())?;
+        self.log.progressed.notify_waiters();
+        Some(lagged)
+    }
+
+    /// Moves a reader whose next events were evicted to the oldest retained one.
+    fn skip_evicted(&self, inner: &mut LogInner) -> Option<Lagged> {
+        let position = self.position_in(inner);
+        if position >= inner.evicted_through {
+            return None;
+        }
+        let caught_up = inner.evicted_through;
+        inner.readers.insert(self.id, caught_up);
+        Some(Lagged {
+            missed: caught_up - position,
+        })
+    }
+
+    /// The `seq` of the last event this reader took (or where it started).
+    pub fn position(&self) -> u64 {
+        self.position_in(&self.log.lock())
+    }
+
+    /// How many events this reader is behind the newest.
+    pub fn lag(&self) -> u64 {
+        let inner = self.log.lock();
+        inner.last_seq.saturating_sub(self.position_in(&inner))
+    }
+
+    fn position_in(&self, inner: &LogInner) -> u64 {
+        // Registered in `EventLog::reader` and removed only by `Drop`, so it is always there;
+        // the fallback (the head) would only make a broken reader skip ahead, never block.
+        inner
+            .readers
+            .get(&self.id)
+            .copied()
+            .unwrap_or(inner.last_seq)
+    }
+}
+
+/// Why a reader has nothing to take.
+enum AtHead {
+    /// The log is closed: nothing more will come.
+    Ended,
+    /// Wait for an append.
+    Waiting,
+}
+
+impl Drop for LogReader {
+    fn drop(&mut self) {
+        self.log.lock().readers.remove(&self.id);
+        self.log.progressed.notify_waiters();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use pretty_assertions::assert_eq;
+    use tokio::time::timeout;
+    use toold_protocol::{BatchDone, EventParams};
+
+    use super::*;
+    use crate::events::{EventBody, EventSink};
+
+    /// Long enough for anything that should happen to happen on a loaded 2-core machine.
+    const PATIENCE: Duration = Duration::from_secs(10);
+    /// How long something that must not happen is given to happen anyway.
+    const GRACE: Duration = Duration::from_millis(30);
+
+    fn event(seq: u64) -> Event {
+        Event::BatchDone(EventParams {
+            session_id: "s_1".into(),
+            seq,
+            batch_id: "b_1".into(),
+            body: BatchDone {},
+        })
+    }
+
+    fn log_with(capacity: usize, seqs: impl IntoIterator<Item = u64>) -> Arc<EventLog> {
+        let log = Arc::new(EventLog::with_capacity(capacity, 0));
+        for seq in seqs {
+            log.deliver(event(seq));
+        }
+        log
+    }
+
+    fn seqs(events: &[Event]) -> Vec<u64> {
+        events.iter().map(Event::seq).collect()
+    }
+
+    async fn next_seq(reader: &mut LogReader) -> u64 {
+        match timeout(PATIENCE, reader.next()).await {
+            Ok(Some(Ok(event))) => event.seq(),
+            other => panic!("expected an event, got {other:?}"),
+        }
+    }
+
+    /// The daemon spawns the tasks that await these, and boxes `wait_for_readers` as a
+    /// listener's `Send` future.
+    #[test]
+    fn the_futures_are_send() {
+        fn send<T: Send>(_: &T) {}
+        let log = log_with(10, []);
+        let mut reader = log.reader(0);
+        send(&log.wait_for_readers(1));
+        send(&reader.next());
+    }
+
+    #[test]
+    fn keeps_only_the_last_capacity_events() {
+        let log = log_with(5, 1..=8);
+        assert_eq!(log.len(), 5);
+        assert_eq!(log.last_seq(), 8);
+        let (events, truncated) = log.replay(0);
+        assert_eq!((seqs(&events), truncated), (vec![4, 5, 6, 7, 8], true));
+        // Events 1..=3 are gone: asking from 3 misses nothing, from 2 misses event 3.
+        assert_eq!(log.replay(3).1, false);
+        assert_eq!(seqs(&log.replay(3).0), vec![4, 5, 6, 7, 8]);
+        assert_eq!(log.replay(2).1, true);
+        assert_eq!(log.replay(8), (vec![], false));
+    }
+
+    #[test]
+    fn the_default_log_retains_what_the_protocol_promises() {
+        let log = Arc::new(EventLog::new(0));
+        for seq in 1..=(MIN_RETAINED_EVENTS as u64 + 5) {
+            log.deliver(event(seq));
+        }
+        assert_eq!(log.len(), MIN_RETAINED_EVENTS);
+        let (events, truncated) = log.replay(5);
+        assert_eq!((events.len(), truncated), (MIN_RETAINED_EVENTS, false));
+        assert_eq!(log.replay(4).1, true);
+    }
+
+    #[test]
+    fn replay_boundaries() {
+        let log = log_with(100, 1..=10);
+        let cases: [(u64, Vec<u64>); 5] = [
+            (0, (1..=10).collect()),
+            (4, (5..=10).collect()),
+            (9, vec![10]),
+            (10, vec![]),
+            (15, vec![]),
+        ];
+        for (after_seq, expected) in cases {
+            let (events, truncated) = log.replay(after_seq);
+            assert_eq!(seqs(&events), expected, "after_seq {after_seq}");
+            assert!(!truncated, "after_seq {after_seq}");
+        }
+        let empty = EventLog::with_capacity(10, 0);
+        assert_eq!(empty.replay(0), (vec![], false));
+    }
+
+    #[test]
+    fn a_restored_log_continues_numbering_and_knows_what_it_lost() {
+        let log = Arc::new(EventLog::with_capacity(10, 100));
+        assert_eq!(log.last_seq(), 100);
+        assert_eq!(log.replay(100), (vec![], false));
+        // Events up to 100 belonged to the daemon's previous life: they are gone.
+        assert_eq!(log.replay(40), (vec![], true));
+        log.deliver(event(101));
+        assert_eq!(seqs(&log.replay(100).0), vec![101]);
+        // A number that does not follow the last one is refused, not stored out of order.
+        log.deliver(event(101));
+        log.deliver(event(50));
+        assert_eq!(seqs(&log.replay(0).0), vec![101]);
+        assert_eq!(log.last_seq(), 101);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_reader_sees_retained_then_later_events_in_order() {
+        let log = log_with(1000, 1..=3);
+        let mut reader = log.reader(1);
+        assert_eq!(next_seq(&mut reader).await, 2);
+        assert_eq!(next_seq(&mut reader).await, 3);
+        assert!(reader.try_next().is_none());
+        let appender = {
+            let log = Arc::clone(&log);
+            std::thread::spawn(move || {
+                for seq in 4..=500 {
+                    log.deliver(event(seq));
+                    if seq % 50 == 0 {
+                        std::thread::yield_now();
+                    }
+                }
+            })
+        };
+        for expected in 4..=500 {
+            assert_eq!(next_seq(&mut reader).await, expected);
+        }
+        appender.join().unwrap();
+        assert_eq!(reader.position(), 500);
+        assert_eq!(reader.lag(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_reader_asking_beyond_the_head_gets_everything_appended_afterwards() {
+        let log = log_with(10, 1..=3);
+        let mut reader = log.reader(40);
+        assert_eq!(reader.position(), 3);
+        log.deliver(event(4));
+        assert_eq!(next_seq(&mut reader).await, 4);
+    }
+
+    #[tokio::test]
+    async fn a_reader_that_fell_behind_is_told_once_and_goes_on() {
+        let log = log_with(4, []);
+        let mut reader = log.reader(0);
+        for seq in 1..=10 {
+            log.deliver(event(seq));
+        }
+        assert_eq!(reader.next().await, Some(Err(Lagged { missed: 6 })));
+        for expected in 7..=10 {
+            assert_eq!(next_seq(&mut reader).await, expected);
+        }
+        assert!(reader.try_next().is_none());
+    }
+
+    #[tokio::test]
+    async fn take_lag_reports_a_gap_at_attach_so_the_stream_has_none() {
+        let log = log_with(4, 1..=10);
+        let mut behind = log.reader(2);
+        assert_eq!(behind.take_lag(), Some(Lagged { missed: 4 }));
+        assert_eq!(behind.take_lag(), None);
+        assert_eq!(next_seq(&mut behind).await, 7);
+        let mut current = log.reader(6);
+        assert_eq!(current.take_lag(), None);
+        assert_eq!(next_seq(&mut current).await, 7);
+    }
+
+    #[tokio::test]
+    async fn next_is_cancel_safe() {
+        let log = log_with(10, []);
+        let mut reader = log.reader(0);
+        assert!(timeout(GRACE, reader.next()).await.is_err());
+        log.deliver(event(1));
+        assert_eq!(next_seq(&mut reader).await, 1);
+    }
+
+    #[tokio::test]
+    async fn close_ends_readers_after_what_they_have_not_read() {
+        let log = log_with(10, 1..=2);
+        let mut reader = log.reader(0);
+        let waiting = {
+            let log = Arc::clone(&log);
+            tokio::spawn(async move {
+                let mut idle = log.reader(2);
+                idle.next().await
+            })
+        };
+        log.close();
+        assert_eq!(next_seq(&mut reader).await, 1);
+        assert_eq!(next_seq(&mut reader).await, 2);
+        assert_eq!(timeout(PATIENCE, reader.next()).await.unwrap(), None);
+        assert_eq!(timeout(PATIENCE, waiting).await.unwrap().unwrap(), None);
+    }
+
+    #[tokio::test]
+    async fn wait_for_readers_is_immediate_without_readers() {
+        let log = log_with(10, 1..=9);
+        timeout(PATIENCE, log.wait_for_readers(0)).await.unwrap();
+        let reader = log.reader(9);
+        timeout(PATIENCE, log.wait_for_readers(0)).await.unwrap();
+        drop(reader);
+        assert_eq!(log.reader_count(), 0);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn wait_for_readers_blocks_until_the_slowest_reader_catches_up() {
+        let log = log_with(100, 1..=10);
+        let mut slow = log.reader(0);
+        let _current = log.reader(10);
+        let waiter = {
+            let log = Arc::clone(&log);
+            tokio::spawn(async move { log.wait_for_readers(3).await })
+        };
+        // 10 behind, then 4 behind: still more than 3.
+        assert!(timeout(GRACE, log.wait_for_readers(3)).await.is_err());
+        for expected in 1..=6 {
+            assert_eq!(next_seq(&mut slow).await, expected);
+        }
+        assert_eq!(slow.lag(), 4);
+        assert!(timeout(GRACE, log.wait_for_readers(3)).await.is_err());
+        assert!(!waiter.is_finished());
+        assert_eq!(next_seq(&mut slow).await, 7);
+        timeout(PATIENCE, waiter).await.unwrap().unwrap();
+        timeout(PATIENCE, log.wait_for_readers(3)).await.unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn dropping_a_reader_releases_those_it_throttled() {
+        let log = log_with(100, 1..=10);
+        let stalled = log.reader(0);
+        let waiter = {
+            let log = Arc::clone(&log);
+            tokio::spawn(async move { log.wait_for_readers(0).await })
+        };
+        assert!(timeout(GRACE, log.wait_for_readers(0)).await.is_err());
+        assert_eq!(log.reader_count(), 1);
+        drop(stalled);
+        assert_eq!(log.reader_count(), 0);
+        timeout(PATIENCE, waiter).await.unwrap().unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn closing_releases_those_throttled() {
+        let log = log_with(100, 1..=10);
+        let _stalled = log.reader(0);
+        let waiter = {
+            let log = Arc::clone(&log);
+            tokio::spawn(async move { log.wait_for_readers(0).await })
+        };
+        assert!(timeout(GRACE, log.wait_for_readers(0)).await.is_err());
+        log.close();
+        timeout(PATIENCE, waiter).await.unwrap().unwrap();
+    }
+
+    /// A producer that waits before every append never gets more than `max_lag` + 1 ahead of a
+    /// slow reader, and neither side ever misses a wakeup.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn backpressure_bounds_the_lag_of_a_slow_reader() {
+        const MAX_LAG: u64 = 8;
+        const TOTAL: u64 = 3000;
+        let log = Arc::new(EventLog::with_capacity(100, 0));
+        let mut reader = log.reader(0);
+        let producer = {
+            let log = Arc::clone(&log);
+            tokio::spawn(async move {
+                for seq in 1..=TOTAL {
+                    log.wait_for_readers(MAX_LAG).await;
+                    log.deliver(event(seq));
+                }
+            })
+        };
+        let mut worst_lag = 0;
+        for expected in 1..=TOTAL {
+            worst_lag = worst_lag.max(reader.lag());
+            assert_eq!(next_seq(&mut reader).await, expected);
+            if expected % 100 == 0 {
+                tokio::task::yield_now().await;
+            }
+        }
+        timeout(PATIENCE, producer).await.unwrap().unwrap();
+        assert!(worst_lag <= MAX_LAG + 1, "lag reached {worst_lag}");
+    }
+
+    /// The sink numbers events under its lock and delivers under it too: appends from several
+    /// threads reach the log, and a reader following it, in strictly increasing order.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_appenders_keep_seq_order() {
+        const THREADS: u64 = 8;
+        const PER_THREAD: u64 = 1000;
+        let log = Arc::new(EventLog::new(0));
+        let sink = Arc::new(EventSink::new("s_1", 0, Arc::clone(&log) as _));
+        let mut reader = log.reader(0);
+        let appenders: Vec<_> = (0..THREADS)
+            .map(|thread| {
+                let sink = Arc::clone(&sink);
+                std::thread::spawn(move || {
+                    for _ in 0..PER_THREAD {
+                        sink.emit(&format!("b_{thread}"), EventBody::BatchDone);
+                    }
+                })
+            })
+            .collect();
+        for expected in 1..=THREADS * PER_THREAD {
+            assert_eq!(next_seq(&mut reader).await, expected);
+        }
+        for appender in appenders {
+            appender.join().unwrap();
+        }
+        let (events, truncated) = log.replay(0);
+        assert!(!truncated);
+        assert_eq!(
+            seqs(&events),
+            (1..=THREADS * PER_THREAD).collect::<Vec<_>>()
+        );
+        for thread in 0..THREADS {
+            let batch = format!("b_{thread}");
+            let count = events.iter().filter(|e| e.batch_id() == batch).count();
+            assert_eq!(count as u64, PER_THREAD);
+        }
+    }
+}

@@ -1,0 +1,940 @@
+//! Sessions on disk, so that they survive a daemon restart: the `SessionRecord` file format
+//! (one `<session_id>.json` per session under `$XDG_STATE_HOME/toold/sessions`), saved
+//! atomically and privately, and loaded back with every unreadable file reported and skipped.
+//!
+//! The format is read by older and newer daemons alike: every field but `session_id` and `cwd`
+//! has a default, unknown top-level fields are kept and written back, unknown kinds of rules are
+//! ignored, and nothing is refused for being new. What is refused is what could loosen a session if guessed: an unknown `mode` makes the
+//! file unreadable (reported, left in place for a daemon that knows it).
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::fs::{self, DirBuilder, File, Permissions};
+use std::io::{self, Read};
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::{Map, Value};
+use toold_protocol::{OnDisconnect, Rules, SessionMode, SessionSnapshot};
+
+use super::SessionState;
+use crate::env::{Env, defaults};
+use crate::tools::write_file::write_atomically;
+
+/// The format version this daemon writes. Readers accept any version: fields they do not know
+/// are kept, fields they miss take defaults.
+pub const RECORD_VERSION: u32 = 1;
+
+/// The longest session id that can name a file (well under any file system's name limit).
+pub const MAX_SESSION_ID_LEN: usize = 128;
+
+/// A record is a few kilobytes; anything this large is not one, and is not read into memory.
+const MAX_RECORD_BYTES: u64 = 4 * 1024 * 1024;
+
+/// Session files hold rules and grants: only the user may read them.
+const FILE_MODE: u32 = 0o600;
+const DIR_MODE: u32 = 0o700;
+
+/// What a session keeps across a daemon restart.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionRecord {
+    /// The format version of the daemon that wrote the file (0: unversioned).
+    #[serde(default)]
+    pub version: u32,
+    pub session_id: String,
+    #[serde(default)]
+    pub title: Option<String>,
+    /// Absolute.
+    pub cwd: PathBuf,
+    /// Empty in a file means `[cwd]`; loading fills it in.
+    #[serde(default)]
+    pub roots: Vec<PathBuf>,
+    #[serde(default)]
+    pub mode: SessionMode,
+    /// `None`: every tool is visible.
+    #[serde(default)]
+    pub allowed_tools: Option<Vec<String>>,
+    /// Read leniently (see [`lenient_rules`]): the protocol's `Rules` refuses unknown fields.
+    #[serde(default, deserialize_with = "lenient_rules")]
+    pub rules: Rules,
+    #[serde(default = "default_timeout_ms")]
+    pub timeout_ms: u64,
+    #[serde(default = "default_max_output_bytes")]
+    pub max_output_bytes: u64,
+    #[serde(default = "default_max_read_bytes")]
+    pub max_read_bytes: u64,
+    #[serde(default)]
+    pub command_env: BTreeMap<String, String>,
+    /// Rule strings recorded by `allow_session` answers.
+    #[serde(default)]
+    pub grants: Vec<String>,
+    #[serde(default)]
+    pub on_disconnect: OnDisconnect,
+    /// RFC 3339; a file without it gets the file's modification time when loaded.
+    #[serde(default)]
+    pub created_at: String,
+    /// The `seq` of the last event emitted when the record was saved; a restored session's
+    /// event log continues after it.
+    #[serde(default)]
+    pub last_seq: u64,
+    /// Fields written by a newer daemon, kept so that saving here does not erase them.
+    #[serde(flatten)]
+    pub unknown_fields: Map<String, Value>,
+}
+
+fn default_timeout_ms() -> u64 {
+    defaults::TIMEOUT_MS
+}
+
+fn default_max_output_bytes() -> u64 {
+    to_u64(defaults::MAX_OUTPUT_BYTES)
+}
+
+fn default_max_read_bytes() -> u64 {
+    to_u64(defaults::MAX_READ_BYTES)
+}
+
+/// Reads `rules` without the wire type's `deny_unknown_fields`: a newer daemon may add a kind
+/// of rule, and an older one then keeps the kinds it knows (and drops the new kind on its next
+/// save) instead of losing the whole session.
+fn lenient_rules<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Rules, D::Error> {
+    #[derive(Deserialize)]
+    struct AnyRules {
+        #[serde(default)]
+        allow: Vec<String>,
+        #[serde(default)]
+        ask: Vec<String>,
+        #[serde(default)]
+        deny: Vec<String>,
+    }
+    let AnyRules { allow, ask, deny } = AnyRules::deserialize(deserializer)?;
+    Ok(Rules { allow, ask, deny })
+}
+
+impl SessionRecord {
+    /// A record for a new session in `cwd`, created now, with every other field at its default.
+    pub fn new(session_id: impl Into<String>, cwd: impl Into<PathBuf>) -> Self {
+        let cwd = cwd.into();
+        Self {
+            version: RECORD_VERSION,
+            session_id: session_id.into(),
+            title: None,
+            roots: vec![cwd.clone()],
+            cwd,
+            mode: SessionMode::default(),
+            allowed_tools: None,
+            rules: Rules::default(),
+            timeout_ms: default_timeout_ms(),
+            max_output_bytes: default_max_output_bytes(),
+            max_read_bytes: default_max_read_bytes(),
+            command_env: BTreeMap::new(),
+            grants: Vec::new(),
+            on_disconnect: OnDisconnect::default(),
+            created_at: now_rfc3339(),
+            last_seq: 0,
+            unknown_fields: Map::new(),
+        }
+    }
+
+    /// Copies what the session's state holds (Env, mode, rules, grants, tool list) into the
+    /// record; the title, `on_disconnect`, `created_at` and `last_seq` live elsewhere and are
+    /// set by the caller.
+    pub fn capture(&mut self, state: &SessionState) {
+        let env = &state.env;
+        self.cwd.clone_from(&env.cwd);
+        self.roots.clone_from(&env.roots);
+        self.timeout_ms = env.timeout_ms;
+        self.max_output_bytes = to_u64(env.max_output_bytes);
+        self.max_read_bytes = to_u64(env.max_read_bytes);
+        self.command_env.clone_from(&env.command_env);
+        self.mode = state.mode;
+        self.rules.clone_from(&state.rules);
+        self.grants.clone_from(&state.grants);
+        self.allowed_tools.clone_from(&state.allowed_tools);
+    }
+
+    /// The Env the record describes; `max_command_timeout_ms` is the config's, not the session's.
+    pub fn env(&self, max_command_timeout_ms: u64) -> Env {
+        let mut env = Env::new(self.cwd.clone());
+        if !self.roots.is_empty() {
+            env.roots.clone_from(&self.roots);
+        }
+        env.timeout_ms = self.timeout_ms;
+        env.max_command_timeout_ms = max_command_timeout_ms;
+        env.max_output_bytes = to_usize(self.max_output_bytes);
+        env.max_read_bytes = to_usize(self.max_read_bytes);
+        env.command_env.clone_from(&self.command_env);
+        env
+    }
+
+    /// A record of what a snapshot shows (a snapshot has everything a record keeps).
+    pub fn from_snapshot(snapshot: &SessionSnapshot) -> Self {
+        Self {
+            version: RECORD_VERSION,
+            session_id: snapshot.session_id.clone(),
+            title: snapshot.title.clone(),
+            cwd: snapshot.cwd.clone(),
+            roots: snapshot.roots.clone(),
+            mode: snapshot.mode,
+            allowed_tools: snapshot.allowed_tools.clone(),
+            rules: snapshot.rules.clone(),
+            timeout_ms: snapshot.env.timeout_ms,
+            max_output_bytes: snapshot.env.max_output_bytes,
+            max_read_bytes: snapshot.env.max_read_bytes,
+            command_env: snapshot.command_env.clone(),
+            grants: snapshot.grants.clone(),
+            on_disconnect: snapshot.on_disconnect,
+            created_at: snapshot.created_at.clone(),
+            last_seq: snapshot.last_seq,
+            unknown_fields: Map::new(),
+        }
+    }
+}
+
+fn to_u64(value: usize) -> u64 {
+    u64::try_from(value).unwrap_or(u64::MAX)
+}
+
+fn to_usize(value: u64) -> usize {
+    usize::try_from(value).unwrap_or(usize::MAX)
+}
+
+/// Why a session could not be saved or removed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error(
+        "session id {id:?} cannot name a session file: {why} (use 1 to {MAX_SESSION_ID_LEN} \
+         letters, digits, `_` or `-`)"
+    )]
+    InvalidId { id: String, why: &'static str },
+    #[error("cannot {action} {}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        action: &'static str,
+        source: io::Error,
+    },
+    #[error("cannot save session {id}: {message}")]
+    Write { id: String, message: String },
+    #[error("cannot encode session {id}: {source}")]
+    Encode {
+        id: String,
+        source: serde_json::Error,
+    },
+}
+
+impl StoreError {
+    fn io(path: &Path, action: &'static str, source: io::Error) -> Self {
+        Self::Io {
+            path: path.to_owned(),
+            action,
+            source,
+        }
+    }
+}
+
+/// Refuses an id that could not safely name a file in the store's directory: only ASCII letters,
+/// digits, `_` and `-`, 1 to [`MAX_SESSION_ID_LEN`] of them (so no `/`, `.`, `..` or NUL).
+pub fn validate_session_id(id: &str) -> Result<(), StoreError> {
+    let refuse = |why| {
+        Err(StoreError::InvalidId {
+            id: id.chars().take(MAX_SESSION_ID_LEN + 8).collect(),
+            why,
+        })
+    };
+    if id.is_empty() {
+        return refuse("it is empty");
+    }
+    if id.len() > MAX_SESSION_ID_LEN {
+        return refuse("it is too long");
+    }
+    if !id
+        .bytes()
+        .all(|byte| byte.is_ascii_alphanumeric() || byte == b'_' || byte == b'-')
+    {
+        return refuse("it has a character other than a letter, digit, `_` or `-`");
+    }
+    Ok(())
+}
+
+/// The directory of session files. Its methods do blocking IO (a save fsyncs twice): call them
+/// from `spawn_blocking` or a dedicated task. Two saves of one session racing each other end
+/// with either one's record, so callers save a session from one place at a time.
+#[derive(Debug, Clone)]
+pub struct SessionStore {
+    dir: PathBuf,
+}
+
+impl SessionStore {
+    /// A store in `dir`, created (mode 0700) on the first save.
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        Self { dir: dir.into() }
+    }
+
+    /// `$XDG_STATE_HOME/toold/sessions`, or `$HOME/.local/state/toold/sessions`; `None` when
+    /// neither variable holds an absolute path.
+    pub fn default_dir() -> Option<PathBuf> {
+        state_dir_from(std::env::var_os("XDG_STATE_HOME"), std::env::var_os("HOME"))
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Where a session's record lives.
+    pub fn path_of(&self, session_id: &str) -> Result<PathBuf, StoreError> {
+        validate_session_id(session_id)?;
+        Ok(self.dir.join(format!("{session_id}.json")))
+    }
+
+    /// Writes the record atomically (a crash leaves the old file or the new one), mode 0600 in
+    /// a directory of mode 0700, stamped with this daemon's [`RECORD_VERSION`].
+    pub fn save(&self, record: &SessionRecord) -> Result<(), StoreError> {
+        let id = &record.session_id;
+        let path = self.path_of(id)?;
+        self.ensure_dir()?;
+        let stamped = SessionRecord {
+            version: RECORD_VERSION,
+            ..record.clone()
+        };
+        let mut bytes =
+            serde_json::to_vec_pretty(&stamped).map_err(|source| StoreError::Encode {
+                id: id.clone(),
+                source,
+            })?;
+        bytes.push(b'\n');
+        write_atomically(&path, &bytes).map_err(|failure| StoreError::Write {
+            id: id.clone(),
+            message: failure.message,
+        })?;
+        // A new file gets the umask's mode from the atomic write; it sits in our 0700
+        // directory until this narrows it, so nobody else can open it meanwhile.
+        restrict_mode(&path, FILE_MODE)
+    }
+
+    /// Deletes a session's record; a record that is not there is not an error.
+    pub fn remove(&self, session_id: &str) -> Result<(), StoreError> {
+        let path = self.path_of(session_id)?;
+        match fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(err) => return Err(StoreError::io(&path, "remove", err)),
+        }
+        // The removal is durable only once the directory entry is; a record that came back
+        // after a crash would resurrect a closed session.
+        File::open(&self.dir)
+            .and_then(|dir| dir.sync_all())
+            .map_err(|err| StoreError::io(&self.dir, "sync", err))
+    }
+
+    /// Every readable record, sorted by file name, and every file that is not one with why.
+    /// A missing directory is an empty store. Nothing is deleted: a file this daemon cannot read
+    /// may belong to a newer one. Hidden files (the temporary files of a save cut short) are
+    /// skipped silently.
+    pub fn load_all(&self) -> (Vec<SessionRecord>, Vec<(PathBuf, String)>) {
+        let mut records = Vec::new();
+        let mut unreadable = Vec::new();
+        let entries = match fs::read_dir(&self.dir) {
+            Ok(entries) => entries,
+            Err(err) if err.kind() == io::ErrorKind::NotFound => return (records, unreadable),
+            Err(err) => {
+                unreadable.push((
+                    self.dir.clone(),
+                    format!("cannot list the directory: {err}"),
+                ));
+                return (records, unreadable);
+            }
+        };
+        let mut paths = Vec::new();
+        for entry in entries {
+            match entry {
+                Ok(entry) => paths.push(entry.path()),
+                Err(err) => {
+                    unreadable.push((self.dir.clone(), format!("cannot list an entry: {err}")))
+                }
+            }
+        }
+        paths.sort();
+        for path in paths {
+            let Some(name) = path.file_name().map(|name| name.to_string_lossy()) else {
+                continue;
+            };
+            if name.starts_with('.') {
+                continue;
+            }
+            match load_one(&path, &name) {
+                Ok(record) => records.push(record),
+                Err(why) => unreadable.push((path, why)),
+            }
+        }
+        (records, unreadable)
+    }
+
+    fn ensure_dir(&self) -> Result<(), StoreError> {
+        // Directories created here (`toold` too) start private; an existing `sessions`
+        // directory is narrowed below. Parents that already exist are the user's to keep.
+        DirBuilder::new()
+            .recursive(true)
+            .mode(DIR_MODE)
+            .create(&self.dir)
+            .map_err(|err| StoreError::io(&self.dir, "create directory", err))?;
+        restrict_mode(&self.dir, DIR_MODE)
+    }
+}
+
+/// Sets `path`'s permission bits to `mode` unless they already are.
+fn restrict_mode(path: &Path, mode: u32) -> Result<(), StoreError> {
+    let current = fs::metadata(path)
+        .map_err(|err| StoreError::io(path, "inspect", err))?
+        .permissions()
+        .mode();
+    if current & 0o7777 == mode {
+        return Ok(());
+    }
+    fs::set_permissions(path, Permissions::from_mode(mode))
+        .map_err(|err| StoreError::io(path, "set the permissions of", err))
+}
+
+/// Reads one `<id>.json` file; the error says what is wrong with it, for the daemon's log.
+fn load_one(path: &Path, name: &str) -> Result<SessionRecord, String> {
+    let Some(file_id) = name.strip_suffix(".json") else {
+        return Err("not a session record: its name does not end in .json".to_owned());
+    };
+    if let Err(err) = validate_session_id(file_id) {
+        return Err(format!("not a session record: {err}"));
+    }
+    // Not followed: a symlink here was not written by the store.
+    let meta = fs::symlink_metadata(path).map_err(|err| format!("cannot inspect: {err}"))?;
+    if !meta.is_file() {
+        return Err("not a regular file".to_owned());
+    }
+    if meta.len() > MAX_RECORD_BYTES {
+        return Err(format!(
+            "{} bytes, more than any session record ({MAX_RECORD_BYTES})",
+            meta.len()
+        ));
+    }
+    let mut bytes = Vec::new();
+    File::open(path)
+        .and_then(|file| file.take(MAX_RECORD_BYTES).read_to_end(&mut bytes))
+        .map_err(|err| format!("cannot read: {err}"))?;
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Err("empty file".to_owned());
+    }
+    let mut record: SessionRecord = serde_json::from_slice(&bytes)
+        .map_err(|err| format!("not a valid session record: {err}"))?;
+    if record.session_id != file_id {
+        return Err(format!(
+            "holds session {:?}, not {file_id:?} as its name says",
+            record.session_id
+        ));
+    }
+    if !record.cwd.is_absolute() {
+        return Err(format!("cwd {} is not absolute", record.cwd.display()));
+    }
+    if record.roots.is_empty() {
+        record.roots = vec![record.cwd.clone()];
+    }
+    if record.created_at.is_empty() {
+        record.created_at = rfc3339(meta.modified().unwrap_or(UNIX_EPOCH));
+    }
+    Ok(record)
+}
+
+/// `$XDG_STATE_HOME/toold/sessions`, else `$HOME/.local/state/toold/sessions`. The XDG spec
+/// says a relative value is invalid and ignored; an empty one counts as unset.
+fn state_dir_from(xdg_state_home: Option<OsString>, home: Option<OsString>) -> Option<PathBuf> {
+    let absolute =
+        |value: Option<OsString>| value.map(PathBuf::from).filter(|path| path.is_absolute());
+    let state_home = absolute(xdg_state_home)
+        .or_else(|| absolute(home).map(|home| home.join(".local").join("state")))?;
+    Some(state_home.join("toold").join("sessions"))
+}
+
+/// Now, as RFC 3339 (a session's `created_at`).
+pub fn now_rfc3339() -> String {
+    rfc3339(SystemTime::now())
+}
+
+/// `time` as RFC 3339 in UTC to the second (`2026-11-30T09:00:00Z`). A time before 1970 (a
+/// clock gone wrong) is written as the epoch.
+pub fn rfc3339(time: SystemTime) -> String {
+    let seconds = time
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| since.as_secs());
+    let (days, in_day) = (seconds / 86_400, seconds % 86_400);
+    let (year, month, day) = civil_from_days(days);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        in_day / 3600,
+        in_day % 3600 / 60,
+        in_day % 60
+    )
+}
+
+/// The proleptic Gregorian date `days` after 1970-01-01 (Howard Hinnant's `civil_from_days`,
+/// on unsigned numbers since the days are never negative).
+fn civil_from_days(days: u64) -> (u64, u64, u64) {
+    // Shift the epoch to 0000-03-01, so that a leap day ends its (March-based) year.
+    let days = days + 719_468;
+    let era = days / 146_097;
+    let day_of_era = days % 146_097;
+    let year_of_era =
+        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let month_from_march = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * month_from_march + 2) / 5 + 1;
+    let month = if month_from_march < 10 {
+        month_from_march + 3
+    } else {
+        month_from_march - 9
+    };
+    let year = year_of_era + era * 400 + u64::from(month <= 2);
+    (year, month, day)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::symlink;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Duration;
+
+    use pretty_assertions::assert_eq;
+    use serde_json::json;
+    use tempfile::TempDir;
+
+    use super::*;
+
+    fn store() -> (TempDir, SessionStore) {
+        let temp = tempfile::tempdir().unwrap();
+        let store = SessionStore::new(temp.path().join("state/toold/sessions"));
+        (temp, store)
+    }
+
+    fn full_record(id: &str) -> SessionRecord {
+        let mut record = SessionRecord::new(id, "/home/u/project");
+        record.title = Some("fix the build".into());
+        record.roots = vec!["/home/u/project".into(), "/tmp/scratch".into()];
+        record.mode = SessionMode::AcceptEdits;
+        record.allowed_tools = Some(vec!["read_file".into(), "run_command".into()]);
+        record.rules = Rules {
+            allow: vec!["run_command(cargo test *)".into()],
+            ask: vec!["write_file".into()],
+            deny: vec!["read_file(//etc/**)".into()],
+        };
+        record.timeout_ms = 60_000;
+        record.max_output_bytes = 65_536;
+        record.max_read_bytes = 1 << 20;
+        record.command_env = BTreeMap::from([("RUST_LOG".into(), "debug".into())]);
+        record.grants = vec!["run_command(git status)".into()];
+        record.on_disconnect = OnDisconnect::Continue;
+        record.created_at = "2026-11-30T09:00:00Z".into();
+        record.last_seq = 4242;
+        record
+    }
+
+    fn mode_of(path: &Path) -> u32 {
+        fs::metadata(path).unwrap().permissions().mode() & 0o7777
+    }
+
+    fn write(store: &SessionStore, name: &str, content: &str) -> PathBuf {
+        fs::create_dir_all(store.dir()).unwrap();
+        let path = store.dir().join(name);
+        fs::write(&path, content).unwrap();
+        path
+    }
+
+    /// The reasons given for unreadable files, by file name.
+    fn reasons(unreadable: &[(PathBuf, String)]) -> Vec<(String, String)> {
+        unreadable
+            .iter()
+            .map(|(path, why)| {
+                let name = path.file_name().unwrap().to_string_lossy().into_owned();
+                (name, why.clone())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_record_round_trips() {
+        let (_temp, store) = store();
+        let records = [full_record("s_1"), SessionRecord::new("t-2", "/w")];
+        for record in &records {
+            store.save(record).unwrap();
+        }
+        let (loaded, unreadable) = store.load_all();
+        assert_eq!(unreadable, vec![]);
+        assert_eq!(loaded, records);
+    }
+
+    #[test]
+    fn a_missing_directory_is_an_empty_store() {
+        let (_temp, store) = store();
+        assert_eq!(store.load_all(), (vec![], vec![]));
+    }
+
+    #[test]
+    fn capture_and_env_carry_a_sessions_state() {
+        let mut env = Env::new("/w");
+        env.roots = vec!["/w".into(), "/data".into()];
+        env.timeout_ms = 5;
+        env.max_output_bytes = 6;
+        env.max_read_bytes = 7;
+        env.command_env.insert("A".into(), "1".into());
+        let rules = Rules {
+            allow: vec!["read_file".into()],
+            ask: vec![],
+            deny: vec!["run_command(rm *)".into()],
+        };
+        let home = Path::new("/home/u");
+        let mut state = SessionState::new(
+            env.clone(),
+            SessionMode::Plan,
+            rules.clone(),
+            &Rules::default(),
+            home,
+        )
+        .unwrap();
+        state.grants.push("run_command(git status)".into());
+        state.allowed_tools = Some(vec!["read_file".into()]);
+
+        let mut record = SessionRecord::new("s_1", "/elsewhere");
+        record.capture(&state);
+        assert_eq!(record.env(env.max_command_timeout_ms), env);
+        assert_eq!(record.rules, rules);
+        assert_eq!(record.mode, SessionMode::Plan);
+        assert_eq!(record.grants, state.grants);
+        assert_eq!(record.allowed_tools, state.allowed_tools);
+        assert_eq!(record.env(9).max_command_timeout_ms, 9);
+    }
+
+    #[test]
+    fn a_snapshot_holds_everything_a_record_keeps() {
+        let record = full_record("s_1");
+        let snapshot = SessionSnapshot {
+            session_id: record.session_id.clone(),
+            title: record.title.clone(),
+            cwd: record.cwd.clone(),
+            roots: record.roots.clone(),
+            mode: record.mode,
+            allowed_tools: record.allowed_tools.clone(),
+            rules: record.rules.clone(),
+            env: toold_protocol::SessionEnv {
+                timeout_ms: record.timeout_ms,
+                max_output_bytes: record.max_output_bytes,
+                max_read_bytes: record.max_read_bytes,
+            },
+            command_env: record.command_env.clone(),
+            grants: record.grants.clone(),
+            attached: 2,
+            running_batches: vec!["b_1".into()],
+            last_seq: record.last_seq,
+            created_at: record.created_at.clone(),
+            on_disconnect: record.on_disconnect,
+            replay_truncated: false,
+        };
+        assert_eq!(SessionRecord::from_snapshot(&snapshot), record);
+    }
+
+    #[test]
+    fn saving_again_replaces_the_file_whole() {
+        let (_temp, store) = store();
+        let mut record = full_record("s_1");
+        record.grants = (0..500).map(|n| format!("run_command(step {n})")).collect();
+        store.save(&record).unwrap();
+        let short = SessionRecord::new("s_1", "/w");
+        store.save(&short).unwrap();
+        assert_eq!(store.load_all(), (vec![short], vec![]));
+        let names: Vec<_> = fs::read_dir(store.dir())
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert_eq!(names, vec!["s_1.json"], "no temporary file is left behind");
+    }
+
+    /// A reader racing a writer that alternates a large and a small record only ever sees one
+    /// of them whole: never a torn, empty or missing file.
+    #[test]
+    fn a_concurrent_reader_never_sees_a_torn_record() {
+        let (_temp, store) = store();
+        let mut large = full_record("s_1");
+        large.grants = (0..2000)
+            .map(|n| format!("run_command(step {n})"))
+            .collect();
+        let small = SessionRecord::new("s_1", "/w");
+        store.save(&small).unwrap();
+        let path = store.path_of("s_1").unwrap();
+        let done = Arc::new(AtomicBool::new(false));
+        let reader = {
+            let done = Arc::clone(&done);
+            std::thread::spawn(move || {
+                let mut reads = 0;
+                while !done.load(Ordering::Relaxed) || reads == 0 {
+                    let bytes = fs::read(&path).unwrap();
+                    let record: SessionRecord = serde_json::from_slice(&bytes).unwrap();
+                    assert_eq!(record.session_id, "s_1");
+                    reads += 1;
+                }
+                reads
+            })
+        };
+        for round in 0..60 {
+            store
+                .save(if round % 2 == 0 { &large } else { &small })
+                .unwrap();
+        }
+        done.store(true, Ordering::Relaxed);
+        assert!(reader.join().unwrap() > 0);
+    }
+
+    #[test]
+    fn unreadable_files_are_reported_and_skipped() {
+        let (_temp, store) = store();
+        store.save(&full_record("good_1")).unwrap();
+        store.save(&SessionRecord::new("good_2", "/w")).unwrap();
+        let full = serde_json::to_string(&full_record("partial")).unwrap();
+        write(&store, "partial.json", &full[..full.len() / 2]);
+        write(&store, "garbage.json", "\u{0}\u{1}not json");
+        write(&store, "empty.json", "");
+        write(&store, "array.json", "[1, 2]");
+        write(&store, "no_cwd.json", r#"{"session_id":"no_cwd"}"#);
+        write(
+            &store,
+            "relative.json",
+            r#"{"session_id":"relative","cwd":"w"}"#,
+        );
+        write(
+            &store,
+            "renamed.json",
+            r#"{"session_id":"other","cwd":"/w"}"#,
+        );
+        write(
+            &store,
+            "future_mode.json",
+            r#"{"session_id":"future_mode","cwd":"/w","mode":"yolo"}"#,
+        );
+        write(&store, "notes.txt", "hello");
+        write(
+            &store,
+            "bad id!.json",
+            r#"{"session_id":"bad id!","cwd":"/w"}"#,
+        );
+        write(&store, ".toold-write-abc123", "{");
+        fs::create_dir(store.dir().join("dir.json")).unwrap();
+        symlink(
+            store.path_of("good_1").unwrap(),
+            store.dir().join("link.json"),
+        )
+        .unwrap();
+        let huge = "x".repeat(usize::try_from(MAX_RECORD_BYTES).unwrap() + 1);
+        write(&store, "huge.json", &huge);
+
+        let (records, unreadable) = store.load_all();
+        let ids: Vec<_> = records.iter().map(|r| r.session_id.as_str()).collect();
+        assert_eq!(ids, vec!["good_1", "good_2"]);
+        let expected: &[(&str, &str)] = &[
+            ("array.json", "not a valid session record: invalid type"),
+            (
+                "bad id!.json",
+                "not a session record: session id \"bad id!\"",
+            ),
+            ("dir.json", "not a regular file"),
+            ("empty.json", "empty file"),
+            ("future_mode.json", "unknown variant `yolo`"),
+            ("garbage.json", "not a valid session record"),
+            ("huge.json", "more than any session record"),
+            ("link.json", "not a regular file"),
+            ("no_cwd.json", "missing field `cwd`"),
+            ("notes.txt", "its name does not end in .json"),
+            ("partial.json", "EOF while parsing"),
+            ("relative.json", "cwd w is not absolute"),
+            ("renamed.json", "holds session \"other\", not \"renamed\""),
+        ];
+        let got = reasons(&unreadable);
+        assert_eq!(
+            got.iter()
+                .map(|(name, _)| name.as_str())
+                .collect::<Vec<_>>(),
+            expected.iter().map(|(name, _)| *name).collect::<Vec<_>>()
+        );
+        for ((name, why), (_, fragment)) in got.iter().zip(expected) {
+            assert!(why.contains(fragment), "{name}: {why:?} lacks {fragment:?}");
+        }
+        // Nothing is deleted: a newer daemon may read what this one cannot.
+        assert!(store.dir().join("future_mode.json").exists());
+    }
+
+    #[test]
+    fn fields_from_other_versions_are_tolerated() {
+        let (_temp, store) = store();
+        // A newer daemon's file: unknown fields at the top and inside the rules.
+        let newer = json!({
+            "version": 7, "session_id": "s_new", "cwd": "/w", "mode": "plan",
+            "rules": {"allow": ["read_file"], "escalate": ["run_command"]},
+            "expires_at": "2027-01-01T00:00:00Z", "labels": {"team": "infra"}
+        });
+        write(&store, "s_new.json", &newer.to_string());
+        // An older daemon's file: only what every version has.
+        write(&store, "s_old.json", r#"{"session_id":"s_old","cwd":"/w"}"#);
+
+        let (records, unreadable) = store.load_all();
+        assert_eq!(unreadable, vec![]);
+        let [new, old] = &records[..] else {
+            panic!("{records:?}")
+        };
+        assert_eq!(new.version, 7);
+        assert_eq!(new.mode, SessionMode::Plan);
+        assert_eq!(new.rules.allow, vec!["read_file"]);
+        assert_eq!(new.unknown_fields["labels"], json!({"team": "infra"}));
+
+        assert_eq!(old.version, 0);
+        assert_eq!(old.roots, vec![PathBuf::from("/w")]);
+        assert_eq!(old.mode, SessionMode::Default);
+        assert_eq!(old.timeout_ms, defaults::TIMEOUT_MS);
+        assert_eq!(old.max_read_bytes, to_u64(defaults::MAX_READ_BYTES));
+        assert_eq!(old.on_disconnect, OnDisconnect::Cancel);
+        assert!(old.created_at.ends_with('Z'), "{}", old.created_at);
+
+        // Saved again here, the newer daemon's top-level fields survive.
+        store.save(new).unwrap();
+        let saved: Value =
+            serde_json::from_slice(&fs::read(store.path_of("s_new").unwrap()).unwrap()).unwrap();
+        assert_eq!(saved["version"], json!(RECORD_VERSION));
+        assert_eq!(saved["expires_at"], newer["expires_at"]);
+        assert_eq!(saved["labels"], newer["labels"]);
+    }
+
+    #[test]
+    fn files_and_directories_are_private() {
+        let (temp, store) = store();
+        store.save(&full_record("s_1")).unwrap();
+        assert_eq!(mode_of(store.dir()), 0o700);
+        assert_eq!(mode_of(&temp.path().join("state/toold")), 0o700);
+        assert_eq!(mode_of(&store.path_of("s_1").unwrap()), 0o600);
+
+        // Loosened by hand, both are narrowed again by the next save.
+        fs::set_permissions(store.dir(), Permissions::from_mode(0o755)).unwrap();
+        let path = store.path_of("s_1").unwrap();
+        fs::set_permissions(&path, Permissions::from_mode(0o644)).unwrap();
+        store.save(&full_record("s_1")).unwrap();
+        assert_eq!(mode_of(store.dir()), 0o700);
+        assert_eq!(mode_of(&path), 0o600);
+    }
+
+    #[test]
+    fn hostile_ids_are_refused() {
+        let (temp, store) = store();
+        let long = "a".repeat(MAX_SESSION_ID_LEN + 1);
+        let hostile = [
+            "",
+            ".",
+            "..",
+            "../escape",
+            "a/b",
+            "/etc/passwd",
+            "a b",
+            "s\0x",
+            "é",
+            "s.json",
+            "~",
+            "$HOME",
+            &long,
+        ];
+        for id in hostile {
+            let mut record = SessionRecord::new("ok", "/w");
+            record.session_id = id.to_owned();
+            assert!(
+                matches!(store.save(&record), Err(StoreError::InvalidId { .. })),
+                "saved {id:?}"
+            );
+            assert!(matches!(
+                store.remove(id),
+                Err(StoreError::InvalidId { .. })
+            ));
+            assert!(store.path_of(id).is_err());
+        }
+        assert!(!store.dir().exists(), "nothing was written");
+        let outside: Vec<_> = fs::read_dir(temp.path()).unwrap().collect();
+        assert_eq!(outside.len(), 0);
+        let longest = "Z".repeat(MAX_SESSION_ID_LEN);
+        for id in ["s_1", "S-2_x", "0", &longest] {
+            validate_session_id(id).unwrap();
+        }
+        let message = validate_session_id("../x").unwrap_err().to_string();
+        assert!(message.contains("letters, digits"), "{message}");
+    }
+
+    #[test]
+    fn remove_deletes_and_tolerates_a_missing_record() {
+        let (_temp, store) = store();
+        store.save(&full_record("s_1")).unwrap();
+        store.save(&full_record("s_2")).unwrap();
+        store.remove("s_1").unwrap();
+        store.remove("s_1").unwrap();
+        let (records, unreadable) = store.load_all();
+        assert_eq!(unreadable, vec![]);
+        assert_eq!(records, vec![full_record("s_2")]);
+    }
+
+    #[test]
+    fn the_default_directory_follows_xdg() {
+        let some = |value: &str| Some(OsString::from(value));
+        let cases = [
+            (
+                some("/state"),
+                some("/home/u"),
+                Some("/state/toold/sessions"),
+            ),
+            (
+                None,
+                some("/home/u"),
+                Some("/home/u/.local/state/toold/sessions"),
+            ),
+            (
+                some(""),
+                some("/home/u"),
+                Some("/home/u/.local/state/toold/sessions"),
+            ),
+            (
+                some("rel/state"),
+                some("/home/u"),
+                Some("/home/u/.local/state/toold/sessions"),
+            ),
+            (some("/state"), None, Some("/state/toold/sessions")),
+            (None, None, None),
+            (None, some("relative"), None),
+        ];
+        for (xdg, home, expected) in cases {
+            assert_eq!(
+                state_dir_from(xdg.clone(), home.clone()),
+                expected.map(PathBuf::from),
+                "XDG_STATE_HOME={xdg:?} HOME={home:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn times_are_rfc3339_utc() {
+        let cases = [
+            (0, "1970-01-01T00:00:00Z"),
+            (951_782_400, "2000-02-29T00:00:00Z"),
+            (946_684_799, "1999-12-31T23:59:59Z"),
+            (1_735_689_599, "2024-12-31T23:59:59Z"),
+            (1_796_029_200, "2026-11-30T09:00:00Z"),
+            (4_107_542_400, "2100-03-01T00:00:00Z"),
+        ];
+        for (seconds, expected) in cases {
+            let time = UNIX_EPOCH + Duration::from_secs(seconds);
+            assert_eq!(rfc3339(time), expected, "{seconds}");
+        }
+        let before_epoch = UNIX_EPOCH - Duration::from_secs(5);
+        assert_eq!(rfc3339(before_epoch), "1970-01-01T00:00:00Z");
+        // Sub-second parts are dropped, not rounded.
+        assert_eq!(
+            rfc3339(UNIX_EPOCH + Duration::from_millis(59_999)),
+            "1970-01-01T00:00:59Z"
+        );
+    }
+}
