@@ -7,6 +7,7 @@
 pub mod approval;
 pub mod batch;
 pub mod call;
+pub mod cli;
 pub mod config;
 pub mod env;
 pub mod events;

@@ -13,8 +13,22 @@ use tokio::sync::mpsc;
 use toold_protocol::peer::{BoxFuture, Handler, Peer, PeerHandle, PeerOptions, Reply};
 use toold_protocol::{Framing, Notification, Request, RequestError};
 
-/// The `toold` binary under test: built from the daemon's own `main.rs` (see Cargo.toml).
-pub const TOOLD: &str = env!("CARGO_BIN_EXE_toold-e2e");
+/// The `toold` binary under test, built from the daemon's own `main.rs` (see Cargo.toml) next
+/// to the test executables: `target/<profile>/toold-e2e` for `target/<profile>/deps/<test>`.
+pub fn toold_binary() -> PathBuf {
+    let test = std::env::current_exe().expect("the test's own path");
+    let profile_dir = test
+        .parent()
+        .and_then(Path::parent)
+        .expect("tests run from target/<profile>/deps");
+    let binary = profile_dir.join("toold-e2e");
+    assert!(
+        binary.exists(),
+        "{} is missing: build the workspace's binaries (cargo nextest run --workspace does)",
+        binary.display()
+    );
+    binary
+}
 
 /// A daemon process and the directories it owns.
 pub struct TestDaemon {
@@ -33,11 +47,19 @@ impl TestDaemon {
     /// Starts a daemon with `config` as its configuration file.
     pub fn start_with_config(config: Option<&str>) -> Self {
         let dir = tempfile::tempdir().expect("temporary directory");
-        let root = dir.path().canonicalize().expect("canonical temporary directory");
+        let root = dir
+            .path()
+            .canonicalize()
+            .expect("canonical temporary directory");
         for sub in ["run", "state", "config", "home", "work"] {
             std::fs::create_dir_all(root.join(sub)).expect("daemon directories");
         }
-        let mut daemon = Self { dir, root, child: None, config: config.map(str::to_owned) };
+        let mut daemon = Self {
+            dir,
+            root,
+            child: None,
+            config: config.map(str::to_owned),
+        };
         daemon.spawn();
         daemon
     }
@@ -62,7 +84,7 @@ impl TestDaemon {
 
     /// The `toold` command with this daemon's environment.
     pub fn command(&self) -> Command {
-        let mut command = Command::new(TOOLD);
+        let mut command = Command::new(toold_binary());
         command
             .env("XDG_RUNTIME_DIR", self.root.join("run"))
             .env("XDG_STATE_HOME", self.root.join("state"))
@@ -78,7 +100,12 @@ impl TestDaemon {
 
     fn spawn(&mut self) {
         let mut command = self.command();
-        command.arg("serve").arg("--allow-root").stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::inherit());
+        command
+            .arg("serve")
+            .arg("--allow-root")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit());
         if let Some(config) = &self.config {
             let path = self.root.join("config/toold/config.toml");
             std::fs::create_dir_all(path.parent().expect("a parent")).expect("config directory");
@@ -98,7 +125,10 @@ impl TestDaemon {
             if let Some(status) = child.try_wait().expect("wait for the daemon") {
                 return status;
             }
-            assert!(Instant::now() < deadline, "the daemon did not stop within 30 s of SIGTERM");
+            assert!(
+                Instant::now() < deadline,
+                "the daemon did not stop within 30 s of SIGTERM"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -106,7 +136,10 @@ impl TestDaemon {
     /// Stops and starts the daemon again on the same directories.
     pub fn restart(&mut self) {
         let status = self.stop();
-        assert!(status.success(), "the daemon exited with {status} on SIGTERM");
+        assert!(
+            status.success(),
+            "the daemon exited with {status} on SIGTERM"
+        );
         self.spawn();
     }
 
@@ -139,7 +172,11 @@ fn wait_for_socket(socket: &Path, child: &mut Child) {
         if let Ok(Some(status)) = child.try_wait() {
             panic!("toold serve exited with {status} before it served");
         }
-        assert!(Instant::now() < deadline, "toold serve did not serve on {} within 30 s", socket.display());
+        assert!(
+            Instant::now() < deadline,
+            "toold serve did not serve on {} within 30 s",
+            socket.display()
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
 }
@@ -151,7 +188,9 @@ pub type Answerer = Arc<dyn Fn(Request) -> BoxFuture<'static, Reply> + Send + Sy
 pub fn no_answers() -> Answerer {
     Arc::new(|request: Request| {
         Box::pin(async move {
-            Reply::error(toold_protocol::ErrorObject::method_not_found(&request.method))
+            Reply::error(toold_protocol::ErrorObject::method_not_found(
+                &request.method,
+            ))
         })
     })
 }
@@ -188,7 +227,12 @@ pub struct TestClient {
 }
 
 impl TestClient {
-    pub async fn connect(socket: &Path, framing: Framing, capabilities: Value, answer: Answerer) -> Self {
+    pub async fn connect(
+        socket: &Path,
+        framing: Framing,
+        capabilities: Value,
+        answer: Answerer,
+    ) -> Self {
         let mut client = Self::connect_raw(socket, framing, answer).await;
         let result = client
             .request("initialize", json!({"protocol_version": 1, "client_info": {"name": "e2e"}, "capabilities": capabilities}))
@@ -201,18 +245,29 @@ impl TestClient {
 
     /// Connected, not initialized.
     pub async fn connect_raw(socket: &Path, framing: Framing, answer: Answerer) -> Self {
-        let stream = UnixStream::connect(socket).await.expect("connect to the daemon");
+        let stream = UnixStream::connect(socket)
+            .await
+            .expect("connect to the daemon");
         let (reader, writer) = stream.into_split();
         let (sender, notifications) = mpsc::unbounded_channel();
-        let handler = Arc::new(ClientHandler { answer, notifications: sender });
+        let handler = Arc::new(ClientHandler {
+            answer,
+            notifications: sender,
+        });
         let (peer, _task) = Peer::spawn(reader, writer, PeerOptions::client(framing), handler);
-        Self { peer, notifications }
+        Self {
+            peer,
+            notifications,
+        }
     }
 
     pub async fn request(&self, method: &str, params: Value) -> Result<Value, RequestError> {
-        tokio::time::timeout(Duration::from_secs(60), self.peer.request(method.to_owned(), Some(params)))
-            .await
-            .unwrap_or_else(|_| panic!("no answer to {method} within 60 s"))
+        tokio::time::timeout(
+            Duration::from_secs(60),
+            self.peer.request(method.to_owned(), Some(params)),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("no answer to {method} within 60 s"))
     }
 
     /// Creates a session at `cwd`; returns its id.
@@ -221,8 +276,14 @@ impl TestClient {
         if let (Some(params), Some(extra)) = (params.as_object_mut(), extra.as_object()) {
             params.extend(extra.clone());
         }
-        let snapshot = self.request("session/create", params).await.expect("session/create");
-        snapshot["session_id"].as_str().expect("a session id").to_owned()
+        let snapshot = self
+            .request("session/create", params)
+            .await
+            .expect("session/create");
+        snapshot["session_id"]
+            .as_str()
+            .expect("a session id")
+            .to_owned()
     }
 
     /// The next notification, waiting up to 30 s.

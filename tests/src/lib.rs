@@ -1,6 +1,8 @@
 //! Shared fixtures for toold's end-to-end tests: temporary trees built from strings, and one
 //! call through the real registry.
 
+pub mod daemon;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 

@@ -211,7 +211,7 @@ impl Harness {
         )
         .unwrap();
         let events = Arc::new(CollectingListener::default());
-        let session = Arc::new(Session::new("s_test", state, events.clone()));
+        let session = Arc::new(Session::new("s_test", state, events.clone(), 0));
         Self {
             tree,
             executor: Arc::new(executor),

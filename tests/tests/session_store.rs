@@ -40,7 +40,7 @@ async fn a_reader_follows_a_real_batch_through_the_log() {
     )
     .unwrap();
     let log = Arc::new(EventLog::new(0));
-    let session = Arc::new(Session::new("s_log", state, log.clone()));
+    let session = Arc::new(Session::new("s_log", state, log.clone(), 0));
     let executor = Arc::new(Executor::new(Arc::new(Registry::with_builtins())));
 
     let mut reader = log.reader(0);

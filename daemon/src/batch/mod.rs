@@ -73,12 +73,18 @@ impl BatchControl {
         let batch = CancellationToken::new();
         let tokens = (0..calls).map(|_| batch.child_token()).collect();
         let finished = (0..calls).map(|_| AtomicBool::new(false)).collect();
-        Self { batch, calls: tokens, finished }
+        Self {
+            batch,
+            calls: tokens,
+            finished,
+        }
     }
 
     /// Whether call `index` has its result.
     pub fn is_finished(&self, index: usize) -> bool {
-        self.finished.get(index).is_some_and(|done| done.load(Ordering::Acquire))
+        self.finished
+            .get(index)
+            .is_some_and(|done| done.load(Ordering::Acquire))
     }
 
     fn mark_finished(&self, index: usize) {

@@ -26,9 +26,17 @@ pub type OutboundFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 /// The way to the client: the daemon's side of the bidirectional peer. Dropping a request's
 /// future withdraws it (`$/cancelRequest`).
 pub trait Outbound: Send + Sync + 'static {
-    fn request(&self, method: &'static str, params: Value) -> OutboundFuture<Result<Value, OutboundError>>;
+    fn request(
+        &self,
+        method: &'static str,
+        params: Value,
+    ) -> OutboundFuture<Result<Value, OutboundError>>;
     /// Waits for room in the connection's outgoing queue; fails once the connection is gone.
-    fn notify(&self, method: &'static str, params: Value) -> OutboundFuture<Result<(), OutboundError>>;
+    fn notify(
+        &self,
+        method: &'static str,
+        params: Value,
+    ) -> OutboundFuture<Result<(), OutboundError>>;
     /// Resolves when the connection has closed.
     fn closed(&self) -> OutboundFuture<()>;
 }
@@ -57,7 +65,11 @@ pub struct Connection {
 
 impl Connection {
     pub fn new(id: u64, outbound: Arc<dyn Outbound>) -> Self {
-        Self { id, outbound, state: Mutex::new(ConnectionState::default()) }
+        Self {
+            id,
+            outbound,
+            state: Mutex::new(ConnectionState::default()),
+        }
     }
 
     pub fn id(&self) -> u64 {
@@ -73,7 +85,11 @@ impl Connection {
     }
 
     /// Records the `initialize` handshake; false if it already happened.
-    pub fn initialize(&self, capabilities: ClientCapabilities, client_name: Option<String>) -> bool {
+    pub fn initialize(
+        &self,
+        capabilities: ClientCapabilities,
+        client_name: Option<String>,
+    ) -> bool {
         let mut state = self.lock();
         if state.initialized {
             return false;
@@ -153,6 +169,8 @@ impl Connection {
 
     fn lock(&self) -> MutexGuard<'_, ConnectionState> {
         // Every change is a single insert, remove or assignment: a poisoned lock is still sound.
-        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }

@@ -25,10 +25,11 @@ struct RequestContext {
 type Reply<T> = Result<T, ErrorObjectOwned>;
 
 fn context(extensions: &Extensions) -> Reply<RequestContext> {
-    extensions
-        .get::<RequestContext>()
-        .cloned()
-        .ok_or_else(|| to_rpc(ErrorObject::internal_error("the request reached its handler without its connection")))
+    extensions.get::<RequestContext>().cloned().ok_or_else(|| {
+        to_rpc(ErrorObject::internal_error(
+            "the request reached its handler without its connection",
+        ))
+    })
 }
 
 fn to_rpc(error: ErrorObject) -> ErrorObjectOwned {
@@ -61,49 +62,92 @@ macro_rules! method {
 /// Builds the method table.
 pub fn method_table(daemon: Arc<Daemon>) -> Methods {
     use toold_protocol::{
-        CancelParams, ExecuteParams, InitializeParams, SessionAttachParams, SessionCreateParams, SessionIdParams,
-        SessionListParams, SessionUpdateParams, ToolsListParams, ToolsRegisterParams, ToolsUnregisterParams,
+        CancelParams, ExecuteParams, InitializeParams, SessionAttachParams, SessionCreateParams,
+        SessionIdParams, SessionListParams, SessionUpdateParams, ToolsListParams,
+        ToolsRegisterParams, ToolsUnregisterParams,
     };
     let mut module = RpcModule::from_arc(daemon);
-    method!(module, methods::INITIALIZE, |daemon, request, params: InitializeParams| {
-        handlers::initialize(&daemon, &request.connection, params)
-    });
-    method!(module, methods::SESSION_CREATE, |daemon, request, params: SessionCreateParams| {
-        handlers::session_create(&daemon, &request.connection, params)
-    });
-    method!(module, methods::SESSION_ATTACH, |daemon, request, params: SessionAttachParams| {
-        handlers::session_attach(&daemon, &request.connection, params).await
-    });
-    method!(module, methods::SESSION_DETACH, |daemon, request, params: SessionIdParams| {
-        handlers::session_detach(&daemon, &request.connection, params)
-    });
-    method!(module, methods::SESSION_UPDATE, |daemon, _request, params: SessionUpdateParams| {
-        handlers::session_update(&daemon, params)
-    });
-    method!(module, methods::SESSION_GET, |daemon, _request, params: SessionIdParams| {
-        handlers::session_get(&daemon, params)
-    });
-    method!(module, methods::SESSION_LIST, |daemon, _request, _params: SessionListParams| {
-        handlers::session_list(&daemon)
-    });
-    method!(module, methods::SESSION_CLOSE, |daemon, _request, params: SessionIdParams| {
-        handlers::session_close(&daemon, params)
-    });
-    method!(module, methods::TOOLS_LIST, |daemon, _request, params: ToolsListParams| {
-        handlers::tools_list(&daemon, params)
-    });
-    method!(module, methods::TOOLS_REGISTER, |daemon, request, params: ToolsRegisterParams| {
-        handlers::tools_register(&daemon, &request.connection, params)
-    });
-    method!(module, methods::TOOLS_UNREGISTER, |daemon, request, params: ToolsUnregisterParams| {
-        handlers::tools_unregister(&daemon, &request.connection, params)
-    });
-    method!(module, methods::TOOLS_EXECUTE, |daemon, request, params: ExecuteParams| {
-        handlers::tools_execute(&daemon, &request.connection, request.request_id, params).await
-    });
-    method!(module, methods::TOOLS_CANCEL, |daemon, _request, params: CancelParams| {
-        handlers::tools_cancel(&daemon, params)
-    });
+    method!(
+        module,
+        methods::INITIALIZE,
+        |daemon, request, params: InitializeParams| {
+            handlers::initialize(&daemon, &request.connection, params)
+        }
+    );
+    method!(
+        module,
+        methods::SESSION_CREATE,
+        |daemon, request, params: SessionCreateParams| {
+            handlers::session_create(&daemon, &request.connection, params)
+        }
+    );
+    method!(
+        module,
+        methods::SESSION_ATTACH,
+        |daemon, request, params: SessionAttachParams| {
+            handlers::session_attach(&daemon, &request.connection, params).await
+        }
+    );
+    method!(
+        module,
+        methods::SESSION_DETACH,
+        |daemon, request, params: SessionIdParams| {
+            handlers::session_detach(&daemon, &request.connection, params)
+        }
+    );
+    method!(
+        module,
+        methods::SESSION_UPDATE,
+        |daemon, _request, params: SessionUpdateParams| {
+            handlers::session_update(&daemon, params)
+        }
+    );
+    method!(
+        module,
+        methods::SESSION_GET,
+        |daemon, _request, params: SessionIdParams| { handlers::session_get(&daemon, params) }
+    );
+    method!(
+        module,
+        methods::SESSION_LIST,
+        |daemon, _request, _params: SessionListParams| { handlers::session_list(&daemon) }
+    );
+    method!(
+        module,
+        methods::SESSION_CLOSE,
+        |daemon, _request, params: SessionIdParams| { handlers::session_close(&daemon, params) }
+    );
+    method!(
+        module,
+        methods::TOOLS_LIST,
+        |daemon, _request, params: ToolsListParams| { handlers::tools_list(&daemon, params) }
+    );
+    method!(
+        module,
+        methods::TOOLS_REGISTER,
+        |daemon, request, params: ToolsRegisterParams| {
+            handlers::tools_register(&daemon, &request.connection, params)
+        }
+    );
+    method!(
+        module,
+        methods::TOOLS_UNREGISTER,
+        |daemon, request, params: ToolsUnregisterParams| {
+            handlers::tools_unregister(&daemon, &request.connection, params)
+        }
+    );
+    method!(
+        module,
+        methods::TOOLS_EXECUTE,
+        |daemon, request, params: ExecuteParams| {
+            handlers::tools_execute(&daemon, &request.connection, request.request_id, params).await
+        }
+    );
+    method!(
+        module,
+        methods::TOOLS_CANCEL,
+        |daemon, _request, params: CancelParams| { handlers::tools_cancel(&daemon, params) }
+    );
     module.into()
 }
 
@@ -122,23 +166,33 @@ pub async fn call(
     let raw = params.map(Value::to_string);
     let params = Params::new(raw.as_deref()).into_owned();
     let mut extensions = Extensions::new();
-    extensions.insert(RequestContext { connection: Arc::clone(connection), request_id: id.to_string() });
+    extensions.insert(RequestContext {
+        connection: Arc::clone(connection),
+        request_id: id.to_string(),
+    });
     // jsonrpsee renders a whole response; the id inside is ours and dropped below.
     let connection_id = ConnectionId(usize::try_from(connection.id()).unwrap_or(usize::MAX));
     let response = match callback {
-        MethodCallback::Async(callback) => callback(Id::Number(0), params, connection_id, usize::MAX, extensions).await,
+        MethodCallback::Async(callback) => {
+            callback(Id::Number(0), params, connection_id, usize::MAX, extensions).await
+        }
         MethodCallback::Sync(callback) => callback(Id::Number(0), params, usize::MAX, extensions),
         MethodCallback::Subscription(_) | MethodCallback::Unsubscription(_) => {
             return Err(ErrorObject::method_not_found(method));
         }
     };
-    let mut envelope: Value = serde_json::from_str(response.as_json().get())
-        .map_err(|err| ErrorObject::internal_error(format!("a handler produced invalid JSON: {err}")))?;
+    let mut envelope: Value = serde_json::from_str(response.as_json().get()).map_err(|err| {
+        ErrorObject::internal_error(format!("a handler produced invalid JSON: {err}"))
+    })?;
     if let Some(error) = envelope.get_mut("error") {
-        return Err(serde_json::from_value(error.take())
-            .unwrap_or_else(|err| ErrorObject::internal_error(format!("a handler produced an invalid error: {err}"))));
+        return Err(serde_json::from_value(error.take()).unwrap_or_else(|err| {
+            ErrorObject::internal_error(format!("a handler produced an invalid error: {err}"))
+        }));
     }
-    Ok(envelope.get_mut("result").map(Value::take).unwrap_or(Value::Null))
+    Ok(envelope
+        .get_mut("result")
+        .map(Value::take)
+        .unwrap_or(Value::Null))
 }
 
 /// Whether a method may be called before `initialize`.

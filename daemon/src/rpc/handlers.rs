@@ -7,10 +7,11 @@ use std::sync::atomic::Ordering;
 
 use serde_json::{Value, json};
 use toold_protocol::{
-    CancelParams, CancelResult, Empty, ErrorObject, ExecuteParams, ExecuteResult, HookEvent, InitializeParams,
-    InitializeResult, PROTOCOL_VERSION, PeerInfo, Revision, ServerCapabilities, SessionAttachParams, SessionCreateParams,
-    SessionIdParams, SessionListResult, SessionMode, SessionSnapshot, SessionUpdateParams, ToolSource, ToolsListParams,
-    ToolsListResult, ToolsRegisterParams, ToolsUnregisterParams, UnsupportedVersionData, methods,
+    CancelParams, CancelResult, Empty, ErrorObject, ExecuteParams, ExecuteResult, HookEvent,
+    InitializeParams, InitializeResult, PROTOCOL_VERSION, PeerInfo, Revision, ServerCapabilities,
+    SessionAttachParams, SessionCreateParams, SessionIdParams, SessionListResult, SessionMode,
+    SessionSnapshot, SessionUpdateParams, ToolSource, ToolsListParams, ToolsListResult,
+    ToolsRegisterParams, ToolsUnregisterParams, UnsupportedVersionData,
 };
 
 use super::Daemon;
@@ -21,25 +22,41 @@ use crate::tools::RegisterError;
 
 type Reply<T> = Result<T, ErrorObject>;
 
-pub fn initialize(daemon: &Daemon, connection: &Connection, params: InitializeParams) -> Reply<InitializeResult> {
+pub fn initialize(
+    daemon: &Daemon,
+    connection: &Connection,
+    params: InitializeParams,
+) -> Reply<InitializeResult> {
     if params.protocol_version != PROTOCOL_VERSION {
         return Err(ErrorObject::invalid_params(format!(
             "protocol_version {} is not supported; this daemon speaks {PROTOCOL_VERSION}",
             params.protocol_version
         ))
-        .with_data(json!(UnsupportedVersionData { supported: vec![PROTOCOL_VERSION] })));
+        .with_data(json!(UnsupportedVersionData {
+            supported: vec![PROTOCOL_VERSION]
+        })));
     }
     let name = params.client_info.map(|info| info.name);
     if !connection.initialize(params.capabilities, name) {
-        return Err(ErrorObject::invalid_request("initialize was already called on this connection"));
+        return Err(ErrorObject::invalid_request(
+            "initialize was already called on this connection",
+        ));
     }
-    let mut modes = vec![SessionMode::Default, SessionMode::AcceptEdits, SessionMode::Plan, SessionMode::DontAsk];
+    let mut modes = vec![
+        SessionMode::Default,
+        SessionMode::AcceptEdits,
+        SessionMode::Plan,
+        SessionMode::DontAsk,
+    ];
     if daemon.settings.allow_bypass {
         modes.push(SessionMode::Bypass);
     }
     Ok(InitializeResult {
         protocol_version: PROTOCOL_VERSION,
-        server_info: PeerInfo { name: "toold".into(), version: Some(env!("CARGO_PKG_VERSION").into()) },
+        server_info: PeerInfo {
+            name: "toold".into(),
+            version: Some(env!("CARGO_PKG_VERSION").into()),
+        },
         instance_id: daemon.instance_id.clone(),
         capabilities: ServerCapabilities {
             modes,
@@ -50,14 +67,26 @@ pub fn initialize(daemon: &Daemon, connection: &Connection, params: InitializePa
     })
 }
 
-pub fn session_create(daemon: &Daemon, connection: &Arc<Connection>, params: SessionCreateParams) -> Reply<SessionSnapshot> {
+pub fn session_create(
+    daemon: &Daemon,
+    connection: &Arc<Connection>,
+    params: SessionCreateParams,
+) -> Reply<SessionSnapshot> {
     let managed = daemon.sessions.create(params, connection)?;
-    tracing::info!(session = managed.id(), connection = connection.id(), "session created");
+    tracing::info!(
+        session = managed.id(),
+        connection = connection.id(),
+        "session created"
+    );
     Ok(managed.snapshot())
 }
 
 /// Attaches, replaying retained events after `after_seq` first; the snapshot comes after them.
-pub async fn session_attach(daemon: &Daemon, connection: &Arc<Connection>, params: SessionAttachParams) -> Reply<SessionSnapshot> {
+pub async fn session_attach(
+    daemon: &Daemon,
+    connection: &Arc<Connection>,
+    params: SessionAttachParams,
+) -> Reply<SessionSnapshot> {
     let managed = daemon.sessions.get(&params.session_id)?;
     let head = managed.log.last_seq();
     connection.attach(managed.id());
@@ -70,7 +99,11 @@ pub async fn session_attach(daemon: &Daemon, connection: &Arc<Connection>, param
     Ok(snapshot)
 }
 
-pub fn session_detach(daemon: &Daemon, connection: &Connection, params: SessionIdParams) -> Reply<Empty> {
+pub fn session_detach(
+    daemon: &Daemon,
+    connection: &Connection,
+    params: SessionIdParams,
+) -> Reply<Empty> {
     let managed = daemon.sessions.get(&params.session_id)?;
     connection.detach(managed.id());
     managed.detach(connection.id());
@@ -86,7 +119,14 @@ pub fn session_get(daemon: &Daemon, params: SessionIdParams) -> Reply<SessionSna
 }
 
 pub fn session_list(daemon: &Daemon) -> Reply<SessionListResult> {
-    Ok(SessionListResult { sessions: daemon.sessions.all().iter().map(|managed| managed.snapshot()).collect() })
+    Ok(SessionListResult {
+        sessions: daemon
+            .sessions
+            .all()
+            .iter()
+            .map(|managed| managed.snapshot())
+            .collect(),
+    })
 }
 
 pub fn session_close(daemon: &Daemon, params: SessionIdParams) -> Reply<Empty> {
@@ -111,7 +151,11 @@ pub fn tools_list(daemon: &Daemon, params: ToolsListParams) -> Reply<ToolsListRe
     Ok(ToolsListResult { revision, tools })
 }
 
-pub fn tools_register(daemon: &Daemon, connection: &Arc<Connection>, params: ToolsRegisterParams) -> Reply<Revision> {
+pub fn tools_register(
+    daemon: &Daemon,
+    connection: &Arc<Connection>,
+    params: ToolsRegisterParams,
+) -> Reply<Revision> {
     if !connection.has_client_tools() {
         return Err(ErrorObject::invalid_params(
             "tools/register needs the client_tools capability, declared in initialize",
@@ -120,14 +164,21 @@ pub fn tools_register(daemon: &Daemon, connection: &Arc<Connection>, params: Too
     let mut seen = HashSet::new();
     for definition in &params.tools {
         if !seen.insert(definition.name.as_str()) {
-            return Err(ErrorObject::invalid_params(format!("the tool {:?} is listed twice", definition.name)));
+            return Err(ErrorObject::invalid_params(format!(
+                "the tool {:?} is listed twice",
+                definition.name
+            )));
         }
         let existing = daemon.registry.get(&definition.name);
         if existing.is_some() && !(params.replace && connection.owns_tool(&definition.name)) {
             return Err(ErrorObject::invalid_params(format!(
                 "a tool named {:?} is already registered{}",
                 definition.name,
-                if params.replace { " by someone else; replace only replaces this connection's own tools" } else { "" }
+                if params.replace {
+                    " by someone else; replace only replaces this connection's own tools"
+                } else {
+                    ""
+                }
             )));
         }
     }
@@ -141,17 +192,23 @@ pub fn tools_register(daemon: &Daemon, connection: &Arc<Connection>, params: Too
             daemon.registry.register(tool)
         };
         registered.map_err(|err| match err {
-            RegisterError::EmptyName | RegisterError::Duplicate(_) | RegisterError::InvalidSchema { .. } => {
-                ErrorObject::invalid_params(err.to_string())
-            }
+            RegisterError::EmptyName
+            | RegisterError::Duplicate(_)
+            | RegisterError::InvalidSchema { .. } => ErrorObject::invalid_params(err.to_string()),
         })?;
         connection.own_tool(&name);
     }
     daemon.tools_changed();
-    Ok(Revision { revision: daemon.registry.revision() })
+    Ok(Revision {
+        revision: daemon.registry.revision(),
+    })
 }
 
-pub fn tools_unregister(daemon: &Daemon, connection: &Connection, params: ToolsUnregisterParams) -> Reply<Revision> {
+pub fn tools_unregister(
+    daemon: &Daemon,
+    connection: &Connection,
+    params: ToolsUnregisterParams,
+) -> Reply<Revision> {
     if let Some(foreign) = params.names.iter().find(|name| !connection.owns_tool(name)) {
         return Err(ErrorObject::invalid_params(format!(
             "the tool {foreign:?} was not registered by this connection; only a connection's own tools can be removed"
@@ -162,7 +219,9 @@ pub fn tools_unregister(daemon: &Daemon, connection: &Connection, params: ToolsU
         connection.disown_tool(name);
     }
     daemon.tools_changed();
-    Ok(Revision { revision: daemon.registry.revision() })
+    Ok(Revision {
+        revision: daemon.registry.revision(),
+    })
 }
 
 /// Runs a batch; answers after every call has ended and after the submitting connection, if
@@ -175,24 +234,42 @@ pub async fn tools_execute(
 ) -> Reply<ExecuteResult> {
     let managed = daemon.sessions.get(&params.session_id)?;
     let mut ids = HashSet::new();
-    if let Some(duplicate) = params.calls.iter().find(|call| !ids.insert(call.id.as_str())) {
-        return Err(ErrorObject::invalid_params(format!("the call id {:?} appears twice in the batch", duplicate.id)));
+    if let Some(duplicate) = params
+        .calls
+        .iter()
+        .find(|call| !ids.insert(call.id.as_str()))
+    {
+        return Err(ErrorObject::invalid_params(format!(
+            "the call id {:?} appears twice in the batch",
+            duplicate.id
+        )));
     }
     if daemon.shutdown.is_cancelled() {
-        return Err(ErrorObject::overloaded("the daemon is shutting down; no new batches start"));
+        return Err(ErrorObject::overloaded(
+            "the daemon is shutting down; no new batches start",
+        ));
     }
     let batch_id = format!("b_{}", daemon.next_batch.fetch_add(1, Ordering::Relaxed));
     let control = BatchControl::new(params.calls.len());
     let call_ids: Vec<String> = params.calls.iter().map(|call| call.id.clone()).collect();
     managed.start_batch(&batch_id, control.clone(), call_ids, connection.id());
     connection.start_execute(request_id.clone(), control.batch.clone());
-    let batch = Batch { id: batch_id.clone(), iteration: params.iteration, calls: params.calls };
-    let results = daemon.executor.run_batch(&managed.session, batch, &control).await;
+    let batch = Batch {
+        id: batch_id.clone(),
+        iteration: params.iteration,
+        calls: params.calls,
+    };
+    let results = daemon
+        .executor
+        .run_batch(&managed.session, batch, &control)
+        .await;
     connection.end_execute(&request_id);
     managed.end_batch(&batch_id);
     // Grants may have changed during the batch.
     daemon.sessions.persist(&managed);
-    managed.flushed(connection.id(), managed.log.last_seq()).await;
+    managed
+        .flushed(connection.id(), managed.log.last_seq())
+        .await;
     Ok(ExecuteResult { batch_id, results })
 }
 

@@ -64,7 +64,9 @@ impl Daemon {
 
     fn connections(&self) -> MutexGuard<'_, HashMap<u64, Arc<Connection>>> {
         // Inserts and removes only: a poisoned lock stays consistent.
-        self.connections.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.connections
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     pub fn connection_opened(&self, connection: Arc<Connection>) {
@@ -95,8 +97,13 @@ impl Daemon {
     pub fn tools_changed(&self) {
         let revision = self.registry.revision();
         let connections: Vec<Arc<Connection>> = self.connections().values().cloned().collect();
-        for connection in connections.into_iter().filter(|connection| connection.is_initialized()) {
-            let notify = connection.outbound().notify(methods::TOOLS_LIST_CHANGED, json!({ "revision": revision }));
+        for connection in connections
+            .into_iter()
+            .filter(|connection| connection.is_initialized())
+        {
+            let notify = connection
+                .outbound()
+                .notify(methods::TOOLS_LIST_CHANGED, json!({ "revision": revision }));
             tokio::spawn(async move {
                 // A connection that is gone needs no notification.
                 let _ = notify.await;

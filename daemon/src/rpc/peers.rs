@@ -7,8 +7,8 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 use tokio::time::Instant;
 use toold_protocol::{
-    ErrorType, HookEvent, InvokeEnv, InvokeParams, PostToolUseAnswer, PostToolUseParams, PreToolUseAnswer,
-    PreToolUseParams, ToolCall, ToolDefinition, ToolResult, methods,
+    ErrorType, HookEvent, InvokeEnv, InvokeParams, PostToolUseAnswer, PostToolUseParams,
+    PreToolUseAnswer, PreToolUseParams, ToolCall, ToolDefinition, ToolResult, methods,
 };
 
 use super::connection::{Connection, OutboundError};
@@ -40,13 +40,21 @@ fn ask<P: serde::Serialize, T: DeserializeOwned + 'static>(
 ) -> HookFuture<T> {
     let request = match serde_json::to_value(params) {
         Ok(value) => connection.outbound().request(method, value),
-        Err(err) => return Box::pin(async move { Err(format!("cannot encode the request: {err}")) }),
+        Err(err) => {
+            return Box::pin(async move { Err(format!("cannot encode the request: {err}")) });
+        }
     };
     Box::pin(async move {
         match request.await {
-            Ok(value) => serde_json::from_value(value).map_err(|err| format!("its answer is invalid: {err}")),
-            Err(OutboundError::Error(error)) => Err(format!("it answered with an error: {}", error.message)),
-            Err(OutboundError::Closed) => Err("its connection closed before it answered".to_owned()),
+            Ok(value) => {
+                serde_json::from_value(value).map_err(|err| format!("its answer is invalid: {err}"))
+            }
+            Err(OutboundError::Error(error)) => {
+                Err(format!("it answered with an error: {}", error.message))
+            }
+            Err(OutboundError::Closed) => {
+                Err("its connection closed before it answered".to_owned())
+            }
         }
     })
 }
@@ -88,7 +96,10 @@ impl Tool for ClientTool {
         let request = match serde_json::to_value(&params) {
             Ok(value) => self.owner.outbound().request(methods::TOOL_INVOKE, value),
             Err(err) => {
-                let failure = ToolFailure::new(ErrorType::InternalError, format!("cannot encode tool/invoke: {err}"));
+                let failure = ToolFailure::new(
+                    ErrorType::InternalError,
+                    format!("cannot encode tool/invoke: {err}"),
+                );
                 return Box::pin(async move { Err(failure) });
             }
         };
@@ -105,7 +116,10 @@ impl Tool for ClientTool {
                 Ok(value) => outcome_of(&name, value),
                 Err(OutboundError::Error(error)) => Err(ToolFailure::new(
                     ErrorType::InternalError,
-                    format!("the client running {name} answered with an error: {}", error.message),
+                    format!(
+                        "the client running {name} answered with an error: {}",
+                        error.message
+                    ),
                 )),
                 Err(OutboundError::Closed) => Err(ToolFailure::new(
                     ErrorType::InternalError,
@@ -119,15 +133,26 @@ impl Tool for ClientTool {
 /// A client's `tool/invoke` answer: a result object (PROTOCOL.md section 6).
 fn outcome_of(name: &str, value: Value) -> Result<ToolOutput, ToolFailure> {
     let result: ToolResult = serde_json::from_value(value).map_err(|err| {
-        ToolFailure::new(ErrorType::InternalError, format!("the client's answer for {name} is not a tool result: {err}"))
+        ToolFailure::new(
+            ErrorType::InternalError,
+            format!("the client's answer for {name} is not a tool result: {err}"),
+        )
     })?;
     let mut metadata = result.metadata;
     // The registry stamps the call id itself; a client cannot claim another call's.
     metadata.remove("call_id");
     if result.ok {
-        return Ok(ToolOutput { content: result.content, metadata });
+        return Ok(ToolOutput {
+            content: result.content,
+            metadata,
+        });
     }
     let error_type = result.error_type.unwrap_or(ErrorType::InternalError);
     let message = result.error.unwrap_or_else(|| format!("{name} failed"));
-    Err(ToolFailure { error_type, message, content: result.content, metadata })
+    Err(ToolFailure {
+        error_type,
+        message,
+        content: result.content,
+        metadata,
+    })
 }

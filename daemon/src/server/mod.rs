@@ -1,6 +1,6 @@
 //! The socket server: where the daemon listens, who may connect, the systemd handshakes, and
 //! the accept loop with its shutdown.
 
+pub mod run;
 pub mod socket;
 pub mod systemd;
-pub mod run;

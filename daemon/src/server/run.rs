@@ -7,15 +7,17 @@
 //! call still gets its result, and connections stay open to receive them), and persists the
 //! sessions.
 
-use std::sync::{Arc, OnceLock};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use jsonrpsee::core::server::Methods;
 use serde_json::Value;
 use tokio::net::{UnixListener, UnixStream};
 use tokio_util::sync::CancellationToken;
-use toold_protocol::peer::{BoxFuture, Handler, Peer, PeerHandle, PeerOptions, Reply, RequestError};
+use toold_protocol::peer::{
+    BoxFuture, Handler, Peer, PeerHandle, PeerOptions, Reply, RequestError,
+};
 use toold_protocol::{ErrorObject, Notification, Request, methods};
 
 use super::socket::peer_allowed;
@@ -35,9 +37,16 @@ pub struct ServerOptions {
 
 /// Serves until `shutdown` fires, then drains. Returns when every batch has ended and every
 /// session is persisted.
-pub async fn run(listener: UnixListener, daemon: Arc<Daemon>, options: ServerOptions, shutdown: CancellationToken) {
+pub async fn run(
+    listener: UnixListener,
+    daemon: Arc<Daemon>,
+    options: ServerOptions,
+    shutdown: CancellationToken,
+) {
     let methods = dispatch::method_table(Arc::clone(&daemon));
-    let sweeper = options.idle_ttl.map(|ttl| tokio::spawn(expire_idle_sessions(Arc::clone(&daemon), ttl)));
+    let sweeper = options
+        .idle_ttl
+        .map(|ttl| tokio::spawn(expire_idle_sessions(Arc::clone(&daemon), ttl)));
     loop {
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
@@ -57,7 +66,13 @@ pub async fn run(listener: UnixListener, daemon: Arc<Daemon>, options: ServerOpt
             continue;
         }
         let overloaded = daemon.connection_count() >= options.max_connections;
-        tokio::spawn(serve_connection(stream, Arc::clone(&daemon), methods.clone(), options.max_message_bytes, overloaded));
+        tokio::spawn(serve_connection(
+            stream,
+            Arc::clone(&daemon),
+            methods.clone(),
+            options.max_message_bytes,
+            overloaded,
+        ));
     }
     drop(listener);
     drain(&daemon, options.drain_grace).await;
@@ -71,9 +86,16 @@ pub async fn run(listener: UnixListener, daemon: Arc<Daemon>, options: ServerOpt
 async fn drain(daemon: &Daemon, grace: Duration) {
     daemon.shutdown.cancel();
     let running = daemon.sessions.running_batches();
-    tracing::info!(running, grace_ms = grace.as_millis() as u64, "shutting down");
+    tracing::info!(
+        running,
+        grace_ms = grace.as_millis() as u64,
+        "shutting down"
+    );
     if !wait_for_batches(daemon, grace).await {
-        tracing::warn!(running = daemon.sessions.running_batches(), "canceling the batches still running");
+        tracing::warn!(
+            running = daemon.sessions.running_batches(),
+            "canceling the batches still running"
+        );
         daemon.sessions.cancel_all();
         // Canceled calls end within the registry's stop grace; this bound only guards the exit.
         wait_for_batches(daemon, Duration::from_secs(10)).await;
@@ -104,11 +126,19 @@ async fn expire_idle_sessions(daemon: Arc<Daemon>, ttl: Duration) {
 
 static NEXT_CONNECTION: AtomicU64 = AtomicU64::new(1);
 
-async fn serve_connection(stream: UnixStream, daemon: Arc<Daemon>, methods: Methods, max_message_bytes: usize, overloaded: bool) {
+async fn serve_connection(
+    stream: UnixStream,
+    daemon: Arc<Daemon>,
+    methods: Methods,
+    max_message_bytes: usize,
+    overloaded: bool,
+) {
     let (reader, writer) = stream.into_split();
-    let options = PeerOptions { max_message_bytes, ..PeerOptions::server() };
+    let options = PeerOptions {
+        max_message_bytes,
+        ..PeerOptions::server()
+    };
     let handler = Arc::new(ConnectionHandler {
-        daemon: Arc::clone(&daemon),
         methods,
         connection: Arc::new(OnceLock::new()),
         overloaded,
@@ -128,7 +158,6 @@ async fn serve_connection(stream: UnixStream, daemon: Arc<Daemon>, methods: Meth
 
 /// Incoming traffic of one connection.
 struct ConnectionHandler {
-    daemon: Arc<Daemon>,
     methods: Methods,
     /// Set right after the peer is spawned; shared with the request futures that wait for it.
     connection: Arc<OnceLock<Arc<Connection>>>,
@@ -149,7 +178,11 @@ async fn connection_of(cell: &OnceLock<Arc<Connection>>) -> Arc<Connection> {
 impl Handler for ConnectionHandler {
     fn request(&self, _peer: PeerHandle, request: Request) -> BoxFuture<'static, Reply> {
         if self.overloaded {
-            return Box::pin(async { Reply::error(ErrorObject::overloaded("the daemon serves its maximum of connections; try again later")) });
+            return Box::pin(async {
+                Reply::error(ErrorObject::overloaded(
+                    "the daemon serves its maximum of connections; try again later",
+                ))
+            });
         }
         let methods = self.methods.clone();
         let cell = Arc::clone(&self.connection);
@@ -160,7 +193,14 @@ impl Handler for ConnectionHandler {
                 return Reply::error(ErrorObject::not_initialized(&request.method));
             }
             let started = std::time::Instant::now();
-            let outcome = dispatch::call(&methods, &connection, &id, &request.method, request.params.as_ref()).await;
+            let outcome = dispatch::call(
+                &methods,
+                &connection,
+                &id,
+                &request.method,
+                request.params.as_ref(),
+            )
+            .await;
             tracing::debug!(
                 connection = connection.id(),
                 method = %request.method,
@@ -190,21 +230,34 @@ impl Handler for ConnectionHandler {
 struct PeerOutbound(PeerHandle);
 
 impl Outbound for PeerOutbound {
-    fn request(&self, method: &'static str, params: Value) -> OutboundFuture<Result<Value, OutboundError>> {
+    fn request(
+        &self,
+        method: &'static str,
+        params: Value,
+    ) -> OutboundFuture<Result<Value, OutboundError>> {
         let request = self.0.request(method, Some(params));
         Box::pin(async move {
             request.await.map_err(|err| match err {
                 RequestError::Rpc(error) => OutboundError::Error(error),
-                RequestError::Closed | RequestError::Canceled | RequestError::InvalidParams(_) | RequestError::InvalidResult(_) => {
-                    OutboundError::Closed
-                }
+                RequestError::Closed
+                | RequestError::Canceled
+                | RequestError::InvalidParams(_)
+                | RequestError::InvalidResult(_) => OutboundError::Closed,
             })
         })
     }
 
-    fn notify(&self, method: &'static str, params: Value) -> OutboundFuture<Result<(), OutboundError>> {
+    fn notify(
+        &self,
+        method: &'static str,
+        params: Value,
+    ) -> OutboundFuture<Result<(), OutboundError>> {
         let peer = self.0.clone();
-        Box::pin(async move { peer.notify(method, Some(params)).await.map_err(|_| OutboundError::Closed) })
+        Box::pin(async move {
+            peer.notify(method, Some(params))
+                .await
+                .map_err(|_| OutboundError::Closed)
+        })
     }
 
     fn closed(&self) -> OutboundFuture<()> {

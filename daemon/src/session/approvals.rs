@@ -45,8 +45,11 @@ impl ApprovalBoard {
     pub fn add_approver(self: &Arc<Self>, connection: Arc<Connection>) {
         let mut state = self.lock();
         let id = connection.id();
-        let pending: Vec<(String, ApprovalRequestParams)> =
-            state.pending.iter().map(|(approval_id, pending)| (approval_id.clone(), pending.params.clone())).collect();
+        let pending: Vec<(String, ApprovalRequestParams)> = state
+            .pending
+            .iter()
+            .map(|(approval_id, pending)| (approval_id.clone(), pending.params.clone()))
+            .collect();
         for (approval_id, params) in pending {
             let task = self.ask(&connection, approval_id.clone(), params);
             if let Some(pending) = state.pending.get_mut(&approval_id) {
@@ -78,14 +81,25 @@ impl ApprovalBoard {
     }
 
     /// Sends one approval to one approver; the answer comes back through `answered`.
-    fn ask(self: &Arc<Self>, connection: &Arc<Connection>, approval_id: String, params: ApprovalRequestParams) -> AbortHandle {
+    fn ask(
+        self: &Arc<Self>,
+        connection: &Arc<Connection>,
+        approval_id: String,
+        params: ApprovalRequestParams,
+    ) -> AbortHandle {
         let board = Arc::downgrade(self);
         let connection_id = connection.id();
         let request = match serde_json::to_value(&params) {
-            Ok(value) => connection.outbound().request(methods::APPROVAL_REQUEST, value),
+            Ok(value) => connection
+                .outbound()
+                .request(methods::APPROVAL_REQUEST, value),
             Err(err) => {
                 let why = format!("cannot encode the approval request: {err}");
-                Box::pin(async move { Err(OutboundError::Error(toold_protocol::ErrorObject::internal_error(why))) })
+                Box::pin(async move {
+                    Err(OutboundError::Error(
+                        toold_protocol::ErrorObject::internal_error(why),
+                    ))
+                })
             }
         };
         tokio::spawn(async move {
@@ -97,9 +111,16 @@ impl ApprovalBoard {
         .abort_handle()
     }
 
-    fn answered(&self, approval_id: &str, connection_id: u64, answer: Result<serde_json::Value, OutboundError>) {
+    fn answered(
+        &self,
+        approval_id: &str,
+        connection_id: u64,
+        answer: Result<serde_json::Value, OutboundError>,
+    ) {
         let mut state = self.lock();
-        let Some(pending) = state.pending.get_mut(approval_id) else { return };
+        let Some(pending) = state.pending.get_mut(approval_id) else {
+            return;
+        };
         pending.asking.remove(&connection_id);
         let unusable = match answer {
             Ok(value) => match serde_json::from_value::<ApprovalAnswer>(value) {
@@ -109,7 +130,10 @@ impl ApprovalBoard {
                 }
                 Err(err) => Some(format!("the answer is not an approval decision: {err}")),
             },
-            Err(OutboundError::Error(error)) => Some(format!("the approver answered with an error: {}", error.message)),
+            Err(OutboundError::Error(error)) => Some(format!(
+                "the approver answered with an error: {}",
+                error.message
+            )),
             Err(OutboundError::Closed) => None,
         };
         if let Some(why) = unusable {
@@ -128,7 +152,9 @@ impl ApprovalBoard {
 
     fn lock(&self) -> MutexGuard<'_, BoardState> {
         // Each change completes under the lock: a poisoned lock is still consistent.
-        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
@@ -146,7 +172,9 @@ fn settle(state: &mut BoardState, approval_id: &str, reply: ApprovalReply) {
 /// Once nobody is left to ask, the approval ends: with the last unusable answer, or as
 /// disconnected.
 fn settle_if_unanswerable(state: &mut BoardState, approval_id: &str) {
-    let Some(pending) = state.pending.get(approval_id) else { return };
+    let Some(pending) = state.pending.get(approval_id) else {
+        return;
+    };
     if !pending.asking.is_empty() {
         return;
     }
@@ -170,9 +198,22 @@ impl Approver for BoardApprover {
             let approvers: Vec<Arc<Connection>> = state.approvers.values().cloned().collect();
             let asking = approvers
                 .iter()
-                .map(|connection| (connection.id(), board.ask(connection, approval_id.clone(), params.clone())))
+                .map(|connection| {
+                    (
+                        connection.id(),
+                        board.ask(connection, approval_id.clone(), params.clone()),
+                    )
+                })
                 .collect();
-            state.pending.insert(approval_id.clone(), Pending { params, reply, asking, last_error: None });
+            state.pending.insert(
+                approval_id.clone(),
+                Pending {
+                    params,
+                    reply,
+                    asking,
+                    last_error: None,
+                },
+            );
             settle_if_unanswerable(&mut state, &approval_id);
         }
         // Dropping the future (cancel, timeout) withdraws the approval from every approver.

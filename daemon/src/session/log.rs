@@ -8,6 +8,8 @@
 //! condition is checked under the mutex, so a wakeup between the check and the wait is never lost.
 
 use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
 use std::pin::pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -212,7 +214,16 @@ impl EventListener for EventLog {
     fn deliver(&self, event: Event) {
         self.append(event);
     }
+
+    /// Live output waits while an attached reader trails by more than [`MAX_OUTPUT_LAG`]
+    /// events: a client that reads slowly slows the command rather than growing memory.
+    fn output_ready(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        Box::pin(self.wait_for_readers(MAX_OUTPUT_LAG))
+    }
 }
+
+/// How far a reader may trail the head of the log before live output waits for it.
+pub const MAX_OUTPUT_LAG: u64 = 256;
 
 /// A connection's cursor into the log. Dropping it unregisters it (and releases anyone
 /// throttled by it).

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use toold_protocol::{
-    ErrorObject, OnDisconnect, Rules, SessionCreateParams, SessionEnv, SessionMode, SessionSnapshot,
-    SessionUpdateParams,
+    ErrorObject, OnDisconnect, Rules, SessionCreateParams, SessionEnv, SessionMode,
+    SessionSnapshot, SessionUpdateParams,
 };
 
 use super::approvals::{ApprovalBoard, BoardApprover};
@@ -24,9 +24,6 @@ use crate::env::Env;
 use crate::hooks::ClientHooks;
 use crate::rpc::connection::Connection;
 use crate::rpc::peers::ConnectionHooks;
-
-/// How far a reader may trail the head of the log before live output waits for it.
-pub const MAX_OUTPUT_LAG: u64 = 256;
 
 /// What new sessions get unless their creator says otherwise, and what bounds them.
 #[derive(Debug, Clone)]
@@ -77,7 +74,9 @@ pub struct ManagedSession {
 impl ManagedSession {
     fn lock(&self) -> MutexGuard<'_, Meta> {
         // Changes are single inserts, removes and assignments: a poisoned lock stays consistent.
-        self.meta.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.meta
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     pub fn id(&self) -> &str {
@@ -166,7 +165,14 @@ impl ManagedSession {
                 let _ = sent_tx.send(seq);
             }
         });
-        let previous = self.lock().attached.insert(connection.id(), Attachment { connection: Arc::clone(connection), stop, sent });
+        let previous = self.lock().attached.insert(
+            connection.id(),
+            Attachment {
+                connection: Arc::clone(connection),
+                stop,
+                sent,
+            },
+        );
         if let Some(previous) = previous {
             previous.stop.cancel();
         }
@@ -181,7 +187,9 @@ impl ManagedSession {
     /// Detaches a connection; false if it was not attached.
     pub fn detach(&self, connection_id: u64) -> bool {
         let removed = self.lock().attached.remove(&connection_id);
-        let Some(attachment) = removed else { return false };
+        let Some(attachment) = removed else {
+            return false;
+        };
         attachment.stop.cancel();
         self.approvals.remove_approver(connection_id);
         self.refresh_peers();
@@ -192,7 +200,11 @@ impl ManagedSession {
     /// Waits until the connection has been sent every event up to `seq` (or is no longer
     /// attached): responses that must follow their events wait on this.
     pub async fn flushed(&self, connection_id: u64, seq: u64) {
-        let sent = self.lock().attached.get(&connection_id).map(|attachment| attachment.sent.clone());
+        let sent = self
+            .lock()
+            .attached
+            .get(&connection_id)
+            .map(|attachment| attachment.sent.clone());
         if let Some(mut sent) = sent {
             // An error means the forwarder ended (detached, connection gone): nothing to wait for.
             let _ = sent.wait_for(|sent| *sent >= seq).await;
@@ -201,25 +213,43 @@ impl ManagedSession {
 
     /// The hooks and approver of the session are its attached connections that declared them.
     fn refresh_peers(&self) {
-        let connections: Vec<Arc<Connection>> =
-            self.lock().attached.values().map(|attachment| Arc::clone(&attachment.connection)).collect();
+        let connections: Vec<Arc<Connection>> = self
+            .lock()
+            .attached
+            .values()
+            .map(|attachment| Arc::clone(&attachment.connection))
+            .collect();
         let hooks: Vec<Arc<dyn ClientHooks>> = connections
             .into_iter()
             .filter(|connection| {
-                connection.hooks(toold_protocol::HookEvent::PreToolUse) || connection.hooks(toold_protocol::HookEvent::PostToolUse)
+                connection.hooks(toold_protocol::HookEvent::PreToolUse)
+                    || connection.hooks(toold_protocol::HookEvent::PostToolUse)
             })
             .map(|connection| Arc::new(ConnectionHooks(connection)) as Arc<dyn ClientHooks>)
             .collect();
-        let approver = self
-            .approvals
-            .has_approvers()
-            .then(|| Arc::new(BoardApprover(Arc::clone(&self.approvals))) as Arc<dyn crate::approval::Approver>);
+        let approver = self.approvals.has_approvers().then(|| {
+            Arc::new(BoardApprover(Arc::clone(&self.approvals)))
+                as Arc<dyn crate::approval::Approver>
+        });
         self.session.set_peers(SessionPeers { approver, hooks });
     }
 
-    pub fn start_batch(&self, batch_id: &str, control: BatchControl, call_ids: Vec<String>, submitter: u64) {
+    pub fn start_batch(
+        &self,
+        batch_id: &str,
+        control: BatchControl,
+        call_ids: Vec<String>,
+        submitter: u64,
+    ) {
         let mut meta = self.lock();
-        meta.running.insert(batch_id.to_owned(), RunningBatch { control, call_ids, submitter });
+        meta.running.insert(
+            batch_id.to_owned(),
+            RunningBatch {
+                control,
+                call_ids,
+                submitter,
+            },
+        );
         meta.idle_since = None;
     }
 
@@ -254,7 +284,12 @@ impl ManagedSession {
     /// Cancels the batches a departed connection submitted, unless the session says continue.
     fn connection_gone(&self, connection_id: u64) {
         if self.on_disconnect() == OnDisconnect::Cancel {
-            for batch in self.lock().running.values().filter(|batch| batch.submitter == connection_id) {
+            for batch in self
+                .lock()
+                .running
+                .values()
+                .filter(|batch| batch.submitter == connection_id)
+            {
                 batch.control.batch.cancel();
             }
         }
@@ -302,16 +337,26 @@ pub struct SessionManager {
 impl SessionManager {
     /// A manager that persists sessions in `store` (none: sessions live only in memory).
     pub fn new(defaults: SessionDefaults, store: Option<SessionStore>) -> Self {
-        Self { defaults, store, sessions: Mutex::new(HashMap::new()), next_id: AtomicU64::new(1) }
+        Self {
+            defaults,
+            store,
+            sessions: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<String, Arc<ManagedSession>>> {
         // Inserts and removes only: a poisoned lock stays consistent.
-        self.sessions.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.sessions
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     pub fn get(&self, session_id: &str) -> Result<Arc<ManagedSession>, ErrorObject> {
-        self.lock().get(session_id).cloned().ok_or_else(|| ErrorObject::unknown_session(session_id))
+        self.lock()
+            .get(session_id)
+            .cloned()
+            .ok_or_else(|| ErrorObject::unknown_session(session_id))
     }
 
     pub fn all(&self) -> Vec<Arc<ManagedSession>> {
@@ -321,10 +366,17 @@ impl SessionManager {
     }
 
     /// `session/create`: validates everything, then creates, persists and attaches.
-    pub fn create(&self, params: SessionCreateParams, creator: &Arc<Connection>) -> Result<Arc<ManagedSession>, ErrorObject> {
+    pub fn create(
+        &self,
+        params: SessionCreateParams,
+        creator: &Arc<Connection>,
+    ) -> Result<Arc<ManagedSession>, ErrorObject> {
         let cwd = existing_dir("cwd", &params.cwd)?;
         let roots = match &params.roots {
-            Some(roots) => roots.iter().map(|root| existing_dir("roots", root)).collect::<Result<Vec<_>, _>>()?,
+            Some(roots) => roots
+                .iter()
+                .map(|root| existing_dir("roots", root))
+                .collect::<Result<Vec<_>, _>>()?,
             None => vec![cwd.clone()],
         };
         let mode = params.mode.unwrap_or_default();
@@ -332,13 +384,24 @@ impl SessionManager {
         let mut env = self.defaults.env.clone();
         env.cwd = cwd;
         env.roots = roots;
-        apply_limits(&mut env, params.timeout_ms, params.max_output_bytes, params.max_read_bytes)?;
+        apply_limits(
+            &mut env,
+            params.timeout_ms,
+            params.max_output_bytes,
+            params.max_read_bytes,
+        )?;
         if let Some(command_env) = params.command_env {
             env.command_env = command_env;
         }
         let rules = params.rules.unwrap_or_default();
-        let mut state = SessionState::new(env, mode, rules, &self.defaults.config_rules, &self.defaults.home)
-            .map_err(|err| ErrorObject::invalid_params(format!("rules: {err}")))?;
+        let mut state = SessionState::new(
+            env,
+            mode,
+            rules,
+            &self.defaults.config_rules,
+            &self.defaults.home,
+        )
+        .map_err(|err| ErrorObject::invalid_params(format!("rules: {err}")))?;
         state.allowed_tools = params.allowed_tools;
         let session_id = self.new_session_id();
         let managed = self.insert(
@@ -367,7 +430,12 @@ impl SessionManager {
             self.check_mode(mode)?;
         }
         let roots = match &params.roots {
-            Some(roots) => Some(roots.iter().map(|root| existing_dir("roots", root)).collect::<Result<Vec<_>, _>>()?),
+            Some(roots) => Some(
+                roots
+                    .iter()
+                    .map(|root| existing_dir("roots", root))
+                    .collect::<Result<Vec<_>, _>>()?,
+            ),
             None => None,
         };
         let current = managed.session.state();
@@ -375,13 +443,24 @@ impl SessionManager {
         if let Some(roots) = roots {
             env.roots = roots;
         }
-        apply_limits(&mut env, params.timeout_ms, params.max_output_bytes, params.max_read_bytes)?;
+        apply_limits(
+            &mut env,
+            params.timeout_ms,
+            params.max_output_bytes,
+            params.max_read_bytes,
+        )?;
         if let Some(command_env) = params.command_env {
             env.command_env = command_env;
         }
         let rules = params.rules.unwrap_or(current.rules.clone());
-        let mut next = SessionState::new(env, params.mode.unwrap_or(current.mode), rules, &self.defaults.config_rules, &self.defaults.home)
-            .map_err(|err| ErrorObject::invalid_params(format!("rules: {err}")))?;
+        let mut next = SessionState::new(
+            env,
+            params.mode.unwrap_or(current.mode),
+            rules,
+            &self.defaults.config_rules,
+            &self.defaults.home,
+        )
+        .map_err(|err| ErrorObject::invalid_params(format!("rules: {err}")))?;
         next.grants = current.grants.clone();
         next.allowed_tools = match params.allowed_tools {
             Some(allowed) => allowed,
@@ -407,7 +486,10 @@ impl SessionManager {
 
     /// `session/close`: cancels its batches, detaches everyone, forgets it.
     pub fn close(&self, session_id: &str) -> Result<(), ErrorObject> {
-        let managed = self.lock().remove(session_id).ok_or_else(|| ErrorObject::unknown_session(session_id))?;
+        let managed = self
+            .lock()
+            .remove(session_id)
+            .ok_or_else(|| ErrorObject::unknown_session(session_id))?;
         managed.close();
         if let Some(store) = &self.store
             && let Err(err) = store.remove(session_id)
@@ -426,7 +508,12 @@ impl SessionManager {
             }
         }
         for managed in self.all() {
-            if managed.lock().running.values().any(|batch| batch.submitter == connection.id()) {
+            if managed
+                .lock()
+                .running
+                .values()
+                .any(|batch| batch.submitter == connection.id())
+            {
                 managed.connection_gone(connection.id());
             }
         }
@@ -460,7 +547,9 @@ impl SessionManager {
             let session_id = record.session_id.clone();
             match self.restore_one(record) {
                 Ok(()) => restored += 1,
-                Err(why) => tracing::error!(session = %session_id, %why, "cannot restore a session"),
+                Err(why) => {
+                    tracing::error!(session = %session_id, %why, "cannot restore a session")
+                }
             }
         }
         restored
@@ -471,12 +560,24 @@ impl SessionManager {
         env.cwd = record.cwd.clone();
         env.roots = record.roots.clone();
         env.timeout_ms = record.timeout_ms;
-        env.max_output_bytes = usize::try_from(record.max_output_bytes).map_err(|err| err.to_string())?;
-        env.max_read_bytes = usize::try_from(record.max_read_bytes).map_err(|err| err.to_string())?;
+        env.max_output_bytes =
+            usize::try_from(record.max_output_bytes).map_err(|err| err.to_string())?;
+        env.max_read_bytes =
+            usize::try_from(record.max_read_bytes).map_err(|err| err.to_string())?;
         env.command_env = record.command_env.clone();
-        let mode = if record.mode == SessionMode::Bypass && !self.defaults.allow_bypass { SessionMode::Default } else { record.mode };
-        let mut state = SessionState::new(env, mode, record.rules.clone(), &self.defaults.config_rules, &self.defaults.home)
-            .map_err(|err| err.to_string())?;
+        let mode = if record.mode == SessionMode::Bypass && !self.defaults.allow_bypass {
+            SessionMode::Default
+        } else {
+            record.mode
+        };
+        let mut state = SessionState::new(
+            env,
+            mode,
+            record.rules.clone(),
+            &self.defaults.config_rules,
+            &self.defaults.home,
+        )
+        .map_err(|err| err.to_string())?;
         state.grants = record.grants.clone();
         state.allowed_tools = record.allowed_tools.clone();
         let managed = self.insert(
@@ -493,7 +594,12 @@ impl SessionManager {
             record.last_seq,
         );
         // Keep numbering new sessions after the restored ones.
-        if let Some(number) = record.session_id.strip_prefix("s_").and_then(|n| n.split('_').next()).and_then(|n| n.parse::<u64>().ok()) {
+        if let Some(number) = record
+            .session_id
+            .strip_prefix("s_")
+            .and_then(|n| n.split('_').next())
+            .and_then(|n| n.parse::<u64>().ok())
+        {
             self.next_id.fetch_max(number + 1, Ordering::Relaxed);
         }
         drop(managed);
@@ -505,7 +611,9 @@ impl SessionManager {
         let expired: Vec<String> = self
             .all()
             .into_iter()
-            .filter(|managed| !managed.has_running() && managed.idle_for().is_some_and(|idle| idle >= ttl))
+            .filter(|managed| {
+                !managed.has_running() && managed.idle_for().is_some_and(|idle| idle >= ttl)
+            })
             .map(|managed| managed.id().to_owned())
             .collect();
         for session_id in &expired {
@@ -523,12 +631,29 @@ impl SessionManager {
     }
 
     pub fn running_batches(&self) -> usize {
-        self.all().iter().map(|managed| managed.lock().running.len()).sum()
+        self.all()
+            .iter()
+            .map(|managed| managed.lock().running.len())
+            .sum()
     }
 
-    fn insert(&self, session_id: String, state: SessionState, meta: Meta, last_seq: u64) -> Arc<ManagedSession> {
-        let log = Arc::new(EventLog::with_capacity(self.defaults.log_capacity, last_seq));
-        let session = Arc::new(Session::new(session_id.clone(), state, log.clone()));
+    fn insert(
+        &self,
+        session_id: String,
+        state: SessionState,
+        meta: Meta,
+        last_seq: u64,
+    ) -> Arc<ManagedSession> {
+        let log = Arc::new(EventLog::with_capacity(
+            self.defaults.log_capacity,
+            last_seq,
+        ));
+        let session = Arc::new(Session::new(
+            session_id.clone(),
+            state,
+            log.clone(),
+            last_seq,
+        ));
         let managed = Arc::new(ManagedSession {
             session,
             log,
@@ -542,7 +667,10 @@ impl SessionManager {
     fn new_session_id(&self) -> String {
         let number = self.next_id.fetch_add(1, Ordering::Relaxed);
         // The time part keeps ids unique across daemons sharing a state directory.
-        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
         format!("s_{number}_{nanos:08x}")
     }
 
@@ -559,21 +687,42 @@ impl SessionManager {
 /// A path parameter that must be an absolute, existing directory; canonical afterwards.
 fn existing_dir(field: &str, path: &Path) -> Result<PathBuf, ErrorObject> {
     if !path.is_absolute() {
-        return Err(ErrorObject::invalid_params(format!("{field}: {} is not an absolute path", path.display())));
+        return Err(ErrorObject::invalid_params(format!(
+            "{field}: {} is not an absolute path",
+            path.display()
+        )));
     }
     match std::fs::metadata(path) {
         Ok(meta) if meta.is_dir() => Ok(path.to_path_buf()),
-        Ok(_) => Err(ErrorObject::invalid_params(format!("{field}: {} is not a directory", path.display()))),
-        Err(err) => Err(ErrorObject::invalid_params(format!("{field}: {} cannot be used: {err}", path.display()))),
+        Ok(_) => Err(ErrorObject::invalid_params(format!(
+            "{field}: {} is not a directory",
+            path.display()
+        ))),
+        Err(err) => Err(ErrorObject::invalid_params(format!(
+            "{field}: {} cannot be used: {err}",
+            path.display()
+        ))),
     }
 }
 
-fn apply_limits(env: &mut Env, timeout_ms: Option<u64>, max_output_bytes: Option<u64>, max_read_bytes: Option<u64>) -> Result<(), ErrorObject> {
+fn apply_limits(
+    env: &mut Env,
+    timeout_ms: Option<u64>,
+    max_output_bytes: Option<u64>,
+    max_read_bytes: Option<u64>,
+) -> Result<(), ErrorObject> {
     let positive = |field: &str, value: u64| {
-        if value == 0 { Err(ErrorObject::invalid_params(format!("{field} must be greater than 0"))) } else { Ok(value) }
+        if value == 0 {
+            Err(ErrorObject::invalid_params(format!(
+                "{field} must be greater than 0"
+            )))
+        } else {
+            Ok(value)
+        }
     };
     let size = |field: &str, value: u64| {
-        usize::try_from(positive(field, value)?).map_err(|_| ErrorObject::invalid_params(format!("{field} is too large")))
+        usize::try_from(positive(field, value)?)
+            .map_err(|_| ErrorObject::invalid_params(format!("{field} is too large")))
     };
     if let Some(value) = timeout_ms {
         env.timeout_ms = positive("timeout_ms", value)?;

@@ -2,7 +2,9 @@
 //! afresh at each step, so an update reaches every call that has not passed that step), the
 //! peers that can approve and hook its calls, and its event sink.
 
+pub mod approvals;
 pub mod log;
+pub mod manager;
 pub mod store;
 
 use std::path::Path;
@@ -82,14 +84,17 @@ pub struct Session {
 }
 
 impl Session {
+    /// A session whose events are numbered after `last_seq` (0 for a new session; a restored
+    /// one continues where it stopped).
     pub fn new(
         id: impl Into<String>,
         state: SessionState,
         listener: Arc<dyn EventListener>,
+        last_seq: u64,
     ) -> Self {
         let id = id.into();
         Self {
-            events: EventSink::new(id.clone(), 0, listener),
+            events: EventSink::new(id.clone(), last_seq, listener),
             id,
             state: RwLock::new(state),
             peers: RwLock::new(SessionPeers::default()),
