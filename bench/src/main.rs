@@ -9,6 +9,7 @@
 //! by the cost of a process start (about a millisecond), which the table says.
 
 mod permission;
+mod roundtrip;
 mod stats;
 
 use std::collections::BTreeSet;
@@ -76,8 +77,9 @@ fn main() -> anyhow::Result<()> {
     match suite.as_str() {
         "search" => search_suite(&options),
         "permission" => permission::permission_suite(options.rounds),
+        "roundtrip" => roundtrip::roundtrip_suite(options.rounds),
         _ => bail!(
-            "usage: toold-bench search [--rounds N] [--corpus DIR] [--rg PROGRAM] [--only CASE] [--out FILE]\n       toold-bench permission [--rounds N]"
+            "usage: toold-bench search [--rounds N] [--corpus DIR] [--rg PROGRAM] [--only CASE] [--out FILE]\n       toold-bench permission [--rounds N]\n       toold-bench roundtrip [--rounds N]"
         ),
     }
 }

@@ -131,10 +131,15 @@ impl Executor {
             calls,
         } = batch;
         let state = session.state();
-        let flags: Vec<bool> = calls
-            .iter()
-            .map(|call| self.runs_concurrently(&state, call))
-            .collect();
+        // A lone call is a run of its own whatever its flag: skip judging it twice.
+        let flags: Vec<bool> = if calls.len() > 1 {
+            calls
+                .iter()
+                .map(|call| self.runs_concurrently(&state, call))
+                .collect()
+        } else {
+            vec![false; calls.len()]
+        };
         let runs = plan::plan(&flags);
         let scope = CallScope {
             executor: Arc::clone(self),

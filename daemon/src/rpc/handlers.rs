@@ -254,6 +254,7 @@ pub async fn tools_execute(
     let call_ids: Vec<String> = params.calls.iter().map(|call| call.id.clone()).collect();
     managed.start_batch(&batch_id, control.clone(), call_ids, connection.id());
     connection.start_execute(request_id.clone(), control.batch.clone());
+    let grants_before = managed.session.state().grants.len();
     let batch = Batch {
         id: batch_id.clone(),
         iteration: params.iteration,
@@ -265,8 +266,10 @@ pub async fn tools_execute(
         .await;
     connection.end_execute(&request_id);
     managed.end_batch(&batch_id);
-    // Grants may have changed during the batch.
-    daemon.sessions.persist(&managed);
+    // An `allow_session` answer records a grant: that must survive a restart.
+    if managed.session.state().grants.len() != grants_before {
+        daemon.sessions.persist(&managed);
+    }
     managed
         .flushed(connection.id(), managed.log.last_seq())
         .await;

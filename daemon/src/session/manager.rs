@@ -69,9 +69,45 @@ pub struct ManagedSession {
     pub log: Arc<EventLog>,
     pub approvals: Arc<ApprovalBoard>,
     meta: Mutex<Meta>,
+    /// Numbers each save request, so that a slow older save never overwrites a newer one.
+    requested_saves: AtomicU64,
+    /// Held while a save writes: the generation on disk, and whether the session was closed
+    /// (then nothing may write its file again).
+    saved: Mutex<SaveState>,
+}
+
+#[derive(Default)]
+struct SaveState {
+    written: u64,
+    closed: bool,
 }
 
 impl ManagedSession {
+    fn write_record(&self, store: &SessionStore, record: &SessionRecord, generation: u64) {
+        let mut saved = self
+            .saved
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if saved.closed || saved.written > generation {
+            return;
+        }
+        if let Err(err) = store.save(record) {
+            tracing::error!(session = self.id(), %err, "cannot persist the session");
+        }
+        saved.written = generation;
+    }
+
+    fn remove_record(&self, store: &SessionStore) {
+        let mut saved = self
+            .saved
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        saved.closed = true;
+        if let Err(err) = store.remove(self.id()) {
+            tracing::warn!(session = self.id(), %err, "cannot remove the session's state file");
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, Meta> {
         // Changes are single inserts, removes and assignments: a poisoned lock stays consistent.
         self.meta
@@ -491,10 +527,8 @@ impl SessionManager {
             .remove(session_id)
             .ok_or_else(|| ErrorObject::unknown_session(session_id))?;
         managed.close();
-        if let Some(store) = &self.store
-            && let Err(err) = store.remove(session_id)
-        {
-            tracing::warn!(session = session_id, %err, "cannot remove the session's state file");
+        if let Some(store) = &self.store {
+            managed.remove_record(store);
         }
         Ok(())
     }
@@ -519,18 +553,24 @@ impl SessionManager {
         }
     }
 
-    /// Writes the session's state file (a failure is logged: the session lives on in memory).
-    pub fn persist(&self, managed: &ManagedSession) {
-        if let Some(store) = &self.store
-            && let Err(err) = store.save(&managed.record())
-        {
-            tracing::error!(session = managed.id(), %err, "cannot persist the session");
-        }
+    /// Saves the session's state file on a blocking thread (it fsyncs). Saves of one session
+    /// land in order: a save never overwrites a newer one, nor recreates a closed session's file.
+    pub fn persist(&self, managed: &Arc<ManagedSession>) {
+        let Some(store) = self.store.clone() else {
+            return;
+        };
+        let record = managed.record();
+        let generation = managed.requested_saves.fetch_add(1, Ordering::AcqRel) + 1;
+        let managed = Arc::clone(managed);
+        tokio::task::spawn_blocking(move || managed.write_record(&store, &record, generation));
     }
 
+    /// Saves every session now, waiting for the writes (shutdown).
     pub fn persist_all(&self) {
+        let Some(store) = &self.store else { return };
         for managed in self.all() {
-            self.persist(&managed);
+            let generation = managed.requested_saves.fetch_add(1, Ordering::AcqRel) + 1;
+            managed.write_record(store, &managed.record(), generation);
         }
     }
 
@@ -659,6 +699,8 @@ impl SessionManager {
             log,
             approvals: Arc::new(ApprovalBoard::default()),
             meta: Mutex::new(meta),
+            requested_saves: AtomicU64::new(0),
+            saved: Mutex::new(SaveState::default()),
         });
         self.lock().insert(session_id, Arc::clone(&managed));
         managed
