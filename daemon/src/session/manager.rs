@@ -161,10 +161,11 @@ impl ManagedSession {
     /// events it asked for were already dropped.
     pub fn attach(self: &Arc<Self>, connection: &Arc<Connection>, after_seq: Option<u64>) -> bool {
         let from = after_seq.unwrap_or_else(|| self.log.last_seq());
-        let (_, truncated) = self.log.replay(from);
+        let mut reader = self.log.reader(from);
+        // Events after `from` already dropped: the reader moves to the oldest retained one.
+        let truncated = reader.take_lag().is_some();
         let stop = CancellationToken::new();
         let (sent_tx, sent) = watch::channel(from);
-        let mut reader = self.log.reader(from);
         let target = Arc::clone(connection);
         let session_id = self.id().to_owned();
         let until = stop.clone();
@@ -620,7 +621,7 @@ impl SessionManager {
         .map_err(|err| err.to_string())?;
         state.grants = record.grants.clone();
         state.allowed_tools = record.allowed_tools.clone();
-        let managed = self.insert(
+        self.insert(
             record.session_id.clone(),
             state,
             Meta {
@@ -642,7 +643,6 @@ impl SessionManager {
         {
             self.next_id.fetch_max(number + 1, Ordering::Relaxed);
         }
-        drop(managed);
         Ok(())
     }
 
