@@ -152,7 +152,17 @@ async fn serve_connection(
     daemon.connection_opened(Arc::clone(&connection));
     tracing::debug!(connection = id, "connection opened");
     let reason = task.await;
-    tracing::debug!(connection = id, %reason, "connection closed");
+    match reason {
+        CloseReason::Eof | CloseReason::ClosedLocally => {
+            tracing::debug!(connection = id, %reason, "connection closed")
+        }
+        // Bad framing, oversize input, IO failures: the client may never see why, so say it here.
+        CloseReason::ReadFailed(_)
+        | CloseReason::Framing(_)
+        | CloseReason::TooLarge
+        | CloseReason::WriteFailed(_)
+        | CloseReason::Aborted => tracing::warn!(connection = id, %reason, "connection closed"),
+    }
     daemon.connection_closed(&connection);
 }
 
