@@ -16,7 +16,7 @@ use serde_json::Value;
 use tokio::net::{UnixListener, UnixStream};
 use tokio_util::sync::CancellationToken;
 use toold_protocol::peer::{
-    BoxFuture, Handler, Peer, PeerHandle, PeerOptions, Reply, RequestError,
+    BoxFuture, CloseReason, Handler, Peer, PeerHandle, PeerOptions, Reply, RequestError,
 };
 use toold_protocol::{ErrorObject, Notification, Request, methods};
 
