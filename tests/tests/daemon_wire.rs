@@ -799,6 +799,72 @@ async fn invalid_json_in_an_lsp_frame_is_a_parse_error_in_lsp_framing() {
 }
 
 #[tokio::test]
+async fn lsp_headers_without_content_length_are_an_invalid_request_then_a_close() {
+    let daemon = TestDaemon::start();
+    let mut connection = RawConnection::connect(&daemon.socket(), Wire::Lsp { crlf: true }).await;
+    connection
+        .send_bytes(b"Content-Type: application/json\r\n\r\n{}")
+        .await;
+    let answer = connection.receive().await;
+    assert_eq!(code_of(&answer), INVALID_REQUEST, "{answer}");
+    assert_eq!(answer["id"], Value::Null);
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .expect("message")
+            .contains("Content-Length"),
+        "{answer}"
+    );
+    assert_eq!(connection.receive_or_closed().await, None, "then the close");
+}
+
+#[tokio::test]
+async fn an_empty_lsp_body_is_a_parse_error_and_the_connection_goes_on() {
+    let daemon = TestDaemon::start();
+    let mut connection = RawConnection::connect(&daemon.socket(), Wire::Lsp { crlf: true }).await;
+    connection.send_bytes(b"Content-Length: 0\r\n\r\n").await;
+    let answer = connection.receive().await;
+    assert_eq!(code_of(&answer), PARSE_ERROR, "{answer}");
+    assert_eq!(connection.initialize().await["protocol_version"], 1);
+}
+
+#[tokio::test]
+async fn a_first_byte_that_chooses_no_framing_closes_the_connection_unanswered() {
+    let daemon = TestDaemon::start();
+    let mut connection = RawConnection::connect(&daemon.socket(), Wire::Ndjson).await;
+    connection.send_bytes(b"\x00\x01garbage\n").await;
+    assert_eq!(connection.receive_or_closed().await, None);
+    let client = daemon.connect(json!({}), no_answers()).await;
+    client
+        .request("session/list", json!({}))
+        .await
+        .expect("the daemon still serves");
+}
+
+#[tokio::test]
+async fn unknown_capabilities_in_initialize_are_invalid_params() {
+    let daemon = TestDaemon::start();
+    let mut connection = RawConnection::connect(&daemon.socket(), Wire::Ndjson).await;
+    let unknown = connection
+        .call(
+            1,
+            "initialize",
+            json!({"protocol_version": 1, "capabilities": {"approval": true}}),
+        )
+        .await;
+    assert_invalid_params_naming(&unknown, "approval");
+    let unknown_hook = connection
+        .call(
+            2,
+            "initialize",
+            json!({"protocol_version": 1, "capabilities": {"hooks": ["on_everything"]}}),
+        )
+        .await;
+    assert_eq!(code_of(&unknown_hook), INVALID_PARAMS, "{unknown_hook}");
+    assert_eq!(connection.initialize().await["protocol_version"], 1);
+}
+
+#[tokio::test]
 async fn well_formed_messages_that_are_not_requests_are_invalid_requests() {
     let daemon = TestDaemon::start();
     let mut connection = RawConnection::connect(&daemon.socket(), Wire::Ndjson).await;
@@ -1193,6 +1259,15 @@ async fn connections_over_max_connections_are_refused_as_overloaded() {
     );
     assert_eq!(
         second.call_ok(1, "session/list", json!({})).await["sessions"],
+        json!([])
+    );
+
+    // Once the refused one and a served one leave, their slots are free again.
+    drop(third);
+    drop(first);
+    let mut later = served_connection(&daemon).await;
+    assert_eq!(
+        later.call_ok(1, "session/list", json!({})).await["sessions"],
         json!([])
     );
 }
