@@ -143,6 +143,20 @@ impl TestDaemon {
         self.spawn();
     }
 
+    /// Kills the daemon with SIGKILL (no drain, the socket file stays behind) and waits for it.
+    pub fn kill(&mut self) -> ExitStatus {
+        let mut child = self.child.take().expect("the daemon is running");
+        child.kill().expect("SIGKILL the daemon");
+        child.wait().expect("wait for the killed daemon")
+    }
+
+    /// Starts the daemon again on the same directories after [`TestDaemon::kill`] or
+    /// [`TestDaemon::stop`].
+    pub fn start_again(&mut self) {
+        assert!(self.child.is_none(), "the daemon is still running");
+        self.spawn();
+    }
+
     /// Connects and initializes with `capabilities`; `answer` answers the daemon's requests.
     pub async fn connect(&self, capabilities: Value, answer: Answerer) -> TestClient {
         TestClient::connect(&self.socket(), Framing::Ndjson, capabilities, answer).await

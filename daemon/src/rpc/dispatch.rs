@@ -36,11 +36,40 @@ fn to_rpc(error: ErrorObject) -> ErrorObjectOwned {
     ErrorObjectOwned::owned(error.code, error.message, error.data)
 }
 
-/// Params as `T`; absent params read as `{}`. A mismatch is `-32602` with serde's reason
-/// (which names the field).
+/// Params as `T`; absent params read as `{}`. A mismatch is `-32602` with serde's reason,
+/// prefixed with the top-level field it concerns when serde's reason does not name it (a wrong
+/// type or an unknown variant).
 fn parse<T: DeserializeOwned>(params: &Params<'_>) -> Reply<T> {
     let text = params.as_str().unwrap_or("{}");
-    serde_json::from_str(text).map_err(|err| to_rpc(ErrorObject::invalid_params(err)))
+    serde_json::from_str(text).map_err(|err| {
+        let reason = err.to_string();
+        let named = reason.starts_with("unknown field") || reason.starts_with("missing field");
+        let detail = match field_at(text, err.column()) {
+            Some(field) if !named => format!("{field}: {reason}"),
+            _ => reason,
+        };
+        to_rpc(ErrorObject::invalid_params(detail))
+    })
+}
+
+/// The top-level field of a params object whose member ends at or after `column` (serde's
+/// 1-based column, just past the value it refused). The text is compact JSON on one line, as
+/// `call` renders it from a `Value`, so re-rendering each member finds its span.
+fn field_at(text: &str, column: usize) -> Option<String> {
+    let Ok(Value::Object(members)) = serde_json::from_str::<Value>(text) else {
+        return None;
+    };
+    // Past the `{`; each member is `"key":value`, followed by a `,`.
+    let mut end = 1;
+    for (key, value) in &members {
+        end +=
+            serde_json::to_string(key).ok()?.len() + 1 + serde_json::to_string(value).ok()?.len();
+        if column <= end {
+            return Some(key.clone());
+        }
+        end += 1;
+    }
+    None
 }
 
 /// Registers one async method taking the daemon, the request context and typed params.

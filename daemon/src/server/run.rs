@@ -7,7 +7,7 @@
 //! call still gets its result, and connections stay open to receive them), and persists the
 //! sessions.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -47,6 +47,9 @@ pub async fn run(
     let sweeper = options
         .idle_ttl
         .map(|ttl| tokio::spawn(expire_idle_sessions(Arc::clone(&daemon), ttl)));
+    // Counted here, at accept, not when a connection's task registers it: a burst of
+    // connections accepted before their tasks run must not all fit under the limit.
+    let open_connections = Arc::new(AtomicUsize::new(0));
     loop {
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
@@ -65,8 +68,10 @@ pub async fn run(
             tracing::warn!("refused a connection from another user");
             continue;
         }
-        let overloaded = daemon.connection_count() >= options.max_connections;
+        let slot = OpenSlot::take(&open_connections);
+        let overloaded = slot.open_before >= options.max_connections;
         tokio::spawn(serve_connection(
+            slot,
             stream,
             Arc::clone(&daemon),
             methods.clone(),
@@ -126,7 +131,30 @@ async fn expire_idle_sessions(daemon: Arc<Daemon>, ttl: Duration) {
 
 static NEXT_CONNECTION: AtomicU64 = AtomicU64::new(1);
 
+/// One accepted connection in the count of open ones, given back when it is dropped.
+struct OpenSlot {
+    count: Arc<AtomicUsize>,
+    /// How many connections were open when this one was accepted.
+    open_before: usize,
+}
+
+impl OpenSlot {
+    fn take(count: &Arc<AtomicUsize>) -> Self {
+        Self {
+            open_before: count.fetch_add(1, Ordering::SeqCst),
+            count: Arc::clone(count),
+        }
+    }
+}
+
+impl Drop for OpenSlot {
+    fn drop(&mut self) {
+        self.count.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 async fn serve_connection(
+    _slot: OpenSlot,
     stream: UnixStream,
     daemon: Arc<Daemon>,
     methods: Methods,
