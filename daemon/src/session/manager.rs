@@ -522,12 +522,29 @@ impl SessionManager {
     }
 
     /// Writes the session's state file (a failure is logged: the session lives on in memory).
+    /// A session closed meanwhile (a batch that ends after `session/close`) is not written back:
+    /// it would be restored at the next start.
     pub fn persist(&self, managed: &ManagedSession) {
-        if let Some(store) = &self.store
-            && let Err(err) = store.save(&managed.record())
-        {
+        let Some(store) = &self.store else { return };
+        if !self.is_open(managed) {
+            return;
+        }
+        if let Err(err) = store.save(&managed.record()) {
             tracing::error!(session = managed.id(), %err, "cannot persist the session");
         }
+        // Closed while it was being written: its file goes again.
+        if !self.is_open(managed)
+            && let Err(err) = store.remove(managed.id())
+        {
+            tracing::warn!(session = managed.id(), %err, "cannot remove the session's state file");
+        }
+    }
+
+    /// Whether `managed` is still one of the daemon's sessions (not closed or expired).
+    fn is_open(&self, managed: &ManagedSession) -> bool {
+        self.lock()
+            .get(managed.id())
+            .is_some_and(|current| std::ptr::eq(Arc::as_ptr(current), managed))
     }
 
     pub fn persist_all(&self) {
