@@ -1019,6 +1019,52 @@ async fn a_closed_session_is_unknown() {
     assert_eq!(list["sessions"], json!([]));
 }
 
+#[tokio::test]
+async fn closing_a_session_cancels_its_batch_and_it_stays_closed_after_a_restart() {
+    let mut daemon = TestDaemon::start();
+    let submitter = daemon.connect(json!({}), no_answers()).await;
+    let session = submitter
+        .create_session(
+            &daemon.work(),
+            json!({"rules": {"allow": ["run_command(sleep *)"]}}),
+        )
+        .await;
+    let mut watcher = daemon.connect(json!({}), no_answers()).await;
+    watcher
+        .request("session/attach", json!({"session_id": session}))
+        .await
+        .expect("session/attach");
+
+    let batch = execute(
+        &submitter,
+        &session,
+        json!([command_call("call_a", "sleep 5")]),
+    );
+    let close = async {
+        watcher
+            .session_events_until(|event| event.method == "tool/call_start")
+            .await;
+        watcher
+            .request("session/close", json!({"session_id": session}))
+            .await
+            .expect("session/close");
+    };
+    let (response, ()) = tokio::join!(batch, close);
+    assert_eq!(outcomes(&response), ["canceled"], "the batch still answers");
+
+    daemon.restart();
+    let client = daemon.connect(json!({}), no_answers()).await;
+    let list = client
+        .request("session/list", json!({}))
+        .await
+        .expect("session/list");
+    assert_eq!(
+        list["sessions"],
+        json!([]),
+        "a closed session is not restored"
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // on_disconnect
 
