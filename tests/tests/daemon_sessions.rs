@@ -696,6 +696,79 @@ async fn a_pending_approval_is_sent_again_to_an_approver_that_attaches() {
     assert_eq!(resolved_events(&submitter.session_events()).len(), 1);
 }
 
+#[tokio::test]
+async fn the_first_answer_of_two_approvers_wins() {
+    let daemon = TestDaemon::start();
+    let mut submitter = daemon.connect(json!({}), no_answers()).await;
+    let session = submitter.create_session(&daemon.work(), json!({})).await;
+    let mut approvers = Vec::new();
+    for answer in [
+        json!({"decision": "deny", "message": "the denier won"}),
+        json!({"decision": "allow_once"}),
+    ] {
+        let approver = daemon.connect(approvals(), always(answer, seen())).await;
+        approver
+            .request("session/attach", json!({"session_id": session}))
+            .await
+            .expect("session/attach");
+        approvers.push(approver);
+    }
+    let response = execute(
+        &submitter,
+        &session,
+        json!([command_call("call_a", "echo x")]),
+    )
+    .await;
+    let events = submitter.session_events();
+    let resolved = resolved_events(&events);
+    assert_eq!(resolved.len(), 1, "one approval, one resolution");
+    let expected = match resolved[0]["decision"].as_str() {
+        Some("deny") => "permission_denied",
+        Some("allow_once") => "ok",
+        other => panic!("unexpected decision {other:?}"),
+    };
+    assert_eq!(outcomes(&response), [expected]);
+    for approver in &mut approvers {
+        let watched = approver
+            .session_events_until(|event| event.method == "batch/done")
+            .await;
+        assert_eq!(resolved_events(&watched), resolved);
+    }
+}
+
+#[tokio::test]
+async fn a_detached_connection_gets_no_more_events() {
+    let daemon = TestDaemon::start();
+    let mut client = daemon.connect(json!({}), no_answers()).await;
+    let session = client.create_session(&daemon.work(), json!({})).await;
+    let mut other = daemon.connect(json!({}), no_answers()).await;
+    other
+        .request("session/attach", json!({"session_id": session}))
+        .await
+        .expect("session/attach");
+    client
+        .request("session/detach", json!({"session_id": session}))
+        .await
+        .expect("session/detach");
+    let snapshot = other
+        .request("session/get", json!({"session_id": session}))
+        .await
+        .expect("session/get");
+    assert_eq!(snapshot["attached"], 1);
+
+    // A detached connection may still submit; only the attached one hears about it.
+    let read = json!([{"id": "call_a", "name": "find_files", "arguments": {"pattern": "*"}}]);
+    assert_eq!(outcomes(&execute(&client, &session, read).await), ["ok"]);
+    other
+        .session_events_until(|event| event.method == "batch/done")
+        .await;
+    client
+        .request("session/list", json!({}))
+        .await
+        .expect("a round trip after the batch");
+    assert!(client.session_events().is_empty());
+}
+
 // ---------------------------------------------------------------------------------------------
 // Replay
 
@@ -964,6 +1037,18 @@ async fn session_update_is_reflected_in_get_and_list() {
         )
         .await
         .expect("session/update");
+    let bypass = client
+        .request(
+            "session/update",
+            json!({"session_id": session, "mode": "bypass"}),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        rpc_code(bypass),
+        error_code::INVALID_PARAMS,
+        "bypass needs allow_bypass"
+    );
     let get = client
         .request("session/get", json!({"session_id": session}))
         .await
