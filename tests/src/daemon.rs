@@ -218,6 +218,35 @@ pub fn always(result: Value, seen: Arc<Mutex<Vec<Request>>>) -> Answerer {
     })
 }
 
+/// An answerer that records each request and never answers it: the request stays pending
+/// until the daemon withdraws it or the connection closes.
+pub fn never_answers(seen: Arc<Mutex<Vec<Request>>>) -> Answerer {
+    Arc::new(move |request: Request| {
+        seen.lock().expect("requests").push(request);
+        Box::pin(std::future::pending())
+    })
+}
+
+/// An answerer that records each request and replies with what `reply` makes of it.
+pub fn answer_with(
+    seen: Arc<Mutex<Vec<Request>>>,
+    reply: impl Fn(&Request) -> Reply + Send + Sync + 'static,
+) -> Answerer {
+    Arc::new(move |request: Request| {
+        let answer = reply(&request);
+        seen.lock().expect("requests").push(request);
+        Box::pin(async move { answer })
+    })
+}
+
+/// Whether a notification is a session event (it carries a `seq`).
+pub fn is_session_event(notification: &Notification) -> bool {
+    notification
+        .params
+        .as_ref()
+        .is_some_and(|params| params.get("seq").is_some())
+}
+
 struct ClientHandler {
     answer: Answerer,
     notifications: mpsc::UnboundedSender<Notification>,
@@ -315,5 +344,56 @@ impl TestClient {
             drained.push(notification);
         }
         drained
+    }
+}
+
+impl TestClient {
+    /// The session events received so far (other notifications are dropped).
+    pub fn session_events(&mut self) -> Vec<Notification> {
+        self.drain_notifications()
+            .into_iter()
+            .filter(is_session_event)
+            .collect()
+    }
+
+    /// Session events as they arrive, up to and including the first that `last` accepts
+    /// (waiting up to 30 s for each); other notifications are dropped.
+    pub async fn session_events_until(
+        &mut self,
+        last: impl Fn(&Notification) -> bool,
+    ) -> Vec<Notification> {
+        let mut events = Vec::new();
+        loop {
+            let notification = self.next_notification().await;
+            if !is_session_event(&notification) {
+                continue;
+            }
+            let done = last(&notification);
+            events.push(notification);
+            if done {
+                return events;
+            }
+        }
+    }
+
+    /// Closes the connection, as a client that goes away does.
+    pub fn disconnect(&self) {
+        self.peer.close();
+    }
+}
+
+impl TestDaemon {
+    /// The `instance_id` the daemon gives in `initialize`, from a connection of its own.
+    pub async fn instance_id(&self) -> String {
+        let client = TestClient::connect_raw(&self.socket(), Framing::Ndjson, no_answers()).await;
+        let result = client
+            .request("initialize", json!({"protocol_version": 1}))
+            .await
+            .expect("initialize");
+        client.disconnect();
+        result["instance_id"]
+            .as_str()
+            .expect("an instance id")
+            .to_owned()
     }
 }

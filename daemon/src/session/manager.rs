@@ -162,10 +162,11 @@ impl ManagedSession {
     pub fn attach(self: &Arc<Self>, connection: &Arc<Connection>, after_seq: Option<u64>) -> bool {
         let from = after_seq.unwrap_or_else(|| self.log.last_seq());
         let mut reader = self.log.reader(from);
-        // Events after `from` already dropped: the reader moves to the oldest retained one.
+        // Events already dropped are skipped here, so that the watermark `flushed` waits on
+        // starts past them (a restored session retains none of its old events).
         let truncated = reader.take_lag().is_some();
         let stop = CancellationToken::new();
-        let (sent_tx, sent) = watch::channel(from);
+        let (sent_tx, sent) = watch::channel(reader.position());
         let target = Arc::clone(connection);
         let session_id = self.id().to_owned();
         let until = stop.clone();
