@@ -524,6 +524,55 @@ async fn client_tools_leave_with_their_connection() {
     assert_eq!(list["revision"], after);
 }
 
+#[tokio::test]
+async fn a_client_tool_whose_owner_leaves_mid_call_is_an_internal_error() {
+    let daemon = TestDaemon::start();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let owner = daemon
+        .connect(
+            json!({"client_tools": true}),
+            answering(Arc::clone(&seen), client_tool_answer),
+        )
+        .await;
+    owner
+        .request(
+            "tools/register",
+            json!({"tools": [client_tool("e2e_hang")]}),
+        )
+        .await
+        .expect("tools/register");
+    let caller = daemon.connect(json!({}), no_answers()).await;
+    let session_id = caller.create_session(&daemon.work(), json!({})).await;
+    let running = tokio::spawn(caller.peer.request(
+        "tools/execute",
+        Some(json!({"session_id": session_id, "calls": [
+            {"id": "orphaned", "name": "e2e_hang", "arguments": {}},
+        ]})),
+    ));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !seen
+        .lock()
+        .expect("requests")
+        .iter()
+        .any(|request| request.method == "tool/invoke")
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the owner was never invoked"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+
+    owner.peer.close();
+    let response = running
+        .await
+        .expect("the request task")
+        .expect("tools/execute");
+    let orphaned = result_of(&response, "orphaned");
+    assert_eq!(orphaned["error_type"], "internal_error", "{orphaned}");
+    assert_eq!(orphaned["metadata"]["call_id"], "orphaned");
+}
+
 /// A command that leaves processes behind three ways (a background job, one in a new session,
 /// the shell itself) and says `started` once they exist.
 const LINGERING_COMMAND: &str = "sleep 300 & setsid sleep 300 & echo started; sleep 300";
