@@ -150,8 +150,32 @@ impl TestDaemon {
         child.wait().expect("wait for the killed daemon")
     }
 
-    /// Starts the daemon again on the same directories after [`TestDaemon::kill`] or
-    /// [`TestDaemon::stop`].
+    /// Sends SIGTERM without waiting: the daemon starts draining.
+    pub fn send_sigterm(&self) {
+        let child = self.child.as_ref().expect("the daemon is running");
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("a pid"));
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("signal the daemon");
+    }
+
+    /// Waits up to 30 s for the daemon to exit (after [`send_sigterm`](Self::send_sigterm)),
+    /// without blocking the runtime's thread; returns how it exited.
+    pub async fn wait_for_exit(&mut self) -> ExitStatus {
+        let mut child = self.child.take().expect("the daemon is running");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = child.try_wait().expect("wait for the daemon") {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the daemon did not exit within 30 s"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Starts the daemon again on the same directories after [`TestDaemon::kill`],
+    /// [`TestDaemon::stop`] or [`TestDaemon::wait_for_exit`].
     pub fn start_again(&mut self) {
         assert!(self.child.is_none(), "the daemon is still running");
         self.spawn();
@@ -335,6 +359,23 @@ impl TestClient {
             .await
             .expect("a notification within 30 s")
             .expect("the connection is open")
+    }
+
+    /// The next notification that `wanted` accepts, skipping the others; waits up to 30 s.
+    pub async fn next_notification_matching(
+        &mut self,
+        wanted: impl Fn(&Notification) -> bool,
+    ) -> Notification {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let next = tokio::time::timeout_at(deadline, self.notifications.recv())
+                .await
+                .expect("the wanted notification within 30 s")
+                .expect("the connection is open");
+            if wanted(&next) {
+                return next;
+            }
+        }
     }
 
     /// Every notification received so far.

@@ -1,8 +1,9 @@
 //! Socket activation end to end under `systemd-socket-activate` (Debian package `systemd`):
-//! the activated program takes the inherited socket, answers a request on it, and tells the
-//! test's `NOTIFY_SOCKET` `READY=1`, `WATCHDOG=1` and, on SIGTERM, `STOPPING=1`.
+//! `toold serve` takes the inherited socket, answers a request on it, and tells the test's
+//! `NOTIFY_SOCKET` `READY=1`, `WATCHDOG=1` and, on SIGTERM, `STOPPING=1`, then exits 0.
 
 use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixDatagram, UnixStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus};
@@ -10,10 +11,11 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
+use toold_tests::daemon::toold_binary;
 
-/// The program activated and its arguments. The stand-in today; `toold serve` once it serves.
+/// The program activated and its arguments: the real daemon.
 fn activated_program() -> (PathBuf, Vec<String>) {
-    (env!("CARGO_BIN_EXE_activation-probe").into(), Vec::new())
+    (toold_binary(), vec!["serve".into(), "--allow-root".into()])
 }
 
 /// Where Debian's `systemd` package puts the tool (bookworm: /usr/bin).
@@ -83,7 +85,10 @@ fn receive_until(notify: &UnixDatagram, wanted: &str, seen: &mut Vec<String>) {
 
 #[test]
 fn an_activated_daemon_serves_the_inherited_socket_and_notifies() {
+    // Private, as the daemon's directories must be; its state and config live here too.
     let temp = tempfile::tempdir().expect("tempdir");
+    std::fs::set_permissions(temp.path(), std::fs::Permissions::from_mode(0o700))
+        .expect("chmod 700");
     let socket = temp.path().join("toold.sock");
     let notify_path = temp.path().join("notify.sock");
     let notify = UnixDatagram::bind(&notify_path).expect("bind NOTIFY_SOCKET");
@@ -98,6 +103,14 @@ fn an_activated_daemon_serves_the_inherited_socket_and_notifies() {
         .arg("--fdname=toold")
         .arg(format!("--setenv=NOTIFY_SOCKET={}", notify_path.display()))
         .arg(format!("--setenv=WATCHDOG_USEC={WATCHDOG_USEC}"))
+        .arg(format!(
+            "--setenv=XDG_STATE_HOME={}",
+            temp.path().join("state").display()
+        ))
+        .arg(format!(
+            "--setenv=XDG_CONFIG_HOME={}",
+            temp.path().join("config").display()
+        ))
         .arg(&program)
         .args(&program_args)
         .spawn()
@@ -134,7 +147,10 @@ fn an_activated_daemon_serves_the_inherited_socket_and_notifies() {
     let answer: serde_json::Value = serde_json::from_str(&line)
         .unwrap_or_else(|error| panic!("not a JSON line ({error}): {line:?}"));
     assert_eq!(answer["id"], 1, "{answer}");
-    assert!(answer.get("result").is_some(), "no result: {answer}");
+    assert_eq!(
+        answer["result"]["server_info"]["name"], "toold",
+        "not toold's initialize result: {answer}"
+    );
 
     let mut notifications = Vec::new();
     receive_until(&notify, "READY=1", &mut notifications);

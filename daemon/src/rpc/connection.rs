@@ -2,7 +2,7 @@
 //! notifications towards the client), what it declared in `initialize`, and what it owns
 //! (attached sessions, registered tools, submitted batches).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -39,6 +39,8 @@ pub trait Outbound: Send + Sync + 'static {
     ) -> OutboundFuture<Result<(), OutboundError>>;
     /// Resolves when the connection has closed.
     fn closed(&self) -> OutboundFuture<()>;
+    /// Whether the connection has started closing.
+    fn is_closed(&self) -> bool;
 }
 
 /// What the client declared and what it owns; changed by its own requests.
@@ -54,7 +56,14 @@ struct ConnectionState {
     /// `tools/execute` requests in flight: request id (as JSON text) → the batch's cancel token,
     /// for `$/cancelRequest`.
     executing: HashMap<String, CancellationToken>,
+    /// `$/cancelRequest`s that named no running batch: the request may not have reached its
+    /// handler yet (both arrive on the same connection, but handlers run in their own tasks).
+    /// Bounded: only the last few are remembered.
+    canceled_early: VecDeque<String>,
 }
+
+/// How many early `$/cancelRequest`s a connection remembers.
+const CANCELED_EARLY_KEPT: usize = 64;
 
 /// One connection.
 pub struct Connection {
@@ -149,22 +158,31 @@ impl Connection {
     }
 
     pub fn start_execute(&self, request_id: String, cancel: CancellationToken) {
-        self.lock().executing.insert(request_id, cancel);
+        let mut state = self.lock();
+        if let Some(position) = state.canceled_early.iter().position(|id| *id == request_id) {
+            state.canceled_early.remove(position);
+            cancel.cancel();
+        }
+        state.executing.insert(request_id, cancel);
     }
 
     pub fn end_execute(&self, request_id: &str) {
         self.lock().executing.remove(request_id);
     }
 
-    /// Cancels the batch a `tools/execute` request of this connection runs; false if none.
+    /// Cancels the batch a `tools/execute` request of this connection runs, or will run once its
+    /// handler starts; false if no batch runs under that id yet.
     pub fn cancel_execute(&self, request_id: &str) -> bool {
-        match self.lock().executing.get(request_id) {
-            Some(cancel) => {
-                cancel.cancel();
-                true
-            }
-            None => false,
+        let mut state = self.lock();
+        if let Some(cancel) = state.executing.get(request_id) {
+            cancel.cancel();
+            return true;
         }
+        if state.canceled_early.len() == CANCELED_EARLY_KEPT {
+            state.canceled_early.pop_front();
+        }
+        state.canceled_early.push_back(request_id.to_owned());
+        false
     }
 
     fn lock(&self) -> MutexGuard<'_, ConnectionState> {

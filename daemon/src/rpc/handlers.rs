@@ -254,6 +254,13 @@ pub async fn tools_execute(
     let call_ids: Vec<String> = params.calls.iter().map(|call| call.id.clone()).collect();
     managed.start_batch(&batch_id, control.clone(), call_ids, connection.id());
     connection.start_execute(request_id.clone(), control.batch.clone());
+    // A submitter that left before its batch was registered was not seen by the disconnect
+    // handling: apply `on_disconnect` here.
+    if connection.outbound().is_closed()
+        && managed.on_disconnect() == toold_protocol::OnDisconnect::Cancel
+    {
+        control.batch.cancel();
+    }
     let grants_before = managed.session.state().grants.len();
     let batch = Batch {
         id: batch_id.clone(),

@@ -15,6 +15,7 @@ use jsonrpsee::core::server::Methods;
 use serde_json::Value;
 use tokio::net::{UnixListener, UnixStream};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use toold_protocol::peer::{
     BoxFuture, CloseReason, Handler, Peer, PeerHandle, PeerOptions, Reply, RequestError,
 };
@@ -44,6 +45,12 @@ pub async fn run(
     shutdown: CancellationToken,
 ) {
     let methods = dispatch::method_table(Arc::clone(&daemon));
+    // The drain's last step: every request handler has returned (its answer is queued), then
+    // every connection closes, flushing what is queued. Without it the daemon could exit
+    // between a batch's end and the write of its `tools/execute` response.
+    let requests = TaskTracker::new();
+    let connections = TaskTracker::new();
+    let closing = CancellationToken::new();
     let sweeper = options
         .idle_ttl
         .map(|ttl| tokio::spawn(expire_idle_sessions(Arc::clone(&daemon), ttl)));
@@ -70,17 +77,34 @@ pub async fn run(
         }
         let slot = OpenSlot::take(&open_connections);
         let overloaded = slot.open_before >= options.max_connections;
-        tokio::spawn(serve_connection(
+        connections.spawn(serve_connection(
             slot,
             stream,
             Arc::clone(&daemon),
             methods.clone(),
             options.max_message_bytes,
             overloaded,
+            requests.clone(),
+            closing.clone(),
         ));
     }
     drop(listener);
     drain(&daemon, options.drain_grace).await;
+    requests.close();
+    if tokio::time::timeout(ANSWER_GRACE, requests.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!("requests still running at exit; their clients get no answer");
+    }
+    // A handler's answer is rendered and queued by the peer just after the handler returns,
+    // on another thread maybe: a message queued after the close would be dropped. The peer
+    // does not say when its answers are queued, so give them this moment.
+    tokio::time::sleep(ANSWER_QUEUEING).await;
+    closing.cancel();
+    connections.close();
+    // Each connection's writer flushes within the peer's own flush timeout.
+    let _ = tokio::time::timeout(ANSWER_GRACE, connections.wait()).await;
     if let Some(sweeper) = sweeper {
         sweeper.abort();
     }
@@ -129,6 +153,13 @@ async fn expire_idle_sessions(daemon: Arc<Daemon>, ttl: Duration) {
     }
 }
 
+/// How long, after the drain, requests still running may take to answer, and connections to
+/// flush their answers.
+const ANSWER_GRACE: Duration = Duration::from_secs(5);
+
+/// How long the last answers get to be queued after their handlers returned (see `run`).
+const ANSWER_QUEUEING: Duration = Duration::from_millis(50);
+
 static NEXT_CONNECTION: AtomicU64 = AtomicU64::new(1);
 
 /// One accepted connection in the count of open ones, given back when it is dropped.
@@ -160,6 +191,8 @@ async fn serve_connection(
     methods: Methods,
     max_message_bytes: usize,
     overloaded: bool,
+    requests: TaskTracker,
+    closing: CancellationToken,
 ) {
     let (reader, writer) = stream.into_split();
     let options = PeerOptions {
@@ -170,16 +203,23 @@ async fn serve_connection(
         methods,
         connection: Arc::new(OnceLock::new()),
         overloaded,
+        requests,
     });
-    let (peer, task) = Peer::spawn(reader, writer, options, handler.clone());
+    let (peer, mut task) = Peer::spawn(reader, writer, options, handler.clone());
     let id = NEXT_CONNECTION.fetch_add(1, Ordering::Relaxed);
-    let connection = Arc::new(Connection::new(id, Arc::new(PeerOutbound(peer))));
+    let connection = Arc::new(Connection::new(id, Arc::new(PeerOutbound(peer.clone()))));
     // The peer reads from the moment it is spawned, before this cell is set: requests that
     // arrive first wait for it (see `ConnectionHandler::request`).
     let _ = handler.connection.set(Arc::clone(&connection));
     daemon.connection_opened(Arc::clone(&connection));
     tracing::debug!(connection = id, "connection opened");
-    let reason = task.await;
+    let reason = tokio::select! {
+        reason = &mut task => reason,
+        () = closing.cancelled() => {
+            peer.close();
+            task.await
+        }
+    };
     match reason {
         CloseReason::Eof | CloseReason::ClosedLocally => {
             tracing::debug!(connection = id, %reason, "connection closed")
@@ -201,6 +241,8 @@ struct ConnectionHandler {
     connection: Arc<OnceLock<Arc<Connection>>>,
     /// Over `max_connections`: every request is answered `-32001`.
     overloaded: bool,
+    /// Every request being handled, for the drain to wait on.
+    requests: TaskTracker,
 }
 
 /// Waits until the connection is set up (it is, microseconds after the peer starts).
@@ -225,7 +267,8 @@ impl Handler for ConnectionHandler {
         let methods = self.methods.clone();
         let cell = Arc::clone(&self.connection);
         let id = serde_json::to_value(&request.id).unwrap_or(Value::Null);
-        Box::pin(async move {
+        // Tracked so that the drain can wait for every answer before closing connections.
+        Box::pin(self.requests.track_future(async move {
             let connection = connection_of(&cell).await;
             if !connection.is_initialized() && request.method != methods::INITIALIZE {
                 return Reply::error(ErrorObject::not_initialized(&request.method));
@@ -252,7 +295,7 @@ impl Handler for ConnectionHandler {
                 tracing::error!(connection = connection.id(), method = %request.method, error = %error.message, "a request failed inside the daemon");
             }
             Reply::from(outcome)
-        })
+        }))
     }
 
     fn notification(&self, _peer: PeerHandle, notification: Notification) {
@@ -296,6 +339,10 @@ impl Outbound for PeerOutbound {
                 .await
                 .map_err(|_| OutboundError::Closed)
         })
+    }
+
+    fn is_closed(&self) -> bool {
+        self.0.is_closed()
     }
 
     fn closed(&self) -> OutboundFuture<()> {
