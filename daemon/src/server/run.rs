@@ -77,16 +77,14 @@ pub async fn run(
         }
         let slot = OpenSlot::take(&open_connections);
         let overloaded = slot.open_before >= options.max_connections;
-        connections.spawn(serve_connection(
-            slot,
-            stream,
-            Arc::clone(&daemon),
-            methods.clone(),
-            options.max_message_bytes,
-            overloaded,
-            requests.clone(),
-            closing.clone(),
-        ));
+        let shared = Shared {
+            daemon: Arc::clone(&daemon),
+            methods: methods.clone(),
+            max_message_bytes: options.max_message_bytes,
+            requests: requests.clone(),
+            closing: closing.clone(),
+        };
+        connections.spawn(serve_connection(slot, stream, shared, overloaded));
     }
     drop(listener);
     drain(&daemon, options.drain_grace).await;
@@ -184,16 +182,25 @@ impl Drop for OpenSlot {
     }
 }
 
-async fn serve_connection(
-    _slot: OpenSlot,
-    stream: UnixStream,
+/// What every connection of the accept loop shares.
+struct Shared {
     daemon: Arc<Daemon>,
     methods: Methods,
     max_message_bytes: usize,
-    overloaded: bool,
+    /// Every request handler, so that the drain can wait for their answers.
     requests: TaskTracker,
+    /// Fired at the end of the drain: connections close after flushing.
     closing: CancellationToken,
-) {
+}
+
+async fn serve_connection(_slot: OpenSlot, stream: UnixStream, shared: Shared, overloaded: bool) {
+    let Shared {
+        daemon,
+        methods,
+        max_message_bytes,
+        requests,
+        closing,
+    } = shared;
     let (reader, writer) = stream.into_split();
     let options = PeerOptions {
         max_message_bytes,
