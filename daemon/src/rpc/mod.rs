@@ -89,10 +89,6 @@ impl Daemon {
         }
     }
 
-    pub fn connection_count(&self) -> usize {
-        self.connections().len()
-    }
-
     /// Tells every initialized connection the registry changed.
     pub fn tools_changed(&self) {
         let revision = self.registry.revision();

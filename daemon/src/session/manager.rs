@@ -608,6 +608,10 @@ impl SessionManager {
             usize::try_from(record.max_read_bytes).map_err(|err| err.to_string())?;
         env.command_env = record.command_env.clone();
         let mode = if record.mode == SessionMode::Bypass && !self.defaults.allow_bypass {
+            tracing::warn!(
+                session = %record.session_id,
+                "the session was in bypass mode, which the config no longer allows: restored in default mode"
+            );
             SessionMode::Default
         } else {
             record.mode
