@@ -23,7 +23,8 @@ use crate::options::ClientOptions;
 use crate::tracking::{AttachedSession, Tracking};
 
 /// A connection to the daemon. Cheap to clone; every clone talks over the same connection
-/// (the current one, after [`reconnect`](Client::reconnect)).
+/// (the current one, after [`reconnect`](Client::reconnect)), which closes when the last
+/// clone is dropped.
 #[derive(Debug, Clone)]
 pub struct Client {
     inner: Arc<Inner>,
@@ -37,6 +38,18 @@ struct Inner {
     tracking: Arc<Tracking>,
     /// Replaced whole by `reconnect`; a std lock because it is only held to clone the `Arc`.
     connection: RwLock<Arc<Connection>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // The connection's tasks hold no handle to the client: without this, a connection
+        // nobody can use any more would stay open until the daemon closes it.
+        self.connection
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .peer
+            .close();
+    }
 }
 
 /// One initialized connection.
@@ -267,8 +280,9 @@ impl Client {
     /// broke), re-initializes, and re-attaches every attached session with `after_seq` set
     /// to the last event seen, so that the event stream continues without a gap when the
     /// daemon still has the events, and says so when it does not. The old connection is
-    /// closed first, so that no event arrives twice. Tools registered on the old connection
-    /// are gone with it: register them again.
+    /// closed first, so that no event arrives twice. Replayed events go to the event stream
+    /// before this returns, so keep reading it meanwhile (see [`Events`]). Tools registered
+    /// on the old connection are gone with it: register them again.
     pub async fn reconnect(&self) -> Result<ReconnectReport, ClientError> {
         let previous = self.connection();
         previous.peer.close();
