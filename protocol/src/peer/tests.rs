@@ -706,3 +706,54 @@ proptest! {
         });
     }
 }
+
+/// Answers every request at once; a notification named `hold` makes the reader wait until
+/// the test opens the gate (what a client's full event stream does).
+struct HoldingHandler {
+    gate: Arc<tokio::sync::Semaphore>,
+}
+
+impl Handler for HoldingHandler {
+    fn request(&self, _peer: PeerHandle, request: Request) -> BoxFuture<'static, Reply> {
+        Box::pin(async move { Reply::result(json!(request.method)) })
+    }
+
+    fn notification(&self, _peer: PeerHandle, _notification: Notification) {
+        unreachable!("the reader calls notification_or_wait");
+    }
+
+    fn notification_or_wait(
+        &self,
+        _peer: PeerHandle,
+        notification: Notification,
+    ) -> Option<BoxFuture<'static, ()>> {
+        (notification.method == "hold").then(|| {
+            let gate = Arc::clone(&self.gate);
+            let wait: BoxFuture<'static, ()> = Box::pin(async move {
+                let _ = gate.acquire().await;
+            });
+            wait
+        })
+    }
+}
+
+#[tokio::test]
+async fn a_notification_that_asks_to_wait_holds_the_reader() {
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let (_unused, notifications) = mpsc::unbounded_channel();
+    let holding: Arc<dyn Handler> = Arc::new(HoldingHandler {
+        gate: Arc::clone(&gate),
+    });
+    let (mut raw, _side) = raw_pair(PeerOptions::server(), (holding, notifications));
+    raw.send_line(json!({"jsonrpc":"2.0","method":"pass"}))
+        .await;
+    raw.send_line(request(1, "first")).await;
+    assert_eq!(raw.line().await["result"], "first");
+
+    raw.send_line(json!({"jsonrpc":"2.0","method":"hold"}))
+        .await;
+    raw.send_line(request(2, "second")).await;
+    raw.assert_quiet().await;
+    gate.add_permits(1);
+    assert_eq!(raw.line().await["result"], "second");
+}
