@@ -142,7 +142,9 @@ impl Client {
         self.connection().peer.clone()
     }
 
-    /// Sends any typed request: `client.call::<methods::SessionGet>(params)`.
+    /// Sends any typed request: `client.call::<methods::SessionGet>(params)`. Sessions
+    /// created or attached this way are not remembered for [`reconnect`](Self::reconnect):
+    /// use the typed methods for those.
     pub async fn call<M: RequestMethod>(
         &self,
         params: M::Params,
