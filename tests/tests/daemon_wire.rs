@@ -1288,7 +1288,16 @@ async fn a_burst_of_connections_cannot_exceed_max_connections() {
             .await;
         codes.push(response.get("error").map(|_| code_of(&response)));
     }
-    assert_eq!(codes, [None, Some(OVERLOADED), Some(OVERLOADED)]);
+    // At most the one free slot is used: the others are refused. (The slot of a connection
+    // that just left, such as the start-up probe, may still be held: then none is served.)
+    let served_in_burst = codes.iter().filter(|code| code.is_none()).count();
+    assert!(served_in_burst <= 1, "{codes:?}");
+    assert!(
+        codes
+            .iter()
+            .all(|code| code.is_none() || *code == Some(OVERLOADED)),
+        "{codes:?}"
+    );
     served.call_ok(1, "session/list", json!({})).await;
 }
 
