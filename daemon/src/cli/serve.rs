@@ -43,8 +43,8 @@ pub fn serve(
                 "the socket systemd passed".to_owned(),
             ),
             None => {
-                let env = socket::SocketEnv::from_process();
-                let path = socket::resolve_socket_path(socket_flag.as_deref(), config.socket.as_deref(), &env);
+                let env = toold_protocol::SocketEnv::from_process();
+                let path = toold_protocol::resolve_socket_path(socket_flag.as_deref(), config.socket.as_deref(), &env);
                 (socket::bind_listener(&path)?, path.display().to_string())
             }
         };
