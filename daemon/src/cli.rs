@@ -1,6 +1,7 @@
 //! The `toold` command line: `serve` runs the daemon, `check-config` validates a configuration
-//! file, `connect` bridges stdio to the daemon, `completions` prints shell completions. The edge
-//! of the program: errors become messages and exit codes here.
+//! file, `connect` bridges stdio to the daemon; `call`, `exec`, `tools`, `sessions` and
+//! `status` talk to it through `toold-client`; `completions` prints shell completions. The
+//! edge of the program: errors become messages and exit codes here.
 //!
 //! Exit codes of the subcommands that talk to the daemon: 0 when everything asked for
 //! succeeded, 1 when a tool call ended with a failed result (or the daemon is not up, for
@@ -11,8 +12,15 @@ use std::process::ExitCode;
 use clap::{CommandFactory, Parser, Subcommand};
 
 mod address;
+mod approve;
+mod batch_run;
+mod call;
 mod connect;
+mod exec;
+mod listing;
+mod render;
 mod serve;
+mod status;
 
 /// toold: the per-user daemon that executes AI agents' tool calls.
 #[derive(Parser)]
@@ -56,6 +64,39 @@ enum Command {
     ///
     /// Example: printf '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocol_version":1}}\n' | toold connect
     Connect(connect::ConnectArgs),
+    /// Run one tool call in a fresh session and print its result.
+    ///
+    /// run_command's output is streamed as it comes; then the content goes to stdout and one
+    /// status line (✓ or ✗) to stderr; with --json, the result object goes to stdout. A call
+    /// that needs approval is asked on the terminal ([y] once / [s] session / [n] deny /
+    /// [a] abort); without a terminal it is denied unless --yes. Exit code: 0 when the result
+    /// is ok, 1 when it failed, 2 when the call could not be made.
+    ///
+    /// Example: toold call run_command '{"command":"cargo test"}' --cwd ~/src/project
+    Call(call::CallArgs),
+    /// Run a batch of calls from a JSON file (or stdin) and print its events as they come.
+    ///
+    /// The file holds a list of calls: [{"id":"a","name":"read_file","arguments":{"path":"README.md"}}, …];
+    /// ids are generated when absent. With --json, each event is one JSON line, then the
+    /// tools/execute result. Approvals as for `call`. Exit code: 0 when every call is ok, 1 when
+    /// one failed, 2 when the batch could not run.
+    ///
+    /// Example: toold exec calls.json --json
+    Exec(exec::ExecArgs),
+    /// List the tools the daemon offers (or that a session's model may see).
+    ///
+    /// Example: toold tools --session s_0123456789abcdef
+    Tools(listing::ToolsArgs),
+    /// List the daemon's sessions.
+    ///
+    /// Example: toold sessions --json
+    Sessions(listing::SessionsArgs),
+    /// Say whether the daemon is up, with its version, socket, sessions and uptime.
+    ///
+    /// Exit code: 0 when it is up, 1 when it is not.
+    ///
+    /// Example: toold status --socket /tmp/toold-test/toold.sock
+    Status(status::StatusArgs),
     /// Print a completion script for a shell.
     ///
     /// Example: toold completions bash > ~/.local/share/bash-completion/completions/toold
@@ -92,11 +133,31 @@ pub fn main() -> ExitCode {
                 .map_err(anyhow::Error::from),
         ),
         Command::Connect(args) => client_side(connect::connect(&args).map(|()| Outcome::Success)),
+        Command::Call(args) => client_side(on_runtime(call::call(args))),
+        Command::Exec(args) => client_side(on_runtime(exec::exec(args))),
+        Command::Tools(args) => client_side(on_runtime(listing::tools(args))),
+        Command::Sessions(args) => client_side(on_runtime(listing::sessions(args))),
+        Command::Status(args) => client_side(on_runtime(status::status(args))),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "toold", &mut std::io::stdout());
             ExitCode::SUCCESS
         }
     }
+}
+
+/// Runs a client subcommand on a runtime of its own. One thread is plenty for one connection.
+fn on_runtime(
+    command: impl std::future::Future<Output = anyhow::Result<Outcome>>,
+) -> anyhow::Result<Outcome> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|error| anyhow::anyhow!("cannot start the runtime: {error}"))?;
+    let outcome = runtime.block_on(command);
+    // An approval prompt still reading the terminal (its call was settled elsewhere) must not
+    // keep the process alive.
+    runtime.shutdown_background();
+    outcome
 }
 
 /// `serve` and `check-config`: 0, or 1 with the error.

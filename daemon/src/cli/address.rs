@@ -6,8 +6,9 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::Args;
 
+use toold_protocol::{SocketEnv, resolve_socket_path};
+
 use crate::config::Config;
-use crate::server::socket::{self, SocketEnv};
 
 /// The options every subcommand that talks to the daemon takes.
 #[derive(Args, Debug, Clone, Default)]
@@ -37,20 +38,12 @@ impl DaemonAddress {
                 .as_ref()
                 .is_some_and(|path| !path.is_empty());
         if named_before_config {
-            return Ok(socket::resolve_socket_path(
-                self.socket.as_deref(),
-                None,
-                &env,
-            ));
+            return Ok(resolve_socket_path(self.socket.as_deref(), None, &env));
         }
         let config = Config::load(self.config.as_deref()).context(
             "cannot read the config file to find the daemon's socket; fix it (`toold \
              check-config` says how) or name the socket with --socket",
         )?;
-        Ok(socket::resolve_socket_path(
-            None,
-            config.socket.as_deref(),
-            &env,
-        ))
+        Ok(resolve_socket_path(None, config.socket.as_deref(), &env))
     }
 }
