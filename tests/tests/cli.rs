@@ -526,7 +526,7 @@ fn on_a_terminal_the_approval_is_asked_and_y_runs_the_command() {
         "the call is shown: {screen}"
     );
     assert!(
-        screen.contains("why it asks:"),
+        screen.contains("reason:    no allow rule matches"),
         "the reason is shown: {screen}"
     );
     terminal.type_line("y");

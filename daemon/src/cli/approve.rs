@@ -115,8 +115,8 @@ pub fn describe(request: &ApprovalRequestParams) -> String {
     let arguments = serde_json::to_string(&request.call.arguments)
         .unwrap_or_else(|_| request.call.arguments.to_string());
     let mut text = format!(
-        "\ntoold: {} wants to run (call {}):\n  {} {arguments}\n  why it asks: {}\n",
-        request.call.name, request.call.id, request.call.name, request.reason
+        "\ntoold: {} needs your approval (call {})\n  arguments: {arguments}\n  reason:    {}\n",
+        request.call.name, request.call.id, request.reason
     );
     if !request.suggestions.is_empty() {
         text.push_str(&format!(
@@ -179,11 +179,15 @@ mod tests {
         assert_eq!(answer, ApprovalAnswer::new(ApprovalDecision::AllowSession));
         let shown = String::from_utf8(prompt).unwrap();
         assert!(
-            shown.contains("run_command {\"command\":\"rm -rf build\"}"),
+            shown.contains("run_command needs your approval (call call_1)"),
             "{shown}"
         );
         assert!(
-            shown.contains("why it asks: no allow rule matches"),
+            shown.contains("arguments: {\"command\":\"rm -rf build\"}"),
+            "{shown}"
+        );
+        assert!(
+            shown.contains("reason:    no allow rule matches"),
             "{shown}"
         );
         assert_eq!(

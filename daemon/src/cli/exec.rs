@@ -2,7 +2,7 @@
 //! (for people one line each, with `--json` one JSON object each), then the results.
 
 use std::collections::HashSet;
-use std::io::{Read, Write};
+use std::io::{IsTerminal, Read, Write};
 use std::path::PathBuf;
 
 use anyhow::{Context, bail};
@@ -81,6 +81,9 @@ fn read_input(file: Option<&PathBuf>) -> anyhow::Result<(String, String)> {
             Ok((text, path.display().to_string()))
         }
         _ => {
+            if std::io::stdin().is_terminal() {
+                eprintln!("toold: reading the calls from stdin; end them with Ctrl-D");
+            }
             std::io::stdin()
                 .read_to_string(&mut text)
                 .context("cannot read the calls from stdin")?;

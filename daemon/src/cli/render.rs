@@ -97,7 +97,7 @@ pub fn compact_json(value: &serde_json::Value) -> String {
     serde_json::to_string(value).unwrap_or_else(|_| value.to_string())
 }
 
-/// `tools`: name, safety, source, the first line of the description.
+/// `tools`: name, safety, source, the first sentence of the description.
 pub fn tools_table(tools: &[ToolDefinition]) -> String {
     let rows: Vec<[String; 4]> = tools
         .iter()
@@ -115,11 +115,29 @@ pub fn tools_table(tools: &[ToolDefinition]) -> String {
             } else {
                 source
             };
-            let description = tool.description.lines().next().unwrap_or("").to_owned();
+            let description = first_sentence(&tool.description, DESCRIPTION_CHARS);
             [tool.name.clone(), safety, source, description]
         })
         .collect();
     table(["TOOL", "SAFETY", "SOURCE", "DESCRIPTION"], &rows)
+}
+
+/// How much of a tool's description the table shows.
+const DESCRIPTION_CHARS: usize = 72;
+
+/// The first sentence of `text`, cut to `max_chars` with `…`.
+fn first_sentence(text: &str, max_chars: usize) -> String {
+    let line = text.lines().next().unwrap_or("");
+    let sentence = match line.find(". ") {
+        Some(end) => &line[..=end],
+        None => line,
+    };
+    if sentence.chars().count() <= max_chars {
+        return sentence.to_owned();
+    }
+    let mut cut: String = sentence.chars().take(max_chars - 1).collect();
+    cut.push('…');
+    cut
 }
 
 /// `sessions`: id, mode, attached connections, running batches, cwd, title.
@@ -204,6 +222,16 @@ mod tests {
             table(["K", "VALUE", "LAST"], &rows),
             "K     VALUE       LAST\na     long value  x\nbbbb  v\n"
         );
+    }
+
+    #[test]
+    fn descriptions_are_cut_to_their_first_sentence() {
+        assert_eq!(
+            first_sentence("Read a file. Then more.", 72),
+            "Read a file."
+        );
+        assert_eq!(first_sentence("abcdef", 4), "abc…");
+        assert_eq!(first_sentence("", 4), "");
     }
 
     #[test]
