@@ -76,17 +76,33 @@ fn proc_stat_fields(pid: nix::unistd::Pid) -> Option<Vec<String>> {
     Some(after_name.split(' ').map(str::to_owned).collect())
 }
 
-/// Stops a daemon that is not our child, and waits until it is gone (or a zombie nobody
-/// reaps).
-fn stop_foreign_daemon(pid: nix::unistd::Pid) {
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM the daemon");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while proc_stat_fields(pid).is_some_and(|fields| fields[0] != "Z") {
-        assert!(
-            Instant::now() < deadline,
-            "the daemon did not stop within 30 s"
-        );
-        std::thread::sleep(Duration::from_millis(20));
+/// A daemon that `toold connect` started (not our child): stopped with SIGTERM by
+/// [`ForeignDaemon::stop`], killed if the test fails before that.
+struct ForeignDaemon {
+    pid: Option<nix::unistd::Pid>,
+}
+
+impl ForeignDaemon {
+    /// Stops it and waits until it is gone (or a zombie nobody reaps).
+    fn stop(mut self) {
+        let pid = self.pid.take().expect("running");
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM the daemon");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while proc_stat_fields(pid).is_some_and(|fields| fields[0] != "Z") {
+            assert!(
+                Instant::now() < deadline,
+                "the daemon did not stop within 30 s"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for ForeignDaemon {
+    fn drop(&mut self) {
+        if let Some(pid) = self.pid.take() {
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+        }
     }
 }
 
@@ -130,6 +146,7 @@ fn connect_starts_a_daemon_when_none_answers_and_bridges_to_it() {
     assert_eq!(answer["result"]["server_info"]["name"], "toold", "{answer}");
 
     let pid = daemon_pid(&socket);
+    let started = ForeignDaemon { pid: Some(pid) };
     let fields = proc_stat_fields(pid).expect("the daemon's /proc entry");
     assert_eq!(
         fields[3],
@@ -157,7 +174,7 @@ fn connect_starts_a_daemon_when_none_answers_and_bridges_to_it() {
     assert_eq!(answer["id"], 7);
     assert_eq!(daemon_pid(&socket), pid, "no second daemon was started");
 
-    stop_foreign_daemon(pid);
+    started.stop();
 }
 
 #[test]
