@@ -695,3 +695,107 @@ fn status_says_up_or_not() {
     let status: Value = serde_json::from_slice(&output.stdout).expect("status --json");
     assert_eq!(status["up"], false, "{status}");
 }
+
+#[test]
+fn run_command_output_is_streamed_while_the_command_runs() {
+    let daemon = TestDaemon::start();
+    let go = daemon.work().join("go");
+    let script = format!(
+        "echo first; while [ ! -e {} ]; do sleep 0.05; done; echo second",
+        go.display()
+    );
+    let arguments = serde_json::json!({ "command": script }).to_string();
+    let mut command = daemon.command();
+    command
+        .args(["call", "run_command", &arguments, "--yes", "--cwd"])
+        .arg(daemon.work())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = command.spawn().expect("start toold call");
+    let mut stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
+    let mut first = String::new();
+    stdout.read_line(&mut first).expect("the first line");
+    // The command is still waiting for `go`: the line came live, not with the result.
+    assert_eq!(first, "first\n");
+    assert!(child.try_wait().expect("toold call").is_none());
+    std::fs::write(&go, "").expect("let the command finish");
+    let mut rest = String::new();
+    stdout.read_to_string(&mut rest).expect("the rest");
+    assert_eq!(rest, "second\n");
+    assert!(child.wait().expect("toold call").success());
+}
+
+#[test]
+fn a_fresh_session_takes_the_mode_given() {
+    let daemon = TestDaemon::start();
+    let work = daemon.work().display().to_string();
+    let output = toold(
+        &daemon,
+        &[
+            "call",
+            "write_file",
+            r#"{"path":"x.txt","content":"x"}"#,
+            "--mode",
+            "plan",
+            "--cwd",
+            &work,
+            "--yes",
+        ],
+        b"",
+    );
+    assert_exit(&output, 1);
+    let stderr = text(&output.stderr);
+    assert!(stderr.contains("✗ write_file tool_not_allowed"), "{stderr}");
+    assert!(!daemon.work().join("x.txt").exists());
+}
+
+#[test]
+fn on_a_terminal_a_aborts_and_s_grants_the_session() {
+    let daemon = TestDaemon::start();
+    let mut command = daemon.command();
+    command.args([
+        "call",
+        "run_command",
+        r#"{"command":"echo aborted"}"#,
+        "--cwd",
+    ]);
+    command.arg(daemon.work());
+    let mut terminal = Terminal::spawn(command);
+    terminal.wait_for("[a] abort?");
+    terminal.type_line("a");
+    let (status, stdout, screen) = terminal.finish();
+    assert_eq!(status.code(), Some(1), "{screen}");
+    assert_eq!(stdout, "");
+    assert!(
+        screen.contains("✗ run_command permission_canceled"),
+        "{screen}"
+    );
+
+    // `s` in a session that outlives the command: the same call later runs unasked.
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let (client, session_id) = runtime.block_on(async {
+        let client = daemon.connect(serde_json::json!({}), no_answers()).await;
+        let session_id = client
+            .create_session(&daemon.work(), serde_json::json!({}))
+            .await;
+        (client, session_id)
+    });
+    let granted = r#"{"command":"echo granted"}"#;
+    let mut command = daemon.command();
+    command.args(["call", "run_command", granted, "--session", &session_id]);
+    let mut terminal = Terminal::spawn(command);
+    terminal.wait_for("[a] abort?");
+    terminal.type_line("s");
+    let (status, stdout, screen) = terminal.finish();
+    assert_eq!(status.code(), Some(0), "{screen}");
+    assert_eq!(stdout, "granted\n");
+    let output = toold(
+        &daemon,
+        &["call", "run_command", granted, "--session", &session_id],
+        b"",
+    );
+    assert_exit(&output, 0);
+    assert_eq!(text(&output.stdout), "granted\n");
+    client.disconnect();
+}
