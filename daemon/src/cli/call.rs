@@ -52,10 +52,8 @@ pub async fn call(args: CallArgs) -> anyhow::Result<Outcome> {
         bail!("the daemon answered without a result for the call; this is a bug in toold");
     };
     if json {
-        println!(
-            "{}",
-            render::compact_json(&serde_json::to_value(&outcome.result)?)
-        );
+        let result = render::compact_json(&serde_json::to_value(&outcome.result)?);
+        render::print_out(&format!("{result}\n"));
     } else {
         print_for_people(&outcome.result, outcome.elapsed_ms, &streamed);
     }

@@ -2,7 +2,7 @@
 //! (for people one line each, with `--json` one JSON object each), then the results.
 
 use std::collections::HashSet;
-use std::io::{IsTerminal, Read, Write};
+use std::io::{IsTerminal, Read};
 use std::path::PathBuf;
 
 use anyhow::{Context, bail};
@@ -126,9 +126,7 @@ fn parse_calls(text: &str) -> anyhow::Result<Vec<ToolCall>> {
 }
 
 fn print_line(line: &str) {
-    let mut stdout = std::io::stdout().lock();
-    // A reader that went away loses the rest of the listing, not the batch.
-    let _ = writeln!(stdout, "{line}").and_then(|()| stdout.flush());
+    render::print_out(&format!("{line}\n"));
 }
 
 fn print_event_for_people(event: &Event, streamed: &mut HashSet<String>) {

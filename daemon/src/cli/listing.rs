@@ -50,9 +50,9 @@ pub async fn tools(args: ToolsArgs) -> anyhow::Result<Outcome> {
     client.close();
     let listed = listed?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&listed)?);
+        render::print_out(&format!("{}\n", serde_json::to_string_pretty(&listed)?));
     } else {
-        print!("{}", render::tools_table(&listed.tools));
+        render::print_out(&render::tools_table(&listed.tools));
     }
     Ok(Outcome::Success)
 }
@@ -63,14 +63,15 @@ pub async fn sessions(args: SessionsArgs) -> anyhow::Result<Outcome> {
     client.close();
     let sessions = sessions?;
     if args.json {
-        println!(
-            "{}",
+        render::print_out(&format!(
+            "{}
+",
             serde_json::to_string_pretty(&serde_json::json!({ "sessions": sessions }))?
-        );
+        ));
     } else if sessions.is_empty() {
-        println!("no sessions");
+        render::print_out("no sessions\n");
     } else {
-        print!("{}", render::sessions_table(&sessions));
+        render::print_out(&render::sessions_table(&sessions));
     }
     Ok(Outcome::Success)
 }

@@ -6,6 +6,16 @@ use toold_protocol::{
     ToolDefinition, ToolResult,
 };
 
+/// Writes `text` to stdout, flushed. A reader that went away (`toold tools | head -1`) is not
+/// an error of ours, so nothing is reported, unlike `print!`, which would panic.
+pub fn print_out(text: &str) {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    let _ = stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush());
+}
+
 /// `✓ read_file ok (3 ms)` or `✗ run_command command_failed: exit code 1`.
 pub fn status_line(result: &ToolResult, elapsed_ms: u64) -> String {
     if result.ok {

@@ -61,13 +61,9 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<Outcome> {
         Err(error) => {
             if args.json {
                 let report = json!({"up": false, "socket": socket, "error": error.to_string()});
-                println!("{}", serde_json::to_string_pretty(&report)?);
+                render::print_out(&format!("{}\n", serde_json::to_string_pretty(&report)?));
             } else {
-                println!("toold is not running: {error}");
-                println!(
-                    "(`toold connect` starts it when it is needed; `toold serve` runs it in the \
-                     foreground)"
-                );
+                render::print_out(&format!("toold is not running: {error}\n"));
             }
             return Ok(Outcome::Failed);
         }
@@ -85,9 +81,9 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<Outcome> {
             "pid": up.process.as_ref().map(|process| process.pid),
             "process_age_seconds": up.process.as_ref().and_then(|process| process.age).map(|age| age.as_secs()),
         });
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        render::print_out(&format!("{}\n", serde_json::to_string_pretty(&report)?));
     } else {
-        print!("{}", describe(&socket, &up));
+        render::print_out(&describe(&socket, &up));
     }
     Ok(Outcome::Success)
 }
