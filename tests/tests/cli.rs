@@ -799,3 +799,45 @@ fn on_a_terminal_a_aborts_and_s_grants_the_session() {
     assert_eq!(text(&output.stdout), "granted\n");
     client.disconnect();
 }
+
+#[test]
+fn connect_bridges_content_length_framing_byte_for_byte_to_the_default_socket() {
+    let daemon = TestDaemon::start();
+    let body =
+        br#"{"jsonrpc":"2.0","id":"lsp-1","method":"initialize","params":{"protocol_version":1}}"#;
+    let mut connect = daemon.command();
+    // No --socket: $XDG_RUNTIME_DIR/toold/toold.sock, where the test daemon listens.
+    connect
+        .arg("connect")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = connect.spawn().expect("start toold connect");
+    let mut stdin = child.stdin.take().expect("piped stdin");
+    stdin
+        .write_all(format!("Content-Length: {}\r\n\r\n", body.len()).as_bytes())
+        .and_then(|()| stdin.write_all(body))
+        .expect("write the frame");
+    let mut stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
+    let mut header = String::new();
+    stdout.read_line(&mut header).expect("a header line");
+    let length: usize = header
+        .strip_prefix("Content-Length: ")
+        .and_then(|rest| rest.trim_end().parse().ok())
+        .unwrap_or_else(|| panic!("a Content-Length header, got {header:?}"));
+    let mut line = String::new();
+    while line != "\r\n" {
+        line.clear();
+        stdout
+            .read_line(&mut line)
+            .expect("the rest of the headers");
+    }
+    let mut answer = vec![0; length];
+    stdout.read_exact(&mut answer).expect("the body");
+    let answer: Value = serde_json::from_slice(&answer).expect("a JSON body");
+    assert_eq!(answer["id"], "lsp-1", "{answer}");
+    assert_eq!(answer["result"]["protocol_version"], 1, "{answer}");
+    drop(stdin);
+    let status = child.wait().expect("wait for toold connect");
+    assert!(status.success(), "toold connect exited with {status}");
+}
