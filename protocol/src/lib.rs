@@ -7,7 +7,8 @@
 //! [`initialize`], [`session`], [`tools_api`], [`execute`], [`events`], [`approval`],
 //! [`hooks`], [`invoke`], [`tool`] (definitions, calls, results), [`framing`]
 //! (NDJSON or LSP-style frames, detected per connection) and [`peer`] (the bidirectional
-//! JSON-RPC connection both the daemon and the client run on).
+//! JSON-RPC connection both the daemon and the client run on), and [`socket_path`] (where the
+//! socket is, resolved the same way by the daemon and its clients).
 
 pub mod approval;
 pub mod events;
@@ -20,6 +21,7 @@ pub mod methods;
 pub mod peer;
 pub mod rpc;
 pub mod session;
+pub mod socket_path;
 pub mod tool;
 pub mod tools_api;
 
@@ -58,6 +60,7 @@ pub use session::{
     OnDisconnect, Rules, SessionAttachParams, SessionCreateParams, SessionEnv, SessionIdParams,
     SessionListParams, SessionListResult, SessionMode, SessionSnapshot, SessionUpdateParams,
 };
+pub use socket_path::{SocketEnv, resolve_socket_path};
 pub use tool::{ErrorType, Safety, ToolCall, ToolDefinition, ToolResult, ToolSource};
 pub use tools_api::{
     Revision, ToolsListParams, ToolsListResult, ToolsRegisterParams, ToolsUnregisterParams,

@@ -14,6 +14,10 @@
 //! ([`PeerHandle::request`]), notifications, pre-rendered JSON, cancellation and close.
 //! The [`PeerTask`] resolves with the [`CloseReason`] once the connection has ended.
 //!
+//! A handler may make the reader wait before the next message
+//! ([`Handler::notification_or_wait`]): that is how a client with a bounded queue of events
+//! holds the daemon back when its consumer lags.
+//!
 //! One [`Handler`] is given per connection, so per-connection state (initialized or not, the
 //! declared capabilities) lives in it; the handle's [`PeerHandle::connection_id`] names the
 //! connection in logs.
@@ -166,6 +170,22 @@ pub trait Handler: Send + Sync + 'static {
     /// `$/cancelRequest` is seen after the request it names). It must not block: spawn
     /// anything slow.
     fn notification(&self, peer: PeerHandle, notification: Notification);
+
+    /// Like [`notification`](Self::notification), but the reader awaits the returned future
+    /// before it reads the next message: a handler whose consumer lags (a bounded queue of
+    /// events that is full) slows the other side down, through the socket, instead of
+    /// dropping notifications or buffering them without limit. While it waits, responses to
+    /// our own requests wait too, so the consumer must not wait for one of them before
+    /// making room. The default delivers to [`notification`](Self::notification) and never
+    /// waits.
+    fn notification_or_wait(
+        &self,
+        peer: PeerHandle,
+        notification: Notification,
+    ) -> Option<BoxFuture<'static, ()>> {
+        self.notification(peer, notification);
+        None
+    }
 }
 
 /// Why a connection ended.

@@ -161,7 +161,7 @@ impl<R: AsyncRead + Unpin + Send + 'static> Reader<R> {
     async fn on_message(&mut self, value: Value) {
         match Message::from_value(value) {
             Ok(Message::Request(request)) => self.on_request(request).await,
-            Ok(Message::Notification(notification)) => self.on_notification(notification),
+            Ok(Message::Notification(notification)) => self.on_notification(notification).await,
             Ok(Message::Response(response)) => self.peer.complete(response),
             Err(invalid) => self.answer_now(invalid.to_response()).await,
         }
@@ -185,17 +185,34 @@ impl<R: AsyncRead + Unpin + Send + 'static> Reader<R> {
         }
     }
 
-    fn on_notification(&self, notification: Notification) {
+    /// Delivers a notification; when the handler asks to, waits for it before reading on.
+    async fn on_notification(&mut self, notification: Notification) {
         let method = notification.method.clone();
         let delivered = catch_unwind(AssertUnwindSafe(|| {
-            self.handler.notification(self.peer.clone(), notification);
+            self.handler
+                .notification_or_wait(self.peer.clone(), notification)
         }));
-        if let Err(payload) = delivered {
+        let wait = match delivered {
+            Ok(wait) => wait,
+            Err(payload) => {
+                tracing::error!(
+                    connection = self.peer.connection_id(),
+                    method,
+                    panic = panic_message(payload.as_ref()),
+                    "a notification handler panicked; the notification is dropped"
+                );
+                None
+            }
+        };
+        // No need to watch for a local close here: the supervisor stops the whole reader.
+        if let Some(wait) = wait
+            && let Err(payload) = CatchUnwind(wait).await
+        {
             tracing::error!(
                 connection = self.peer.connection_id(),
                 method,
                 panic = panic_message(payload.as_ref()),
-                "a notification handler panicked; the notification is dropped"
+                "a notification handler panicked while delivering"
             );
         }
     }
@@ -212,7 +229,7 @@ impl<R: AsyncRead + Unpin + Send + 'static> Reader<R> {
         for entry in entries {
             match Message::from_value(entry) {
                 Ok(Message::Request(request)) => answers.push(self.start_batch_entry(request)),
-                Ok(Message::Notification(notification)) => self.on_notification(notification),
+                Ok(Message::Notification(notification)) => self.on_notification(notification).await,
                 Ok(Message::Response(response)) => self.peer.complete(response),
                 Err(invalid) => answers.push(BatchAnswer::Ready(render(&invalid.to_response()))),
             }
@@ -331,11 +348,12 @@ async fn answer(peer: PeerHandle, handler: Arc<dyn Handler>, request: Request) -
     }
 }
 
-/// A handler's future with its panics caught, so that every request gets an answer.
-struct CatchUnwind(BoxFuture<'static, Reply>);
+/// A handler's future with its panics caught, so that every request gets an answer (and a
+/// delivery that panics does not end the reader).
+struct CatchUnwind<T>(BoxFuture<'static, T>);
 
-impl Future for CatchUnwind {
-    type Output = std::thread::Result<Reply>;
+impl<T> Future for CatchUnwind<T> {
+    type Output = std::thread::Result<T>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match catch_unwind(AssertUnwindSafe(|| self.0.as_mut().poll(cx))) {
