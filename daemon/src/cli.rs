@@ -1,28 +1,26 @@
-//! The `toold` command line: `toold serve` runs the daemon; `toold check-config` validates a
-//! configuration file. The edge of the program: errors become messages and exit codes here.
+//! The `toold` command line: `serve` runs the daemon, `check-config` validates a configuration
+//! file, `connect` bridges stdio to the daemon; `call`, `exec`, `tools`, `sessions` and
+//! `status` talk to it through `toold-client`; `completions` prints shell completions. The
+//! edge of the program: errors become messages and exit codes here.
+//!
+//! Exit codes of the subcommands that talk to the daemon: 0 when everything asked for
+//! succeeded, 1 when a tool call ended with a failed result (or the daemon is not up, for
+//! `status`), 2 on a usage error or when the daemon cannot be reached.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
-use std::time::Duration;
 
-use crate::batch::Executor;
-use crate::config::{self, Config};
-use crate::rpc::{Daemon, Settings};
-use crate::server::run::{ServerOptions, run};
-use crate::server::{socket, systemd};
-use crate::session::manager::{SessionDefaults, SessionManager};
-use crate::session::store::SessionStore;
-use crate::{Registry, permission};
-use anyhow::Context;
-use clap::{Parser, Subcommand};
-use tokio_util::sync::CancellationToken;
+use clap::{CommandFactory, Parser, Subcommand};
 
-/// How long running batches may finish after SIGTERM before they are canceled.
-const DRAIN_GRACE: Duration = Duration::from_secs(10);
-
-/// Events each session keeps for replay after a reconnect.
-const EVENT_LOG_CAPACITY: usize = 10_000;
+mod address;
+mod approve;
+mod batch_run;
+mod call;
+mod connect;
+mod exec;
+mod listing;
+mod render;
+mod serve;
+mod status;
 
 /// toold: the per-user daemon that executes AI agents' tool calls.
 #[derive(Parser)]
@@ -43,10 +41,10 @@ enum Command {
         /// The socket to listen on [default: $TOOLD_SOCKET, the config's `socket`, or
         /// $XDG_RUNTIME_DIR/toold/toold.sock]
         #[arg(long)]
-        socket: Option<PathBuf>,
+        socket: Option<std::path::PathBuf>,
         /// The configuration file [default: $XDG_CONFIG_HOME/toold/config.toml]
         #[arg(long)]
-        config: Option<PathBuf>,
+        config: Option<std::path::PathBuf>,
         /// Run even as root (a daemon that executes a model's commands as root is rarely wanted).
         #[arg(long)]
         allow_root: bool,
@@ -56,23 +54,114 @@ enum Command {
     /// Example: toold check-config ~/.config/toold/config.toml
     CheckConfig {
         /// The file to check [default: $XDG_CONFIG_HOME/toold/config.toml]
-        path: Option<PathBuf>,
+        path: Option<std::path::PathBuf>,
+    },
+    /// Bridge stdin and stdout to the daemon's socket, starting the daemon if none answers.
+    ///
+    /// Bytes are copied both ways unchanged (NDJSON or Content-Length framing alike) until
+    /// either side closes; the end of stdin closes the connection. For editors and agents that
+    /// can only spawn a process.
+    ///
+    /// Example: printf '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocol_version":1}}\n' | toold connect
+    Connect(connect::ConnectArgs),
+    /// Run one tool call in a fresh session and print its result.
+    ///
+    /// run_command's output is streamed as it comes; then the content goes to stdout and one
+    /// status line (✓ or ✗) to stderr; with --json, the result object goes to stdout. A call
+    /// that needs approval is asked on the terminal ([y] once / [s] session / [n] deny /
+    /// [a] abort); without a terminal it is denied unless --yes. Exit code: 0 when the result
+    /// is ok, 1 when it failed, 2 when the call could not be made.
+    ///
+    /// Example: toold call run_command '{"command":"cargo test"}' --cwd ~/src/project
+    Call(call::CallArgs),
+    /// Run a batch of calls from a JSON file (or stdin) and print its events as they come.
+    ///
+    /// The file holds a list of calls: [{"id":"a","name":"read_file","arguments":{"path":"README.md"}}, …];
+    /// ids are generated when absent. With --json, each event is one JSON line, then the
+    /// tools/execute result. Approvals as for `call`. Exit code: 0 when every call is ok, 1 when
+    /// one failed, 2 when the batch could not run.
+    ///
+    /// Example: toold exec calls.json --json
+    Exec(exec::ExecArgs),
+    /// List the tools the daemon offers (or that a session's model may see).
+    ///
+    /// Example: toold tools --session s_0123456789abcdef
+    Tools(listing::ToolsArgs),
+    /// List the daemon's sessions.
+    ///
+    /// Example: toold sessions --json
+    Sessions(listing::SessionsArgs),
+    /// Say whether the daemon is up, with its version, socket, sessions and uptime.
+    ///
+    /// Exit code: 0 when it is up, 1 when it is not.
+    ///
+    /// Example: toold status --socket /tmp/toold-test/toold.sock
+    Status(status::StatusArgs),
+    /// Print a completion script for a shell.
+    ///
+    /// Example: toold completions bash > ~/.local/share/bash-completion/completions/toold
+    Completions {
+        /// The shell to complete for.
+        shell: clap_complete::Shell,
     },
 }
+
+/// What a subcommand that talks to the daemon reports through its exit code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    /// Exit 0: everything asked for succeeded.
+    Success,
+    /// Exit 1: a call failed, or the daemon is not up.
+    Failed,
+}
+
+/// Exit 2: the command could not do what was asked (usage, connection, a protocol error).
+const EXIT_ERROR: u8 = 2;
 
 /// Runs the `toold` command with the process's arguments.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    let outcome = match cli.command {
+    match cli.command {
         Command::Serve {
             socket,
             config,
             allow_root,
-        } => serve(socket, config, allow_root),
-        Command::CheckConfig { path } => config::check_config(path.as_deref())
-            .map(|summary| println!("{summary}"))
-            .map_err(anyhow::Error::from),
-    };
+        } => daemon_side(serve::serve(socket, config, allow_root)),
+        Command::CheckConfig { path } => daemon_side(
+            crate::config::check_config(path.as_deref())
+                .map(|summary| println!("{summary}"))
+                .map_err(anyhow::Error::from),
+        ),
+        Command::Connect(args) => client_side(connect::connect(&args).map(|()| Outcome::Success)),
+        Command::Call(args) => client_side(on_runtime(call::call(args))),
+        Command::Exec(args) => client_side(on_runtime(exec::exec(args))),
+        Command::Tools(args) => client_side(on_runtime(listing::tools(args))),
+        Command::Sessions(args) => client_side(on_runtime(listing::sessions(args))),
+        Command::Status(args) => client_side(on_runtime(status::status(args))),
+        Command::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "toold", &mut std::io::stdout());
+            ExitCode::SUCCESS
+        }
+    }
+}
+
+/// Runs a client subcommand on a runtime of its own. One thread is plenty for one connection.
+fn on_runtime(
+    command: impl std::future::Future<Output = anyhow::Result<Outcome>>,
+) -> anyhow::Result<Outcome> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|error| anyhow::anyhow!("cannot start the runtime: {error}"))?;
+    let outcome = runtime.block_on(command);
+    // An approval prompt still reading the terminal (its call was settled elsewhere) must not
+    // keep the process alive.
+    runtime.shutdown_background();
+    outcome
+}
+
+/// `serve` and `check-config`: 0, or 1 with the error.
+fn daemon_side(outcome: anyhow::Result<()>) -> ExitCode {
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
@@ -82,92 +171,14 @@ pub fn main() -> ExitCode {
     }
 }
 
-fn serve(
-    socket_flag: Option<PathBuf>,
-    config_path: Option<PathBuf>,
-    allow_root: bool,
-) -> anyhow::Result<()> {
-    socket::refuse_root(allow_root)?;
-    let config = Config::load(config_path.as_deref())?;
-    init_logging();
-    // Before the runtime's threads exist: only then can the LISTEN_* variables be removed.
-    let inherited = systemd::take_inherited_listener()?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the runtime")?;
-    runtime.block_on(async move {
-        let (listener, place) = match inherited {
-            Some(listener) => (
-                tokio::net::UnixListener::from_std(listener).context("cannot use the socket systemd passed")?,
-                "the socket systemd passed".to_owned(),
-            ),
-            None => {
-                let env = toold_protocol::SocketEnv::from_process();
-                let path = toold_protocol::resolve_socket_path(socket_flag.as_deref(), config.socket.as_deref(), &env);
-                (socket::bind_listener(&path)?, path.display().to_string())
-            }
-        };
-        let mut executor = Executor::new(Arc::new(Registry::with_builtins()));
-        executor.hooks = config.hooks.clone();
-        executor.limits = config.limits();
-        let store = SessionStore::new(SessionStore::default_dir().context("no directory for session state: set XDG_STATE_HOME or HOME")?);
-        let defaults = SessionDefaults {
-            env: config.env_for(PathBuf::from("/")),
-            config_rules: config.rules.clone(),
-            allow_bypass: config.allow_bypass,
-            home: permission::home_dir(),
-            log_capacity: EVENT_LOG_CAPACITY,
-        };
-        let sessions = SessionManager::new(defaults, Some(store));
-        let restored = sessions.restore();
-        let settings = Settings { allow_bypass: config.allow_bypass, max_message_bytes: config.max_message_bytes };
-        let daemon = Arc::new(Daemon::new(Arc::new(executor), sessions, settings));
-        let shutdown = CancellationToken::new();
-        tokio::spawn(stop_on_signal(shutdown.clone()));
-        let options = ServerOptions {
-            max_connections: config.max_connections,
-            max_message_bytes: config.max_message_bytes,
-            drain_grace: DRAIN_GRACE,
-            idle_ttl: config.session_idle_ttl,
-        };
-        systemd::spawn_watchdog();
-        tracing::info!(socket = %place, restored, version = env!("CARGO_PKG_VERSION"), "toold is serving");
-        // Not under systemd these are no-ops; failing to notify must not stop the daemon.
-        let _ = systemd::notify_status(&format!("serving on {place}"));
-        let _ = systemd::notify_ready();
-        run(listener, daemon, options, shutdown).await;
-        tracing::info!("toold stopped");
-        Ok(())
-    })
-}
-
-/// SIGTERM and SIGINT start the drain.
-async fn stop_on_signal(shutdown: CancellationToken) {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut interrupt)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        tracing::error!("cannot listen for SIGTERM and SIGINT; stop the daemon with SIGKILL");
-        return;
-    };
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM: draining"),
-        _ = interrupt.recv() => tracing::info!("SIGINT: draining"),
+/// The client subcommands: 0, 1, or 2 with the error.
+fn client_side(outcome: anyhow::Result<Outcome>) -> ExitCode {
+    match outcome {
+        Ok(Outcome::Success) => ExitCode::SUCCESS,
+        Ok(Outcome::Failed) => ExitCode::FAILURE,
+        Err(err) => {
+            eprintln!("toold: {err:#}");
+            ExitCode::from(EXIT_ERROR)
+        }
     }
-    let _ = systemd::notify_stopping();
-    shutdown.cancel();
-}
-
-/// Logs to stderr (the journal under systemd), filtered by `TOOLD_LOG` (default `info`).
-fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("TOOLD_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    use std::io::IsTerminal;
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr)
-        .init();
 }

@@ -162,8 +162,10 @@ impl From<JsonText> for Reply {
 /// Incoming traffic of one connection (the daemon's dispatch, a client's approval and hook
 /// handlers). `$/cancelRequest` is an ordinary notification here.
 pub trait Handler: Send + Sync + 'static {
-    /// An incoming request. Called on a task of its own; the returned future's value is sent
-    /// back as the response. A panic is answered `-32603`.
+    /// An incoming request. Called on the reader, in arrival order, so that what it does before
+    /// returning (such as recording an `initialize`) is done before the next message is read;
+    /// it must not block. The returned future runs on a task of its own, and its value is sent
+    /// back as the response. A panic in either is answered `-32603`.
     fn request(&self, peer: PeerHandle, request: Request) -> BoxFuture<'static, Reply>;
 
     /// An incoming notification, called on the reader in arrival order (so a

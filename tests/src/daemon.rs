@@ -30,6 +30,23 @@ pub fn toold_binary() -> PathBuf {
     binary
 }
 
+/// The `toold` command with its runtime, state, config and home directories under `root`
+/// (`root/run`, `root/state`, `root/config`, `root/home`), whether or not a daemon runs there.
+pub fn toold_command_in(root: &Path) -> Command {
+    let mut command = Command::new(toold_binary());
+    command
+        .env("XDG_RUNTIME_DIR", root.join("run"))
+        .env("XDG_STATE_HOME", root.join("state"))
+        .env("XDG_CONFIG_HOME", root.join("config"))
+        .env("HOME", root.join("home"))
+        .env("TOOLD_LOG", "info,toold=debug")
+        .env_remove("TOOLD_SOCKET")
+        .env_remove("NOTIFY_SOCKET")
+        .env_remove("LISTEN_FDS")
+        .env_remove("LISTEN_PID");
+    command
+}
+
 /// A daemon process and the directories it owns.
 pub struct TestDaemon {
     dir: tempfile::TempDir,
@@ -84,18 +101,7 @@ impl TestDaemon {
 
     /// The `toold` command with this daemon's environment.
     pub fn command(&self) -> Command {
-        let mut command = Command::new(toold_binary());
-        command
-            .env("XDG_RUNTIME_DIR", self.root.join("run"))
-            .env("XDG_STATE_HOME", self.root.join("state"))
-            .env("XDG_CONFIG_HOME", self.root.join("config"))
-            .env("HOME", self.root.join("home"))
-            .env("TOOLD_LOG", "info,toold=debug")
-            .env_remove("TOOLD_SOCKET")
-            .env_remove("NOTIFY_SOCKET")
-            .env_remove("LISTEN_FDS")
-            .env_remove("LISTEN_PID");
-        command
+        toold_command_in(&self.root)
     }
 
     fn spawn(&mut self) {

@@ -1288,7 +1288,16 @@ async fn a_burst_of_connections_cannot_exceed_max_connections() {
             .await;
         codes.push(response.get("error").map(|_| code_of(&response)));
     }
-    assert_eq!(codes, [None, Some(OVERLOADED), Some(OVERLOADED)]);
+    // At most the one free slot is used: the others are refused. (The slot of a connection
+    // that just left, such as the start-up probe, may still be held: then none is served.)
+    let served_in_burst = codes.iter().filter(|code| code.is_none()).count();
+    assert!(served_in_burst <= 1, "{codes:?}");
+    assert!(
+        codes
+            .iter()
+            .all(|code| code.is_none() || *code == Some(OVERLOADED)),
+        "{codes:?}"
+    );
     served.call_ok(1, "session/list", json!({})).await;
 }
 
@@ -1321,4 +1330,28 @@ async fn check_config_accepts_a_good_file_and_names_the_key_of_a_bad_one() {
     let (status, _, stderr) = run_to_end(command);
     assert!(!status.success(), "an unknown key is refused");
     assert!(stderr.contains("max_conections"), "{stderr}");
+}
+
+/// Requests written right behind `initialize`, in the same write, wait for it: none is refused
+/// as "not initialized", whatever order their handlers run in.
+#[tokio::test]
+async fn requests_written_right_behind_initialize_are_served() {
+    let daemon = TestDaemon::start();
+    for _ in 0..20 {
+        let mut connection = RawConnection::connect(&daemon.socket(), Wire::Ndjson).await;
+        let mut burst = String::new();
+        burst.push_str(&json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocol_version": 1}}).to_string());
+        burst.push('\n');
+        for id in 2..6 {
+            burst.push_str(
+                &json!({"jsonrpc": "2.0", "id": id, "method": "session/list"}).to_string(),
+            );
+            burst.push('\n');
+        }
+        connection.send_bytes(burst.as_bytes()).await;
+        for _ in 1..6 {
+            let response = connection.receive().await;
+            assert!(response.get("result").is_some(), "{response}");
+        }
+    }
 }

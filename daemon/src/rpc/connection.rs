@@ -43,6 +43,16 @@ pub trait Outbound: Send + Sync + 'static {
     fn is_closed(&self) -> bool;
 }
 
+/// Where a connection is in its `initialize` handshake.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Handshake {
+    /// No `initialize` yet: other requests get `-32002`.
+    Awaiting,
+    /// An `initialize` arrived and is being handled: requests after it wait for it.
+    Running,
+    Done,
+}
+
 /// What the client declared and what it owns; changed by its own requests.
 #[derive(Default)]
 struct ConnectionState {
@@ -70,6 +80,9 @@ pub struct Connection {
     id: u64,
     outbound: Arc<dyn Outbound>,
     state: Mutex<ConnectionState>,
+    /// Moved on in the order requests arrive, so that a request written right behind
+    /// `initialize` waits for it instead of being refused.
+    handshake: tokio::sync::watch::Sender<Handshake>,
 }
 
 impl Connection {
@@ -78,6 +91,7 @@ impl Connection {
             id,
             outbound,
             state: Mutex::new(ConnectionState::default()),
+            handshake: tokio::sync::watch::Sender::new(Handshake::Awaiting),
         }
     }
 
@@ -87,6 +101,43 @@ impl Connection {
 
     pub fn outbound(&self) -> &Arc<dyn Outbound> {
         &self.outbound
+    }
+
+    pub fn handshake(&self) -> Handshake {
+        *self.handshake.borrow()
+    }
+
+    /// An `initialize` arrived (called in arrival order); false if one already did.
+    pub fn begin_handshake(&self) -> bool {
+        self.handshake.send_if_modified(|state| {
+            let awaiting = *state == Handshake::Awaiting;
+            if awaiting {
+                *state = Handshake::Running;
+            }
+            awaiting
+        })
+    }
+
+    /// The `initialize` begun by [`begin_handshake`](Self::begin_handshake) ended; a failed one
+    /// (an unsupported version) may be sent again.
+    pub fn end_handshake(&self, succeeded: bool) {
+        self.handshake.send_replace(if succeeded {
+            Handshake::Done
+        } else {
+            Handshake::Awaiting
+        });
+    }
+
+    /// Waits for a running handshake; true if the connection is initialized.
+    pub async fn wait_for_handshake(&self) -> bool {
+        let mut watching = self.handshake.subscribe();
+        match watching
+            .wait_for(|state| *state != Handshake::Running)
+            .await
+        {
+            Ok(state) => *state == Handshake::Done,
+            Err(_) => false,
+        }
     }
 
     pub fn is_initialized(&self) -> bool {

@@ -22,7 +22,7 @@ use toold_protocol::peer::{
 use toold_protocol::{ErrorObject, Notification, Request, methods};
 
 use super::socket::peer_allowed;
-use crate::rpc::connection::{Connection, Outbound, OutboundError, OutboundFuture};
+use crate::rpc::connection::{Connection, Handshake, Outbound, OutboundError, OutboundFuture};
 use crate::rpc::{Daemon, dispatch, handlers};
 
 /// How the server runs.
@@ -206,18 +206,17 @@ async fn serve_connection(_slot: OpenSlot, stream: UnixStream, shared: Shared, o
         max_message_bytes,
         ..PeerOptions::server()
     };
+    let id = NEXT_CONNECTION.fetch_add(1, Ordering::Relaxed);
     let handler = Arc::new(ConnectionHandler {
+        id,
         methods,
-        connection: Arc::new(OnceLock::new()),
+        connection: OnceLock::new(),
         overloaded,
         requests,
     });
     let (peer, mut task) = Peer::spawn(reader, writer, options, handler.clone());
-    let id = NEXT_CONNECTION.fetch_add(1, Ordering::Relaxed);
-    let connection = Arc::new(Connection::new(id, Arc::new(PeerOutbound(peer.clone()))));
-    // The peer reads from the moment it is spawned, before this cell is set: requests that
-    // arrive first wait for it (see `ConnectionHandler::request`).
-    let _ = handler.connection.set(Arc::clone(&connection));
+    // The peer reads from the moment it is spawned: its first request may have set this up.
+    let connection = handler.connection(&peer);
     daemon.connection_opened(Arc::clone(&connection));
     tracing::debug!(connection = id, "connection opened");
     let reason = tokio::select! {
@@ -243,27 +242,31 @@ async fn serve_connection(_slot: OpenSlot, stream: UnixStream, shared: Shared, o
 
 /// Incoming traffic of one connection.
 struct ConnectionHandler {
+    id: u64,
     methods: Methods,
-    /// Set right after the peer is spawned; shared with the request futures that wait for it.
-    connection: Arc<OnceLock<Arc<Connection>>>,
+    /// Made by whichever comes first: the first request, or the accept loop right after
+    /// spawning the peer (both have the peer's handle).
+    connection: OnceLock<Arc<Connection>>,
     /// Over `max_connections`: every request is answered `-32001`.
     overloaded: bool,
     /// Every request being handled, for the drain to wait on.
     requests: TaskTracker,
 }
 
-/// Waits until the connection is set up (it is, microseconds after the peer starts).
-async fn connection_of(cell: &OnceLock<Arc<Connection>>) -> Arc<Connection> {
-    loop {
-        if let Some(connection) = cell.get() {
-            return Arc::clone(connection);
-        }
-        tokio::task::yield_now().await;
+impl ConnectionHandler {
+    fn connection(&self, peer: &PeerHandle) -> Arc<Connection> {
+        let connection = self.connection.get_or_init(|| {
+            Arc::new(Connection::new(
+                self.id,
+                Arc::new(PeerOutbound(peer.clone())),
+            ))
+        });
+        Arc::clone(connection)
     }
 }
 
 impl Handler for ConnectionHandler {
-    fn request(&self, _peer: PeerHandle, request: Request) -> BoxFuture<'static, Reply> {
+    fn request(&self, peer: PeerHandle, request: Request) -> BoxFuture<'static, Reply> {
         if self.overloaded {
             return Box::pin(async {
                 Reply::error(ErrorObject::overloaded(
@@ -271,24 +274,27 @@ impl Handler for ConnectionHandler {
                 ))
             });
         }
+        let connection = self.connection(&peer);
+        // The handshake moves on here, in arrival order: a request written right behind
+        // `initialize` waits for it rather than being refused.
+        let initializing = request.method == methods::INITIALIZE && connection.begin_handshake();
+        if request.method != methods::INITIALIZE && connection.handshake() == Handshake::Awaiting {
+            return Box::pin(std::future::ready(Reply::error(
+                ErrorObject::not_initialized(&request.method),
+            )));
+        }
         let methods = self.methods.clone();
-        let cell = Arc::clone(&self.connection);
         let id = serde_json::to_value(&request.id).unwrap_or(Value::Null);
         // Tracked so that the drain can wait for every answer before closing connections.
         Box::pin(self.requests.track_future(async move {
-            let connection = connection_of(&cell).await;
-            if !connection.is_initialized() && request.method != methods::INITIALIZE {
+            if request.method != methods::INITIALIZE && !connection.wait_for_handshake().await {
                 return Reply::error(ErrorObject::not_initialized(&request.method));
             }
             let started = std::time::Instant::now();
-            let outcome = dispatch::call(
-                &methods,
-                &connection,
-                &id,
-                &request.method,
-                request.params.as_ref(),
-            )
-            .await;
+            let outcome = dispatch::call(&methods, &connection, &id, &request.method, request.params.as_ref()).await;
+            if initializing {
+                connection.end_handshake(outcome.is_ok());
+            }
             tracing::debug!(
                 connection = connection.id(),
                 method = %request.method,

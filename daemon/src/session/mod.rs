@@ -4,6 +4,7 @@
 
 pub mod approvals;
 pub mod log;
+pub mod managed;
 pub mod manager;
 pub mod store;
 

@@ -173,9 +173,9 @@ impl<R: AsyncRead + Unpin + Send + 'static> Reader<R> {
         match self.in_flight_permit() {
             Some(permit) => {
                 let peer = self.peer.clone();
-                let handler = Arc::clone(&self.handler);
+                let answering = answer(peer.clone(), &self.handler, request);
                 tokio::spawn(async move {
-                    let text = answer(peer.clone(), handler, request).await;
+                    let text = answering.await;
                     // A closed connection cannot take the answer; the handler's work is done.
                     let _ = peer.send_text(text).await;
                     drop(permit);
@@ -252,10 +252,9 @@ impl<R: AsyncRead + Unpin + Send + 'static> Reader<R> {
         match self.in_flight_permit() {
             Some(permit) => {
                 let id = request.id.clone();
-                let peer = self.peer.clone();
-                let handler = Arc::clone(&self.handler);
+                let answering = answer(self.peer.clone(), &self.handler, request);
                 let task = tokio::spawn(async move {
-                    let text = answer(peer, handler, request).await;
+                    let text = answering.await;
                     drop(permit);
                     text
                 });
@@ -319,31 +318,40 @@ fn overloaded(id: Id) -> Response {
     )
 }
 
-/// Runs the handler for one request, turning a panic into a `-32603` answer.
-async fn answer(peer: PeerHandle, handler: Arc<dyn Handler>, request: Request) -> JsonText {
+/// Calls the handler for one request, here and now: whatever it does before returning its
+/// future happens in the order requests arrived (an `initialize` is recorded before the next
+/// request is looked at). The returned future runs the rest; a panic anywhere becomes `-32603`.
+fn answer(
+    peer: PeerHandle,
+    handler: &Arc<dyn Handler>,
+    request: Request,
+) -> impl Future<Output = JsonText> + Send + 'static {
     let id = request.id.clone();
     let method = request.method.clone();
     let connection = peer.connection_id();
-    let reply = match catch_unwind(AssertUnwindSafe(|| handler.request(peer, request))) {
-        Ok(future) => CatchUnwind(future).await,
-        Err(payload) => Err(payload),
-    };
-    match reply {
-        Ok(Reply::Outcome(outcome)) => render(&Response { id, outcome }),
-        Ok(Reply::Rendered(text)) => text,
-        Err(payload) => {
-            tracing::error!(
-                connection,
-                method,
-                panic = panic_message(payload.as_ref()),
-                "a request handler panicked"
-            );
-            render(&Response::error(
-                id,
-                ErrorObject::internal_error(format!(
-                    "the handler of {method:?} failed unexpectedly; the log has details"
-                )),
-            ))
+    let started = catch_unwind(AssertUnwindSafe(|| handler.request(peer, request)));
+    async move {
+        let reply = match started {
+            Ok(future) => CatchUnwind(future).await,
+            Err(payload) => Err(payload),
+        };
+        match reply {
+            Ok(Reply::Outcome(outcome)) => render(&Response { id, outcome }),
+            Ok(Reply::Rendered(text)) => text,
+            Err(payload) => {
+                tracing::error!(
+                    connection,
+                    method,
+                    panic = panic_message(payload.as_ref()),
+                    "a request handler panicked"
+                );
+                render(&Response::error(
+                    id,
+                    ErrorObject::internal_error(format!(
+                        "the handler of {method:?} failed unexpectedly; the log has details"
+                    )),
+                ))
+            }
         }
     }
 }

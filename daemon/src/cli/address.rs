@@ -1,0 +1,49 @@
+//! Where the client subcommands find the daemon: the same socket resolution as `toold serve`
+//! (`--socket`, `$TOOLD_SOCKET`, the config's `socket`, the runtime directory).
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Args;
+
+use toold_protocol::{SocketEnv, resolve_socket_path};
+
+use crate::config::Config;
+
+/// The options every subcommand that talks to the daemon takes.
+#[derive(Args, Debug, Clone, Default)]
+pub struct DaemonAddress {
+    /// The daemon's socket [default: $TOOLD_SOCKET, the config's `socket`, or
+    /// $XDG_RUNTIME_DIR/toold/toold.sock]
+    #[arg(long, value_name = "PATH")]
+    pub socket: Option<PathBuf>,
+    /// The configuration file whose `socket` key is read [default:
+    /// $XDG_CONFIG_HOME/toold/config.toml]
+    #[arg(long, value_name = "PATH")]
+    pub config: Option<PathBuf>,
+}
+
+impl DaemonAddress {
+    /// The socket path, resolved in the daemon's order. The config file is read only when
+    /// neither `--socket` nor `$TOOLD_SOCKET` names the socket, so a config being edited does
+    /// not stop a command that does not need it.
+    pub fn socket_path(&self) -> anyhow::Result<PathBuf> {
+        let env = SocketEnv::from_process();
+        let named_before_config = self
+            .socket
+            .as_ref()
+            .is_some_and(|path| !path.as_os_str().is_empty())
+            || env
+                .toold_socket
+                .as_ref()
+                .is_some_and(|path| !path.is_empty());
+        if named_before_config {
+            return Ok(resolve_socket_path(self.socket.as_deref(), None, &env));
+        }
+        let config = Config::load(self.config.as_deref()).context(
+            "cannot read the config file to find the daemon's socket; fix it (`toold \
+             check-config` says how) or name the socket with --socket",
+        )?;
+        Ok(resolve_socket_path(None, config.socket.as_deref(), &env))
+    }
+}

@@ -1,0 +1,208 @@
+//! How `toold call` and `toold exec` answer `approval/request`: on a terminal they ask the
+//! person (`[y] once / [s] session / [n] deny / [a] abort`); without one they deny, unless
+//! `--yes` allows each call once.
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::sync::Arc;
+
+use toold_protocol::{ApprovalAnswer, ApprovalDecision, ApprovalRequestParams};
+
+/// Who decides the approvals of this command's batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ApprovalPolicy {
+    /// Ask on the terminal: stdin and stderr are both TTYs.
+    AskOnTerminal,
+    /// `--yes`: allow each call once.
+    AllowOnce,
+    /// No terminal and no `--yes`: deny, saying how to allow.
+    Deny,
+}
+
+impl ApprovalPolicy {
+    /// `--yes` wins; otherwise ask when stdin and stderr are terminals, else deny.
+    pub fn choose(yes: bool) -> Self {
+        if yes {
+            ApprovalPolicy::AllowOnce
+        } else if std::io::stdin().is_terminal() && std::io::stderr().is_terminal() {
+            ApprovalPolicy::AskOnTerminal
+        } else {
+            ApprovalPolicy::Deny
+        }
+    }
+}
+
+/// The message a denied call's model (and the person reading the result) sees.
+pub const DENIED_WITHOUT_TERMINAL: &str = "denied by `toold`: no terminal to ask on (stdin and \
+     stderr are not both terminals); rerun with --yes to allow each call once, or add an allow \
+     rule for it to the config";
+
+/// Decides one approval request by `policy`. Asking happens on a blocking thread, one prompt
+/// at a time (`prompt_lock`), so two requests never share the terminal.
+pub async fn decide(
+    policy: ApprovalPolicy,
+    request: ApprovalRequestParams,
+    prompt_lock: Arc<tokio::sync::Mutex<()>>,
+) -> ApprovalAnswer {
+    match policy {
+        ApprovalPolicy::AllowOnce => ApprovalAnswer::new(ApprovalDecision::AllowOnce),
+        ApprovalPolicy::Deny => ApprovalAnswer {
+            message: Some(DENIED_WITHOUT_TERMINAL.to_owned()),
+            ..ApprovalAnswer::new(ApprovalDecision::Deny)
+        },
+        ApprovalPolicy::AskOnTerminal => {
+            let _one_prompt_at_a_time = prompt_lock.lock().await;
+            let asked = tokio::task::spawn_blocking(move || {
+                ask(
+                    &request,
+                    &mut std::io::stdin().lock(),
+                    &mut std::io::stderr(),
+                )
+            })
+            .await;
+            // The blocking task only fails if it panicked: deny rather than run unasked.
+            asked.unwrap_or_else(|_| ApprovalAnswer {
+                message: Some("denied: the approval prompt failed".to_owned()),
+                ..ApprovalAnswer::new(ApprovalDecision::Deny)
+            })
+        }
+    }
+}
+
+/// Shows the call and the reason on `prompt`, reads choices from `input` until one is valid.
+/// The end of input denies.
+pub fn ask(
+    request: &ApprovalRequestParams,
+    input: &mut impl BufRead,
+    prompt: &mut impl Write,
+) -> ApprovalAnswer {
+    // A terminal that cannot be written to still gets its answer read: ignore write errors.
+    let _ = write!(prompt, "{}", describe(request));
+    loop {
+        let _ = write!(prompt, "[y] once / [s] session / [n] deny / [a] abort? ");
+        let _ = prompt.flush();
+        let mut line = String::new();
+        match input.read_line(&mut line) {
+            Ok(0) | Err(_) => {
+                let _ = writeln!(prompt);
+                return ApprovalAnswer {
+                    message: Some("denied: the terminal closed before an answer".to_owned()),
+                    ..ApprovalAnswer::new(ApprovalDecision::Deny)
+                };
+            }
+            Ok(_) => {}
+        }
+        match parse_choice(&line) {
+            Some(ApprovalDecision::Deny) => {
+                return ApprovalAnswer {
+                    message: Some("denied by the user".to_owned()),
+                    ..ApprovalAnswer::new(ApprovalDecision::Deny)
+                };
+            }
+            Some(decision) => return ApprovalAnswer::new(decision),
+            None => {
+                let _ = writeln!(
+                    prompt,
+                    "please answer y (allow once), s (allow for the session), n (deny) or a \
+                     (abort the batch)"
+                );
+            }
+        }
+    }
+}
+
+/// The call, its arguments and why it needs approval, as the prompt shows them.
+pub fn describe(request: &ApprovalRequestParams) -> String {
+    let arguments = serde_json::to_string(&request.call.arguments)
+        .unwrap_or_else(|_| request.call.arguments.to_string());
+    let mut text = format!(
+        "\ntoold: {} needs your approval (call {})\n  arguments: {arguments}\n  reason:    {}\n",
+        request.call.name, request.call.id, request.reason
+    );
+    if !request.suggestions.is_empty() {
+        text.push_str(&format!(
+            "  [s] grants this session: {}\n",
+            request.suggestions.join(", ")
+        ));
+    }
+    text
+}
+
+/// A typed answer: `y`/`yes`, `s`/`session`, `n`/`no`, `a`/`abort`, any case.
+pub fn parse_choice(line: &str) -> Option<ApprovalDecision> {
+    match line.trim().to_ascii_lowercase().as_str() {
+        "y" | "yes" | "o" | "once" => Some(ApprovalDecision::AllowOnce),
+        "s" | "session" => Some(ApprovalDecision::AllowSession),
+        "n" | "no" | "deny" => Some(ApprovalDecision::Deny),
+        "a" | "abort" => Some(ApprovalDecision::Abort),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use toold_protocol::{Safety, ToolCall};
+
+    fn request() -> ApprovalRequestParams {
+        ApprovalRequestParams {
+            session_id: "s_1".into(),
+            batch_id: "b_1".into(),
+            approval_id: "a_1".into(),
+            call: ToolCall::new("call_1", "run_command", json!({"command": "rm -rf build"})),
+            safety: Safety::SideEffect,
+            reason: "no allow rule matches run_command(rm -rf build)".into(),
+            suggestions: vec!["run_command(rm -rf build)".into()],
+        }
+    }
+
+    #[test]
+    fn choices() {
+        let cases = [
+            ("y\n", Some(ApprovalDecision::AllowOnce)),
+            (" Yes ", Some(ApprovalDecision::AllowOnce)),
+            ("s", Some(ApprovalDecision::AllowSession)),
+            ("N\n", Some(ApprovalDecision::Deny)),
+            ("a", Some(ApprovalDecision::Abort)),
+            ("", None),
+            ("maybe", None),
+        ];
+        for (line, expected) in cases {
+            assert_eq!(parse_choice(line), expected, "{line:?}");
+        }
+    }
+
+    #[test]
+    fn asks_again_until_an_answer_is_valid() {
+        let mut prompt = Vec::new();
+        let answer = ask(&request(), &mut "what\ns\n".as_bytes(), &mut prompt);
+        assert_eq!(answer, ApprovalAnswer::new(ApprovalDecision::AllowSession));
+        let shown = String::from_utf8(prompt).unwrap();
+        assert!(
+            shown.contains("run_command needs your approval (call call_1)"),
+            "{shown}"
+        );
+        assert!(
+            shown.contains("arguments: {\"command\":\"rm -rf build\"}"),
+            "{shown}"
+        );
+        assert!(
+            shown.contains("reason:    no allow rule matches"),
+            "{shown}"
+        );
+        assert_eq!(
+            shown.matches("[y] once / [s] session").count(),
+            2,
+            "{shown}"
+        );
+    }
+
+    #[test]
+    fn the_end_of_input_denies() {
+        let answer = ask(&request(), &mut "".as_bytes(), &mut Vec::new());
+        assert_eq!(answer.decision, ApprovalDecision::Deny);
+        let answer = ask(&request(), &mut "n\n".as_bytes(), &mut Vec::new());
+        assert_eq!(answer.decision, ApprovalDecision::Deny);
+        assert_eq!(answer.message.as_deref(), Some("denied by the user"));
+    }
+}

@@ -1,0 +1,113 @@
+//! `toold serve`: runs the daemon on its socket until SIGTERM or SIGINT, then drains.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::batch::Executor;
+use crate::config::Config;
+use crate::rpc::{Daemon, Settings};
+use crate::server::run::{ServerOptions, run};
+use crate::server::{socket, systemd};
+use crate::session::manager::{SessionDefaults, SessionManager};
+use crate::session::store::SessionStore;
+use crate::{Registry, permission};
+use anyhow::Context;
+use tokio_util::sync::CancellationToken;
+
+/// How long running batches may finish after SIGTERM before they are canceled.
+const DRAIN_GRACE: Duration = Duration::from_secs(10);
+
+/// Events each session keeps for replay after a reconnect.
+const EVENT_LOG_CAPACITY: usize = 10_000;
+
+/// Runs the daemon; returns once it has drained after a signal.
+pub fn serve(
+    socket_flag: Option<PathBuf>,
+    config_path: Option<PathBuf>,
+    allow_root: bool,
+) -> anyhow::Result<()> {
+    socket::refuse_root(allow_root)?;
+    let config = Config::load(config_path.as_deref())?;
+    init_logging();
+    // Before the runtime's threads exist: only then can the LISTEN_* variables be removed.
+    let inherited = systemd::take_inherited_listener()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the runtime")?;
+    runtime.block_on(async move {
+        let (listener, place) = match inherited {
+            Some(listener) => (
+                tokio::net::UnixListener::from_std(listener).context("cannot use the socket systemd passed")?,
+                "the socket systemd passed".to_owned(),
+            ),
+            None => {
+                let env = toold_protocol::SocketEnv::from_process();
+                let path = toold_protocol::resolve_socket_path(socket_flag.as_deref(), config.socket.as_deref(), &env);
+                (socket::bind_listener(&path)?, path.display().to_string())
+            }
+        };
+        let mut executor = Executor::new(Arc::new(Registry::with_builtins()));
+        executor.hooks = config.hooks.clone();
+        executor.limits = config.limits();
+        let store = SessionStore::new(SessionStore::default_dir().context("no directory for session state: set XDG_STATE_HOME or HOME")?);
+        let defaults = SessionDefaults {
+            env: config.env_for(PathBuf::from("/")),
+            config_rules: config.rules.clone(),
+            allow_bypass: config.allow_bypass,
+            home: permission::home_dir(),
+            log_capacity: EVENT_LOG_CAPACITY,
+        };
+        let sessions = SessionManager::new(defaults, Some(store));
+        let restored = sessions.restore();
+        let settings = Settings { allow_bypass: config.allow_bypass, max_message_bytes: config.max_message_bytes };
+        let daemon = Arc::new(Daemon::new(Arc::new(executor), sessions, settings));
+        let shutdown = CancellationToken::new();
+        tokio::spawn(stop_on_signal(shutdown.clone()));
+        let options = ServerOptions {
+            max_connections: config.max_connections,
+            max_message_bytes: config.max_message_bytes,
+            drain_grace: DRAIN_GRACE,
+            idle_ttl: config.session_idle_ttl,
+        };
+        systemd::spawn_watchdog();
+        tracing::info!(socket = %place, restored, version = env!("CARGO_PKG_VERSION"), "toold is serving");
+        // Not under systemd these are no-ops; failing to notify must not stop the daemon.
+        let _ = systemd::notify_status(&format!("serving on {place}"));
+        let _ = systemd::notify_ready();
+        run(listener, daemon, options, shutdown).await;
+        tracing::info!("toold stopped");
+        Ok(())
+    })
+}
+
+/// SIGTERM and SIGINT start the drain.
+async fn stop_on_signal(shutdown: CancellationToken) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut interrupt)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        tracing::error!("cannot listen for SIGTERM and SIGINT; stop the daemon with SIGKILL");
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM: draining"),
+        _ = interrupt.recv() => tracing::info!("SIGINT: draining"),
+    }
+    let _ = systemd::notify_stopping();
+    shutdown.cancel();
+}
+
+/// Logs to stderr (the journal under systemd), filtered by `TOOLD_LOG` (default `info`).
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("TOOLD_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    use std::io::IsTerminal;
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr)
+        .init();
+}

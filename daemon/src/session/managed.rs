@@ -1,0 +1,353 @@
+//! One session as the daemon manages it: the session itself, its event log and approval
+//! board, the connections attached to it (each with a task that forwards the log to it), its
+//! running batches, and its saves, which land in order.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use toold_protocol::{OnDisconnect, SessionEnv, SessionSnapshot};
+
+use super::approvals::{ApprovalBoard, BoardApprover};
+use super::log::EventLog;
+use super::store::{SessionRecord, SessionStore};
+use super::{Session, SessionPeers};
+use crate::batch::BatchControl;
+use crate::hooks::ClientHooks;
+use crate::rpc::connection::Connection;
+use crate::rpc::peers::ConnectionHooks;
+
+/// A batch running in a session.
+pub(super) struct RunningBatch {
+    pub(super) control: BatchControl,
+    pub(super) call_ids: Vec<String>,
+    /// The connection that submitted it, for `on_disconnect`.
+    pub(super) submitter: u64,
+}
+
+/// A connection attached to a session, and the task forwarding it the session's events.
+pub(super) struct Attachment {
+    connection: Arc<Connection>,
+    stop: CancellationToken,
+    /// The `seq` of the last event sent to the connection.
+    sent: watch::Receiver<u64>,
+}
+
+pub(super) struct Meta {
+    pub(super) title: Option<String>,
+    pub(super) on_disconnect: OnDisconnect,
+    pub(super) created_at: String,
+    pub(super) attached: BTreeMap<u64, Attachment>,
+    pub(super) running: BTreeMap<String, RunningBatch>,
+    /// Since when nobody is attached and nothing runs (for `session_idle_ttl`).
+    pub(super) idle_since: Option<Instant>,
+}
+
+/// One session, as the daemon manages it.
+pub struct ManagedSession {
+    pub session: Arc<Session>,
+    pub log: Arc<EventLog>,
+    pub approvals: Arc<ApprovalBoard>,
+    pub(super) meta: Mutex<Meta>,
+    /// Numbers each save request, so that a slow older save never overwrites a newer one.
+    pub(super) requested_saves: AtomicU64,
+    /// Held while a save writes: the generation on disk, and whether the session was closed
+    /// (then nothing may write its file again).
+    pub(super) saved: Mutex<SaveState>,
+}
+
+#[derive(Default)]
+pub(super) struct SaveState {
+    written: u64,
+    closed: bool,
+}
+
+impl ManagedSession {
+    pub(super) fn write_record(
+        &self,
+        store: &SessionStore,
+        record: &SessionRecord,
+        generation: u64,
+    ) {
+        let mut saved = self
+            .saved
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if saved.closed || saved.written > generation {
+            return;
+        }
+        if let Err(err) = store.save(record) {
+            tracing::error!(session = self.id(), %err, "cannot persist the session");
+        }
+        saved.written = generation;
+    }
+
+    pub(super) fn remove_record(&self, store: &SessionStore) {
+        let mut saved = self
+            .saved
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        saved.closed = true;
+        if let Err(err) = store.remove(self.id()) {
+            tracing::warn!(session = self.id(), %err, "cannot remove the session's state file");
+        }
+    }
+
+    pub(super) fn lock(&self) -> MutexGuard<'_, Meta> {
+        // Changes are single inserts, removes and assignments: a poisoned lock stays consistent.
+        self.meta
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    pub fn id(&self) -> &str {
+        self.session.id()
+    }
+
+    pub fn on_disconnect(&self) -> OnDisconnect {
+        self.lock().on_disconnect
+    }
+
+    /// The session as `session/*` methods return it.
+    pub fn snapshot(&self) -> SessionSnapshot {
+        let state = self.session.state();
+        let meta = self.lock();
+        SessionSnapshot {
+            session_id: self.id().to_owned(),
+            title: meta.title.clone(),
+            cwd: state.env.cwd.clone(),
+            roots: state.env.roots.clone(),
+            mode: state.mode,
+            allowed_tools: state.allowed_tools.clone(),
+            rules: state.rules.clone(),
+            env: SessionEnv {
+                timeout_ms: state.env.timeout_ms,
+                max_output_bytes: state.env.max_output_bytes as u64,
+                max_read_bytes: state.env.max_read_bytes as u64,
+            },
+            command_env: state.env.command_env.clone(),
+            grants: state.grants.clone(),
+            attached: meta.attached.len() as u64,
+            running_batches: meta.running.keys().cloned().collect(),
+            last_seq: self.log.last_seq(),
+            created_at: meta.created_at.clone(),
+            on_disconnect: meta.on_disconnect,
+            replay_truncated: false,
+        }
+    }
+
+    pub(super) fn record(&self) -> SessionRecord {
+        let snapshot = self.snapshot();
+        SessionRecord::from_snapshot(&snapshot)
+    }
+
+    /// Attaches a connection: a task forwards it every event after `after_seq` (the retained
+    /// ones first), and it joins the approvers and hooks if it declared them. Returns whether
+    /// events it asked for were already dropped.
+    pub fn attach(self: &Arc<Self>, connection: &Arc<Connection>, after_seq: Option<u64>) -> bool {
+        let from = after_seq.unwrap_or_else(|| self.log.last_seq());
+        let mut reader = self.log.reader(from);
+        // Events already dropped are skipped here, so that the watermark `flushed` waits on
+        // starts past them (a restored session retains none of its old events).
+        let truncated = reader.take_lag().is_some();
+        let stop = CancellationToken::new();
+        let (sent_tx, sent) = watch::channel(reader.position());
+        let target = Arc::clone(connection);
+        let session_id = self.id().to_owned();
+        let until = stop.clone();
+        tokio::spawn(async move {
+            loop {
+                let next = tokio::select! {
+                    next = reader.next() => next,
+                    () = until.cancelled() => return,
+                };
+                let event = match next {
+                    Some(Ok(event)) => event,
+                    Some(Err(lagged)) => {
+                        tracing::warn!(session = %session_id, connection = target.id(), ?lagged, "a connection fell behind the event log; it continues from the oldest retained event");
+                        continue;
+                    }
+                    None => return,
+                };
+                let seq = event.seq();
+                let params = match event.params() {
+                    Ok(params) => params,
+                    Err(err) => {
+                        tracing::error!(session = %session_id, %err, "cannot encode an event");
+                        continue;
+                    }
+                };
+                let delivered = tokio::select! {
+                    delivered = target.outbound().notify(event.method(), params) => delivered,
+                    () = until.cancelled() => return,
+                };
+                if delivered.is_err() {
+                    return;
+                }
+                // Nobody listening is fine: the attachment may be gone already.
+                let _ = sent_tx.send(seq);
+            }
+        });
+        let previous = self.lock().attached.insert(
+            connection.id(),
+            Attachment {
+                connection: Arc::clone(connection),
+                stop,
+                sent,
+            },
+        );
+        if let Some(previous) = previous {
+            previous.stop.cancel();
+        }
+        self.lock().idle_since = None;
+        if connection.approves() {
+            self.approvals.add_approver(Arc::clone(connection));
+        }
+        self.refresh_peers();
+        truncated
+    }
+
+    /// Detaches a connection; false if it was not attached.
+    pub fn detach(&self, connection_id: u64) -> bool {
+        let removed = self.lock().attached.remove(&connection_id);
+        let Some(attachment) = removed else {
+            return false;
+        };
+        attachment.stop.cancel();
+        self.approvals.remove_approver(connection_id);
+        self.refresh_peers();
+        self.mark_idle_if_unused();
+        true
+    }
+
+    /// Waits until the connection has been sent every event up to `seq` (or is no longer
+    /// attached): responses that must follow their events wait on this.
+    pub async fn flushed(&self, connection_id: u64, seq: u64) {
+        let sent = self
+            .lock()
+            .attached
+            .get(&connection_id)
+            .map(|attachment| attachment.sent.clone());
+        if let Some(mut sent) = sent {
+            // An error means the forwarder ended (detached, connection gone): nothing to wait for.
+            let _ = sent.wait_for(|sent| *sent >= seq).await;
+        }
+    }
+
+    /// The hooks and approver of the session are its attached connections that declared them.
+    fn refresh_peers(&self) {
+        let connections: Vec<Arc<Connection>> = self
+            .lock()
+            .attached
+            .values()
+            .map(|attachment| Arc::clone(&attachment.connection))
+            .collect();
+        let hooks: Vec<Arc<dyn ClientHooks>> = connections
+            .into_iter()
+            .filter(|connection| {
+                connection.hooks(toold_protocol::HookEvent::PreToolUse)
+                    || connection.hooks(toold_protocol::HookEvent::PostToolUse)
+            })
+            .map(|connection| Arc::new(ConnectionHooks(connection)) as Arc<dyn ClientHooks>)
+            .collect();
+        let approver = self.approvals.has_approvers().then(|| {
+            Arc::new(BoardApprover(Arc::clone(&self.approvals)))
+                as Arc<dyn crate::approval::Approver>
+        });
+        self.session.set_peers(SessionPeers { approver, hooks });
+    }
+
+    pub fn start_batch(
+        &self,
+        batch_id: &str,
+        control: BatchControl,
+        call_ids: Vec<String>,
+        submitter: u64,
+    ) {
+        let mut meta = self.lock();
+        meta.running.insert(
+            batch_id.to_owned(),
+            RunningBatch {
+                control,
+                call_ids,
+                submitter,
+            },
+        );
+        meta.idle_since = None;
+    }
+
+    pub fn end_batch(&self, batch_id: &str) {
+        self.lock().running.remove(batch_id);
+        self.mark_idle_if_unused();
+    }
+
+    /// `tools/cancel`: the batch (or every running batch), or only the named calls; returns the
+    /// ids of the calls it reached.
+    pub fn cancel(&self, batch_id: Option<&str>, call_ids: Option<&[String]>) -> Vec<String> {
+        let meta = self.lock();
+        let mut canceled = Vec::new();
+        for (id, batch) in &meta.running {
+            if batch_id.is_some_and(|wanted| wanted != id) {
+                continue;
+            }
+            for (index, call_id) in batch.call_ids.iter().enumerate() {
+                let wanted = call_ids.is_none_or(|wanted| wanted.contains(call_id));
+                if wanted && !batch.control.is_finished(index) {
+                    batch.control.calls[index].cancel();
+                    canceled.push(call_id.clone());
+                }
+            }
+            if call_ids.is_none() {
+                batch.control.batch.cancel();
+            }
+        }
+        canceled
+    }
+
+    /// Cancels the batches a departed connection submitted, unless the session says continue.
+    pub(super) fn connection_gone(&self, connection_id: u64) {
+        if self.on_disconnect() == OnDisconnect::Cancel {
+            for batch in self
+                .lock()
+                .running
+                .values()
+                .filter(|batch| batch.submitter == connection_id)
+            {
+                batch.control.batch.cancel();
+            }
+        }
+        self.detach(connection_id);
+    }
+
+    fn mark_idle_if_unused(&self) {
+        let mut meta = self.lock();
+        if meta.attached.is_empty() && meta.running.is_empty() && meta.idle_since.is_none() {
+            meta.idle_since = Some(Instant::now());
+        }
+    }
+
+    pub(super) fn idle_for(&self) -> Option<Duration> {
+        self.lock().idle_since.map(|since| since.elapsed())
+    }
+
+    pub(super) fn has_running(&self) -> bool {
+        !self.lock().running.is_empty()
+    }
+
+    pub(super) fn close(&self) {
+        let mut meta = self.lock();
+        for batch in meta.running.values() {
+            batch.control.batch.cancel();
+        }
+        for attachment in meta.attached.values() {
+            attachment.stop.cancel();
+            attachment.connection.detach(self.session.id());
+        }
+        meta.attached.clear();
+        drop(meta);
+        self.log.close();
+    }
+}

@@ -1,0 +1,122 @@
+//! Tests of the command-line analysis: the forms rules match, and what makes a line opaque.
+
+use super::*;
+
+fn forms(line: &str) -> Vec<Vec<String>> {
+    analyze(line)
+        .commands
+        .into_iter()
+        .map(|command| command.match_forms)
+        .collect()
+}
+
+fn allow_forms(line: &str) -> Vec<Vec<String>> {
+    analyze(line)
+        .commands
+        .into_iter()
+        .map(|command| command.allow_forms)
+        .collect()
+}
+
+#[test]
+fn simple_lines_split_into_their_commands() {
+    let analysis = analyze("git status && cargo test -p x; ls | wc -l");
+    assert!(analysis.opaque.is_empty(), "{:?}", analysis.opaque);
+    let allow: Vec<String> = analysis
+        .commands
+        .iter()
+        .map(|c| c.allow_forms[0].clone())
+        .collect();
+    assert_eq!(allow, ["git status", "cargo test -p x", "ls", "wc -l"]);
+}
+
+#[test]
+fn quotes_and_escapes_are_removed() {
+    assert_eq!(forms("\"rm\" x")[0][0], "rm x");
+    assert_eq!(forms("\\rm x")[0][0], "rm x");
+    assert_eq!(forms("r'm' 'a b'")[0][0], "rm a b");
+}
+
+#[test]
+fn paths_wrappers_and_assignments_reach_the_real_command() {
+    assert!(forms("/usr/bin/rm -rf x")[0].contains(&"rm -rf x".to_owned()));
+    assert!(forms("FOO=1 rm x")[0].contains(&"rm x".to_owned()));
+    assert!(forms("timeout -s KILL 5 nice -n 3 rm x")[0].contains(&"rm x".to_owned()));
+    assert!(forms("env -i A=1 rm x")[0].contains(&"rm x".to_owned()));
+    assert!(forms("xargs -0 -n 1 rm < list")[0].contains(&"rm".to_owned()));
+    assert_eq!(allow_forms("timeout 5 cargo test"), [["cargo test"]]);
+    assert_eq!(
+        allow_forms("PATH=/tmp/x git status"),
+        [["PATH=/tmp/x git status"]]
+    );
+    assert_eq!(
+        allow_forms("env PATH=/tmp/x git status"),
+        [["PATH=/tmp/x git status"]]
+    );
+    assert_eq!(
+        allow_forms("sudo git status"),
+        [["git status", "sudo git status"]]
+    );
+}
+
+#[test]
+fn nested_lines_are_found_and_make_the_line_opaque() {
+    for line in [
+        "echo $(rm x)",
+        "echo `rm x`",
+        "bash -c 'rm x'",
+        "sh -ec \"rm x\"",
+        "eval rm x",
+        "cat <(rm x)",
+    ] {
+        let analysis = analyze(line);
+        assert!(!analysis.opaque.is_empty(), "{line}");
+        assert!(
+            analysis
+                .commands
+                .iter()
+                .any(|c| c.nested && c.match_forms.contains(&"rm x".to_owned())),
+            "{line}: {:?}",
+            analysis.commands
+        );
+    }
+    let find = analyze("find . -name '*.o' -exec rm {} ;");
+    assert!(
+        find.commands.iter().any(|c| c.allow_forms == ["rm {}"]),
+        "{:?}",
+        find.commands
+    );
+}
+
+#[test]
+fn arithmetic_and_computed_names_are_opaque() {
+    assert!(!analyze("echo $[ x='a[$(touch F)]', x ]").opaque.is_empty());
+    assert!(!analyze("echo $((x))").opaque.is_empty());
+    assert!(analyze("echo $((1 + 2))").opaque.is_empty());
+    assert!(!analyze("$CMD x").opaque.is_empty());
+    assert!(!analyze("r* x").opaque.is_empty());
+    assert!(!analyze("[[ $x -eq 1 ]]").opaque.is_empty());
+}
+
+#[test]
+fn redirections_that_write_are_collected() {
+    let analysis =
+        analyze("echo x > ~/.bashrc 2>/dev/null; cat < in >> out.txt; echo &> all.log; echo >&2");
+    assert_eq!(analysis.written_paths, ["~/.bashrc", "out.txt", "all.log"]);
+    assert!(analysis.opaque.is_empty(), "{:?}", analysis.opaque);
+    assert!(!analyze("echo x > \"$HOME/x\"").opaque.is_empty());
+}
+
+#[test]
+fn a_bare_assignment_is_a_command_for_allow_rules() {
+    assert_eq!(
+        allow_forms("PATH=/tmp/x; git status"),
+        [["PATH=/tmp/x"], ["git status"]]
+    );
+}
+
+#[test]
+fn unparseable_lines_are_opaque() {
+    assert!(!analyze("echo 'unterminated").opaque.is_empty());
+    assert!(!analyze("if then fi (((").opaque.is_empty());
+}
