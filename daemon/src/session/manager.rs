@@ -88,15 +88,13 @@ impl SessionManager {
         let mut env = self.defaults.env.clone();
         env.cwd = cwd;
         env.roots = roots;
-        apply_limits(
+        apply_env_fields(
             &mut env,
             params.timeout_ms,
             params.max_output_bytes,
             params.max_read_bytes,
+            params.command_env,
         )?;
-        if let Some(command_env) = params.command_env {
-            env.command_env = command_env;
-        }
         let rules = params.rules.unwrap_or_default();
         let mut state = SessionState::new(
             env,
@@ -147,15 +145,13 @@ impl SessionManager {
         if let Some(roots) = roots {
             env.roots = roots;
         }
-        apply_limits(
+        apply_env_fields(
             &mut env,
             params.timeout_ms,
             params.max_output_bytes,
             params.max_read_bytes,
+            params.command_env,
         )?;
-        if let Some(command_env) = params.command_env {
-            env.command_env = command_env;
-        }
         let rules = params.rules.unwrap_or(current.rules.clone());
         let mut next = SessionState::new(
             env,
@@ -418,11 +414,13 @@ fn existing_dir(field: &str, path: &Path) -> Result<PathBuf, ErrorObject> {
     }
 }
 
-fn apply_limits(
+/// The Env fields of `session/create` and `session/update`: each one given replaces the old.
+fn apply_env_fields(
     env: &mut Env,
     timeout_ms: Option<u64>,
     max_output_bytes: Option<u64>,
     max_read_bytes: Option<u64>,
+    command_env: Option<BTreeMap<String, String>>,
 ) -> Result<(), ErrorObject> {
     let positive = |field: &str, value: u64| {
         if value == 0 {
@@ -445,6 +443,9 @@ fn apply_limits(
     }
     if let Some(value) = max_read_bytes {
         env.max_read_bytes = size("max_read_bytes", value)?;
+    }
+    if let Some(command_env) = command_env {
+        env.command_env = command_env;
     }
     Ok(())
 }
