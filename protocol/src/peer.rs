@@ -266,7 +266,11 @@ impl Peer {
             }
         };
         let detected = decoder.detected_framing();
-        let (handle, queue) = PeerHandle::new(options.outgoing_capacity, detected.clone());
+        let (handle, queue) = PeerHandle::new(
+            options.outgoing_capacity,
+            options.max_in_flight_requests,
+            detected.clone(),
+        );
         // The reader rings it when the client's first byte has chosen the framing.
         let framing_known = Arc::new(Notify::new());
         let writer_task = tokio::spawn(writer::run(

@@ -45,10 +45,9 @@ pub async fn run(
     shutdown: CancellationToken,
 ) {
     let methods = dispatch::method_table(Arc::clone(&daemon));
-    // The drain's last step: every request handler has returned (its answer is queued), then
-    // every connection closes, flushing what is queued. Without it the daemon could exit
+    // The drain's last step: every connection waits until each request it received has its
+    // answer queued, then closes, flushing what is queued. Without it the daemon could exit
     // between a batch's end and the write of its `tools/execute` response.
-    let requests = TaskTracker::new();
     let connections = TaskTracker::new();
     let closing = CancellationToken::new();
     let sweeper = options
@@ -81,28 +80,22 @@ pub async fn run(
             daemon: Arc::clone(&daemon),
             methods: methods.clone(),
             max_message_bytes: options.max_message_bytes,
-            requests: requests.clone(),
             closing: closing.clone(),
         };
         connections.spawn(serve_connection(slot, stream, shared, overloaded));
     }
     drop(listener);
     drain(&daemon, options.drain_grace).await;
-    requests.close();
-    if tokio::time::timeout(ANSWER_GRACE, requests.wait())
+    closing.cancel();
+    connections.close();
+    // Each connection waits for its answers (bounded) and flushes within the peer's own
+    // flush timeout; this bound only guards the exit.
+    if tokio::time::timeout(ANSWER_GRACE * 2, connections.wait())
         .await
         .is_err()
     {
-        tracing::warn!("requests still running at exit; their clients get no answer");
+        tracing::warn!("connections still answering at exit; their clients get no answer");
     }
-    // A handler's answer is rendered and queued by the peer just after the handler returns,
-    // on another thread maybe: a message queued after the close would be dropped. The peer
-    // does not say when its answers are queued, so give them this moment.
-    tokio::time::sleep(ANSWER_QUEUEING).await;
-    closing.cancel();
-    connections.close();
-    // Each connection's writer flushes within the peer's own flush timeout.
-    let _ = tokio::time::timeout(ANSWER_GRACE, connections.wait()).await;
     if let Some(sweeper) = sweeper {
         sweeper.abort();
     }
@@ -151,12 +144,8 @@ async fn expire_idle_sessions(daemon: Arc<Daemon>, ttl: Duration) {
     }
 }
 
-/// How long, after the drain, requests still running may take to answer, and connections to
-/// flush their answers.
+/// How long, after the drain, requests still running may take to answer.
 const ANSWER_GRACE: Duration = Duration::from_secs(5);
-
-/// How long the last answers get to be queued after their handlers returned (see `run`).
-const ANSWER_QUEUEING: Duration = Duration::from_millis(50);
 
 static NEXT_CONNECTION: AtomicU64 = AtomicU64::new(1);
 
@@ -187,8 +176,6 @@ struct Shared {
     daemon: Arc<Daemon>,
     methods: Methods,
     max_message_bytes: usize,
-    /// Every request handler, so that the drain can wait for their answers.
-    requests: TaskTracker,
     /// Fired at the end of the drain: connections close after flushing.
     closing: CancellationToken,
 }
@@ -198,7 +185,6 @@ async fn serve_connection(_slot: OpenSlot, stream: UnixStream, shared: Shared, o
         daemon,
         methods,
         max_message_bytes,
-        requests,
         closing,
     } = shared;
     let (reader, writer) = stream.into_split();
@@ -212,7 +198,6 @@ async fn serve_connection(_slot: OpenSlot, stream: UnixStream, shared: Shared, o
         methods,
         connection: OnceLock::new(),
         overloaded,
-        requests,
     });
     let (peer, mut task) = Peer::spawn(reader, writer, options, handler.clone());
     // The peer reads from the moment it is spawned: its first request may have set this up.
@@ -222,6 +207,9 @@ async fn serve_connection(_slot: OpenSlot, stream: UnixStream, shared: Shared, o
     let reason = tokio::select! {
         reason = &mut task => reason,
         () = closing.cancelled() => {
+            if tokio::time::timeout(ANSWER_GRACE, peer.answered()).await.is_err() {
+                tracing::warn!(connection = id, "requests still running at exit; their clients get no answer");
+            }
             peer.close();
             task.await
         }
@@ -249,8 +237,6 @@ struct ConnectionHandler {
     connection: OnceLock<Arc<Connection>>,
     /// Over `max_connections`: every request is answered `-32001`.
     overloaded: bool,
-    /// Every request being handled, for the drain to wait on.
-    requests: TaskTracker,
 }
 
 impl ConnectionHandler {
@@ -285,13 +271,19 @@ impl Handler for ConnectionHandler {
         }
         let methods = self.methods.clone();
         let id = serde_json::to_value(&request.id).unwrap_or(Value::Null);
-        // Tracked so that the drain can wait for every answer before closing connections.
-        Box::pin(self.requests.track_future(async move {
+        Box::pin(async move {
             if request.method != methods::INITIALIZE && !connection.wait_for_handshake().await {
                 return Reply::error(ErrorObject::not_initialized(&request.method));
             }
             let started = std::time::Instant::now();
-            let outcome = dispatch::call(&methods, &connection, &id, &request.method, request.params.as_ref()).await;
+            let outcome = dispatch::call(
+                &methods,
+                &connection,
+                &id,
+                &request.method,
+                request.params.as_ref(),
+            )
+            .await;
             if initializing {
                 connection.end_handshake(outcome.is_ok());
             }
@@ -308,7 +300,7 @@ impl Handler for ConnectionHandler {
                 tracing::error!(connection = connection.id(), method = %request.method, error = %error.message, "a request failed inside the daemon");
             }
             Reply::from(outcome)
-        }))
+        })
     }
 
     fn notification(&self, _peer: PeerHandle, notification: Notification) {

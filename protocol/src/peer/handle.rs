@@ -93,6 +93,11 @@ struct Shared {
     /// The first reason recorded wins: later ones (the writer failing after a local close)
     /// are consequences of it.
     reason: OnceLock<CloseReason>,
+    /// One permit per incoming request being answered, held until its answer is queued:
+    /// bounds the requests in flight (`PeerOptions::max_in_flight_requests`), and lets
+    /// [`PeerHandle::answered`] know when every answer is on its way.
+    in_flight: Arc<Semaphore>,
+    in_flight_limit: u32,
     framing: DetectedFraming,
 }
 
@@ -151,8 +156,14 @@ pub fn render_notification<M: NotificationMethod>(
 impl PeerHandle {
     pub(super) fn new(
         outgoing_capacity: usize,
+        max_in_flight_requests: usize,
         framing: DetectedFraming,
     ) -> (Self, mpsc::Receiver<JsonText>) {
+        // `Semaphore::new` panics over `MAX_PERMITS`, and `acquire_many` takes a `u32`; no
+        // real limit reaches either.
+        let in_flight_limit = u32::try_from(max_in_flight_requests.min(Semaphore::MAX_PERMITS))
+            .unwrap_or(u32::MAX)
+            .max(1);
         // `mpsc::channel` panics on 0 and on more than `MAX_PERMITS`; a queue of one still
         // lets the writer work.
         let capacity = outgoing_capacity.clamp(1, Semaphore::MAX_PERMITS);
@@ -169,6 +180,8 @@ impl PeerHandle {
             ended: CancellationToken::new(),
             reason: OnceLock::new(),
             framing,
+            in_flight: Arc::new(Semaphore::new(in_flight_limit as usize)),
+            in_flight_limit,
         };
         (
             Self {
@@ -263,6 +276,23 @@ impl PeerHandle {
             }
             None => false,
         }
+    }
+
+    /// A permit for one more incoming request, if under the in-flight limit.
+    pub(super) fn in_flight_permit(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        Arc::clone(&self.shared.in_flight).try_acquire_owned().ok()
+    }
+
+    /// Waits until every incoming request received so far has its answer queued for writing
+    /// (then [`close`](Self::close) sends them all). Requests that arrive meanwhile are
+    /// answered as over the in-flight limit.
+    pub async fn answered(&self) {
+        // The semaphore is never closed, so acquiring cannot fail.
+        let _all = self
+            .shared
+            .in_flight
+            .acquire_many(self.shared.in_flight_limit)
+            .await;
     }
 
     /// Our requests still waiting for an answer.

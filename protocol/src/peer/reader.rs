@@ -11,7 +11,7 @@ use std::task::{Context, Poll};
 use bytes::BytesMut;
 use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncReadExt};
-use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{Notify, OwnedSemaphorePermit};
 use tokio::task::JoinHandle;
 use tokio_util::codec::Decoder;
 
@@ -42,11 +42,6 @@ pub(super) struct Reader<R> {
     framing_announced: bool,
     peer: PeerHandle,
     handler: Arc<dyn Handler>,
-    /// One permit per incoming request whose answer is not queued yet. Bounded so that a
-    /// flood of requests cannot spawn tasks without limit; over it a request is refused
-    /// (`-32001`) and the reader goes on, since pausing it would also pause the answers to
-    /// our own requests that a handler may be waiting for.
-    in_flight: Arc<Semaphore>,
     max_message_bytes: usize,
 }
 
@@ -67,10 +62,6 @@ impl<R: AsyncRead + Unpin + Send + 'static> Reader<R> {
             framing_announced: false,
             peer,
             handler,
-            // `Semaphore::new` panics over `MAX_PERMITS`, which no real limit reaches.
-            in_flight: Arc::new(Semaphore::new(
-                options.max_in_flight_requests.min(Semaphore::MAX_PERMITS),
-            )),
             max_message_bytes: options.max_message_bytes,
         }
     }
@@ -264,8 +255,12 @@ impl<R: AsyncRead + Unpin + Send + 'static> Reader<R> {
         }
     }
 
+    /// One permit per incoming request whose answer is not queued yet (held by the peer's
+    /// shared state). Bounded so that a flood of requests cannot spawn tasks without limit;
+    /// over it a request is refused (`-32001`) and the reader goes on, since pausing it would
+    /// also pause the answers to our own requests that a handler may be waiting for.
     fn in_flight_permit(&self) -> Option<OwnedSemaphorePermit> {
-        Arc::clone(&self.in_flight).try_acquire_owned().ok()
+        self.peer.in_flight_permit()
     }
 
     /// Queues an answer from the reader itself (bad input). Waiting for room here is the

@@ -757,3 +757,37 @@ async fn a_notification_that_asks_to_wait_holds_the_reader() {
     gate.add_permits(1);
     assert_eq!(raw.line().await["result"], "second");
 }
+
+#[tokio::test]
+async fn answered_waits_until_every_answer_is_queued_and_close_sends_them() {
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let opened = Arc::clone(&gate);
+    let slow = handler(move |_peer, request| {
+        let gate = Arc::clone(&opened);
+        async move {
+            let _ = gate.acquire().await;
+            Reply::result(json!(request.method))
+        }
+    });
+    let (mut raw, side) = raw_pair(PeerOptions::server(), slow);
+    raw.send_line(request(1, "first")).await;
+    raw.send_line(request(2, "second")).await;
+    let answered = tokio::spawn({
+        let peer = side.peer.clone();
+        async move { peer.answered().await }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(
+        !answered.is_finished(),
+        "two requests are still being handled"
+    );
+    gate.add_permits(2);
+    within(answered).await.unwrap();
+    side.peer.close();
+    let mut methods = vec![
+        raw.line().await["result"].clone(),
+        raw.line().await["result"].clone(),
+    ];
+    methods.sort_by_key(|method| method.to_string());
+    assert_eq!(methods, [json!("first"), json!("second")]);
+}
