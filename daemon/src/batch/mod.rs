@@ -4,11 +4,13 @@
 
 pub mod plan;
 
+use std::panic::AssertUnwindSafe;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use futures_util::FutureExt;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use toold_protocol::{BatchStart, CallOutcome, ErrorType, Safety, ToolCall};
@@ -20,6 +22,7 @@ use crate::permission::facts::with_facts;
 use crate::permission::{self, Decision, HookVerdict, SessionFacts};
 use crate::session::{Session, SessionState};
 use crate::tools::Registry;
+use crate::tools::registry::panic_message;
 
 /// The limits of PROTOCOL.md section 10 that the pipeline applies.
 #[derive(Debug, Clone)]
@@ -157,42 +160,39 @@ impl Executor {
         let permits = Arc::new(Semaphore::new(self.limits.max_parallel.max(1)));
         let mut outcomes: Vec<Option<CallOutcome>> = vec![None; calls.len()];
         for run in runs {
+            if let [index] = run[..] {
+                // A call that runs alone runs here: a task of its own would only add a hop.
+                let permit = Arc::clone(&permits);
+                outcomes[index] =
+                    Some(guarded_call(scope.clone(), &calls[index], control, index, permit).await);
+                continue;
+            }
             let mut tasks = Vec::with_capacity(run.len());
             for index in run {
-                let (scope, call, cancel) = (
-                    scope.clone(),
-                    calls[index].clone(),
-                    control.calls[index].clone(),
-                );
-                let permits = Arc::clone(&permits);
+                let (scope, call, control) = (scope.clone(), calls[index].clone(), control.clone());
+                let permit = Arc::clone(&permits);
                 let started = Instant::now();
-                let finished = control.clone();
                 let task = tokio::spawn(async move {
-                    // The semaphore is never closed, so acquiring cannot fail; were it closed,
-                    // running unbounded is the safe side of that impossibility.
-                    let _permit = permits.acquire_owned().await.ok();
-                    let outcome = call::run_call(scope, call, cancel).await;
-                    finished.mark_finished(index);
-                    outcome
+                    guarded_call(scope, &call, &control, index, permit).await
                 });
                 tasks.push((index, started, task));
             }
             for (index, started, task) in tasks {
                 let outcome = match task.await {
                     Ok(outcome) => outcome,
-                    // The pipeline itself failed: the call still gets its result and its events.
+                    // Only a runtime shutting down cancels the task: the call still gets its
+                    // result and its events.
                     Err(err) => {
                         let call = &calls[index];
-                        tracing::error!(call = %call.id, %err, "the call pipeline failed");
                         let result = failure(
                             call,
-                            ErrorType::InternalError,
-                            format!("the call failed inside toold: {err}"),
+                            ErrorType::Canceled,
+                            format!("the call was stopped: {err}"),
                         );
+                        control.mark_finished(index);
                         call::finish(&scope, call, result, call::elapsed_ms(started))
                     }
                 };
-                control.mark_finished(index);
                 outcomes[index] = Some(outcome);
             }
         }
@@ -223,6 +223,40 @@ impl Executor {
             permission::evaluate(facts, &session) == Decision::Allow
         })
     }
+}
+
+/// Runs one call, bounded by the run's permits; a panic in the pipeline itself still ends the
+/// call with `internal_error` and its events, never the batch.
+async fn guarded_call(
+    scope: CallScope,
+    call: &ToolCall,
+    control: &BatchControl,
+    index: usize,
+    permits: Arc<Semaphore>,
+) -> CallOutcome {
+    // The semaphore is never closed, so acquiring cannot fail; were it closed, running
+    // unbounded is the safe side of that impossibility.
+    let _permit = permits.acquire_owned().await.ok();
+    let started = Instant::now();
+    let cancel = control.calls[index].clone();
+    let outcome = match AssertUnwindSafe(call::run_call(scope.clone(), call.clone(), cancel))
+        .catch_unwind()
+        .await
+    {
+        Ok(outcome) => outcome,
+        Err(payload) => {
+            let why = panic_message(payload);
+            tracing::error!(call = %call.id, panic = %why, "the call pipeline failed");
+            let result = failure(
+                call,
+                ErrorType::InternalError,
+                format!("the call failed inside toold: {why}"),
+            );
+            call::finish(&scope, call, result, call::elapsed_ms(started))
+        }
+    };
+    control.mark_finished(index);
+    outcome
 }
 
 /// Every slot is filled by the loop above; this result exists so that no code path, however

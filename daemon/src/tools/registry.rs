@@ -3,9 +3,11 @@
 //! isolation, ending in exactly one `ToolResult`.
 
 use std::collections::BTreeMap;
+use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use futures_util::FutureExt;
 use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -282,7 +284,9 @@ pub async fn run_resolved(
         deadline,
         output,
     };
-    let mut task = tokio::spawn(entry.tool.run(arguments, ctx));
+    // Polled here rather than spawned (a task hop costs more than most tools take); a panic in
+    // it is caught as one in a spawned task would be, and on a stop the future is simply dropped.
+    let mut task = AssertUnwindSafe(entry.tool.run(arguments, ctx)).catch_unwind();
 
     let stopped = tokio::select! {
         joined = &mut task => return stamp(finished(&name, joined), &call_id),
@@ -294,10 +298,7 @@ pub async fn run_resolved(
     stop.cancel();
     let partial = match tokio::time::timeout(STOP_GRACE, &mut task).await {
         Ok(joined) => Some(finished(&name, joined)),
-        Err(_) => {
-            task.abort();
-            None
-        }
+        Err(_) => None,
     };
     let result = match partial {
         // The tool finished its work after all; its result is the truth.
@@ -327,7 +328,7 @@ pub async fn run_resolved(
 }
 
 /// The result of a tool task that ended: its outcome, or `internal_error` for a panic.
-fn finished(name: &str, joined: Result<ToolOutcome, tokio::task::JoinError>) -> ToolResult {
+fn finished(name: &str, joined: Result<ToolOutcome, Box<dyn std::any::Any + Send>>) -> ToolResult {
     match joined {
         Ok(Ok(output)) => {
             let mut result = ToolResult::success(name, output.content);
@@ -335,12 +336,8 @@ fn finished(name: &str, joined: Result<ToolOutcome, tokio::task::JoinError>) -> 
             result
         }
         Ok(Err(failure)) => failure.into_result(name),
-        Err(err) => {
-            let why = if err.is_panic() {
-                panic_message(err.into_panic())
-            } else {
-                "the task was aborted".to_owned()
-            };
+        Err(payload) => {
+            let why = panic_message(payload);
             tracing::error!(tool = name, panic = %why, "tool panicked");
             ToolResult::failure(
                 name,
@@ -351,7 +348,8 @@ fn finished(name: &str, joined: Result<ToolOutcome, tokio::task::JoinError>) -> 
     }
 }
 
-fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
+/// The message a panic carried, for a result that says why.
+pub(crate) fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
     match payload.downcast::<String>() {
         Ok(text) => *text,
         Err(payload) => match payload.downcast::<&'static str>() {
