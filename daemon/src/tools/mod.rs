@@ -32,8 +32,8 @@ pub use registry::{RegisterError, Registry, ResolvedCall};
 /// [`ToolResult`] carrying the tool's name and the call id.
 pub type ToolOutcome = Result<ToolOutput, ToolFailure>;
 
-/// The future a tool's `run` returns. `'static` so that the registry can spawn it, which is
-/// what isolates panics and lets a caller leave a tool that ignores cancellation.
+/// The future a tool's `run` returns. Owned (`'static`) so that the registry can drop it at any
+/// point: that is how a tool that ignores cancellation is left behind.
 pub type ToolFuture = Pin<Box<dyn Future<Output = ToolOutcome> + Send + 'static>>;
 
 /// A tool, builtin or registered by a client.

@@ -18,7 +18,7 @@ use super::{CallOrigin, OutputChunk, Tool, ToolContext, ToolOutcome};
 use crate::env::Env;
 
 /// How long a tool has, once cancelled or past its deadline, to stop and hand back its partial
-/// result. A tool that ignores cancellation is left behind after this, and the call ends without it.
+/// result. A tool that ignores cancellation is dropped after this, and the call ends without it.
 pub const STOP_GRACE: Duration = Duration::from_millis(1_000);
 
 /// Why a registration was refused.
