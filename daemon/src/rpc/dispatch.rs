@@ -8,7 +8,8 @@ use jsonrpsee::core::server::{ConnectionId, Extensions, MethodCallback, Methods,
 use jsonrpsee::types::{ErrorObjectOwned, Id, Params};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
-use toold_protocol::{ErrorObject, methods};
+use toold_protocol::peer::Reply;
+use toold_protocol::{ErrorObject, JsonText, methods};
 
 use super::Daemon;
 use super::connection::Connection;
@@ -22,9 +23,9 @@ struct RequestContext {
     request_id: String,
 }
 
-type Reply<T> = Result<T, ErrorObjectOwned>;
+type Handled<T> = Result<T, ErrorObjectOwned>;
 
-fn context(extensions: &Extensions) -> Reply<RequestContext> {
+fn context(extensions: &Extensions) -> Handled<RequestContext> {
     extensions.get::<RequestContext>().cloned().ok_or_else(|| {
         to_rpc(ErrorObject::internal_error(
             "the request reached its handler without its connection",
@@ -39,7 +40,7 @@ fn to_rpc(error: ErrorObject) -> ErrorObjectOwned {
 /// Params as `T`; absent params read as `{}`. A mismatch is `-32602` with serde's reason,
 /// prefixed with the top-level field it concerns when serde's reason does not name it (a wrong
 /// type or an unknown variant).
-fn parse<T: DeserializeOwned>(params: &Params<'_>) -> Reply<T> {
+fn parse<T: DeserializeOwned>(params: &Params<'_>) -> Handled<T> {
     let text = params.as_str().unwrap_or("{}");
     serde_json::from_str(text).map_err(|err| {
         let reason = err.to_string();
@@ -180,48 +181,80 @@ pub fn method_table(daemon: Arc<Daemon>) -> Methods {
     module.into()
 }
 
-/// Runs one request through the table: its result, or the error to answer with. `id` is the
-/// request's id as the client sent it.
+/// Runs one request through the table. The answer comes back as jsonrpsee rendered it, under
+/// the request's own id, so the peer sends it as is (no parse and render again); `Err` carries
+/// the error code for logs.
 pub async fn call(
     methods: &Methods,
     connection: &Arc<Connection>,
-    id: &Value,
+    id: &toold_protocol::Id,
     method: &str,
     params: Option<&Value>,
-) -> Result<Value, ErrorObject> {
+) -> (Reply, Option<i32>) {
     let Some(callback) = methods.method(method) else {
-        return Err(ErrorObject::method_not_found(method));
+        let error = ErrorObject::method_not_found(method);
+        let code = error.code;
+        return (Reply::error(error), Some(code));
     };
     let raw = params.map(Value::to_string);
     let params = Params::new(raw.as_deref()).into_owned();
     let mut extensions = Extensions::new();
+    let id_text = serde_json::to_string(id).unwrap_or_else(|_| "null".to_owned());
     extensions.insert(RequestContext {
         connection: Arc::clone(connection),
-        request_id: id.to_string(),
+        request_id: id_text,
     });
-    // jsonrpsee renders a whole response; the id inside is ours and dropped below.
+    let rpc_id = match id {
+        toold_protocol::Id::Number(number) => match u64::try_from(*number) {
+            Ok(number) => Id::Number(number),
+            // jsonrpsee numbers ids as u64: a negative one goes as a string and is put back below.
+            Err(_) => Id::Str(number.to_string().into()),
+        },
+        toold_protocol::Id::String(text) => Id::Str(text.clone().into()),
+        toold_protocol::Id::Null => Id::Null,
+    };
+    let negative_id = matches!(id, toold_protocol::Id::Number(number) if *number < 0);
     let connection_id = ConnectionId(usize::try_from(connection.id()).unwrap_or(usize::MAX));
     let response = match callback {
         MethodCallback::Async(callback) => {
-            callback(Id::Number(0), params, connection_id, usize::MAX, extensions).await
+            callback(rpc_id, params, connection_id, usize::MAX, extensions).await
         }
-        MethodCallback::Sync(callback) => callback(Id::Number(0), params, usize::MAX, extensions),
+        MethodCallback::Sync(callback) => callback(rpc_id, params, usize::MAX, extensions),
         MethodCallback::Subscription(_) | MethodCallback::Unsubscription(_) => {
-            return Err(ErrorObject::method_not_found(method));
+            let error = ErrorObject::method_not_found(method);
+            let code = error.code;
+            return (Reply::error(error), Some(code));
         }
     };
-    let mut envelope: Value = serde_json::from_str(response.as_json().get()).map_err(|err| {
-        ErrorObject::internal_error(format!("a handler produced invalid JSON: {err}"))
-    })?;
-    if let Some(error) = envelope.get_mut("error") {
-        return Err(serde_json::from_value(error.take()).unwrap_or_else(|err| {
-            ErrorObject::internal_error(format!("a handler produced an invalid error: {err}"))
-        }));
+    let code = response.as_error_code();
+    if !negative_id {
+        return (
+            Reply::Rendered(JsonText(response.into_json().get().to_owned())),
+            code,
+        );
     }
-    Ok(envelope
-        .get_mut("result")
-        .map(Value::take)
-        .unwrap_or(Value::Null))
+    // The rare negative id: read the rendering back and answer under the real id.
+    let mut envelope: Value = match serde_json::from_str(response.as_json().get()) {
+        Ok(envelope) => envelope,
+        Err(err) => {
+            let error =
+                ErrorObject::internal_error(format!("a handler produced invalid JSON: {err}"));
+            return (
+                Reply::error(error),
+                Some(toold_protocol::error_code::INTERNAL_ERROR),
+            );
+        }
+    };
+    let outcome = match envelope.get_mut("error") {
+        Some(error) => Err(serde_json::from_value(error.take()).unwrap_or_else(|err| {
+            ErrorObject::internal_error(format!("a handler produced an invalid error: {err}"))
+        })),
+        None => Ok(envelope
+            .get_mut("result")
+            .map(Value::take)
+            .unwrap_or(Value::Null)),
+    };
+    (Reply::from(outcome), code)
 }
 
 /// Whether a method may be called before `initialize`.

@@ -270,36 +270,33 @@ impl Handler for ConnectionHandler {
             )));
         }
         let methods = self.methods.clone();
-        let id = serde_json::to_value(&request.id).unwrap_or(Value::Null);
         Box::pin(async move {
             if request.method != methods::INITIALIZE && !connection.wait_for_handshake().await {
                 return Reply::error(ErrorObject::not_initialized(&request.method));
             }
             let started = std::time::Instant::now();
-            let outcome = dispatch::call(
+            let (reply, error_code) = dispatch::call(
                 &methods,
                 &connection,
-                &id,
+                &request.id,
                 &request.method,
                 request.params.as_ref(),
             )
             .await;
             if initializing {
-                connection.end_handshake(outcome.is_ok());
+                connection.end_handshake(error_code.is_none());
             }
             tracing::debug!(
                 connection = connection.id(),
                 method = %request.method,
-                ok = outcome.is_ok(),
+                error_code,
                 elapsed_us = started.elapsed().as_micros() as u64,
                 "request"
             );
-            if let Err(error) = &outcome
-                && error.code == toold_protocol::error_code::INTERNAL_ERROR
-            {
-                tracing::error!(connection = connection.id(), method = %request.method, error = %error.message, "a request failed inside the daemon");
+            if error_code == Some(toold_protocol::error_code::INTERNAL_ERROR) {
+                tracing::error!(connection = connection.id(), method = %request.method, "a request failed inside the daemon (its answer says why)");
             }
-            Reply::from(outcome)
+            reply
         })
     }
 
