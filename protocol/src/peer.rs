@@ -69,6 +69,10 @@ pub use handle::{
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// How this side chooses the framing.
+/// After the end of input, how long the answers to requests already read may take to be
+/// queued before the connection closes.
+pub const EOF_ANSWER_GRACE: Duration = Duration::from_secs(1);
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PeerFraming {
     /// The server side: the framing is chosen by the first byte the other side sends, and
@@ -318,6 +322,17 @@ where
         // Someone else (a local close, the writer failing) recorded the reason first.
         () = stopping.cancelled() => CloseReason::ClosedLocally,
     };
+    if matches!(read_end, CloseReason::Eof) {
+        // The other side is done sending, maybe only half (`printf request | toold connect`):
+        // it can answer none of our requests any more, but the answers to what it sent (an
+        // `initialize` read just before the end) may be moments from being queued. They get
+        // `EOF_ANSWER_GRACE`; a long request does not hold a departed client's close longer.
+        handle.fail_pending();
+        tokio::select! {
+            _ = tokio::time::timeout(EOF_ANSWER_GRACE, handle.answered()) => {}
+            () = stopping.cancelled() => {}
+        }
+    }
     handle.begin_close(read_end);
     handle.fail_pending();
     if tokio::time::timeout(flush_timeout, &mut writer_task)

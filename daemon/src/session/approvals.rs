@@ -45,6 +45,10 @@ impl ApprovalBoard {
     pub fn add_approver(self: &Arc<Self>, connection: Arc<Connection>) {
         let mut state = self.lock();
         let id = connection.id();
+        // Attached again: it already has every pending approval.
+        if state.approvers.contains_key(&id) {
+            return;
+        }
         let pending: Vec<(String, ApprovalRequestParams)> = state
             .pending
             .iter()

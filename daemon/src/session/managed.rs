@@ -177,6 +177,8 @@ impl ManagedSession {
                     Ok(params) => params,
                     Err(err) => {
                         tracing::error!(session = %session_id, %err, "cannot encode an event");
+                        // Past it all the same: a response waiting for this seq must not hang.
+                        let _ = sent_tx.send(seq);
                         continue;
                     }
                 };

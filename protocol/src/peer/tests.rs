@@ -791,3 +791,16 @@ async fn answered_waits_until_every_answer_is_queued_and_close_sends_them() {
     methods.sort_by_key(|method| method.to_string());
     assert_eq!(methods, [json!("first"), json!("second")]);
 }
+
+#[tokio::test]
+async fn requests_read_just_before_the_end_of_input_are_still_answered() {
+    let slow = handler(|_peer, request| async move {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        Reply::result(json!(request.method))
+    });
+    let (mut raw, _side) = raw_pair(PeerOptions::server(), slow);
+    raw.send_line(request(1, "last")).await;
+    // Done sending, still reading: as `printf request | toold connect` does.
+    within(raw.writer.shutdown()).await.unwrap();
+    assert_eq!(raw.line().await["result"], "last");
+}
