@@ -182,8 +182,8 @@ pub fn method_table(daemon: Arc<Daemon>) -> Methods {
 }
 
 /// Runs one request through the table. The answer comes back as jsonrpsee rendered it, under
-/// the request's own id, so the peer sends it as is (no parse and render again); `Err` carries
-/// the error code for logs.
+/// the request's own id, so the peer sends it as is (no parse and render again); beside it, the
+/// error code when the answer is an error, for logs.
 pub async fn call(
     methods: &Methods,
     connection: &Arc<Connection>,
@@ -229,7 +229,9 @@ pub async fn call(
     let code = response.as_error_code();
     if !negative_id {
         return (
-            Reply::Rendered(JsonText(response.into_json().get().to_owned())),
+            Reply::Rendered(JsonText(String::from(Box::<str>::from(
+                response.into_json(),
+            )))),
             code,
         );
     }
