@@ -200,20 +200,9 @@ impl SessionManager {
     /// A connection closed: it leaves every session, and its batches are canceled where the
     /// session says so.
     pub fn connection_gone(&self, connection: &Connection) {
-        for session_id in connection.sessions() {
-            if let Ok(managed) = self.get(&session_id) {
-                managed.connection_gone(connection.id());
-            }
-        }
+        // Every session: the connection may have submitted a batch where it was not attached.
         for managed in self.all() {
-            if managed
-                .lock()
-                .running
-                .values()
-                .any(|batch| batch.submitter == connection.id())
-            {
-                managed.connection_gone(connection.id());
-            }
+            managed.connection_gone(connection.id());
         }
     }
 
@@ -260,15 +249,7 @@ impl SessionManager {
     }
 
     fn restore_one(&self, record: SessionRecord) -> Result<(), String> {
-        let mut env = self.defaults.env.clone();
-        env.cwd = record.cwd.clone();
-        env.roots = record.roots.clone();
-        env.timeout_ms = record.timeout_ms;
-        env.max_output_bytes =
-            usize::try_from(record.max_output_bytes).map_err(|err| err.to_string())?;
-        env.max_read_bytes =
-            usize::try_from(record.max_read_bytes).map_err(|err| err.to_string())?;
-        env.command_env = record.command_env.clone();
+        let env = record.env(self.defaults.env.max_command_timeout_ms);
         let mode = if record.mode == SessionMode::Bypass && !self.defaults.allow_bypass {
             tracing::warn!(
                 session = %record.session_id,
