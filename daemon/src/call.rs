@@ -20,7 +20,7 @@ use crate::batch::Executor;
 use crate::env::Env;
 use crate::events::EventBody;
 use crate::permission::facts::with_facts;
-use crate::permission::{self, Decision, HookVerdict, SessionFacts};
+use crate::permission::{self, Decision, HookVerdict};
 use crate::session::{Session, SessionState};
 use crate::tools::registry::run_resolved;
 use crate::tools::{CallOrigin, OutputChunk, ResolvedCall};
@@ -175,7 +175,7 @@ async fn step_permission(
     cancel: &CancellationToken,
 ) -> Result<Arc<Env>, ToolResult> {
     let state = scope.session.state();
-    let decision = decide(&state, resolved, hook);
+    let decision = state.decide(resolved, hook);
     match decision {
         Decision::Allow => Ok(state.env),
         Decision::Deny(reason) => Err(failure(call, ErrorType::PermissionDenied, reason)),
@@ -185,18 +185,6 @@ async fn step_permission(
             Ok(scope.session.state().env)
         }
     }
-}
-
-/// Gathers the facts (paths, command line) and asks the engine.
-fn decide(state: &SessionState, resolved: &ResolvedCall, hook: HookVerdict) -> Decision {
-    let session = SessionFacts {
-        mode: state.mode,
-        policy: &state.policy,
-        grants: &state.grants,
-    };
-    with_facts(&state.env, resolved, hook, |facts| {
-        permission::evaluate(facts, &session)
-    })
 }
 
 /// The approval half of step 4: ask, wait (not counted in the call's timeout), apply the answer.

@@ -18,8 +18,7 @@ use toold_protocol::{BatchStart, CallOutcome, ErrorType, Safety, ToolCall};
 use crate::call::{self, CallScope, failure};
 use crate::events::EventBody;
 use crate::hooks::{ClientHooks, ConfiguredHook, HookSet};
-use crate::permission::facts::with_facts;
-use crate::permission::{self, Decision, HookVerdict, SessionFacts};
+use crate::permission::{Decision, HookVerdict};
 use crate::session::{Session, SessionState};
 use crate::tools::Registry;
 use crate::tools::registry::panic_message;
@@ -214,14 +213,7 @@ impl Executor {
         if definition.safety != Safety::ReadOnly || !state.visible(definition) {
             return false;
         }
-        let session = SessionFacts {
-            mode: state.mode,
-            policy: &state.policy,
-            grants: &state.grants,
-        };
-        with_facts(&state.env, &resolved, HookVerdict::None, |facts| {
-            permission::evaluate(facts, &session) == Decision::Allow
-        })
+        state.decide(&resolved, HookVerdict::None) == Decision::Allow
     }
 }
 

@@ -17,7 +17,9 @@ use crate::approval::Approver;
 use crate::env::Env;
 use crate::events::{EventListener, EventSink};
 use crate::hooks::ClientHooks;
-use crate::permission::{Policy, RuleError};
+use crate::permission::facts::with_facts;
+use crate::permission::{self, Decision, HookVerdict, Policy, RuleError, SessionFacts};
+use crate::tools::ResolvedCall;
 use crate::tools::registry::is_listed;
 
 /// What a session's calls run under. Cloned per step: cheap, the large parts are shared.
@@ -51,6 +53,19 @@ impl SessionState {
             policy: Arc::new(policy),
             grants: Vec::new(),
             allowed_tools: None,
+        })
+    }
+
+    /// The permission engine's decision on a resolved call under this state (paths resolved
+    /// and the command line analysed first).
+    pub fn decide(&self, resolved: &ResolvedCall, hook: HookVerdict) -> Decision {
+        let session = SessionFacts {
+            mode: self.mode,
+            policy: &self.policy,
+            grants: &self.grants,
+        };
+        with_facts(&self.env, resolved, hook, |facts| {
+            permission::evaluate(facts, &session)
         })
     }
 
