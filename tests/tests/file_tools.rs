@@ -99,6 +99,44 @@ async fn read_file_refuses_missing_files_directories_and_binaries() {
 }
 
 #[tokio::test]
+async fn read_file_reads_large_files_whole_and_refuses_fifos_and_devices_at_once() {
+    // Past the size read on the calling task: the blocking pool reads it, with the same result.
+    let lines: String = (1..=20_000).map(|n| format!("line {n:05}\n")).collect();
+    let tree = Tree::new(&[("large.txt", &lines)]);
+    let large = call(tree.env(), "read_file", json!({"path": "large.txt"})).await;
+    assert_eq!(outcome(&large), "ok");
+    assert_eq!(large.content, lines);
+    assert_eq!(large.metadata["total_lines"], 20_000);
+
+    // A FIFO without a writer would block an ordinary open forever; /dev/zero never ends.
+    nix::unistd::mkfifo(&tree.path("pipe"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+    let mut env = tree.env();
+    env.timeout_ms = 60_000;
+    for path in [tree.path("pipe"), "/dev/zero".into()] {
+        let started = std::time::Instant::now();
+        let refused = call(
+            env.clone(),
+            "read_file",
+            json!({"path": path.display().to_string()}),
+        )
+        .await;
+        assert_eq!(outcome(&refused), "invalid_arguments", "{refused:?}");
+        assert!(
+            refused
+                .error
+                .as_deref()
+                .unwrap()
+                .contains("not a regular file"),
+            "{refused:?}"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "refused at once"
+        );
+    }
+}
+
+#[tokio::test]
 async fn read_file_replaces_invalid_utf8_and_counts_a_last_line_without_newline() {
     let tree = Tree::new(&[]);
     std::fs::write(tree.path("latin1.txt"), b"caf\xe9\nend").unwrap();

@@ -48,8 +48,8 @@ async fn a_reader_follows_a_real_batch_through_the_log() {
         let mut seen = Vec::new();
         while let Some(item) = reader.next().await {
             let event = item.expect("a reader keeping up never lags");
-            let done = matches!(event, Event::BatchDone(_));
-            seen.push(event);
+            let done = matches!(*event, Event::BatchDone(_));
+            seen.push(Event::clone(&event));
             if done {
                 break;
             }

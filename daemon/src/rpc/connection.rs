@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
-use toold_protocol::{ClientCapabilities, ErrorObject, HookEvent};
+use toold_protocol::{ClientCapabilities, ErrorObject, HookEvent, JsonText};
 
 /// Why a request towards the client did not get a result.
 #[derive(Debug, Clone, PartialEq)]
@@ -37,6 +37,9 @@ pub trait Outbound: Send + Sync + 'static {
         method: &'static str,
         params: Value,
     ) -> OutboundFuture<Result<(), OutboundError>>;
+    /// Sends a message rendered elsewhere (an event), waiting for room in the queue; fails
+    /// once the connection is gone.
+    fn send_rendered(&self, text: JsonText) -> OutboundFuture<Result<(), OutboundError>>;
     /// Resolves when the connection has closed.
     fn closed(&self) -> OutboundFuture<()>;
     /// Whether the connection has started closing.

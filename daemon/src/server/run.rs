@@ -19,7 +19,7 @@ use tokio_util::task::TaskTracker;
 use toold_protocol::peer::{
     BoxFuture, CloseReason, Handler, Peer, PeerHandle, PeerOptions, Reply, RequestError,
 };
-use toold_protocol::{ErrorObject, Notification, Request, methods};
+use toold_protocol::{ErrorObject, JsonText, Notification, Request, methods};
 
 use super::socket::peer_allowed;
 use crate::rpc::connection::{Connection, Handshake, Outbound, OutboundError, OutboundFuture};
@@ -338,6 +338,15 @@ impl Outbound for PeerOutbound {
         let peer = self.0.clone();
         Box::pin(async move {
             peer.notify(method, Some(params))
+                .await
+                .map_err(|_| OutboundError::Closed)
+        })
+    }
+
+    fn send_rendered(&self, text: JsonText) -> OutboundFuture<Result<(), OutboundError>> {
+        let peer = self.0.clone();
+        Box::pin(async move {
+            peer.send_text(text)
                 .await
                 .map_err(|_| OutboundError::Closed)
         })

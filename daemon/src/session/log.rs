@@ -43,7 +43,9 @@ pub struct EventLog {
 
 struct LogInner {
     /// The retained events, oldest first, `seq` strictly increasing.
-    events: VecDeque<Event>,
+    /// Shared with the readers that take them: one event goes to every attached connection,
+    /// and its result text is not copied for each.
+    events: VecDeque<Arc<Event>>,
     capacity: usize,
     /// The `seq` of the newest event (or the starting `seq` before any).
     last_seq: u64,
@@ -59,10 +61,28 @@ struct LogInner {
 
 impl LogInner {
     /// The retained events with a `seq` larger than `after_seq`.
-    fn after(&self, after_seq: u64) -> impl Iterator<Item = &Event> {
-        let start = self
-            .events
-            .partition_point(|event| event.seq() <= after_seq);
+    fn after(&self, after_seq: u64) -> impl Iterator<Item = &Arc<Event>> {
+        // The sink numbers a session's events without gaps, so the index follows from the
+        // oldest `seq`; the search is only the fallback should that ever not hold.
+        let start = match self.events.front() {
+            Some(oldest) if after_seq < oldest.seq() => 0,
+            Some(oldest) => {
+                let guess = usize::try_from(after_seq - oldest.seq() + 1).unwrap_or(usize::MAX);
+                let fits = |index: usize| {
+                    self.events
+                        .get(index.wrapping_sub(1))
+                        .is_none_or(|before| before.seq() <= after_seq)
+                        && self.events.get(index).is_none_or(|at| at.seq() > after_seq)
+                };
+                if guess <= self.events.len() && fits(guess) {
+                    guess
+                } else {
+                    self.events
+                        .partition_point(|event| event.seq() <= after_seq)
+                }
+            }
+            None => 0,
+        };
         self.events.range(start..)
     }
 
@@ -121,7 +141,11 @@ impl EventLog {
     pub fn replay(&self, after_seq: u64) -> (Vec<Event>, bool) {
         let inner = self.lock();
         let truncated = after_seq < inner.evicted_through;
-        (inner.after(after_seq).cloned().collect(), truncated)
+        let events = inner
+            .after(after_seq)
+            .map(|event| Event::clone(event))
+            .collect();
+        (events, truncated)
     }
 
     /// A reader that yields every event after `after_seq`: the retained ones, then new ones as
@@ -195,7 +219,7 @@ impl EventLog {
             {
                 inner.evicted_through = evicted.seq();
             }
-            inner.events.push_back(event);
+            inner.events.push_back(Arc::new(event));
             inner.last_seq = seq;
         }
         self.appended.notify_waiters();
@@ -240,7 +264,7 @@ impl LogReader {
     ///
     /// Cancel-safe: the position only moves when an item is returned, so dropping the future
     /// (in a `select!`) loses nothing.
-    pub async fn next(&mut self) -> Option<Result<Event, Lagged>> {
+    pub async fn next(&mut self) -> Option<Result<Arc<Event>, Lagged>> {
         loop {
             // Created before the check, for the same reason as in `wait_for_readers`.
             let mut appended = pin!(self.log.appended.notified());
@@ -254,13 +278,13 @@ impl LogReader {
     }
 
     /// The next event if one is there now, without waiting; `None` when the reader is at the head.
-    pub fn try_next(&mut self) -> Option<Result<Event, Lagged>> {
+    pub fn try_next(&mut self) -> Option<Result<Arc<Event>, Lagged>> {
         self.step().ok()
     }
 
     /// Takes the next item if there is one, deciding under one lock whether the reader has
     /// ended, so that an event appended just before a close is never skipped.
-    fn step(&self) -> Result<Result<Event, Lagged>, AtHead> {
+    fn step(&self) -> Result<Result<Arc<Event>, Lagged>, AtHead> {
         let item = {
             let mut inner = self.log.lock();
             if let Some(lagged) = self.skip_evicted(&mut inner) {
@@ -383,6 +407,17 @@ mod tests {
             Ok(Some(Ok(event))) => event.seq(),
             other => panic!("expected an event, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn replay_finds_its_start_with_gaps_in_seq_too() {
+        let log = log_with(10, [1, 2, 5, 6, 9]);
+        assert_eq!(seqs(&log.replay(0).0), vec![1, 2, 5, 6, 9]);
+        assert_eq!(seqs(&log.replay(2).0), vec![5, 6, 9]);
+        assert_eq!(seqs(&log.replay(3).0), vec![5, 6, 9]);
+        assert_eq!(seqs(&log.replay(5).0), vec![6, 9]);
+        assert_eq!(seqs(&log.replay(8).0), vec![9]);
+        assert_eq!(seqs(&log.replay(9).0), Vec::<u64>::new());
     }
 
     /// The daemon spawns the tasks that await these, and boxes `wait_for_readers` as a

@@ -173,8 +173,8 @@ impl ManagedSession {
                     None => return,
                 };
                 let seq = event.seq();
-                let params = match event.params() {
-                    Ok(params) => params,
+                let text = match event.render() {
+                    Ok(text) => text,
                     Err(err) => {
                         tracing::error!(session = %session_id, %err, "cannot encode an event");
                         // Past it all the same: a response waiting for this seq must not hang.
@@ -183,7 +183,7 @@ impl ManagedSession {
                     }
                 };
                 let delivered = tokio::select! {
-                    delivered = target.outbound().notify(event.method(), params) => delivered,
+                    delivered = target.outbound().send_rendered(text) => delivered,
                     () = until.cancelled() => return,
                 };
                 if delivered.is_err() {
