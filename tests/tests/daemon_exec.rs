@@ -820,3 +820,48 @@ async fn wait_until_refusing(socket: &Path) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// The stop signals are listened for before the socket exists: a SIGTERM sent the moment the
+/// first answer arrives (a script, or systemd stopping a unit it just started) drains and
+/// exits 0 instead of killing the daemon. Repeated, because the window was a race.
+#[test]
+fn a_sigterm_right_after_the_first_answer_drains_and_exits_0() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::os::unix::net::UnixStream;
+    use std::time::Instant;
+
+    for attempt in 0..10 {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let socket = root.join("run/toold/toold.sock");
+        let mut child = toold_tests::daemon::toold_command_in(root)
+            .args(["serve", "--allow-root"])
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let stream = loop {
+            match UnixStream::connect(&socket) {
+                Ok(stream) => break stream,
+                Err(_) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_micros(200))
+                }
+                Err(err) => panic!("attempt {attempt}: the daemon never served: {err}"),
+            }
+        };
+        (&stream)
+            .write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{\"protocol_version\":1,\"capabilities\":{}}}\n")
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(&stream).read_line(&mut line).unwrap();
+        assert!(line.contains("\"result\""), "attempt {attempt}: {line}");
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap());
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+        let status = child.wait().unwrap();
+        assert!(
+            status.success(),
+            "attempt {attempt}: the daemon exited with {status}"
+        );
+    }
+}

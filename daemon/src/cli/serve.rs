@@ -37,6 +37,10 @@ pub fn serve(
         .build()
         .context("cannot start the runtime")?;
     runtime.block_on(async move {
+        // Before the socket exists: a SIGTERM that comes as soon as a client could see the
+        // daemon (systemd's stop right after start, a script's kill after its first answer)
+        // must drain, not kill.
+        let stop_signals = StopSignals::install();
         let (listener, place) = match inherited {
             Some(listener) => (
                 tokio::net::UnixListener::from_std(listener).context("cannot use the socket systemd passed")?,
@@ -64,7 +68,7 @@ pub fn serve(
         let settings = Settings { allow_bypass: config.allow_bypass, max_message_bytes: config.max_message_bytes };
         let daemon = Arc::new(Daemon::new(Arc::new(executor), sessions, settings));
         let shutdown = CancellationToken::new();
-        tokio::spawn(stop_on_signal(shutdown.clone()));
+        tokio::spawn(stop_signals.drain_on_signal(shutdown.clone()));
         let options = ServerOptions {
             max_connections: config.max_connections,
             max_message_bytes: config.max_message_bytes,
@@ -82,22 +86,42 @@ pub fn serve(
     })
 }
 
-/// SIGTERM and SIGINT start the drain.
-async fn stop_on_signal(shutdown: CancellationToken) {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut interrupt)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        tracing::error!("cannot listen for SIGTERM and SIGINT; stop the daemon with SIGKILL");
-        return;
-    };
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM: draining"),
-        _ = interrupt.recv() => tracing::info!("SIGINT: draining"),
+/// SIGTERM and SIGINT, listened for from the moment they are installed.
+struct StopSignals {
+    /// `None` when they cannot be listened for (logged); the daemon then stops only by SIGKILL.
+    streams: Option<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)>,
+}
+
+impl StopSignals {
+    fn install() -> Self {
+        use tokio::signal::unix::{SignalKind, signal};
+        let streams = match (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) {
+            (Ok(term), Ok(interrupt)) => Some((term, interrupt)),
+            _ => {
+                tracing::error!(
+                    "cannot listen for SIGTERM and SIGINT; stop the daemon with SIGKILL"
+                );
+                None
+            }
+        };
+        Self { streams }
     }
-    let _ = systemd::notify_stopping();
-    shutdown.cancel();
+
+    /// Waits for either signal, then starts the drain.
+    async fn drain_on_signal(self, shutdown: CancellationToken) {
+        let Some((mut term, mut interrupt)) = self.streams else {
+            return;
+        };
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM: draining"),
+            _ = interrupt.recv() => tracing::info!("SIGINT: draining"),
+        }
+        let _ = systemd::notify_stopping();
+        shutdown.cancel();
+    }
 }
 
 /// Logs to stderr (the journal under systemd), filtered by `TOOLD_LOG` (default `info`).
