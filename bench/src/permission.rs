@@ -1,6 +1,7 @@
 //! The permission engine's cost: a 10-rule policy against a compound command line, parsed and
 //! judged as the pipeline does it, per call in microseconds (median and IQR over rounds).
 
+use std::fmt::Write as _;
 use std::path::Path;
 use std::time::Instant;
 
@@ -10,6 +11,7 @@ use toold::permission::{CallFacts, HookVerdict, Policy, SessionFacts, evaluate};
 use toold::{Env, shell};
 use toold_protocol::{Rules, Safety, SessionMode};
 
+use crate::report::Section;
 use crate::stats::Samples;
 
 /// A compound line with a pipeline, a list, a wrapper, a redirection and a substitution.
@@ -18,7 +20,7 @@ const LINE: &str = "cd src && FOO=1 timeout 30 cargo test -p toold 2>&1 | tee ..
 /// Evaluations per round: enough that the clock's resolution does not matter.
 const PER_ROUND: u32 = 2_000;
 
-pub fn permission_suite(rounds: usize) -> anyhow::Result<()> {
+pub fn permission_section(rounds: usize) -> anyhow::Result<Section> {
     let cwd = Path::new("/work/project");
     let strings = |list: &[&str]| list.iter().map(|rule| rule.to_string()).collect();
     let rules = Rules {
@@ -85,21 +87,32 @@ pub fn permission_suite(rounds: usize) -> anyhow::Result<()> {
         }
         parse_only.push(started.elapsed() / PER_ROUND);
     }
-    println!("permission engine, 10 rules, line: {LINE}");
-    println!("decision: {decision:?}");
-    println!("| step | µs per call, median (IQR) |");
-    println!("|---|---|");
+    let mut markdown = String::from("## The permission engine\n\n");
+    let _ = write!(
+        markdown,
+        "A 10-rule policy (5 allow, 2 ask, 3 deny) against `{LINE}` (decided: {decision:?}), per \
+         call ({PER_ROUND} calls a round, {rounds} rounds):\n\n\
+         | step | µs per call, median (IQR) |\n|---|---|\n"
+    );
     for (name, samples) in [
         ("parse + judge (what a call pays)", &full),
         ("judge only", &evaluate_only),
         ("parse only", &parse_only),
     ] {
         let summary = samples.summary();
-        println!(
+        let _ = writeln!(
+            markdown,
             "| {name} | {:.1} ({:.1}) |",
-            summary.median_ms * 1e3,
-            summary.iqr_ms() * 1e3
+            summary.median * 1e3,
+            summary.iqr() * 1e3
         );
     }
-    Ok(())
+    markdown.push_str(
+        "\nbrush-parser caches the parse of recent words, as it would for a model repeating \
+         similar lines.\n",
+    );
+    Ok(Section {
+        figures: Vec::new(),
+        markdown,
+    })
 }

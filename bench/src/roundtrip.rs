@@ -1,102 +1,259 @@
-//! One-call batch round trips through the real daemon against a raw Unix-socket JSON echo,
-//! measured in the same run by the same blocking client, interleaved.
+//! The daemon's own cost: one-call batch round trips, alone and from 16 clients at once,
+//! against a raw Unix-socket JSON echo measured in the same run by the same blocking client.
 //!
 //! toold: `tools/execute` of one `read_file` of a 1 KB file, on a connection attached to the
-//! session, so that each round trip also carries the batch's six events (what an agent pays).
-//! Echo: a thread that parses each JSON line and writes it back, the floor of any JSON-RPC
-//! service on this machine.
+//! session, so that each round trip also carries the batch's five events (what an agent pays).
+//! Echo: a thread per connection that parses each JSON line and writes it back.
 
-use std::io::{BufRead, BufReader, Write};
-use std::os::unix::fs::PermissionsExt;
-use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::fmt::Write as _;
+use std::path::Path;
+use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail, ensure};
+use anyhow::ensure;
 use serde_json::{Value, json};
 
-/// Round trips per contender per round.
-const PER_ROUND: usize = 200;
+use crate::Settings;
+use crate::daemon::{Client, Daemon, start_echo};
+use crate::report::{Figure, Section, num, ratio};
+use crate::stats::{Samples, Summary};
 
-pub fn roundtrip_suite(rounds: usize) -> anyhow::Result<()> {
+/// Clients of the throughput figure.
+const CLIENTS: usize = 16;
+
+pub fn roundtrip_section(settings: &Settings) -> anyhow::Result<Section> {
     let dir = tempfile::tempdir()?;
     let root = dir.path().canonicalize()?;
-    std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o700))?;
     std::fs::write(root.join("one_kb.txt"), "x".repeat(1023) + "\n")?;
-    let mut daemon = Daemon::start(&root)?;
+    let daemon = Daemon::start()?;
     let echo_path = root.join("echo.sock");
     start_echo(&echo_path)?;
+    let execute = |session: &str| {
+        json!({
+            "session_id": session,
+            "calls": [{"id": "c1", "name": "read_file", "arguments": {"path": "one_kb.txt"}}]
+        })
+    };
 
-    let mut toold = Client::connect(&daemon.socket)?;
-    toold.call(
-        "initialize",
-        json!({"protocol_version": 1, "capabilities": {}}),
-    )?;
-    let session = toold.call("session/create", json!({"cwd": root}))?;
-    let session_id = session["session_id"]
-        .as_str()
-        .context("a session id")?
-        .to_owned();
-    let execute = json!({
-        "session_id": session_id,
-        "calls": [{"id": "c1", "name": "read_file", "arguments": {"path": "one_kb.txt"}}]
-    });
+    let mut toold = daemon.client()?;
+    let session = toold.create_session(&root, json!({}))?;
+    let request = execute(&session);
     let mut echo = Client::connect(&echo_path)?;
-
     // Warm both paths (first-use costs, page cache) before timing.
-    for _ in 0..50 {
-        check_read(&toold.call("tools/execute", execute.clone())?)?;
-        echo.call("tools/execute", execute.clone())?;
+    for _ in 0..200 {
+        check_read(toold.call("tools/execute", request.clone())?)?;
+        echo.call("tools/execute", request.clone())?;
     }
-    let (mut toold_times, mut echo_times) = (Vec::new(), Vec::new());
-    for _ in 0..rounds {
-        for _ in 0..PER_ROUND {
+    let per_round = if settings.quick { 100 } else { 300 };
+    let (mut toold_all, mut echo_all) = (Vec::new(), Vec::new());
+    let (mut toold_p50s, mut echo_p50s) = (Samples::default(), Samples::default());
+    for _ in 0..settings.rounds {
+        let mut times = Vec::with_capacity(per_round);
+        for _ in 0..per_round {
             let started = Instant::now();
-            let result = toold.call("tools/execute", execute.clone())?;
-            toold_times.push(started.elapsed());
-            check_read(&result)?;
+            let answer = toold.call("tools/execute", request.clone())?;
+            times.push(started.elapsed());
+            check_read(answer)?;
         }
-        for _ in 0..PER_ROUND {
+        toold_p50s.push(percentile(&mut times, 0.5));
+        toold_all.extend(times);
+        let mut times = Vec::with_capacity(per_round);
+        for _ in 0..per_round {
             let started = Instant::now();
-            echo.call("tools/execute", execute.clone())?;
-            echo_times.push(started.elapsed());
+            echo.call("tools/execute", request.clone())?;
+            times.push(started.elapsed());
         }
+        echo_p50s.push(percentile(&mut times, 0.5));
+        echo_all.extend(times);
     }
+    let toold_p50 = toold_p50s.summary();
+    let echo_p50 = echo_p50s.summary();
+    let toold_p99 = percentile(&mut toold_all, 0.99);
+    let echo_p99 = percentile(&mut echo_all, 0.99);
+    let p50_ratio = toold_p50.median / echo_p50.median;
+    let p99_ratio = micros(toold_p99) / micros(echo_p99);
+
+    let throughput = throughput(&daemon, &root, &echo_path, settings, &execute)?;
     daemon.stop()?;
-    let (toold_p50, toold_p99) = (
-        percentile(&mut toold_times, 0.50),
-        percentile(&mut toold_times, 0.99),
+
+    let mut markdown = String::from("## The daemon's own cost\n\n");
+    let _ = writeln!(
+        markdown,
+        "One-call batch: `tools/execute` of one `read_file` of a 1 KB file through the release \
+         daemon, on a connection attached to the session (so each round trip also carries the \
+         batch's five events, parsed by the client), against a raw Unix-socket JSON echo (a \
+         thread per connection that parses each line and answers it), by the same blocking \
+         client, {} rounds of {per_round} round trips each, interleaved. p50 is the median (IQR) \
+         of each round's p50; p99 is over every round trip. Times in µs.\n",
+        settings.rounds
     );
-    let (echo_p50, echo_p99) = (
-        percentile(&mut echo_times, 0.50),
-        percentile(&mut echo_times, 0.99),
+    markdown.push_str("| | p50 | p99 |\n|---|---:|---:|\n");
+    let _ = writeln!(
+        markdown,
+        "| toold `tools/execute` | {} ({}) | {} |",
+        num(toold_p50.median * 1e3),
+        num(toold_p50.iqr() * 1e3),
+        num(micros(toold_p99))
     );
-    println!("### One-call batch round trip (read_file of 1 KB, attached connection)\n");
-    println!("{rounds} interleaved rounds of {PER_ROUND} round trips each; times in µs.\n");
-    println!("| | p50 | p99 |");
-    println!("|---|---:|---:|");
-    println!(
-        "| toold `tools/execute` | {:.0} | {:.0} |",
-        micros(toold_p50),
-        micros(toold_p99)
+    let _ = writeln!(
+        markdown,
+        "| raw UDS JSON echo | {} ({}) | {} |",
+        num(echo_p50.median * 1e3),
+        num(echo_p50.iqr() * 1e3),
+        num(micros(echo_p99))
     );
-    println!(
-        "| raw UDS JSON echo | {:.0} | {:.0} |",
-        micros(echo_p50),
-        micros(echo_p99)
+    let _ = writeln!(
+        markdown,
+        "| toold / echo | {} | {} |\n",
+        ratio(p50_ratio),
+        ratio(p99_ratio)
     );
-    println!(
-        "| toold / echo | {:.2}× | {:.2}× |",
-        micros(toold_p50) / micros(echo_p50),
-        micros(toold_p99) / micros(echo_p99)
+    let _ = writeln!(
+        markdown,
+        "Throughput: {CLIENTS} clients at once, each on its own connection and session, one-call \
+         batches back to back for {} ms per round, against the same echo with {CLIENTS} \
+         connections; calls per second, median (IQR) over {} rounds.\n",
+        throughput.window.as_millis(),
+        settings.rounds
     );
-    println!("\nTarget: p50 ≤ 3× the echo.");
-    Ok(())
+    markdown.push_str("| | calls/s |\n|---|---:|\n");
+    let _ = writeln!(
+        markdown,
+        "| toold | {} ({}) |",
+        num(throughput.toold.median),
+        num(throughput.toold.iqr())
+    );
+    let _ = writeln!(
+        markdown,
+        "| echo | {} ({}) |",
+        num(throughput.echo.median),
+        num(throughput.echo.iqr())
+    );
+    let throughput_ratio = throughput.toold.median / throughput.echo.median;
+    let _ = writeln!(markdown, "| toold / echo | {} |", ratio(throughput_ratio));
+
+    Ok(Section {
+        figures: vec![
+            Figure {
+                id: "roundtrip",
+                what: "one-call batch round trip, 1 KB `read_file`".into(),
+                compared_with: "raw Unix-socket JSON echo".into(),
+                result: format!(
+                    "p50 {} µs vs {} µs ({}); p99 {} µs vs {} µs ({})",
+                    num(toold_p50.median * 1e3),
+                    num(echo_p50.median * 1e3),
+                    ratio(p50_ratio),
+                    num(micros(toold_p99)),
+                    num(micros(echo_p99)),
+                    ratio(p99_ratio)
+                ),
+                target: "p50 ≤ 3×",
+                met: p50_ratio <= 3.0,
+            },
+            Figure {
+                id: "throughput",
+                what: format!("calls/s, {CLIENTS} concurrent clients, one-call batches"),
+                compared_with: "the same echo".into(),
+                result: format!(
+                    "{} vs {} calls/s ({})",
+                    num(throughput.toold.median),
+                    num(throughput.echo.median),
+                    ratio(throughput_ratio)
+                ),
+                target: "≥ 0.5×",
+                met: throughput_ratio >= 0.5,
+            },
+        ],
+        markdown,
+    })
 }
 
-fn check_read(result: &Value) -> anyhow::Result<()> {
-    let outcome = &result["results"][0]["result"];
+/// Calls per second of each side, median and quartiles over rounds.
+struct Throughput {
+    window: Duration,
+    toold: Summary,
+    echo: Summary,
+}
+
+fn throughput(
+    daemon: &Daemon,
+    root: &Path,
+    echo_path: &Path,
+    settings: &Settings,
+    execute: &dyn Fn(&str) -> Value,
+) -> anyhow::Result<Throughput> {
+    let window = Duration::from_millis(if settings.quick { 300 } else { 1000 });
+    let mut toold_clients = Vec::new();
+    for _ in 0..CLIENTS {
+        let mut client = daemon.client()?;
+        let session = client.create_session(root, json!({}))?;
+        toold_clients.push((client, execute(&session)));
+    }
+    let mut echo_clients = Vec::new();
+    for _ in 0..CLIENTS {
+        echo_clients.push((Client::connect(echo_path)?, execute("echo")));
+    }
+    let (mut toold, mut echo) = (Vec::new(), Vec::new());
+    for round in 0..settings.rounds {
+        // Alternate which side goes first, so neither always meets the warmer machine.
+        if round % 2 == 0 {
+            toold.push(calls_per_second(&mut toold_clients, window, true)?);
+            echo.push(calls_per_second(&mut echo_clients, window, false)?);
+        } else {
+            echo.push(calls_per_second(&mut echo_clients, window, false)?);
+            toold.push(calls_per_second(&mut toold_clients, window, true)?);
+        }
+    }
+    Ok(Throughput {
+        window,
+        toold: Summary::of(&toold),
+        echo: Summary::of(&echo),
+    })
+}
+
+/// Every client calls back to back for `window`; the calls finished per second, in all.
+fn calls_per_second(
+    clients: &mut [(Client, Value)],
+    window: Duration,
+    check: bool,
+) -> anyhow::Result<f64> {
+    let start = Barrier::new(clients.len());
+    let began = Instant::now();
+    let counts: Vec<anyhow::Result<u64>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = clients
+            .iter_mut()
+            .map(|(client, request)| {
+                let start = &start;
+                scope.spawn(move || -> anyhow::Result<u64> {
+                    start.wait();
+                    let until = Instant::now() + window;
+                    let mut calls = 0;
+                    while Instant::now() < until {
+                        let answer = client.call("tools/execute", request.clone())?;
+                        if check {
+                            check_read(answer)?;
+                        }
+                        calls += 1;
+                    }
+                    Ok(calls)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|handle| handle.join().expect("a client thread panicked"))
+            .collect()
+    });
+    let elapsed = began.elapsed();
+    let mut total = 0;
+    for count in counts {
+        total += count?;
+    }
+    Ok(total as f64 / elapsed.as_secs_f64())
+}
+
+fn check_read(mut answer: Value) -> anyhow::Result<()> {
+    let outcome = answer["results"][0]["result"].take();
     ensure!(outcome["ok"] == json!(true), "read_file failed: {outcome}");
     ensure!(
         outcome["content"].as_str().map(str::len) == Some(1024),
@@ -109,137 +266,12 @@ fn micros(duration: Duration) -> f64 {
     duration.as_secs_f64() * 1e6
 }
 
-fn percentile(samples: &mut [Duration], quantile: f64) -> Duration {
+/// The `quantile` of `samples` (sorted in place), nearest rank; zero when there are none.
+pub fn percentile(samples: &mut [Duration], quantile: f64) -> Duration {
     samples.sort();
     let index = ((samples.len() as f64 - 1.0) * quantile).round() as usize;
-    samples[index.min(samples.len() - 1)]
-}
-
-/// A blocking NDJSON client: one request out, lines in until its response (events skipped).
-struct Client {
-    writer: UnixStream,
-    reader: BufReader<UnixStream>,
-    next_id: u64,
-    line: String,
-}
-
-impl Client {
-    fn connect(socket: &Path) -> anyhow::Result<Self> {
-        let stream = UnixStream::connect(socket)
-            .with_context(|| format!("connect to {}", socket.display()))?;
-        Ok(Self {
-            reader: BufReader::new(stream.try_clone()?),
-            writer: stream,
-            next_id: 1,
-            line: String::new(),
-        })
-    }
-
-    fn call(&mut self, method: &str, params: Value) -> anyhow::Result<Value> {
-        let id = self.next_id;
-        self.next_id += 1;
-        let mut request = serde_json::to_vec(
-            &json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
-        )?;
-        request.push(b'\n');
-        self.writer.write_all(&request)?;
-        loop {
-            self.line.clear();
-            if self.reader.read_line(&mut self.line)? == 0 {
-                bail!("the connection closed during {method}");
-            }
-            let mut message: Value = serde_json::from_str(&self.line)?;
-            if message.get("method").is_none() && message["id"] == json!(id) {
-                if let Some(error) = message.get("error") {
-                    bail!("{method} failed: {error}");
-                }
-                return Ok(message["result"].take());
-            }
-        }
-    }
-}
-
-/// The floor: parse each JSON line, answer it as the result, on a thread per connection.
-fn start_echo(path: &Path) -> anyhow::Result<()> {
-    let listener = UnixListener::bind(path)?;
-    std::thread::spawn(move || {
-        for stream in listener.incoming().flatten() {
-            std::thread::spawn(move || -> anyhow::Result<()> {
-                let mut writer = stream.try_clone()?;
-                let mut reader = BufReader::new(stream);
-                let mut line = String::new();
-                while reader.read_line(&mut line)? > 0 {
-                    let request: Value = serde_json::from_str(&line)?;
-                    let mut response = serde_json::to_vec(
-                        &json!({"jsonrpc": "2.0", "id": request["id"], "result": request["params"]}),
-                    )?;
-                    response.push(b'\n');
-                    writer.write_all(&response)?;
-                    line.clear();
-                }
-                Ok(())
-            });
-        }
-    });
-    Ok(())
-}
-
-/// The release `toold` binary serving on a socket in `root`.
-struct Daemon {
-    child: Child,
-    socket: PathBuf,
-}
-
-impl Daemon {
-    fn start(root: &Path) -> anyhow::Result<Self> {
-        let binary = release_toold()?;
-        let socket = root.join("run/toold.sock");
-        let child = Command::new(&binary)
-            .args(["serve", "--allow-root", "--socket"])
-            .arg(&socket)
-            .env("XDG_STATE_HOME", root.join("state"))
-            .env("XDG_CONFIG_HOME", root.join("config"))
-            .env("TOOLD_LOG", "warn")
-            .stdin(Stdio::null())
-            .spawn()
-            .with_context(|| format!("start {}", binary.display()))?;
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while UnixStream::connect(&socket).is_err() {
-            ensure!(Instant::now() < deadline, "toold did not serve within 30 s");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        Ok(Self { child, socket })
-    }
-
-    fn stop(&mut self) -> anyhow::Result<()> {
-        let pid = nix::unistd::Pid::from_raw(i32::try_from(self.child.id())?);
-        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM)?;
-        let status = self.child.wait()?;
-        ensure!(status.success(), "toold exited with {status}");
-        Ok(())
-    }
-}
-
-/// `target/release/toold`, built first (a no-op when it is up to date).
-fn release_toold() -> anyhow::Result<PathBuf> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-    let status = Command::new(cargo)
-        .args([
-            "build",
-            "--release",
-            "--quiet",
-            "-p",
-            "toold",
-            "--bin",
-            "toold",
-        ])
-        .status()?;
-    ensure!(status.success(), "building the release toold failed");
-    let harness = std::env::current_exe()?;
-    let binary = harness
-        .parent()
-        .context("the harness lives in target/release")?
-        .join("toold");
-    ensure!(binary.exists(), "{} is missing", binary.display());
-    Ok(binary)
+    samples
+        .get(index.min(samples.len().saturating_sub(1)))
+        .copied()
+        .unwrap_or_default()
 }

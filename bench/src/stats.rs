@@ -6,12 +6,12 @@ use std::time::{Duration, Instant};
 #[derive(Debug, Default, Clone)]
 pub struct Samples(Vec<Duration>);
 
-/// A summary of samples, in milliseconds.
+/// The median and quartiles of some values, in their unit (milliseconds for [`Samples`]).
 #[derive(Debug, Clone, Copy)]
 pub struct Summary {
-    pub median_ms: f64,
-    pub q1_ms: f64,
-    pub q3_ms: f64,
+    pub median: f64,
+    pub q1: f64,
+    pub q3: f64,
 }
 
 impl Samples {
@@ -19,25 +19,35 @@ impl Samples {
         self.0.push(sample);
     }
 
+    /// In milliseconds.
     pub fn summary(&self) -> Summary {
-        let mut millis: Vec<f64> = self.0.iter().map(|d| d.as_secs_f64() * 1e3).collect();
-        millis.sort_by(f64::total_cmp);
-        Summary {
-            median_ms: quantile(&millis, 0.5),
-            q1_ms: quantile(&millis, 0.25),
-            q3_ms: quantile(&millis, 0.75),
-        }
+        let millis: Vec<f64> = self.0.iter().map(|d| d.as_secs_f64() * 1e3).collect();
+        Summary::of(&millis)
     }
 }
 
 impl Summary {
-    pub fn iqr_ms(&self) -> f64 {
-        self.q3_ms - self.q1_ms
+    pub fn of(values: &[f64]) -> Self {
+        let mut sorted = values.to_vec();
+        sorted.sort_by(f64::total_cmp);
+        Self {
+            median: quantile(&sorted, 0.5),
+            q1: quantile(&sorted, 0.25),
+            q3: quantile(&sorted, 0.75),
+        }
     }
 
-    /// `median (IQR)`, as the table shows it.
+    pub fn iqr(&self) -> f64 {
+        self.q3 - self.q1
+    }
+
+    /// `median (IQR)`, as the tables show it.
     pub fn cell(&self) -> String {
-        format!("{:.1} ({:.1})", self.median_ms, self.iqr_ms())
+        format!(
+            "{} ({})",
+            crate::report::num(self.median),
+            crate::report::num(self.iqr())
+        )
     }
 }
 
