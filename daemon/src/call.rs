@@ -364,10 +364,14 @@ async fn step_execute(
     let result = {
         // Forwarding runs beside the call (never instead of it, so the deadline is always
         // watched); it waits for the listeners before each event, which holds the tool back
-        // through the bounded channel when a client reads slowly.
+        // through the bounded channel when a client reads slowly. It waits *before* taking a
+        // chunk: dropped when the call ends, it must not hold one (that chunk would be lost).
         let forward = async {
-            while let Some(chunk) = receiver.recv().await {
+            loop {
                 scope.session.events().output_ready().await;
+                let Some(chunk) = receiver.recv().await else {
+                    break;
+                };
                 stream.forward(chunk);
             }
             std::future::pending::<()>().await;
@@ -415,6 +419,7 @@ impl OutputStreamer<'_> {
             stream: chunk.stream,
             data,
             truncated: self.truncated,
+            elided_bytes: 0,
         }));
     }
 }

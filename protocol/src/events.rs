@@ -57,10 +57,18 @@ pub struct ToolOutput {
     /// Set on the last event of a call once `max_stream_bytes` was reached.
     #[serde(default, skip_serializing_if = "is_false")]
     pub truncated: bool,
+    /// Set only on a replayed event whose `data` (this many bytes) the session's log no longer
+    /// keeps: the log bounds the output it retains in bytes, and `data` is then empty.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub elided_bytes: u64,
 }
 
 fn is_false(value: &bool) -> bool {
     !*value
+}
+
+fn is_zero(value: &u64) -> bool {
+    *value == 0
 }
 
 /// The body of `tool/result` and of `tool/call_done`.

@@ -104,6 +104,66 @@ async fn a_reader_follows_a_real_batch_through_the_log() {
     assert_eq!(stdout, lines);
 }
 
+/// A reader slow enough that the output waits for it (it trails by more than the allowed lag)
+/// still gets every byte, including the chunk the forwarding held when the command ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_reader_gets_every_byte_of_a_command_that_ends_while_it_lags() {
+    let tree = Tree::new(&[]);
+    let state = SessionState::new(
+        tree.env(),
+        SessionMode::Default,
+        allow_commands(),
+        &Rules::default(),
+        std::path::Path::new("/home/user"),
+    )
+    .unwrap();
+    // A short allowed lag, so that a few kilobytes of output make the command wait.
+    let log = Arc::new(EventLog::new(0).with_output_lag(2));
+    let session = Arc::new(Session::new("s_slow", state, log.clone(), 0));
+    let executor = Arc::new(Executor::new(Arc::new(Registry::with_builtins())));
+
+    let mut reader = log.reader(0);
+    let follower = tokio::spawn(async move {
+        let mut stdout = String::new();
+        while let Some(item) = reader.next().await {
+            let event = item.expect("the output waits for this reader: it never lags out");
+            match &*event {
+                Event::Output(output) => {
+                    stdout.push_str(&output.body.data);
+                    // Slower than the command: the output backs up and waits for us.
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                Event::BatchDone(_) => break,
+                _ => {}
+            }
+        }
+        stdout
+    });
+
+    // A line at a time (each its own event), and the command ends while the reader trails.
+    let command = "for i in $(seq 1 150); do echo line $i; sleep 0.001; done";
+    let batch = Batch {
+        id: "b_1".into(),
+        iteration: 1,
+        calls: vec![ToolCall::new(
+            "call_a",
+            "run_command",
+            json!({"command": command}),
+        )],
+    };
+    let results = executor
+        .run_batch(&session, batch, &BatchControl::new(1))
+        .await;
+    assert!(results[0].result.ok, "{:?}", results[0].result);
+    let stdout = tokio::time::timeout(PATIENCE, follower)
+        .await
+        .unwrap()
+        .unwrap();
+    let lines: String = (1..=150).map(|n| format!("line {n}\n")).collect();
+    assert_eq!(stdout.len(), lines.len(), "bytes lost");
+    assert_eq!(stdout, lines);
+}
+
 /// What a session was survives a "restart": its state comes back from the store, and its
 /// events go on numbering after the last one saved, with the old ones reported as gone.
 #[tokio::test]

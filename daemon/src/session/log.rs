@@ -14,12 +14,18 @@ use std::pin::pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::Notify;
-use toold_protocol::Event;
+use toold_protocol::{Event, EventParams, ToolOutput};
 
 use crate::events::EventListener;
 
 /// How many events the protocol says a session retains at least (PROTOCOL.md section 3).
 pub const MIN_RETAINED_EVENTS: usize = 10_000;
+
+/// How many bytes of `tool/output` data a session's log keeps. Past it, the oldest output
+/// events that every reader has taken keep their place and `seq` but lose their `data`
+/// (`elided_bytes` says how much): a command that prints 100 MB must not leave 100 MB in the
+/// log. The result of every call, with its head and tail of the output, is kept whole.
+pub const RETAINED_OUTPUT_BYTES: usize = 4 * 1024 * 1024;
 
 /// A reader fell behind what the log retains: `missed` events were dropped before it read them.
 /// The reader has been moved to the oldest retained event and goes on from there.
@@ -57,14 +63,27 @@ struct LogInner {
     next_reader_id: u64,
     /// Set by `close`: readers end once they have read everything, nobody is throttled.
     closed: bool,
+    /// The `data` bytes of the retained `tool/output` events, elided ones not counted.
+    output_bytes: usize,
+    /// What `output_bytes` may reach before the oldest output is elided.
+    output_budget: usize,
+    /// Every output event with this `seq` or a lower one has been elided or looked at.
+    elided_through: u64,
+    /// How many events a reader may trail by before live output waits for it.
+    output_lag: u64,
 }
 
 impl LogInner {
     /// The retained events with a `seq` larger than `after_seq`.
     fn after(&self, after_seq: u64) -> impl Iterator<Item = &Arc<Event>> {
+        self.events.range(self.index_after(after_seq)..)
+    }
+
+    /// The index of the first retained event with a `seq` larger than `after_seq`.
+    fn index_after(&self, after_seq: u64) -> usize {
         // The sink numbers a session's events without gaps, so the index follows from the
         // oldest `seq`; the search is only the fallback should that ever not hold.
-        let start = match self.events.front() {
+        match self.events.front() {
             Some(oldest) if after_seq < oldest.seq() => 0,
             Some(oldest) => {
                 let guess = usize::try_from(after_seq - oldest.seq() + 1).unwrap_or(usize::MAX);
@@ -82,8 +101,49 @@ impl LogInner {
                 }
             }
             None => 0,
-        };
-        self.events.range(start..)
+        }
+    }
+
+    /// While the retained output is over its budget, drops the `data` of the oldest output
+    /// events that every reader has already taken (a reader must never get an elided event
+    /// live). What the slowest reader has not taken yet stays; the output waits for it.
+    fn elide_output(&mut self) {
+        if self.output_bytes <= self.output_budget {
+            return;
+        }
+        let taken_by_all = self
+            .readers
+            .values()
+            .copied()
+            .min()
+            .unwrap_or(self.last_seq);
+        let start = self.index_after(self.elided_through);
+        for index in start..self.events.len() {
+            let event = &self.events[index];
+            if self.output_bytes <= self.output_budget || event.seq() > taken_by_all {
+                return;
+            }
+            self.elided_through = event.seq();
+            if let Event::Output(params) = &**event
+                && !params.body.data.is_empty()
+            {
+                let elided = params.body.data.len();
+                let slim = Event::Output(EventParams {
+                    session_id: params.session_id.clone(),
+                    seq: params.seq,
+                    batch_id: params.batch_id.clone(),
+                    body: ToolOutput {
+                        call_id: params.body.call_id.clone(),
+                        stream: params.body.stream,
+                        data: String::new(),
+                        truncated: params.body.truncated,
+                        elided_bytes: elided as u64,
+                    },
+                });
+                self.events[index] = Arc::new(slim);
+                self.output_bytes -= elided;
+            }
+        }
     }
 
     /// Whether every registered reader is within `max_lag` events of the head.
@@ -115,10 +175,28 @@ impl EventLog {
                 readers: HashMap::new(),
                 next_reader_id: 0,
                 closed: false,
+                output_bytes: 0,
+                output_budget: RETAINED_OUTPUT_BYTES,
+                elided_through: start_seq,
+                output_lag: MAX_OUTPUT_LAG,
             }),
             appended: Notify::new(),
             progressed: Notify::new(),
         }
+    }
+
+    /// The same log with another budget for retained output data than
+    /// [`RETAINED_OUTPUT_BYTES`].
+    pub fn with_output_budget(self, bytes: usize) -> Self {
+        self.lock().output_budget = bytes;
+        self
+    }
+
+    /// The same log letting readers trail by `events` rather than [`MAX_OUTPUT_LAG`] before
+    /// live output waits for them.
+    pub fn with_output_lag(self, events: u64) -> Self {
+        self.lock().output_lag = events;
+        self
     }
 
     /// The `seq` of the newest event, or the starting `seq` when there is none yet.
@@ -218,9 +296,12 @@ impl EventLog {
                 && let Some(evicted) = inner.events.pop_front()
             {
                 inner.evicted_through = evicted.seq();
+                inner.output_bytes -= output_data_len(&evicted);
             }
+            inner.output_bytes += output_data_len(&event);
             inner.events.push_back(Arc::new(event));
             inner.last_seq = seq;
+            inner.elide_output();
         }
         self.appended.notify_waiters();
     }
@@ -234,20 +315,30 @@ impl EventLog {
     }
 }
 
+/// The `data` bytes of an output event (0 for any other, or an elided one).
+fn output_data_len(event: &Event) -> usize {
+    match event {
+        Event::Output(params) => params.body.data.len(),
+        _ => 0,
+    }
+}
+
 impl EventListener for EventLog {
     fn deliver(&self, event: Event) {
         self.append(event);
     }
 
-    /// Live output waits while an attached reader trails by more than [`MAX_OUTPUT_LAG`]
+    /// Live output waits while an attached reader trails by more than [`MAX_OUTPUT_LAG`] (or the
+    /// log's own lag)
     /// events: a client that reads slowly slows the command rather than growing memory.
     fn output_ready(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
-        Box::pin(self.wait_for_readers(MAX_OUTPUT_LAG))
+        let lag = self.lock().output_lag;
+        Box::pin(self.wait_for_readers(lag))
     }
 }
 
 /// How far a reader may trail the head of the log before live output waits for it.
-pub const MAX_OUTPUT_LAG: u64 = 256;
+pub const MAX_OUTPUT_LAG: u64 = 64;
 
 /// A connection's cursor into the log. Dropping it unregisters it (and releases anyone
 /// throttled by it).
@@ -294,6 +385,7 @@ impl LogReader {
                 match next {
                     Some(event) => {
                         inner.readers.insert(self.id, event.seq());
+                        inner.elide_output();
                         Ok(event)
                     }
                     None if inner.closed => return Err(AtHead::Ended),
@@ -407,6 +499,79 @@ mod tests {
             Ok(Some(Ok(event))) => event.seq(),
             other => panic!("expected an event, got {other:?}"),
         }
+    }
+
+    fn output(seq: u64, bytes: usize) -> Event {
+        Event::Output(EventParams {
+            session_id: "s_1".into(),
+            seq,
+            batch_id: "b_1".into(),
+            body: ToolOutput {
+                call_id: "c_1".into(),
+                stream: toold_protocol::OutputStream::Stdout,
+                data: "x".repeat(bytes),
+                truncated: false,
+                elided_bytes: 0,
+            },
+        })
+    }
+
+    /// (data length, elided bytes) of every retained event.
+    fn output_shapes(log: &EventLog) -> Vec<(usize, u64)> {
+        log.replay(0)
+            .0
+            .iter()
+            .map(|event| match event {
+                Event::Output(params) => (params.body.data.len(), params.body.elided_bytes),
+                _ => (0, 0),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn output_over_the_budget_is_elided_oldest_first_keeping_every_event() {
+        let log = EventLog::with_capacity(100, 0).with_output_budget(250);
+        for seq in 1..=10 {
+            log.deliver(output(seq, 100));
+        }
+        let mut expected = vec![(0, 100); 8];
+        expected.extend([(100, 0), (100, 0)]);
+        assert_eq!(output_shapes(&log), expected);
+        assert_eq!(log.len(), 10, "every event keeps its place and seq");
+        // Other events are never touched, and evicting an elided event is harmless.
+        log.deliver(event(11));
+        assert_eq!(log.replay(10).0, vec![event(11)]);
+    }
+
+    #[tokio::test]
+    async fn output_a_reader_has_not_taken_is_never_elided() {
+        let log = Arc::new(EventLog::with_capacity(100, 0).with_output_budget(250));
+        let mut reader = log.reader(0);
+        for seq in 1..=10 {
+            log.deliver(output(seq, 100));
+        }
+        assert_eq!(output_shapes(&log), vec![(100, 0); 10], "nothing taken yet");
+        for seq in 1..=5 {
+            let taken = timeout(PATIENCE, reader.next())
+                .await
+                .unwrap()
+                .unwrap()
+                .unwrap();
+            assert_eq!(taken.seq(), seq);
+            assert_eq!(output_data_len(&taken), 100, "a live reader gets the data");
+        }
+        let mut expected = vec![(0, 100); 5];
+        expected.extend(vec![(100, 0); 5]);
+        assert_eq!(output_shapes(&log), expected);
+        drop(reader);
+        log.deliver(event(11));
+        let mut expected = vec![(0, 100); 8];
+        expected.extend([(100, 0), (100, 0), (0, 0)]);
+        assert_eq!(
+            output_shapes(&log),
+            expected,
+            "no reader left: back within budget"
+        );
     }
 
     #[test]

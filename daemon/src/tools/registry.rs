@@ -102,12 +102,11 @@ impl Registry {
             return Err(RegisterError::EmptyName);
         }
         // Compiled outside the lock: compilation can take a while for large schemas.
-        let validator = compile_schema(&definition).map_err(|reason| {
-            RegisterError::InvalidSchema {
+        let validator =
+            compile_schema(&definition).map_err(|reason| RegisterError::InvalidSchema {
                 name: name.clone(),
                 reason,
-            }
-        })?;
+            })?;
         let entry = Arc::new(Entry {
             definition,
             validator: Arc::new(validator),

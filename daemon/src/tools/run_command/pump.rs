@@ -11,8 +11,10 @@ use super::capture::{HeadTail, Utf8Decoder};
 use super::halted;
 use crate::tools::{OutputChunk, OutputStream, ToolContext};
 
-/// One read from a pipe; a pipe holds 64 KiB by default.
-const READ_BUFFER_BYTES: usize = 64 * 1024;
+/// One read from a pipe, and so the most one `tool/output` event carries. A quarter of what a
+/// pipe holds: the events a slow client has not taken yet (up to `MAX_OUTPUT_LAG` in the
+/// session's log, and a connection's outgoing queue) stay a few MiB.
+const READ_BUFFER_BYTES: usize = 16 * 1024;
 
 /// Reads both pipes as output arrives and keeps it: decoded per stream, sent live, and cut to
 /// head and tail.
