@@ -91,6 +91,9 @@ pub struct PeerOptions {
     /// Messages waiting for the writer. Bounded so that a peer that does not read cannot
     /// make us buffer without limit: senders wait for space, `try_*` senders see "full".
     pub outgoing_capacity: usize,
+    /// Bytes those messages may hold together, so that large messages (a command's output
+    /// events) waiting for a slow reader stay a bounded amount of memory too.
+    pub outgoing_bytes: usize,
     /// Incoming requests whose handler has not answered yet. Over it a request is answered
     /// `-32001` (overloaded) at once: refusing, rather than pausing the reader, keeps the
     /// responses to our own requests flowing (pausing could deadlock an approval).
@@ -102,6 +105,7 @@ pub struct PeerOptions {
 
 impl PeerOptions {
     pub const DEFAULT_OUTGOING_CAPACITY: usize = 256;
+    pub const DEFAULT_OUTGOING_BYTES: usize = 1024 * 1024;
     pub const DEFAULT_MAX_IN_FLIGHT_REQUESTS: usize = 1024;
     pub const DEFAULT_FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -111,6 +115,7 @@ impl PeerOptions {
             framing: PeerFraming::Detect,
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
             outgoing_capacity: Self::DEFAULT_OUTGOING_CAPACITY,
+            outgoing_bytes: Self::DEFAULT_OUTGOING_BYTES,
             max_in_flight_requests: Self::DEFAULT_MAX_IN_FLIGHT_REQUESTS,
             flush_timeout: Self::DEFAULT_FLUSH_TIMEOUT,
         }
@@ -272,6 +277,7 @@ impl Peer {
         let detected = decoder.detected_framing();
         let (handle, queue) = PeerHandle::new(
             options.outgoing_capacity,
+            options.outgoing_bytes,
             options.max_in_flight_requests,
             detected.clone(),
         );

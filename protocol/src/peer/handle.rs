@@ -11,7 +11,7 @@ use std::task::{Context, Poll, ready};
 
 use serde::Serialize;
 use serde_json::{Value, json};
-use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use super::{BoxFuture, CloseReason};
@@ -21,6 +21,24 @@ use crate::rpc::{ErrorObject, Id, Notification, Request, Response, Version};
 
 /// Numbers connections for logs; process-wide so that two connections never share one.
 static NEXT_CONNECTION_ID: AtomicU64 = AtomicU64::new(1);
+
+/// One message in the writer's queue, holding its share of the queue's byte budget (if it
+/// took one) until the writer has framed it.
+pub(super) struct Queued {
+    pub(super) text: JsonText,
+    _budget: Option<OwnedSemaphorePermit>,
+}
+
+impl Queued {
+    /// A message outside the byte budget: requests and answers queued from code that cannot
+    /// wait, all small.
+    fn unbudgeted(text: JsonText) -> Self {
+        Self {
+            text,
+            _budget: None,
+        }
+    }
+}
 
 /// How one of our requests ended.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -79,7 +97,11 @@ struct Shared {
     connection_id: u64,
     /// The writer's queue. Bounded (`PeerOptions::outgoing_capacity`) so that a peer that
     /// does not read makes senders wait instead of growing our memory.
-    outgoing: mpsc::Sender<JsonText>,
+    outgoing: mpsc::Sender<Queued>,
+    /// Bytes the queued messages may hold (`PeerOptions::outgoing_bytes`): with the message
+    /// bound alone, 256 large events waiting for a slow reader would hold megabytes.
+    outgoing_budget: Arc<Semaphore>,
+    outgoing_budget_limit: u32,
     /// A std mutex: every critical section is one map operation, never across an await, so
     /// an async mutex would only add cost. Shared by request futures, the reader (answers)
     /// and the closing path (which fails them all).
@@ -156,9 +178,10 @@ pub fn render_notification<M: NotificationMethod>(
 impl PeerHandle {
     pub(super) fn new(
         outgoing_capacity: usize,
+        outgoing_bytes: usize,
         max_in_flight_requests: usize,
         framing: DetectedFraming,
-    ) -> (Self, mpsc::Receiver<JsonText>) {
+    ) -> (Self, mpsc::Receiver<Queued>) {
         // `Semaphore::new` panics over `MAX_PERMITS`, and `acquire_many` takes a `u32`; no
         // real limit reaches either.
         let in_flight_limit = u32::try_from(max_in_flight_requests.min(Semaphore::MAX_PERMITS))
@@ -168,9 +191,14 @@ impl PeerHandle {
         // lets the writer work.
         let capacity = outgoing_capacity.clamp(1, Semaphore::MAX_PERMITS);
         let (outgoing, queue) = mpsc::channel(capacity);
+        let outgoing_budget_limit = u32::try_from(outgoing_bytes.min(Semaphore::MAX_PERMITS))
+            .unwrap_or(u32::MAX)
+            .max(1);
         let shared = Shared {
             connection_id: NEXT_CONNECTION_ID.fetch_add(1, Ordering::Relaxed),
             outgoing,
+            outgoing_budget: Arc::new(Semaphore::new(outgoing_budget_limit as usize)),
+            outgoing_budget_limit,
             pending: Mutex::new(PendingTable {
                 open: true,
                 waiters: HashMap::new(),
@@ -244,24 +272,48 @@ impl PeerHandle {
     }
 
     /// Sends one complete message (or batch) already rendered as JSON, such as a response
-    /// from jsonrpsee or an event rendered once for many connections.
+    /// from jsonrpsee or an event rendered once for many connections. Waits for room in the
+    /// queue, counted in messages and in bytes (a message larger than the byte budget waits
+    /// until the queue holds nothing else that counts).
     pub async fn send_text(&self, text: JsonText) -> Result<(), PeerClosed> {
+        let cost = self.budget_cost(&text);
+        let budget = Arc::clone(&self.shared.outgoing_budget)
+            .acquire_many_owned(cost)
+            .await
+            .map_err(|_| PeerClosed)?;
         self.shared
             .outgoing
-            .send(text)
+            .send(Queued {
+                text,
+                _budget: Some(budget),
+            })
             .await
             .map_err(|_| PeerClosed)
     }
 
     /// [`send_text`](Self::send_text) without waiting.
     pub fn try_send_text(&self, text: JsonText) -> Result<(), TrySendError> {
+        let cost = self.budget_cost(&text);
+        let budget = Arc::clone(&self.shared.outgoing_budget)
+            .try_acquire_many_owned(cost)
+            .map_err(|_| TrySendError::Full)?;
         self.shared
             .outgoing
-            .try_send(text)
+            .try_send(Queued {
+                text,
+                _budget: Some(budget),
+            })
             .map_err(|err| match err {
                 mpsc::error::TrySendError::Full(_) => TrySendError::Full,
                 mpsc::error::TrySendError::Closed(_) => TrySendError::Closed,
             })
+    }
+
+    /// The share of the byte budget a message takes: its length, at most the whole budget.
+    fn budget_cost(&self, text: &JsonText) -> u32 {
+        u32::try_from(text.0.len())
+            .unwrap_or(u32::MAX)
+            .clamp(1, self.shared.outgoing_budget_limit)
     }
 
     /// Withdraws one of our pending requests: its future resolves with
@@ -401,7 +453,7 @@ impl PeerHandle {
     /// Queues a message from code that cannot wait (a `Drop`): now if there is room, else
     /// from a task that waits for room.
     fn send_detached(&self, text: JsonText) {
-        match self.shared.outgoing.try_send(text) {
+        match self.shared.outgoing.try_send(Queued::unbudgeted(text)) {
             Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => {}
             Err(mpsc::error::TrySendError::Full(text)) => {
                 // Outside a runtime (a future dropped after its runtime ended) the connection
@@ -418,7 +470,7 @@ impl PeerHandle {
 }
 
 type ReserveFuture =
-    BoxFuture<'static, Result<mpsc::OwnedPermit<JsonText>, mpsc::error::SendError<()>>>;
+    BoxFuture<'static, Result<mpsc::OwnedPermit<Queued>, mpsc::error::SendError<()>>>;
 
 /// One of our requests in flight; resolves with the answer. See [`PeerHandle::request`].
 pub struct OutgoingRequest {
@@ -501,7 +553,7 @@ impl Future for OutgoingRequest {
                     // other side must not get a request nobody waits for.
                     if let Some(waiter) = table.waiters.get_mut(&this.id) {
                         waiter.sent = true;
-                        permit.send(text);
+                        permit.send(Queued::unbudgeted(text));
                     }
                 }
                 Err(_) => {

@@ -608,6 +608,46 @@ async fn close_flushes_what_was_queued_then_ends() {
 }
 
 #[tokio::test]
+async fn large_messages_fill_the_byte_budget_before_the_message_bound() {
+    const BUDGET: usize = 64 * 1024;
+    let options = PeerOptions {
+        outgoing_capacity: 256,
+        outgoing_bytes: BUDGET,
+        ..PeerOptions::client(Framing::Ndjson)
+    };
+    let (_raw_end_never_read, peer_end) = tokio::io::duplex(256);
+    let client = spawn_side(peer_end, options, echo());
+    let pad = "x".repeat(10_000);
+    let mut accepted = 0;
+    loop {
+        match client
+            .peer
+            .try_notify("tools/output", Some(json!({"data": pad})))
+        {
+            Ok(()) => accepted += 1,
+            Err(TrySendError::Full) => break,
+            Err(TrySendError::Closed) => panic!("closed"),
+        }
+        tokio::task::yield_now().await;
+        assert!(accepted < 256, "the byte budget never filled");
+    }
+    // Held at most: the budget, one write batch (and the message it ends in), and the pipe.
+    let bound = BUDGET / 10_000 + super::writer::MAX_WRITE_BATCH_BYTES / 10_000 + 3;
+    assert!(accepted <= bound, "{accepted} accepted, bound {bound}");
+    // A sender that can wait waits for bytes too (even for a message larger than the whole
+    // budget, which takes all of it rather than more).
+    let waited = tokio::time::timeout(
+        QUIET,
+        client.peer.send_text(crate::framing::JsonText(format!(
+            "{{\"jsonrpc\":\"2.0\",\"method\":\"big\",\"params\":{{\"data\":\"{}\"}}}}",
+            "y".repeat(2 * BUDGET)
+        ))),
+    )
+    .await;
+    assert!(waited.is_err(), "send_text did not wait for bytes");
+}
+
+#[tokio::test]
 async fn closing_gives_up_on_a_peer_that_does_not_read() {
     let options = PeerOptions {
         outgoing_capacity: 2,

@@ -8,8 +8,9 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::{Notify, mpsc};
 use tokio_util::codec::Encoder;
 
+use super::handle::Queued;
 use super::{CloseReason, PeerHandle};
-use crate::framing::{DetectedFraming, FrameEncoder, JsonText};
+use crate::framing::{DetectedFraming, FrameEncoder};
 
 /// How many bytes of queued messages one write may gather. Bounded, so that what the writer
 /// holds outside the queue stays small; large enough that a burst of events goes out in a
@@ -20,7 +21,7 @@ pub(super) const MAX_WRITE_BATCH_BYTES: usize = 16 * 1024;
 /// before the close and shuts the write half down. A write error closes the connection.
 pub(super) async fn run<W>(
     mut writer: W,
-    mut queue: mpsc::Receiver<JsonText>,
+    mut queue: mpsc::Receiver<Queued>,
     framing: DetectedFraming,
     framing_known: Arc<Notify>,
     peer: PeerHandle,
@@ -73,7 +74,7 @@ pub(super) async fn run<W>(
 
 /// Moves messages that are already queued into the write buffer, up to a bounded size.
 fn gather_ready(
-    queue: &mut mpsc::Receiver<JsonText>,
+    queue: &mut mpsc::Receiver<Queued>,
     encoder: &mut FrameEncoder,
     buffer: &mut BytesMut,
     peer: &PeerHandle,
@@ -88,8 +89,10 @@ fn gather_ready(
     }
 }
 
-fn encode(encoder: &mut FrameEncoder, text: JsonText, buffer: &mut BytesMut, peer: &PeerHandle) {
-    if let Err(err) = encoder.encode(text, buffer) {
+/// Frames one message into the buffer; its share of the byte budget is released here, as the
+/// buffer's own size is bounded separately.
+fn encode(encoder: &mut FrameEncoder, queued: Queued, buffer: &mut BytesMut, peer: &PeerHandle) {
+    if let Err(err) = encoder.encode(queued.text, buffer) {
         // Only text rendered elsewhere can fail here (pretty-printed JSON that does not
         // parse); that one message is lost, the connection is not.
         tracing::error!(
