@@ -34,8 +34,9 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use nix::errno::Errno;
 use nix::sys::signal::{Signal, kill, killpg};
-use nix::sys::wait::{WaitPidFlag, waitpid};
+use nix::sys::wait::{Id, WaitPidFlag, waitid, waitpid};
 use nix::unistd::{Pid, geteuid};
 
 /// The environment variable that tags every process of one `run_command` call.
@@ -174,6 +175,9 @@ impl ProcessTree {
     /// Kills every process of the call: SIGTERM, up to `grace` for them to exit, then SIGKILL
     /// until a sweep finds none alive (bounded). Blocking: it sleeps between sweeps.
     pub fn terminate(&mut self, grace: Duration) -> SweepReport {
+        if self.nothing_can_be_left() {
+            return self.report(&HashSet::new(), 0);
+        }
         let mut signaled: HashSet<ProcessId> = HashSet::new();
         let grace_ends = Instant::now() + grace;
         let mut group_signaled = false;
@@ -218,6 +222,20 @@ impl ProcessTree {
             "processes of a command outlived every SIGKILL round"
         );
         self.report(&signaled, survivors)
+    }
+
+    /// Whether no process of the call can still be alive, known from two system calls instead
+    /// of a look at every process on the machine (the common end of a short command). With the
+    /// daemon a child subreaper, whatever the shell left behind is in its process group or
+    /// was reparented to the daemon: so if the group is empty and the daemon has no child at
+    /// all (living or dead), nothing is left. Any doubt (another call's shell, a hook, a member
+    /// seen before, no subreaper) takes the full sweep.
+    pub fn nothing_can_be_left(&self) -> bool {
+        if !ensure_subreaper() || !self.members.is_empty() {
+            return false;
+        }
+        let group_empty = kill(Pid::from_raw(-self.leader_pid), None) == Err(Errno::ESRCH);
+        group_empty && !daemon_has_children()
     }
 
     fn report(&self, signaled: &HashSet<ProcessId>, survivors: usize) -> SweepReport {
@@ -342,6 +360,14 @@ fn signal(pid: i32, signal: Signal) {
     let _ = kill(Pid::from_raw(pid), signal);
 }
 
+/// Whether the daemon has any child process, running or exited and not yet reaped. `WNOWAIT`
+/// leaves a dead one for whoever reaps it (tokio for a shell, the sweep for an orphan).
+fn daemon_has_children() -> bool {
+    let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
+    // ECHILD: none at all. Anything else, even an error, counts as "maybe".
+    !matches!(waitid(Id::All, flags), Err(Errno::ECHILD))
+}
+
 /// Every process in `/proc` whose stat could be read (a process may exit while we look).
 fn scan_processes() -> Vec<ProcStat> {
     let Ok(entries) = fs::read_dir("/proc") else {
@@ -355,8 +381,13 @@ fn scan_processes() -> Vec<ProcStat> {
 }
 
 fn read_stat(pid: i32) -> Option<ProcStat> {
-    let raw = fs::read(format!("/proc/{pid}/stat")).ok()?;
-    parse_stat(pid, &raw)
+    // One read into a buffer that holds the fields we parse whatever their width (up to
+    // `starttime`, field 22, is well under 2 KiB): `fs::read` would stat the file and grow its
+    // buffer over several reads, and the sweep reads every process on the machine.
+    let mut buffer = [0u8; 2048];
+    let mut file = fs::File::open(format!("/proc/{pid}/stat")).ok()?;
+    let read = std::io::Read::read(&mut file, &mut buffer).ok()?;
+    parse_stat(pid, &buffer[..read])
 }
 
 /// Parses `/proc/PID/stat`: `pid (comm) state ppid pgrp session … starttime …`. The command

@@ -379,11 +379,15 @@ struct TreeGuard(Option<ProcessTree>);
 
 impl TreeGuard {
     /// Kills the tree on a blocking thread (the sweep sleeps between rounds). The kill runs to
-    /// its end even if this future is dropped.
+    /// its end even if this future is dropped. When two system calls show that nothing can be
+    /// left (the usual end of a command), that is all, without the thread hand-off.
     async fn terminate(&mut self, grace: Duration) -> SweepReport {
         let Some(mut tree) = self.0.take() else {
             return SweepReport::default();
         };
+        if tree.nothing_can_be_left() {
+            return SweepReport::default();
+        }
         match tokio::task::spawn_blocking(move || tree.terminate(grace)).await {
             Ok(report) => report,
             Err(err) => {
