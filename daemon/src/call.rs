@@ -19,7 +19,8 @@ use crate::approval::ApprovalReply;
 use crate::batch::Executor;
 use crate::env::Env;
 use crate::events::EventBody;
-use crate::permission::facts::with_facts;
+use crate::paths::ResolvedPath;
+use crate::permission::facts::{judged_paths, with_facts};
 use crate::permission::{self, Decision, HookVerdict};
 use crate::session::{Session, SessionState};
 use crate::tools::registry::run_resolved;
@@ -106,14 +107,14 @@ async fn pipeline(scope: &CallScope, call: &ToolCall, cancel: &CancellationToken
         Ok(hook) => hook,
         Err(result) => return result,
     };
-    let env = match step_permission(scope, call, &mut resolved, hook, cancel).await {
-        Ok(env) => env,
+    let (env, judged) = match step_permission(scope, call, &mut resolved, hook, cancel).await {
+        Ok(allowed) => allowed,
         Err(result) => return result,
     };
     if let Err(result) = step_recheck(scope, call, &resolved) {
         return result;
     }
-    step_execute(scope, resolved, env, cancel).await
+    step_execute(scope, resolved, env, judged, cancel).await
 }
 
 /// Step 2: registered, visible to the session, arguments valid for the schema.
@@ -166,23 +167,34 @@ async fn step_pre_hooks(
 }
 
 /// Step 4: the permission engine on the session's current state, and an approval when it asks.
-/// Returns the Env the call runs in: updates made after this step do not reach the call.
+/// Returns the Env the call runs in (updates made after this step do not reach the call) and
+/// the path arguments as they were judged, for the tool to act on.
 async fn step_permission(
     scope: &CallScope,
     call: &ToolCall,
     resolved: &mut ResolvedCall,
     hook: HookVerdict,
     cancel: &CancellationToken,
-) -> Result<Arc<Env>, ToolResult> {
+) -> Result<(Arc<Env>, Arc<[ResolvedPath]>), ToolResult> {
     let state = scope.session.state();
-    let decision = state.decide(resolved, hook);
+    let (decision, judged) = state.decide_judging(resolved, hook);
     match decision {
-        Decision::Allow => Ok(state.env),
+        Decision::Allow => Ok((state.env, judged.into())),
         Decision::Deny(reason) => Err(failure(call, ErrorType::PermissionDenied, reason)),
         Decision::NotAllowed(reason) => Err(failure(call, ErrorType::ToolNotAllowed, reason)),
         Decision::Ask { reason, suggestion } => {
+            let asked_about = resolved.arguments.clone();
             step_approval(scope, call, resolved, reason, suggestion, cancel).await?;
-            Ok(scope.session.state().env)
+            let state = scope.session.state();
+            // The approver saw (and approved) the paths as judged above; arguments it replaced
+            // are judged now, as its answer is applied.
+            let judged = if resolved.arguments == asked_about {
+                judged
+            } else {
+                let definition = resolved.definition();
+                judged_paths(&definition.name, &resolved.arguments, &state.env)
+            };
+            Ok((state.env, judged.into()))
         }
     }
 }
@@ -346,6 +358,7 @@ async fn step_execute(
     scope: &CallScope,
     resolved: ResolvedCall,
     env: Arc<Env>,
+    judged: Arc<[ResolvedPath]>,
     cancel: &CancellationToken,
 ) -> ToolResult {
     let call_id = resolved.call_id.clone();
@@ -360,7 +373,14 @@ async fn step_execute(
         session_id: Arc::from(scope.session.id()),
         batch_id: Arc::clone(&scope.batch_id),
     };
-    let run = run_resolved(resolved, env, cancel.clone(), Some(sender), Some(origin));
+    let run = run_resolved(
+        resolved,
+        env,
+        judged,
+        cancel.clone(),
+        Some(sender),
+        Some(origin),
+    );
     let result = {
         // Forwarding runs beside the call (never instead of it, so the deadline is always
         // watched); it waits for the listeners before each event, which holds the tool back

@@ -9,6 +9,7 @@ pub mod batch;
 pub mod call;
 pub mod cli;
 pub mod config;
+pub mod confined;
 pub mod env;
 pub mod events;
 pub mod hooks;

@@ -14,6 +14,8 @@ const MAX_SYMLINK_HOPS: usize = 40;
 /// A path argument made absolute, in both forms.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResolvedPath {
+    /// The argument as written.
+    pub raw: String,
     /// Made absolute against the cwd, `~` expanded, `.` and `..` collapsed; no filesystem access.
     pub lexical: PathBuf,
     /// Every symlink followed, including a dangling last component; components past the
@@ -42,6 +44,7 @@ pub fn resolve(raw: &str, cwd: &Path, roots: &[PathBuf]) -> ResolvedPath {
         .iter()
         .any(|root| resolved.starts_with(resolve_symlinks(root)));
     ResolvedPath {
+        raw: raw.to_owned(),
         lexical,
         resolved,
         lexical_inside_roots,

@@ -63,10 +63,21 @@ pub fn with_facts<T>(
     hook: HookVerdict,
     judge: impl FnOnce(&CallFacts<'_>) -> T,
 ) -> T {
+    with_facts_and_paths(env, resolved, hook, judge).0
+}
+
+/// [`with_facts`], also handing back the path arguments as they were judged: the tool must act
+/// on exactly these, never on a second resolution of the same strings.
+pub fn with_facts_and_paths<T>(
+    env: &Env,
+    resolved: &ResolvedCall,
+    hook: HookVerdict,
+    judge: impl FnOnce(&CallFacts<'_>) -> T,
+) -> (T, Vec<ResolvedPath>) {
     let definition = resolved.definition();
     let paths = judged_paths(&definition.name, &resolved.arguments, env);
     let command = command_facts(&definition.name, &resolved.arguments, env);
-    judge(&CallFacts {
+    let judged = judge(&CallFacts {
         tool: &definition.name,
         safety: definition.safety,
         system: definition.system,
@@ -74,5 +85,6 @@ pub fn with_facts<T>(
         paths: &paths,
         command: command.as_ref(),
         hook,
-    })
+    });
+    (judged, paths)
 }

@@ -17,7 +17,8 @@ use crate::approval::Approver;
 use crate::env::Env;
 use crate::events::{EventListener, EventSink};
 use crate::hooks::ClientHooks;
-use crate::permission::facts::with_facts;
+use crate::paths::ResolvedPath;
+use crate::permission::facts::with_facts_and_paths;
 use crate::permission::{self, Decision, HookVerdict, Policy, RuleError, SessionFacts};
 use crate::tools::ResolvedCall;
 use crate::tools::registry::is_listed;
@@ -59,12 +60,22 @@ impl SessionState {
     /// The permission engine's decision on a resolved call under this state (paths resolved
     /// and the command line analysed first).
     pub fn decide(&self, resolved: &ResolvedCall, hook: HookVerdict) -> Decision {
+        self.decide_judging(resolved, hook).0
+    }
+
+    /// [`decide`](Self::decide), with the path arguments as they were judged (for the tool to
+    /// act on).
+    pub fn decide_judging(
+        &self,
+        resolved: &ResolvedCall,
+        hook: HookVerdict,
+    ) -> (Decision, Vec<ResolvedPath>) {
         let session = SessionFacts {
             mode: self.mode,
             policy: &self.policy,
             grants: &self.grants,
         };
-        with_facts(&self.env, resolved, hook, |facts| {
+        with_facts_and_paths(&self.env, resolved, hook, |facts| {
             permission::evaluate(facts, &session)
         })
     }

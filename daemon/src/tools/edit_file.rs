@@ -61,7 +61,7 @@ impl Tool for EditFile {
                     "old_string and new_string are the same; the edit would change nothing",
                 ));
             }
-            let target = ctx.env.resolve_path(&args.path);
+            let target = ctx.resolve_path(&args.path);
             blocking(move || {
                 let shown = target.lexical.display().to_string();
                 let before = read_text(&target.resolved)?;

@@ -90,7 +90,7 @@ impl Tool for FindFiles {
 
 fn find_files(args: &FindArgs, ctx: &ToolContext) -> ToolOutcome {
     let filter = FileFilter::new(Some(&args.pattern))?;
-    let root = walk::locate_directory(&ctx.env, args.path.as_deref(), "find_files")?;
+    let root = walk::locate_directory(ctx, args.path.as_deref(), "find_files")?;
     let cancel = &ctx.cancel;
     // One more than asked for, so that a full answer and a cut one can be told apart.
     let wanted = args.max_results.saturating_add(1);

@@ -16,6 +16,7 @@ pub use toold_protocol::OutputStream;
 use toold_protocol::{ErrorType, ToolDefinition, ToolResult};
 
 use crate::env::Env;
+use crate::paths::ResolvedPath;
 
 pub mod edit_file;
 pub mod find_files;
@@ -64,6 +65,8 @@ pub struct ToolContext {
     /// session (tests, benchmarks).
     pub origin: Option<CallOrigin>,
     pub env: Arc<Env>,
+    /// The path arguments as the permission step judged them (empty when none did).
+    pub judged: Arc<[ResolvedPath]>,
     /// Fires on cancellation and at the deadline.
     pub cancel: CancellationToken,
     /// When the call times out.
@@ -71,6 +74,19 @@ pub struct ToolContext {
     /// Live output, for tools that produce it as they go (the daemon turns it into
     /// `tool/output` events). Sending waits when the receiver lags: memory stays bounded.
     pub output: Option<mpsc::Sender<OutputChunk>>,
+}
+
+impl ToolContext {
+    /// A path argument resolved: as the permission step judged it, when it did, so that the tool
+    /// acts on what was checked and never on a second resolution of the string (which a symlink
+    /// swapped in between would redirect); else resolved now.
+    pub fn resolve_path(&self, raw: &str) -> ResolvedPath {
+        self.judged
+            .iter()
+            .find(|judged| judged.raw == raw)
+            .cloned()
+            .unwrap_or_else(|| self.env.resolve_path(raw))
+    }
 }
 
 /// Which session and batch a call belongs to: client tools pass it on in `tool/invoke`.
@@ -144,6 +160,15 @@ impl ToolFailure {
     /// An IO error on `path`, typed by its kind so that the model can react.
     pub fn io(path: &Path, action: &str, err: &io::Error) -> Self {
         let shown = path.display();
+        if crate::confined::is_changed_path(err) {
+            return Self::new(
+                ErrorType::IoError,
+                format!(
+                    "cannot {action} {shown}: the path changed after it was checked (a symlink \
+                     appeared on it); nothing was done, check the path again"
+                ),
+            );
+        }
         match err.kind() {
             io::ErrorKind::NotFound => {
                 Self::new(ErrorType::NotFound, format!("{shown} does not exist"))

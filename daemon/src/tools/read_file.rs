@@ -9,9 +9,8 @@
 //! thread hand-offs, the largest part of a small read's latency. A larger one is read on the
 //! blocking pool, so a worker never waits long.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use serde::Deserialize;
@@ -66,7 +65,7 @@ impl Tool for ReadFile {
     fn run(&self, args: Map<String, Value>, ctx: ToolContext) -> ToolFuture {
         Box::pin(async move {
             let args: Args = parse_args(args)?;
-            let target = ctx.env.resolve_path(&args.path);
+            let target = ctx.resolve_path(&args.path);
             let window = Window {
                 first_line: args.offset.unwrap_or(1),
                 limit: args.limit,
@@ -81,17 +80,13 @@ impl Tool for ReadFile {
     }
 }
 
-/// Opens `path` for reading and returns it with its size, if it is a regular file.
-/// `O_NONBLOCK` keeps the open itself from waiting (a FIFO would block it until a writer
-/// came); it changes nothing for reading a regular file. FIFOs, sockets and devices are
-/// refused: their reads may never end.
+/// Opens the judged `path` for reading (a symlink appeared on it since the check: refused) and
+/// returns it with its size, if it is a regular file. `O_NONBLOCK` keeps the open itself from
+/// waiting (a FIFO would block it until a writer came); it changes nothing for reading a
+/// regular file. FIFOs, sockets and devices are refused: their reads may never end.
 fn open_regular_file(path: &Path) -> Result<(File, u64), ToolFailure> {
     let fail = |err: io::Error| ToolFailure::io(path, "read", &err);
-    let file = OpenOptions::new()
-        .read(true)
-        .custom_flags(nix::fcntl::OFlag::O_NONBLOCK.bits())
-        .open(path)
-        .map_err(fail)?;
+    let file = crate::confined::open_read(path).map_err(fail)?;
     let meta = file.metadata().map_err(fail)?;
     if meta.is_dir() {
         return Err(fail(io::Error::from(io::ErrorKind::IsADirectory)));
@@ -263,7 +258,7 @@ pub(crate) fn binary_file(path: &Path) -> ToolFailure {
 /// Reads a whole text file for editing: refuses directories, binary files and invalid UTF-8.
 pub(crate) fn read_text(path: &Path) -> Result<String, ToolFailure> {
     let fail = |err: io::Error| ToolFailure::io(path, "read", &err);
-    let mut file = File::open(path).map_err(fail)?;
+    let mut file = crate::confined::open_read(path).map_err(fail)?;
     if file.metadata().map_err(fail)?.is_dir() {
         return Err(fail(io::Error::from(io::ErrorKind::IsADirectory)));
     }

@@ -16,6 +16,7 @@ use toold_protocol::{ErrorType, Safety, ToolCall, ToolDefinition, ToolResult, To
 
 use super::{CallOrigin, OutputChunk, Tool, ToolContext, ToolOutcome};
 use crate::env::Env;
+use crate::paths::ResolvedPath;
 
 /// How long a tool has, once cancelled or past its deadline, to stop and hand back its partial
 /// result. A tool that ignores cancellation is dropped after this, and the call ends without it.
@@ -209,7 +210,7 @@ impl Registry {
         output: Option<mpsc::Sender<OutputChunk>>,
     ) -> ToolResult {
         match self.resolve(call) {
-            Ok(resolved) => run_resolved(resolved, env, cancel, output, None).await,
+            Ok(resolved) => run_resolved(resolved, env, Arc::from([]), cancel, output, None).await,
             Err(failure) => failure,
         }
     }
@@ -255,6 +256,7 @@ enum StopReason {
 pub async fn run_resolved(
     resolved: ResolvedCall,
     env: Arc<Env>,
+    judged: Arc<[ResolvedPath]>,
     cancel: CancellationToken,
     output: Option<mpsc::Sender<OutputChunk>>,
     origin: Option<CallOrigin>,
@@ -279,6 +281,7 @@ pub async fn run_resolved(
         call_id: call_id.clone(),
         origin,
         env,
+        judged,
         cancel: stop.clone(),
         deadline,
         output,

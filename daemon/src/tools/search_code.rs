@@ -162,7 +162,7 @@ fn search_code(args: &SearchArgs, ctx: &ToolContext) -> ToolOutcome {
         .before_context(args.context)
         .after_context(args.context)
         .build();
-    let start = walk::locate(&ctx.env, args.path.as_deref())?;
+    let start = walk::locate(ctx, args.path.as_deref())?;
     // One more than asked for, so that a full answer and a cut one can be told apart.
     let wanted = args.max_results.saturating_add(1);
     let found = AtomicUsize::new(0);

@@ -24,8 +24,7 @@ use ignore::{DirEntry, WalkBuilder, WalkState};
 use tokio_util::sync::CancellationToken;
 use toold_protocol::ErrorType;
 
-use super::ToolFailure;
-use crate::env::Env;
+use super::{ToolContext, ToolFailure};
 
 /// ripgrep's own ceiling on walker threads: past it, more threads only contend on the disk.
 const MAX_WALK_THREADS: usize = 12;
@@ -45,9 +44,9 @@ pub enum Start {
 /// Resolves a path argument (default: the session cwd) and finds out what it is.
 /// A missing path is `not_found`; any other failure to look at it is `io_error`; anything but
 /// a directory or a regular file is `invalid_arguments`.
-pub fn locate(env: &Env, raw: Option<&str>) -> Result<Start, ToolFailure> {
+pub fn locate(ctx: &ToolContext, raw: Option<&str>) -> Result<Start, ToolFailure> {
     let raw = raw.unwrap_or(".");
-    let resolved = env.resolve_path(raw).resolved;
+    let resolved = ctx.resolve_path(raw).resolved;
     let metadata = std::fs::metadata(&resolved)
         .map_err(|err| ToolFailure::io(Path::new(raw), "read", &err))?;
     if metadata.is_dir() {
@@ -67,8 +66,12 @@ pub fn locate(env: &Env, raw: Option<&str>) -> Result<Start, ToolFailure> {
 
 /// Like [`locate`], for tools that need a directory: a file is refused with a message that
 /// says what to do instead.
-pub fn locate_directory(env: &Env, raw: Option<&str>, tool: &str) -> Result<PathBuf, ToolFailure> {
-    match locate(env, raw)? {
+pub fn locate_directory(
+    ctx: &ToolContext,
+    raw: Option<&str>,
+    tool: &str,
+) -> Result<PathBuf, ToolFailure> {
+    match locate(ctx, raw)? {
         Start::Directory(path) => Ok(path),
         Start::File { shown, .. } => Err(ToolFailure::new(
             ErrorType::InvalidArguments,

@@ -3,19 +3,29 @@
 //! A write goes to a temporary file beside the target, is fsynced, renamed over the target and
 //! the directory fsynced: a reader, a crash or a `kill -9` sees the old file or the new one,
 //! never a torn or empty one. Writes go to the resolved path, so a symlink stays a symlink and
-//! its target is replaced.
+//! its target is replaced. Everything happens relative to the target's directory opened as it
+//! was judged ([`crate::confined`]): a symlink swapped into the path after the check makes the
+//! write fail rather than land somewhere else.
 
 use std::fs::{self, File, Permissions};
 use std::io::{self, Write};
+use std::os::fd::OwnedFd;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use nix::errno::Errno;
+use nix::fcntl::{AtFlags, OFlag, openat, renameat};
+use nix::sys::stat::{Mode, SFlag, fstatat};
+use nix::unistd::{UnlinkatFlags, unlinkat};
 
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use toold_protocol::{Safety, ToolDefinition, ToolSource};
 
 use super::{Tool, ToolContext, ToolFailure, ToolFuture, ToolOutput, blocking, parse_args};
+use crate::confined;
 
 pub struct WriteFile;
 
@@ -53,10 +63,9 @@ impl Tool for WriteFile {
     fn run(&self, args: Map<String, Value>, ctx: ToolContext) -> ToolFuture {
         Box::pin(async move {
             let args: Args = parse_args(args)?;
-            let target = ctx.env.resolve_path(&args.path);
+            let target = ctx.resolve_path(&args.path);
             blocking(move || {
-                let created = !target.resolved.exists();
-                write_atomically(&target.resolved, args.content.as_bytes())?;
+                let created = !write_atomically(&target.resolved, args.content.as_bytes())?;
                 Ok(ToolOutput::new(format!(
                     "{} {} ({} bytes)",
                     if created { "created" } else { "wrote" },
@@ -72,45 +81,69 @@ impl Tool for WriteFile {
     }
 }
 
-/// Replaces `path` with `bytes` atomically, creating parent directories. An existing file keeps
-/// its mode; a new one gets the mode a plain `open(O_CREAT, 0666)` would give under the umask.
-pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), ToolFailure> {
-    let existing_mode = match fs::metadata(path) {
-        Ok(meta) if meta.is_dir() => {
-            return Err(ToolFailure::io(
-                path,
-                "write",
-                &io::Error::from(io::ErrorKind::IsADirectory),
-            ));
-        }
-        Ok(meta) => Some(meta.permissions().mode() & 0o7777),
-        Err(err) if err.kind() == io::ErrorKind::NotFound => None,
-        Err(err) => return Err(ToolFailure::io(path, "write", &err)),
-    };
-    let Some(parent) = path.parent() else {
+/// Replaces the judged `path` with `bytes` atomically, creating parent directories; returns
+/// whether a file was there before. An existing file keeps its mode; a new one gets the mode a
+/// plain `open(O_CREAT, 0666)` would give under the umask. The temporary file, the rename and
+/// the directory's fsync all go through one descriptor of the parent directory.
+pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<bool, ToolFailure> {
+    let fail = |err: io::Error| ToolFailure::io(path, "write", &err);
+    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
         return Err(ToolFailure::invalid_arguments(format!(
             "{} is not a file path",
             path.display()
         )));
     };
-    fs::create_dir_all(parent).map_err(|err| ToolFailure::io(parent, "create directory", &err))?;
+    let dir = confined::open_dir_creating(parent)
+        .map_err(|err| ToolFailure::io(parent, "create directory", &err))?;
+    let existing_mode = match fstatat(&dir, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+        Ok(stat) => match SFlag::from_bits_truncate(stat.st_mode) & SFlag::S_IFMT {
+            SFlag::S_IFDIR => return Err(fail(io::Error::from(io::ErrorKind::IsADirectory))),
+            // It was not one when the path was judged: a swap, refused like one in the path.
+            SFlag::S_IFLNK => return Err(fail(io::Error::from(Errno::ELOOP))),
+            _ => Some(stat.st_mode & 0o7777),
+        },
+        Err(Errno::ENOENT) => None,
+        Err(err) => return Err(fail(err.into())),
+    };
     let mode = existing_mode.unwrap_or(0o666 & !process_umask());
-    let fail = |err: io::Error| ToolFailure::io(path, "write", &err);
-    let mut temp = tempfile::Builder::new()
-        .prefix(".toold-write-")
-        .tempfile_in(parent)
-        .map_err(fail)?;
-    temp.write_all(bytes).map_err(fail)?;
-    temp.as_file()
-        .set_permissions(Permissions::from_mode(mode))
-        .map_err(fail)?;
-    temp.as_file().sync_all().map_err(fail)?;
-    temp.persist(path).map_err(|err| fail(err.error))?;
+    let (temp_name, temp) = create_temp(&dir).map_err(fail)?;
+    let written = fill_temp(temp, bytes, mode)
+        .and_then(|()| renameat(&dir, temp_name.as_str(), &dir, name).map_err(io::Error::from));
+    if let Err(err) = written {
+        // Best effort: the error that matters is the write's.
+        let _ = unlinkat(&dir, temp_name.as_str(), UnlinkatFlags::NoRemoveDir);
+        return Err(fail(err));
+    }
     // The rename is durable only once the directory entry is.
-    File::open(parent)
-        .and_then(|dir| dir.sync_all())
-        .map_err(fail)?;
-    Ok(())
+    File::from(dir).sync_all().map_err(fail)?;
+    Ok(existing_mode.is_some())
+}
+
+/// Creates a new temporary file in `dir` (never following or replacing anything there).
+fn create_temp(dir: &OwnedFd) -> io::Result<(String, File)> {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    loop {
+        let name = format!(
+            ".toold-write-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        let flags =
+            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        match openat(dir, name.as_str(), flags, Mode::from_bits_truncate(0o600)) {
+            Ok(fd) => return Ok((name, File::from(fd))),
+            // Left by an earlier daemon with the same pid: take the next number.
+            Err(Errno::EEXIST) => continue,
+            Err(err) => return Err(err.into()),
+        }
+    }
+}
+
+/// Writes the content, sets the final mode and makes it durable.
+fn fill_temp(mut temp: File, bytes: &[u8], mode: u32) -> io::Result<()> {
+    temp.write_all(bytes)?;
+    temp.set_permissions(Permissions::from_mode(mode))?;
+    temp.sync_all()
 }
 
 /// The process umask, read once from /proc (reading it with umask(2) would briefly change it
