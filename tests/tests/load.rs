@@ -1,0 +1,158 @@
+//! Load against the real daemon: many concurrent clients, each pipelining one-call batches, and
+//! every answer accounted for: none lost, none answered twice, none matched to the wrong
+//! request, every batch's events in order and before its answer.
+//!
+//! The default size suits CI (64 clients × 64 batches, 16 in flight per connection);
+//! `TOOLD_LOAD_CLIENTS` and `TOOLD_LOAD_BATCHES` set the full size of the reliability checks
+//! (1,000 × 100, see docs/reliability.md).
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::UnixStream;
+use toold_tests::daemon::TestDaemon;
+
+/// Requests a client keeps in flight on its connection.
+const PIPELINED: usize = 16;
+/// Distinct files the calls read: each answer must carry the content of the file its own
+/// request named.
+const FILES: usize = 16;
+
+fn size(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|value| value.parse().ok())
+        .unwrap_or(default)
+}
+
+fn content_of(file: usize) -> String {
+    format!("file {file}: {}\n", "x".repeat(file * 7))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_pipelined_clients_lose_and_mismatch_nothing() {
+    let clients = size("TOOLD_LOAD_CLIENTS", 64);
+    let batches = size("TOOLD_LOAD_BATCHES", 64);
+    let daemon = TestDaemon::start_with_config(Some(&format!(
+        "max_connections = {}\n",
+        clients + 16
+    )));
+    let work = daemon.work();
+    for file in 0..FILES {
+        std::fs::write(work.join(format!("f{file}.txt")), content_of(file)).unwrap();
+    }
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..clients)
+        .map(|client| {
+            let (socket, work) = (daemon.socket(), work.clone());
+            tokio::spawn(async move { run_client(client, socket, work, batches).await })
+        })
+        .collect();
+    let mut answered = 0;
+    for task in tasks {
+        answered += tokio::time::timeout(Duration::from_secs(300), task)
+            .await
+            .expect("a client did not finish within 300 s")
+            .expect("a client panicked");
+    }
+    assert_eq!(answered, clients * batches, "every batch answered exactly once");
+    eprintln!(
+        "{clients} clients × {batches} batches ({PIPELINED} in flight each): {answered} answered \
+         in {:.1} s, 0 lost, 0 mismatched, 0 misordered",
+        started.elapsed().as_secs_f64()
+    );
+}
+
+/// One client: initialize, a session, then `batches` one-call batches with up to [`PIPELINED`]
+/// in flight, checking every message. Returns how many batches were answered.
+async fn run_client(client: usize, socket: PathBuf, work: PathBuf, batches: usize) -> usize {
+    let stream = UnixStream::connect(&socket).await.unwrap();
+    let (read_half, mut writer) = stream.into_split();
+    let mut lines = BufReader::new(read_half).lines();
+    let mut next_message = async || -> Value {
+        let line = lines
+            .next_line()
+            .await
+            .unwrap()
+            .expect("the daemon closed the connection");
+        serde_json::from_str(&line).unwrap()
+    };
+    let mut send = async |id: u64, method: &str, params: Value| {
+        let mut line = serde_json::to_vec(
+            &json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
+        )
+        .unwrap();
+        line.push(b'\n');
+        writer.write_all(&line).await.unwrap();
+    };
+
+    send(1, "initialize", json!({"protocol_version": 1, "capabilities": {}})).await;
+    assert!(next_message().await["result"].is_object(), "client {client}: initialize");
+    send(2, "session/create", json!({"cwd": work})).await;
+    let session = next_message().await["result"]["session_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    // Request id → the file it reads; events seen per batch (by batch id).
+    let mut pending: HashMap<u64, usize> = HashMap::new();
+    let mut batch_events: HashMap<String, Vec<String>> = HashMap::new();
+    let mut batch_of_call: HashMap<String, u64> = HashMap::new();
+    let mut last_seq = 0u64;
+    let (mut sent, mut answered) = (0usize, 0usize);
+    while answered < batches {
+        while sent < batches && pending.len() < PIPELINED {
+            let id = 100 + sent as u64;
+            let file = (client + sent) % FILES;
+            let call_id = format!("c{id}");
+            batch_of_call.insert(call_id.clone(), id);
+            send(
+                id,
+                "tools/execute",
+                json!({
+                    "session_id": session,
+                    "calls": [{"id": call_id, "name": "read_file",
+                               "arguments": {"path": format!("f{file}.txt")}}]
+                }),
+            )
+            .await;
+            pending.insert(id, file);
+            sent += 1;
+        }
+        let mut message = next_message().await;
+        if let Some(method) = message["method"].as_str() {
+            let params = &message["params"];
+            let seq = params["seq"].as_u64().unwrap();
+            assert!(seq > last_seq, "client {client}: seq {seq} after {last_seq}");
+            last_seq = seq;
+            let batch = params["batch_id"].as_str().unwrap().to_owned();
+            batch_events.entry(batch).or_default().push(method.to_owned());
+            continue;
+        }
+        let id = message["id"].as_u64().expect("a response with a numeric id");
+        let file = pending
+            .remove(&id)
+            .unwrap_or_else(|| panic!("client {client}: an answer to {id}, which is not pending"));
+        let result = message["result"].take();
+        let batch_id = result["batch_id"].as_str().unwrap().to_owned();
+        let outcome = &result["results"][0];
+        assert_eq!(outcome["call_id"], format!("c{id}"), "client {client}: mismatched call");
+        assert_eq!(
+            outcome["result"]["content"].as_str(),
+            Some(content_of(file).as_str()),
+            "client {client}: request {id} got another file's content"
+        );
+        // The batch's events came, in order, before its answer.
+        assert_eq!(
+            batch_events.remove(&batch_id).unwrap_or_default(),
+            ["batch/start", "tool/call_start", "tool/result", "tool/call_done", "batch/done"],
+            "client {client}: the events of request {id}"
+        );
+        answered += 1;
+    }
+    assert!(pending.is_empty(), "client {client}: unanswered {pending:?}");
+    answered
+}
