@@ -36,10 +36,8 @@ fn content_of(file: usize) -> String {
 async fn concurrent_pipelined_clients_lose_and_mismatch_nothing() {
     let clients = size("TOOLD_LOAD_CLIENTS", 64);
     let batches = size("TOOLD_LOAD_BATCHES", 64);
-    let daemon = TestDaemon::start_with_config(Some(&format!(
-        "max_connections = {}\n",
-        clients + 16
-    )));
+    let daemon =
+        TestDaemon::start_with_config(Some(&format!("max_connections = {}\n", clients + 16)));
     let work = daemon.work();
     for file in 0..FILES {
         std::fs::write(work.join(format!("f{file}.txt")), content_of(file)).unwrap();
@@ -58,7 +56,11 @@ async fn concurrent_pipelined_clients_lose_and_mismatch_nothing() {
             .expect("a client did not finish within 300 s")
             .expect("a client panicked");
     }
-    assert_eq!(answered, clients * batches, "every batch answered exactly once");
+    assert_eq!(
+        answered,
+        clients * batches,
+        "every batch answered exactly once"
+    );
     eprintln!(
         "{clients} clients × {batches} batches ({PIPELINED} in flight each): {answered} answered \
          in {:.1} s, 0 lost, 0 mismatched, 0 misordered",
@@ -89,8 +91,16 @@ async fn run_client(client: usize, socket: PathBuf, work: PathBuf, batches: usiz
         writer.write_all(&line).await.unwrap();
     };
 
-    send(1, "initialize", json!({"protocol_version": 1, "capabilities": {}})).await;
-    assert!(next_message().await["result"].is_object(), "client {client}: initialize");
+    send(
+        1,
+        "initialize",
+        json!({"protocol_version": 1, "capabilities": {}}),
+    )
+    .await;
+    assert!(
+        next_message().await["result"].is_object(),
+        "client {client}: initialize"
+    );
     send(2, "session/create", json!({"cwd": work})).await;
     let session = next_message().await["result"]["session_id"]
         .as_str()
@@ -126,20 +136,32 @@ async fn run_client(client: usize, socket: PathBuf, work: PathBuf, batches: usiz
         if let Some(method) = message["method"].as_str() {
             let params = &message["params"];
             let seq = params["seq"].as_u64().unwrap();
-            assert!(seq > last_seq, "client {client}: seq {seq} after {last_seq}");
+            assert!(
+                seq > last_seq,
+                "client {client}: seq {seq} after {last_seq}"
+            );
             last_seq = seq;
             let batch = params["batch_id"].as_str().unwrap().to_owned();
-            batch_events.entry(batch).or_default().push(method.to_owned());
+            batch_events
+                .entry(batch)
+                .or_default()
+                .push(method.to_owned());
             continue;
         }
-        let id = message["id"].as_u64().expect("a response with a numeric id");
+        let id = message["id"]
+            .as_u64()
+            .expect("a response with a numeric id");
         let file = pending
             .remove(&id)
             .unwrap_or_else(|| panic!("client {client}: an answer to {id}, which is not pending"));
         let result = message["result"].take();
         let batch_id = result["batch_id"].as_str().unwrap().to_owned();
         let outcome = &result["results"][0];
-        assert_eq!(outcome["call_id"], format!("c{id}"), "client {client}: mismatched call");
+        assert_eq!(
+            outcome["call_id"],
+            format!("c{id}"),
+            "client {client}: mismatched call"
+        );
         assert_eq!(
             outcome["result"]["content"].as_str(),
             Some(content_of(file).as_str()),
@@ -148,11 +170,20 @@ async fn run_client(client: usize, socket: PathBuf, work: PathBuf, batches: usiz
         // The batch's events came, in order, before its answer.
         assert_eq!(
             batch_events.remove(&batch_id).unwrap_or_default(),
-            ["batch/start", "tool/call_start", "tool/result", "tool/call_done", "batch/done"],
+            [
+                "batch/start",
+                "tool/call_start",
+                "tool/result",
+                "tool/call_done",
+                "batch/done"
+            ],
             "client {client}: the events of request {id}"
         );
         answered += 1;
     }
-    assert!(pending.is_empty(), "client {client}: unanswered {pending:?}");
+    assert!(
+        pending.is_empty(),
+        "client {client}: unanswered {pending:?}"
+    );
     answered
 }

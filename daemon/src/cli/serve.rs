@@ -11,6 +11,7 @@ use crate::server::run::{ServerOptions, run};
 use crate::server::{socket, systemd};
 use crate::session::manager::{SessionDefaults, SessionManager};
 use crate::session::store::SessionStore;
+use crate::tools::write_journal;
 use crate::{Registry, permission};
 use anyhow::Context;
 use tokio_util::sync::CancellationToken;
@@ -41,6 +42,7 @@ pub fn serve(
         // daemon (systemd's stop right after start, a script's kill after its first answer)
         // must drain, not kill.
         let stop_signals = StopSignals::install();
+        recover_interrupted_writes();
         let (listener, place) = match inherited {
             Some(listener) => (
                 tokio::net::UnixListener::from_std(listener).context("cannot use the socket systemd passed")?,
@@ -56,6 +58,7 @@ pub fn serve(
         executor.hooks = config.hooks.clone();
         executor.limits = config.limits();
         let store = SessionStore::new(SessionStore::default_dir().context("no directory for session state: set XDG_STATE_HOME or HOME")?);
+
         let defaults = SessionDefaults {
             env: config.env_for(PathBuf::from("/")),
             config_rules: config.rules.clone(),
@@ -84,6 +87,26 @@ pub fn serve(
         tracing::info!("toold stopped");
         Ok(())
     })
+}
+
+/// Before the socket is reachable: the temporary files of writes a killed daemon left behind
+/// are removed, and this daemon's writes are journaled from now on.
+fn recover_interrupted_writes() {
+    let Some(state_dir) =
+        SessionStore::default_dir().and_then(|dir| dir.parent().map(PathBuf::from))
+    else {
+        return;
+    };
+    match write_journal::recover_and_open(&state_dir.join("writes-in-flight")) {
+        Ok(0) => {}
+        Ok(removed) => tracing::info!(
+            removed,
+            "removed the temporary files of writes interrupted by the last stop"
+        ),
+        Err(err) => {
+            tracing::warn!(%err, "no journal of writes: temporary files of a crash will not be cleaned up")
+        }
+    }
 }
 
 /// SIGTERM and SIGINT, listened for from the moment they are installed.

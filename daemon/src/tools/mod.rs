@@ -26,6 +26,7 @@ pub mod run_command;
 pub mod search_code;
 pub mod walk;
 pub mod write_file;
+pub mod write_journal;
 
 pub use registry::{RegisterError, Registry, ResolvedCall};
 

@@ -24,6 +24,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use toold_protocol::{Safety, ToolDefinition, ToolSource};
 
+use super::write_journal;
 use super::{Tool, ToolContext, ToolFailure, ToolFuture, ToolOutput, blocking, parse_args};
 use crate::confined;
 
@@ -106,7 +107,7 @@ pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<bool, ToolFa
         Err(err) => return Err(fail(err.into())),
     };
     let mode = existing_mode.unwrap_or(0o666 & !process_umask());
-    let (temp_name, temp) = create_temp(&dir).map_err(fail)?;
+    let (temp_name, temp, _in_flight) = create_temp(&dir, parent).map_err(fail)?;
     let written = fill_temp(temp, bytes, mode)
         .and_then(|()| renameat(&dir, temp_name.as_str(), &dir, name).map_err(io::Error::from));
     if let Err(err) = written {
@@ -119,19 +120,26 @@ pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<bool, ToolFa
     Ok(existing_mode.is_some())
 }
 
-/// Creates a new temporary file in `dir` (never following or replacing anything there).
-fn create_temp(dir: &OwnedFd) -> io::Result<(String, File)> {
+/// Creates a new temporary file in `dir` (the directory `parent` opened as judged), never
+/// following or replacing anything there, recorded in the journal of writes in flight for as
+/// long as the returned guard lives.
+fn create_temp(
+    dir: &OwnedFd,
+    parent: &Path,
+) -> io::Result<(String, File, write_journal::InFlight)> {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     loop {
         let name = format!(
-            ".toold-write-{}-{}",
+            "{}{}-{}",
+            write_journal::TEMP_PREFIX,
             std::process::id(),
             NEXT.fetch_add(1, Ordering::Relaxed)
         );
+        let in_flight = write_journal::begin(&parent.join(&name));
         let flags =
             OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
         match openat(dir, name.as_str(), flags, Mode::from_bits_truncate(0o600)) {
-            Ok(fd) => return Ok((name, File::from(fd))),
+            Ok(fd) => return Ok((name, File::from(fd), in_flight)),
             // Left by an earlier daemon with the same pid: take the next number.
             Err(Errno::EEXIST) => continue,
             Err(err) => return Err(err.into()),

@@ -1,0 +1,184 @@
+//! Faults against the real daemon: killed with SIGKILL in the middle of large writes, again and
+//! again. Every file is the old one or the new one (never torn or empty), keeps its mode, and
+//! the next start removes the temporary files the killed writes left.
+//!
+//! `TOOLD_KILL_ITERATIONS` sets the number of kills (default 50, the reliability check's size).
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use toold_tests::daemon::TestDaemon;
+
+const FILE_BYTES: usize = 4 << 20;
+
+/// Connects, initializes and opens a session whose writes inside the roots need no approval.
+fn client(socket: &Path, work: &Path) -> (UnixStream, String) {
+    let mut stream = UnixStream::connect(socket).unwrap();
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    let mut call = |id: u64, method: &str, params: Value| -> Value {
+        let mut line = serde_json::to_vec(
+            &json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
+        )
+        .unwrap();
+        line.push(b'\n');
+        stream.write_all(&line).unwrap();
+        loop {
+            let mut text = String::new();
+            assert!(
+                reader.read_line(&mut text).unwrap() > 0,
+                "the daemon hung up"
+            );
+            let message: Value = serde_json::from_str(&text).unwrap();
+            if message["id"] == json!(id) {
+                return message["result"].clone();
+            }
+        }
+    };
+    call(
+        1,
+        "initialize",
+        json!({"protocol_version": 1, "capabilities": {}}),
+    );
+    let session = call(
+        2,
+        "session/create",
+        json!({"cwd": work, "mode": "accept_edits"}),
+    )["session_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    (stream, session)
+}
+
+fn temporaries_in(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with(".toold-write-"))
+        .collect()
+}
+
+#[test]
+fn kill_9_during_large_writes_leaves_whole_files_and_no_temporaries() {
+    let iterations: u64 = std::env::var("TOOLD_KILL_ITERATIONS")
+        .ok()
+        .and_then(|value| value.parse().ok())
+        .unwrap_or(50);
+    let mut daemon = TestDaemon::start();
+    let work = daemon.work();
+    let target = work.join("big.txt");
+    let content = |round: u64| {
+        char::from(b'a' + (round % 26) as u8)
+            .to_string()
+            .repeat(FILE_BYTES)
+    };
+    let mut current = content(0);
+    std::fs::write(&target, &current).unwrap();
+    std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o640)).unwrap();
+    // How long one whole write takes here (debug builds are slow): the kills spread over it.
+    let full = {
+        let (mut stream, session) = client(&daemon.socket(), &work);
+        let started = std::time::Instant::now();
+        let mut request = serde_json::to_vec(&json!({
+            "jsonrpc": "2.0", "id": 10, "method": "tools/execute",
+            "params": {"session_id": session, "calls": [
+                {"id": "w", "name": "write_file", "arguments": {"path": "big.txt", "content": current}}
+            ]}
+        }))
+        .unwrap();
+        request.push(b'\n');
+        stream.write_all(&request).unwrap();
+        let mut reader = BufReader::new(stream);
+        loop {
+            let mut text = String::new();
+            assert!(reader.read_line(&mut text).unwrap() > 0);
+            if text.contains("\"id\":10") {
+                break;
+            }
+        }
+        started.elapsed()
+    };
+    let spread_micros = (full.as_micros() as u64 * 12 / 10).max(1);
+    let (mut completed, mut interrupted, mut cleaned) = (0, 0, 0);
+    for round in 1..=iterations {
+        let next = content(round);
+        let (mut stream, session) = client(&daemon.socket(), &work);
+        let mut request = serde_json::to_vec(&json!({
+            "jsonrpc": "2.0", "id": 10, "method": "tools/execute",
+            "params": {"session_id": session, "calls": [
+                {"id": "w", "name": "write_file", "arguments": {"path": "big.txt", "content": next}}
+            ]}
+        }))
+        .unwrap();
+        request.push(b'\n');
+        stream.write_all(&request).unwrap();
+        // A different moment each round, from "still parsing" to "already renamed".
+        std::thread::sleep(Duration::from_micros((round * 7919) % spread_micros));
+        daemon.kill();
+
+        let now = std::fs::read_to_string(&target).unwrap();
+        assert!(
+            now == current || now == next,
+            "round {round}: a torn file ({} bytes)",
+            now.len()
+        );
+        if now == next {
+            completed += 1;
+            current = next;
+        } else {
+            interrupted += 1;
+        }
+        let mode = std::fs::metadata(&target).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode, 0o640, "round {round}: the mode changed");
+        cleaned += temporaries_in(&work).len();
+        daemon.start_again();
+        assert_eq!(
+            temporaries_in(&work),
+            Vec::<String>::new(),
+            "round {round}: temporary files left after the restart"
+        );
+    }
+    eprintln!(
+        "{iterations} kills over {full:?} writes: {completed} writes completed, {interrupted} interrupted, \
+         {cleaned} temporary files removed at restart, 0 torn, 0 stray"
+    );
+    assert!(interrupted > 0, "the kills never hit a write in progress");
+}
+
+/// The cleanup itself, whatever moment a kill hits: a temporary file the journal lists is gone
+/// once the next daemon serves, and one it does not list (not ours to judge) stays.
+#[test]
+fn the_next_start_removes_the_temporary_files_the_journal_lists() {
+    let mut daemon = TestDaemon::start();
+    let work = daemon.work();
+    daemon.kill();
+    let listed = work.join(".toold-write-1-0");
+    let unlisted = work.join(".toold-write-1-1");
+    let not_ours = work.join("notes.txt");
+    for file in [&listed, &unlisted, &not_ours] {
+        std::fs::write(file, "x").unwrap();
+    }
+    std::fs::write(
+        daemon.state_dir().join("writes-in-flight"),
+        format!("{}\n{}\n", listed.display(), not_ours.display()),
+    )
+    .unwrap();
+    daemon.start_again();
+    assert!(
+        !listed.exists(),
+        "a listed temporary file survived the start"
+    );
+    assert!(
+        unlisted.exists() && not_ours.exists(),
+        "removed a file it should not have"
+    );
+    assert_eq!(
+        std::fs::read_to_string(daemon.state_dir().join("writes-in-flight")).unwrap(),
+        "",
+        "the journal starts empty"
+    );
+}
