@@ -53,6 +53,8 @@ pub struct Config {
     pub session_idle_ttl: Option<Duration>,
     pub approval_timeout_ms: u64,
     pub hook_timeout_ms: u64,
+    /// How long one message may take to arrive once its first byte has (slow-drip clients).
+    pub frame_timeout_ms: u64,
     pub allow_bypass: bool,
     /// `[permissions]`; every rule has been parsed once.
     pub rules: Rules,
@@ -77,6 +79,7 @@ impl Default for Config {
             session_idle_ttl: Some(DEFAULT_SESSION_IDLE_TTL),
             approval_timeout_ms: millis(limits.approval_timeout),
             hook_timeout_ms: millis(limits.hook_timeout),
+            frame_timeout_ms: millis(toold_protocol::peer::PeerOptions::DEFAULT_FRAME_TIMEOUT),
             allow_bypass: false,
             rules: Rules::default(),
             hooks: Vec::new(),
@@ -152,7 +155,7 @@ impl Config {
     }
 
     /// Every scalar key with its value as TOML would write it, in the order of section 10.
-    fn settings(&self) -> [(&'static str, String); 13] {
+    fn settings(&self) -> [(&'static str, String); 14] {
         let socket = match &self.socket {
             Some(path) => format!("{:?}", path.display().to_string()),
             None => "(none)".to_owned(),
@@ -176,6 +179,7 @@ impl Config {
             ),
             ("approval_timeout_ms", self.approval_timeout_ms.to_string()),
             ("hook_timeout_ms", self.hook_timeout_ms.to_string()),
+            ("frame_timeout_ms", self.frame_timeout_ms.to_string()),
             ("allow_bypass", self.allow_bypass.to_string()),
         ]
     }

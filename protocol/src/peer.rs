@@ -98,6 +98,11 @@ pub struct PeerOptions {
     /// `-32001` (overloaded) at once: refusing, rather than pausing the reader, keeps the
     /// responses to our own requests flowing (pausing could deadlock an approval).
     pub max_in_flight_requests: usize,
+    /// How long one message may take to arrive once its first byte has: a peer that sends a
+    /// byte now and then (on purpose or not) is answered `-32600` and cut, instead of holding a
+    /// connection slot and a buffer forever. `None`: no limit. Idle time between messages is
+    /// never limited.
+    pub frame_timeout: Option<Duration>,
     /// When the connection ends, how long the writer may take to send what was queued before
     /// (such as the `-32600` for an oversize message) to a peer that may have stopped reading.
     pub flush_timeout: Duration,
@@ -108,6 +113,7 @@ impl PeerOptions {
     pub const DEFAULT_OUTGOING_BYTES: usize = 1024 * 1024;
     pub const DEFAULT_MAX_IN_FLIGHT_REQUESTS: usize = 1024;
     pub const DEFAULT_FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
+    pub const DEFAULT_FRAME_TIMEOUT: Duration = Duration::from_secs(30);
 
     /// The daemon's side: detect the framing, answer in it.
     pub fn server() -> Self {
@@ -118,13 +124,16 @@ impl PeerOptions {
             outgoing_bytes: Self::DEFAULT_OUTGOING_BYTES,
             max_in_flight_requests: Self::DEFAULT_MAX_IN_FLIGHT_REQUESTS,
             flush_timeout: Self::DEFAULT_FLUSH_TIMEOUT,
+            frame_timeout: Some(Self::DEFAULT_FRAME_TIMEOUT),
         }
     }
 
-    /// A client's side, speaking `framing` from the start.
+    /// A client's side, speaking `framing` from the start. No frame deadline: the daemon is
+    /// trusted to finish what it starts sending.
     pub fn client(framing: Framing) -> Self {
         Self {
             framing: PeerFraming::Fixed(framing),
+            frame_timeout: None,
             ..Self::server()
         }
     }
@@ -211,6 +220,9 @@ pub enum CloseReason {
     Framing(Arc<FramingError>),
     /// A message over `max_message_bytes`, answered `-32600` with id null before closing.
     TooLarge,
+    /// A message that did not arrive within `frame_timeout` of its first byte, answered
+    /// `-32600` with id null before closing.
+    FrameTimeout,
     /// Writing failed: the other side is gone or stopped the stream.
     WriteFailed(Arc<io::Error>),
     /// [`PeerHandle::close`] was called.
@@ -226,6 +238,9 @@ impl fmt::Display for CloseReason {
             CloseReason::ReadFailed(err) => write!(f, "reading failed: {err}"),
             CloseReason::Framing(err) => write!(f, "unreadable framing: {err}"),
             CloseReason::TooLarge => f.write_str("the peer sent a message over max_message_bytes"),
+            CloseReason::FrameTimeout => {
+                f.write_str("a message did not arrive within the frame deadline")
+            }
             CloseReason::WriteFailed(err) => write!(f, "writing failed: {err}"),
             CloseReason::ClosedLocally => f.write_str("closed by this side"),
             CloseReason::Aborted => f.write_str("the connection's task was aborted"),

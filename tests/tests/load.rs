@@ -187,3 +187,163 @@ async fn run_client(client: usize, socket: PathBuf, work: PathBuf, batches: usiz
     );
     answered
 }
+
+/// Connections that send a byte now and then never complete a message: each is answered
+/// `-32600` and cut at the frame deadline, those beyond `max_connections` are refused without
+/// harm, and clients doing real work meanwhile keep a low p99. `TOOLD_DRIP_CONNECTIONS` and
+/// `TOOLD_DRIP_MAX_CONNECTIONS` set the full size (500 drips against the default 256).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_drip_connections_are_cut_while_other_clients_keep_working() {
+    const NORMAL_CLIENTS: usize = 20;
+    let drips = size("TOOLD_DRIP_CONNECTIONS", 100);
+    let max_connections = size("TOOLD_DRIP_MAX_CONNECTIONS", 64);
+    let daemon = TestDaemon::start_with_config(Some(&format!(
+        "max_connections = {max_connections}\nframe_timeout_ms = 500\n"
+    )));
+    let work = daemon.work();
+    for file in 0..FILES {
+        std::fs::write(work.join(format!("f{file}.txt")), content_of(file)).unwrap();
+    }
+
+    // The working clients connect first and call until the drips are done.
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let workers: Vec<_> = (0..NORMAL_CLIENTS)
+        .map(|client| {
+            let (socket, work, done) = (daemon.socket(), work.clone(), done.clone());
+            tokio::spawn(async move { timed_calls(client, socket, work, done).await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let started = Instant::now();
+    let drippers: Vec<_> = (0..drips)
+        .map(|_| {
+            let socket = daemon.socket();
+            tokio::spawn(async move { drip(socket).await })
+        })
+        .collect();
+    let mut cut = 0;
+    for dripper in drippers {
+        let (answer, elapsed) = tokio::time::timeout(Duration::from_secs(30), dripper)
+            .await
+            .expect("a drip connection was never cut")
+            .unwrap();
+        assert_eq!(answer["error"]["code"], -32600, "{answer}");
+        assert!(
+            elapsed < Duration::from_secs(10),
+            "a drip lasted {elapsed:?}"
+        );
+        cut += 1;
+    }
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut latencies: Vec<Duration> = Vec::new();
+    for worker in workers {
+        latencies.extend(worker.await.unwrap());
+    }
+    latencies.sort();
+    let p99 = latencies[(latencies.len() * 99 / 100).min(latencies.len() - 1)];
+    // Still serving: a new client gets its answers.
+    let answered = run_client(0, daemon.socket(), work, 4).await;
+    assert_eq!(answered, 4);
+    eprintln!(
+        "{drips} drip connections (max_connections {max_connections}): {cut} cut in {:.1} s; \
+         {} calls from {NORMAL_CLIENTS} other clients meanwhile, p99 {p99:?}",
+        started.elapsed().as_secs_f64(),
+        latencies.len()
+    );
+    assert!(
+        p99 < Duration::from_millis(500),
+        "p99 {p99:?} while drips were connected"
+    );
+}
+
+/// Opens a connection and sends a message a byte every 100 ms, never finishing it; returns the
+/// error it was answered with and how long until the daemon closed the connection.
+async fn drip(socket: PathBuf) -> (Value, Duration) {
+    let stream = UnixStream::connect(&socket).await.unwrap();
+    let (read_half, mut writer) = stream.into_split();
+    let started = Instant::now();
+    let reading = tokio::spawn(async move {
+        let mut lines = BufReader::new(read_half).lines();
+        let first = lines
+            .next_line()
+            .await
+            .unwrap()
+            .expect("an answer before the close");
+        // Then nothing more, and the end.
+        assert!(lines.next_line().await.unwrap_or(None).is_none());
+        serde_json::from_str::<Value>(&first).unwrap()
+    });
+    for byte in b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{}".iter() {
+        if writer.write_all(&[*byte]).await.is_err() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if reading.is_finished() {
+            break;
+        }
+    }
+    let answer = reading.await.unwrap();
+    (answer, started.elapsed())
+}
+
+/// One working client: `read_file` batches back to back until `done`; the latency of each.
+async fn timed_calls(
+    client: usize,
+    socket: PathBuf,
+    work: PathBuf,
+    done: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> Vec<Duration> {
+    let stream = UnixStream::connect(&socket).await.unwrap();
+    let (read_half, mut writer) = stream.into_split();
+    let mut lines = BufReader::new(read_half).lines();
+    let mut call = async |id: u64, method: &str, params: Value| -> Value {
+        let mut line = serde_json::to_vec(
+            &json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
+        )
+        .unwrap();
+        line.push(b'\n');
+        writer.write_all(&line).await.unwrap();
+        loop {
+            let text = lines
+                .next_line()
+                .await
+                .unwrap()
+                .expect("the daemon hung up");
+            let message: Value = serde_json::from_str(&text).unwrap();
+            if message["id"] == json!(id) {
+                return message;
+            }
+        }
+    };
+    call(
+        1,
+        "initialize",
+        json!({"protocol_version": 1, "capabilities": {}}),
+    )
+    .await;
+    let session = call(2, "session/create", json!({"cwd": work})).await["result"]["session_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("client {client}: no session"))
+        .to_owned();
+    let mut latencies = Vec::new();
+    let mut id = 10;
+    while !done.load(std::sync::atomic::Ordering::Relaxed) {
+        let started = Instant::now();
+        let answer = call(
+            id,
+            "tools/execute",
+            json!({"session_id": session,
+                   "calls": [{"id": "r", "name": "read_file", "arguments": {"path": "f0.txt"}}]}),
+        )
+        .await;
+        latencies.push(started.elapsed());
+        assert_eq!(
+            answer["result"]["results"][0]["result"]["content"].as_str(),
+            Some(content_of(0).as_str()),
+            "client {client}"
+        );
+        id += 1;
+    }
+    latencies
+}

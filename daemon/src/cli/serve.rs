@@ -75,6 +75,7 @@ pub fn serve(
         let options = ServerOptions {
             max_connections: config.max_connections,
             max_message_bytes: config.max_message_bytes,
+            frame_timeout: Duration::from_millis(config.frame_timeout_ms),
             drain_grace: DRAIN_GRACE,
             idle_ttl: config.session_idle_ttl,
         };

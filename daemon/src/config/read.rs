@@ -85,7 +85,7 @@ pub(super) struct Fault {
 }
 
 /// The keys of the top level, for "unknown key" errors.
-const TOP_LEVEL_KEYS: [&str; 15] = [
+const TOP_LEVEL_KEYS: [&str; 16] = [
     "socket",
     "max_message_bytes",
     "max_connections",
@@ -98,6 +98,7 @@ const TOP_LEVEL_KEYS: [&str; 15] = [
     "session_idle_ttl",
     "approval_timeout_ms",
     "hook_timeout_ms",
+    "frame_timeout_ms",
     "allow_bypass",
     "permissions",
     "hooks",
@@ -122,6 +123,7 @@ pub(super) fn read_document(document: &DeTable<'_>) -> Result<Config, Fault> {
             "session_idle_ttl" => config.session_idle_ttl = idle_ttl(&field)?,
             "approval_timeout_ms" => config.approval_timeout_ms = field.integer(TIMEOUT_MS)?,
             "hook_timeout_ms" => config.hook_timeout_ms = field.integer(TIMEOUT_MS)?,
+            "frame_timeout_ms" => config.frame_timeout_ms = field.integer(TIMEOUT_MS)?,
             "allow_bypass" => config.allow_bypass = field.boolean()?,
             "permissions" => config.rules = permissions(&field)?,
             "hooks" => config.hooks = hooks(&field)?,

@@ -30,6 +30,8 @@ use crate::rpc::{Daemon, dispatch, handlers};
 pub struct ServerOptions {
     pub max_connections: usize,
     pub max_message_bytes: usize,
+    /// How long one message may take to arrive once its first byte has.
+    pub frame_timeout: Duration,
     /// How long running batches may go on after a shutdown signal before they are canceled.
     pub drain_grace: Duration,
     /// How often idle sessions are looked for; `None` with no `session_idle_ttl`.
@@ -80,6 +82,7 @@ pub async fn run(
             daemon: Arc::clone(&daemon),
             methods: methods.clone(),
             max_message_bytes: options.max_message_bytes,
+            frame_timeout: options.frame_timeout,
             closing: closing.clone(),
         };
         connections.spawn(serve_connection(slot, stream, shared, overloaded));
@@ -176,6 +179,7 @@ struct Shared {
     daemon: Arc<Daemon>,
     methods: Methods,
     max_message_bytes: usize,
+    frame_timeout: Duration,
     /// Fired at the end of the drain: connections close after flushing.
     closing: CancellationToken,
 }
@@ -185,11 +189,13 @@ async fn serve_connection(_slot: OpenSlot, stream: UnixStream, shared: Shared, o
         daemon,
         methods,
         max_message_bytes,
+        frame_timeout,
         closing,
     } = shared;
     let (reader, writer) = stream.into_split();
     let options = PeerOptions {
         max_message_bytes,
+        frame_timeout: Some(frame_timeout),
         ..PeerOptions::server()
     };
     let id = NEXT_CONNECTION.fetch_add(1, Ordering::Relaxed);
@@ -222,6 +228,7 @@ async fn serve_connection(_slot: OpenSlot, stream: UnixStream, shared: Shared, o
         CloseReason::ReadFailed(_)
         | CloseReason::Framing(_)
         | CloseReason::TooLarge
+        | CloseReason::FrameTimeout
         | CloseReason::WriteFailed(_)
         | CloseReason::Aborted => tracing::warn!(connection = id, %reason, "connection closed"),
     }

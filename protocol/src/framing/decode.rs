@@ -84,6 +84,23 @@ impl FrameDecoder {
         }
     }
 
+    /// Whether a message has started and not yet ended: a byte of it is in `buffer` (not only
+    /// the whitespace between messages), or the decoder is past its first bytes (LSP headers
+    /// read, a body awaited). What a frame deadline measures.
+    pub fn is_mid_frame(&self, buffer: &BytesMut) -> bool {
+        let pending = || buffer.iter().any(|byte| !byte.is_ascii_whitespace());
+        match self.state {
+            DecodeState::Failed => false,
+            DecodeState::Detecting | DecodeState::Ndjson { .. } => pending(),
+            DecodeState::LspHeaders {
+                header_bytes,
+                seen_header,
+                ..
+            } => header_bytes > 0 || seen_header || pending(),
+            DecodeState::LspBody { .. } | DecodeState::LspSkipBody { .. } => true,
+        }
+    }
+
     pub fn framing(&self) -> Option<Framing> {
         self.detected.get()
     }

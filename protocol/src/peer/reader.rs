@@ -7,12 +7,14 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::BytesMut;
 use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::{Notify, OwnedSemaphorePermit};
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 use tokio_util::codec::Decoder;
 
 use super::handle::render;
@@ -43,6 +45,9 @@ pub(super) struct Reader<R> {
     peer: PeerHandle,
     handler: Arc<dyn Handler>,
     max_message_bytes: usize,
+    frame_timeout: Option<Duration>,
+    /// When the message now arriving sent its first byte (`None` between messages).
+    frame_started: Option<Instant>,
 }
 
 impl<R: AsyncRead + Unpin + Send + 'static> Reader<R> {
@@ -63,6 +68,8 @@ impl<R: AsyncRead + Unpin + Send + 'static> Reader<R> {
             peer,
             handler,
             max_message_bytes: options.max_message_bytes,
+            frame_timeout: options.frame_timeout,
+            frame_started: None,
         }
     }
 
@@ -86,12 +93,38 @@ impl<R: AsyncRead + Unpin + Send + 'static> Reader<R> {
                 self.buffer = BytesMut::new();
             }
             self.buffer.reserve(READ_CHUNK_BYTES);
-            match self.stream.read_buf(&mut self.buffer).await {
+            if !self.decoder.is_mid_frame(&self.buffer) {
+                self.frame_started = None;
+            } else if self.frame_started.is_none() {
+                self.frame_started = Some(Instant::now());
+            }
+            let read = self.stream.read_buf(&mut self.buffer);
+            let read = match self.frame_started.zip(self.frame_timeout) {
+                Some((started, limit)) => {
+                    match tokio::time::timeout_at(started + limit, read).await {
+                        Ok(read) => read,
+                        Err(_) => return self.on_frame_timeout(limit).await,
+                    }
+                }
+                None => read.await,
+            };
+            match read {
                 Ok(0) => return self.at_eof().await,
                 Ok(_) => {}
                 Err(err) => return CloseReason::ReadFailed(Arc::new(err)),
             }
         }
+    }
+
+    /// A message took longer than the frame deadline to arrive: answered, then closed.
+    async fn on_frame_timeout(&mut self, limit: Duration) -> CloseReason {
+        self.announce_framing();
+        let error = ErrorObject::invalid_request(format!(
+            "a message did not arrive within {} ms of its first byte",
+            limit.as_millis()
+        ));
+        self.answer_now(Response::error(Id::Null, error)).await;
+        CloseReason::FrameTimeout
     }
 
     fn announce_framing(&mut self) {

@@ -385,6 +385,52 @@ async fn a_handler_panic_is_an_internal_error_for_that_request_only() {
 }
 
 #[tokio::test]
+async fn a_message_slower_than_the_frame_deadline_is_answered_and_cut() {
+    let options = PeerOptions {
+        frame_timeout: Some(Duration::from_millis(200)),
+        ..PeerOptions::server()
+    };
+    // Idle between messages is not limited: a whole message after a long pause is served.
+    let (mut raw, _server) = raw_pair(options.clone(), echo());
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    raw.send_line(request(1, "fast")).await;
+    assert_eq!(raw.line().await["id"], 1);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    raw.send_line(request(2, "fast")).await;
+    assert_eq!(raw.line().await["id"], 2);
+
+    // Started and never finished, in either framing: answered -32600, then cut.
+    for start in [
+        &b"{\"jsonrpc\":\"2.0\","[..],
+        b"Content-Length: 40\r\n\r\n{\"js",
+    ] {
+        let (mut raw, _server) = raw_pair(options.clone(), echo());
+        let started = std::time::Instant::now();
+        raw.send(start).await;
+        let answer = if start.starts_with(b"{") {
+            raw.line().await
+        } else {
+            raw.lsp().await
+        };
+        assert_eq!(
+            error_code_of(&answer),
+            i64::from(error_code::INVALID_REQUEST)
+        );
+        assert!(
+            answer["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("did not arrive")
+        );
+        assert!(
+            started.elapsed() >= Duration::from_millis(200),
+            "cut before the deadline"
+        );
+        raw.assert_eof().await;
+    }
+}
+
+#[tokio::test]
 async fn requests_over_the_in_flight_limit_are_refused_not_queued() {
     let options = PeerOptions {
         max_in_flight_requests: 1,
