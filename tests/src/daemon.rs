@@ -149,6 +149,23 @@ impl TestDaemon {
         self.spawn();
     }
 
+    /// The daemon's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("the daemon is running").id()
+    }
+
+    /// The daemon's resident set size now, in bytes (`VmRSS`).
+    pub fn rss_bytes(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()))
+            .expect("the daemon's /proc status");
+        let kib: u64 = status
+            .lines()
+            .find_map(|line| line.strip_prefix("VmRSS:"))
+            .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
+            .expect("a VmRSS line");
+        kib * 1024
+    }
+
     /// Kills the daemon with SIGKILL (no drain, the socket file stays behind) and waits for it.
     pub fn kill(&mut self) -> ExitStatus {
         let mut child = self.child.take().expect("the daemon is running");

@@ -347,3 +347,143 @@ async fn timed_calls(
     }
     latencies
 }
+
+/// A small deterministic generator, so that a failure replays.
+struct XorShift(u64);
+
+impl XorShift {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn below(&mut self, bound: usize) -> usize {
+        (self.next() % bound as u64) as usize
+    }
+}
+
+/// Garbage on the wire: 10,000 random, invalid UTF-8 and truncated frames on one connection,
+/// and a 10 MiB frame without its newline on another. Each bad frame gets its error and the
+/// connection goes on; a client working meanwhile is unaffected; the daemon stays under 64 MiB.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_frames_get_their_errors_and_harm_nobody() {
+    let frames = size("TOOLD_GARBAGE_FRAMES", 10_000);
+    let daemon = TestDaemon::start();
+    let work = daemon.work();
+    for file in 0..FILES {
+        std::fs::write(work.join(format!("f{file}.txt")), content_of(file)).unwrap();
+    }
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let worker = {
+        let (socket, work, done) = (daemon.socket(), work.clone(), done.clone());
+        tokio::spawn(async move { timed_calls(0, socket, work, done).await })
+    };
+
+    // The big one: 10 MiB of a string that never ends its line, then the end of input.
+    let big = {
+        let socket = daemon.socket();
+        tokio::spawn(async move {
+            let stream = UnixStream::connect(&socket).await.unwrap();
+            let (read_half, mut writer) = stream.into_split();
+            let mut frame =
+                b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"x\",\"params\":\"".to_vec();
+            frame.resize(10 << 20, b'a');
+            writer.write_all(&frame).await.unwrap();
+            writer.shutdown().await.unwrap();
+            let mut lines = BufReader::new(read_half).lines();
+            let answer: Value =
+                serde_json::from_str(&lines.next_line().await.unwrap().unwrap()).unwrap();
+            answer["error"]["code"].clone()
+        })
+    };
+
+    let stream = UnixStream::connect(daemon.socket()).await.unwrap();
+    let (read_half, mut writer) = stream.into_split();
+    let reader = tokio::spawn(async move {
+        let mut lines = BufReader::new(read_half).lines();
+        let mut codes: HashMap<i64, usize> = HashMap::new();
+        let mut answered = 0;
+        while answered < frames + 1 {
+            let line = lines
+                .next_line()
+                .await
+                .unwrap()
+                .expect("the daemon hung up");
+            let message: Value = serde_json::from_str(&line).unwrap();
+            answered += 1;
+            if let Some(code) = message["error"]["code"].as_i64() {
+                *codes.entry(code).or_default() += 1;
+            }
+        }
+        codes
+    });
+    // A valid first message chooses NDJSON; then the garbage, a line each.
+    writer
+        .write_all(b"{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"initialize\",\"params\":{\"protocol_version\":1,\"capabilities\":{}}}\n")
+        .await
+        .unwrap();
+    let valid = br#"{"jsonrpc":"2.0","id":7,"method":"session/list","params":{}}"#;
+    let mut random = XorShift(0x9e37_79b9_7f4a_7c15);
+    let mut peak_rss = 0;
+    for index in 0..frames {
+        let mut frame: Vec<u8> = match index % 3 {
+            // Random bytes (never a newline).
+            0 => (0..1 + random.below(200))
+                .map(|_| (random.next() % 255) as u8)
+                .map(|byte| if byte == b'\n' { b' ' } else { byte })
+                .collect(),
+            // Invalid UTF-8 inside a string.
+            1 => {
+                let mut bytes = br#"{"jsonrpc":"2.0","id":9,"method":""#.to_vec();
+                bytes.extend([0xff, 0xfe, 0xc3]);
+                bytes.extend(br#""}"#);
+                bytes
+            }
+            // A valid request cut short.
+            _ => valid[..1 + random.below(valid.len() - 2)].to_vec(),
+        };
+        // A line of only whitespace is no message at all; keep every line a frame.
+        if frame.iter().all(u8::is_ascii_whitespace) {
+            frame.push(b'x');
+        }
+        frame.push(b'\n');
+        writer.write_all(&frame).await.unwrap();
+        if index % 1000 == 0 {
+            peak_rss = peak_rss.max(daemon.rss_bytes());
+        }
+    }
+    let codes = tokio::time::timeout(Duration::from_secs(60), reader)
+        .await
+        .expect("not every frame was answered")
+        .unwrap();
+    assert_eq!(
+        big.await.unwrap(),
+        json!(-32700),
+        "the unterminated 10 MiB frame is read to the end of input and refused"
+    );
+    peak_rss = peak_rss.max(daemon.rss_bytes());
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let calls = worker.await.unwrap();
+    let errors: usize = codes.values().sum();
+    assert_eq!(
+        errors, frames,
+        "every garbage frame got an error: {codes:?}"
+    );
+    assert!(
+        codes.keys().all(|code| [-32700, -32600].contains(code)),
+        "only parse errors and invalid requests: {codes:?}"
+    );
+    assert!(
+        peak_rss < 64 << 20,
+        "the daemon grew to {} MiB",
+        peak_rss >> 20
+    );
+    eprintln!(
+        "{frames} garbage frames: {codes:?}; a 10 MiB unterminated frame refused; {} calls of \
+         another client unaffected; peak RSS {} MiB",
+        calls.len(),
+        peak_rss >> 20
+    );
+}
