@@ -487,3 +487,91 @@ async fn garbage_frames_get_their_errors_and_harm_nobody() {
         peak_rss >> 20
     );
 }
+
+/// A client that stops reading while its command prints 100 MB: the command is held back
+/// (its output waits for the reader), the daemon's memory stays bounded, another session keeps
+/// working, and the stalled client's disconnect ends the command.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stops_reading_holds_back_its_command_not_the_daemon() {
+    let daemon = TestDaemon::start();
+    let work = daemon.work();
+    for file in 0..FILES {
+        std::fs::write(work.join(format!("f{file}.txt")), content_of(file)).unwrap();
+    }
+    let flood = work.join("flood.txt");
+    std::fs::write(&flood, "y".repeat(99).to_owned() + "\n").unwrap();
+    let line = std::fs::read(&flood).unwrap();
+    std::fs::write(&flood, line.repeat(1_000_000)).unwrap(); // 100 MB
+
+    let before = daemon.rss_bytes();
+    let stalled = UnixStream::connect(daemon.socket()).await.unwrap();
+    let (read_half, mut writer) = stalled.into_split();
+    let mut lines = BufReader::new(read_half).lines();
+    let mut answer_to = async |writer: &mut tokio::net::unix::OwnedWriteHalf, request: Value| {
+        writer
+            .write_all(format!("{request}\n").as_bytes())
+            .await
+            .unwrap();
+        loop {
+            let line = lines
+                .next_line()
+                .await
+                .unwrap()
+                .expect("the daemon hung up");
+            let message: Value = serde_json::from_str(&line).unwrap();
+            if message["id"] == request["id"] {
+                return message;
+            }
+        }
+    };
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                      "params": {"protocol_version": 1, "capabilities": {}}});
+    answer_to(&mut writer, init).await;
+    let create = json!({"jsonrpc": "2.0", "id": 2, "method": "session/create",
+                        "params": {"cwd": work, "rules": {"allow": ["run_command(cat *)"]}}});
+    let session = answer_to(&mut writer, create).await["result"]["session_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let execute = json!({"jsonrpc": "2.0", "id": 4, "method": "tools/execute",
+        "params": {"session_id": session, "calls": [{"id": "flood", "name": "run_command",
+            "arguments": {"command": format!("cat {}", flood.display())}}]}});
+    writer
+        .write_all(format!("{execute}\n").as_bytes())
+        .await
+        .unwrap();
+    // From here on this client reads nothing.
+
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let worker = {
+        let (socket, work, done) = (daemon.socket(), work.clone(), done.clone());
+        tokio::spawn(async move { timed_calls(1, socket, work, done).await })
+    };
+    let mut peak = before;
+    for _ in 0..30 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        peak = peak.max(daemon.rss_bytes());
+    }
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let calls = worker.await.unwrap();
+    assert!(
+        calls.len() > 10,
+        "the other session was starved: {} calls",
+        calls.len()
+    );
+    let growth = peak.saturating_sub(before);
+    assert!(growth < 32 << 20, "the daemon grew by {} MiB", growth >> 20);
+
+    // The stalled client leaves: its batch is canceled (on_disconnect defaults to cancel) and
+    // the daemon serves on.
+    drop(writer);
+    drop(lines);
+    let answered = run_client(2, daemon.socket(), work, 4).await;
+    assert_eq!(answered, 4);
+    eprintln!(
+        "a client stopped reading during 100 MB of output: daemon +{} MiB at most; {} calls of \
+         another session meanwhile",
+        growth >> 20,
+        calls.len()
+    );
+}
