@@ -197,30 +197,33 @@ fn commands_do_not_inherit_the_daemons_variables() {
         .build()
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let result = runtime.block_on(run(env_in(dir.path()), json!({"command": "env"})));
-    assert!(result.ok, "{result:?}");
-    let names: Vec<&str> = result
-        .content
-        .lines()
-        .filter_map(|line| line.split_once('=').map(|(name, _)| name))
-        .collect();
-    for hidden in [
-        "TOOLD_SECRET",
-        "TOOLD_TEST_INNER",
-        "NOTIFY_SOCKET",
-        "LISTEN_FDS",
-        "LISTEN_PID",
-        "WATCHDOG_USEC",
-    ] {
-        assert!(
-            !names.contains(&hidden),
-            "{hidden} leaked:\n{}",
-            result.content
-        );
+    // 100 of 100: no run may see them, whatever else happens between runs.
+    for run_number in 0..100 {
+        let result = runtime.block_on(run(env_in(dir.path()), json!({"command": "env"})));
+        assert!(result.ok, "{result:?}");
+        let names: Vec<&str> = result
+            .content
+            .lines()
+            .filter_map(|line| line.split_once('=').map(|(name, _)| name))
+            .collect();
+        for hidden in [
+            "TOOLD_SECRET",
+            "TOOLD_TEST_INNER",
+            "NOTIFY_SOCKET",
+            "LISTEN_FDS",
+            "LISTEN_PID",
+            "WATCHDOG_USEC",
+        ] {
+            assert!(
+                !names.contains(&hidden),
+                "run {run_number}: {hidden} leaked:\n{}",
+                result.content
+            );
+        }
+        assert!(result.content.contains("KEPT_FROM_DAEMON=kept\n"));
+        // The one TOOLD_ variable a command sees is the tag the daemon sets on purpose.
+        assert!(names.contains(&"TOOLD_RUN_TAG"));
     }
-    assert!(result.content.contains("KEPT_FROM_DAEMON=kept\n"));
-    // The one TOOLD_ variable a command sees is the tag the daemon sets on purpose.
-    assert!(names.contains(&"TOOLD_RUN_TAG"));
 }
 
 #[tokio::test]
@@ -572,4 +575,46 @@ async fn background_leftovers_die_when_the_shell_exits() {
         .unwrap();
     assert!(killed >= 1, "{result:?}");
     assert_all_die(&markers).await;
+}
+
+/// Fifty descendants, left in every usual way (background jobs, `setsid`, double forks, both),
+/// then the deadline: two seconds later none of them is alive.
+#[tokio::test]
+async fn fifty_descendants_of_a_timed_out_command_all_die() {
+    let dir = tempfile::tempdir().unwrap();
+    let markers: Vec<String> = (100..150).map(marker).collect();
+    let mut command = String::new();
+    for (index, marker) in markers.iter().enumerate() {
+        command.push_str(&match index % 4 {
+            0 => format!("sleep {marker} & "),
+            1 => format!("setsid sleep {marker} & "),
+            2 => format!("(sleep {marker} &) ; "),
+            _ => format!("(setsid sh -c 'sleep {marker}' &) ; "),
+        });
+    }
+    command.push_str("echo ready; sleep 600");
+    let (sender, mut chunks) = mpsc::channel(64);
+    let call = tokio::spawn(run_with(
+        env_in(dir.path()),
+        json!({"command": command, "timeout_ms": 3000}),
+        CancellationToken::new(),
+        Some(sender),
+    ));
+    let mut seen = String::new();
+    wait_for_output(&mut chunks, &mut seen, "ready").await;
+    let all_started = eventually(Duration::from_secs(10), || {
+        markers
+            .iter()
+            .all(|marker| !live_processes_with(marker).is_empty())
+    })
+    .await;
+    assert!(all_started, "the fifty never all started");
+    let result = call.await.unwrap();
+    assert_error(&result, ErrorType::Timeout);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let alive: Vec<&String> = markers
+        .iter()
+        .filter(|marker| !live_processes_with(marker).is_empty())
+        .collect();
+    assert!(alive.is_empty(), "alive 2 s after the timeout: {alive:?}");
 }
