@@ -865,3 +865,92 @@ fn a_sigterm_right_after_the_first_answer_drains_and_exits_0() {
         );
     }
 }
+
+/// The hook connection leaves while the daemon waits for its PreToolUse answer: the call is
+/// `hook_blocked` at once (not after the hook timeout), and the daemon serves on.
+#[tokio::test]
+async fn a_hook_that_disconnects_mid_hook_blocks_the_call_at_once() {
+    let daemon = TestDaemon::start();
+    std::fs::write(daemon.work().join("a.txt"), "a\n").expect("a.txt");
+    let submitter = daemon.connect(json!({}), no_answers()).await;
+    let session_id = submitter.create_session(&daemon.work(), json!({})).await;
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let hooker = daemon
+        .connect(
+            json!({"hooks": ["pre_tool_use"]}),
+            toold_tests::daemon::never_answers(Arc::clone(&seen)),
+        )
+        .await;
+    hooker
+        .request("session/attach", json!({"session_id": session_id}))
+        .await
+        .expect("attach the hook connection");
+
+    let started = std::time::Instant::now();
+    let call = {
+        let session_id = session_id.clone();
+        let submitter = submitter.peer.clone();
+        tokio::spawn(async move {
+            submitter
+                .request(
+                    "tools/execute",
+                    Some(json!({"session_id": session_id,
+                           "calls": [{"id": "r", "name": "read_file", "arguments": {"path": "a.txt"}}]})),
+                )
+                .await
+        })
+    };
+    let asked = tokio::time::timeout(Duration::from_secs(20), async {
+        while seen.lock().unwrap().is_empty() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert!(asked.is_ok(), "the hook was never asked");
+    hooker.peer.close();
+    let response = tokio::time::timeout(Duration::from_secs(10), call)
+        .await
+        .expect("the call waited on a departed hook")
+        .unwrap()
+        .expect("tools/execute answered");
+    let result = result_of(&response, "r");
+    assert_eq!(result["error_type"], "hook_blocked", "{result}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "blocked only at the hook timeout"
+    );
+
+    // Served on, now without a hook.
+    let again = execute(
+        &submitter,
+        &session_id,
+        json!([{"id": "r2", "name": "read_file", "arguments": {"path": "a.txt"}}]),
+    )
+    .await;
+    assert_eq!(result_of(&again, "r2")["ok"], true, "{again}");
+}
+
+/// Stopping the daemon while a command (and processes it left in the background and in a new
+/// session) runs past the drain's grace: every call still gets its answer (`canceled`), the
+/// daemon exits 0, and no process it started is left.
+#[tokio::test]
+async fn stopping_the_daemon_leaves_no_process_it_started() {
+    let mut daemon = TestDaemon::start();
+    let (mut client, session_id) = command_session(&daemon).await;
+    let mark = unique_mark("daemon-stop");
+    let running = tokio::spawn(client.peer.request(
+        "tools/execute",
+        Some(json!({"session_id": session_id, "calls": lingering_call(&mark)})),
+    ));
+    wait_until_started(&mut client, &mark).await;
+    daemon.send_sigterm();
+    let response = tokio::time::timeout(Duration::from_secs(30), running)
+        .await
+        .expect("an answer within the grace")
+        .expect("the request task")
+        .expect("the batch's response arrives during the drain");
+    assert_eq!(result_of(&response, "lingering")["error_type"], "canceled");
+    let status = daemon.wait_for_exit().await;
+    assert!(status.success(), "the daemon exited with {status}");
+    assert_processes_gone(&mark).await;
+}
