@@ -234,3 +234,75 @@ async fn a_peer_of_another_user_is_not_allowed() {
         output.status
     );
 }
+
+/// The real daemon, its socket and directory then forced open to everyone: a client running as
+/// `nobody` is disconnected without a byte read or written (its `initialize` goes unanswered),
+/// while the daemon's own user is served. Runs fully only as root (it switches to `nobody`).
+#[tokio::test]
+async fn the_daemon_refuses_a_client_of_another_user_even_on_an_open_socket() {
+    const INNER: &str = "TOOLD_TEST_DAEMON_AS_NOBODY";
+    const NOBODY: u32 = 65534;
+    if let Some(path) = std::env::var_os(INNER) {
+        let mut stream = StdUnixStream::connect(path).expect("connect as nobody");
+        // A daemon that served nobody would keep the connection open: stop waiting, then look.
+        stream
+            .set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .expect("a read timeout");
+        // The daemon may close before or after this write; either way nothing comes back.
+        let _ = std::io::Write::write_all(
+            &mut stream,
+            b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{\"protocol_version\":1,\"capabilities\":{}}}\n",
+        );
+        let mut rest = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut stream, &mut rest);
+        assert!(
+            rest.is_empty(),
+            "nobody was answered: {}",
+            String::from_utf8_lossy(&rest)
+        );
+        return;
+    }
+    if !geteuid().is_root() {
+        return;
+    }
+    let daemon = toold_tests::daemon::TestDaemon::start();
+    let socket = daemon.socket();
+    // Forced open after the start: every directory on the way and the socket itself.
+    let mut dir = socket
+        .parent()
+        .expect("the socket's directory")
+        .to_path_buf();
+    fs::set_permissions(&socket, fs::Permissions::from_mode(0o777)).expect("chmod 777");
+    while dir != daemon.root().parent().expect("the temp root's parent") {
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).expect("chmod 755");
+        dir = dir.parent().expect("a parent").to_path_buf();
+    }
+    let copy = daemon.root().join("socket-test");
+    fs::copy(std::env::current_exe().expect("current_exe"), &copy).expect("copy the test");
+    fs::set_permissions(&copy, fs::Permissions::from_mode(0o755)).expect("chmod 755");
+    let inner = std::process::Command::new(&copy)
+        .args([
+            "--exact",
+            "the_daemon_refuses_a_client_of_another_user_even_on_an_open_socket",
+            "--nocapture",
+        ])
+        .env(INNER, &socket)
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .output()
+        .expect("run the test as nobody");
+    assert!(
+        inner.status.success(),
+        "the inner test failed: {}\n{}",
+        inner.status,
+        String::from_utf8_lossy(&inner.stdout)
+    );
+    // The daemon's own user is still served.
+    let client = daemon
+        .connect(serde_json::json!({}), toold_tests::daemon::no_answers())
+        .await;
+    client
+        .request("session/list", serde_json::json!({}))
+        .await
+        .expect("the daemon's user is served");
+}
