@@ -20,7 +20,7 @@ use crate::batch::Executor;
 use crate::env::Env;
 use crate::events::EventBody;
 use crate::paths::ResolvedPath;
-use crate::permission::facts::{judged_paths, with_facts};
+use crate::permission::facts::{with_facts, with_facts_and_paths};
 use crate::permission::{self, Decision, HookVerdict};
 use crate::session::{Session, SessionState};
 use crate::tools::registry::run_resolved;
@@ -183,23 +183,18 @@ async fn step_permission(
         Decision::Deny(reason) => Err(failure(call, ErrorType::PermissionDenied, reason)),
         Decision::NotAllowed(reason) => Err(failure(call, ErrorType::ToolNotAllowed, reason)),
         Decision::Ask { reason, suggestion } => {
-            let asked_about = resolved.arguments.clone();
-            step_approval(scope, call, resolved, reason, suggestion, cancel).await?;
-            let state = scope.session.state();
             // The approver saw (and approved) the paths as judged above; arguments it replaced
-            // are judged now, as its answer is applied.
-            let judged = if resolved.arguments == asked_about {
-                judged
-            } else {
-                let definition = resolved.definition();
-                judged_paths(&definition.name, &resolved.arguments, &state.env)
-            };
-            Ok((state.env, judged.into()))
+            // were judged against the deny rules as its answer was applied, and the tool acts
+            // on exactly that judgment.
+            let rejudged = step_approval(scope, call, resolved, reason, suggestion, cancel).await?;
+            let state = scope.session.state();
+            Ok((state.env, rejudged.unwrap_or(judged).into()))
         }
     }
 }
 
 /// The approval half of step 4: ask, wait (not counted in the call's timeout), apply the answer.
+/// Returns the judged paths of arguments the approver replaced (`None`: it kept them).
 async fn step_approval(
     scope: &CallScope,
     call: &ToolCall,
@@ -207,7 +202,7 @@ async fn step_approval(
     reason: String,
     suggestion: String,
     cancel: &CancellationToken,
-) -> Result<(), ToolResult> {
+) -> Result<Option<Vec<ResolvedPath>>, ToolResult> {
     let Some(approver) = scope.session.peers().approver else {
         return Err(failure(
             call,
@@ -266,22 +261,25 @@ async fn step_approval(
     );
     match answer.decision {
         ApprovalDecision::AllowOnce | ApprovalDecision::AllowSession => {
+            let mut rejudged = None;
             if let Some(arguments) = answer.arguments {
                 resolved.replace_arguments(arguments)?;
                 let state = scope.session.state();
-                if let Some(reason) = deny_reason(&state, resolved) {
+                let (denied, paths) = deny_reason(&state, resolved);
+                if let Some(reason) = denied {
                     return Err(failure(
                         call,
                         ErrorType::PermissionDenied,
                         format!("the approved arguments are {reason}"),
                     ));
                 }
+                rejudged = Some(paths);
             }
             if answer.decision == ApprovalDecision::AllowSession {
                 let state = scope.session.state();
                 scope.session.add_grant(grant_for(&state, resolved));
             }
-            Ok(())
+            Ok(rejudged)
         }
         ApprovalDecision::Deny => {
             let message = answer
@@ -314,9 +312,13 @@ fn resolved_event(
     }));
 }
 
-/// Deny rules alone, on arguments an approver supplied.
-fn deny_reason(state: &SessionState, resolved: &ResolvedCall) -> Option<String> {
-    with_facts(&state.env, resolved, HookVerdict::None, |facts| {
+/// Deny rules alone, on arguments an approver supplied; with the paths as judged, which the
+/// tool then acts on.
+fn deny_reason(
+    state: &SessionState,
+    resolved: &ResolvedCall,
+) -> (Option<String>, Vec<ResolvedPath>) {
+    with_facts_and_paths(&state.env, resolved, HookVerdict::None, |facts| {
         permission::denied(facts, &state.policy)
     })
 }

@@ -70,7 +70,9 @@ fn walk_open(path: &Path, flags: OFlag, create: bool) -> io::Result<OwnedFd> {
     if !path.is_absolute() {
         return Err(io::Error::from(io::ErrorKind::InvalidInput));
     }
-    let directory = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    // `O_PATH` for the way down: it needs only search permission on each directory, as the
+    // kernel's own walk does (`O_RDONLY` would need read permission too).
+    let directory = OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
     let mut current = openat(AT_FDCWD, "/", directory, Mode::empty())?;
     let Some((last, parents)) = names.split_last() else {
         return Ok(openat(AT_FDCWD, "/", flags, Mode::empty())?);

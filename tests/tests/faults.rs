@@ -164,7 +164,7 @@ fn the_next_start_removes_the_temporary_files_the_journal_lists() {
     }
     std::fs::write(
         daemon.state_dir().join("writes-in-flight"),
-        format!("{}\n{}\n", listed.display(), not_ours.display()),
+        format!("{}\0{}\0", listed.display(), not_ours.display()),
     )
     .unwrap();
     daemon.start_again();

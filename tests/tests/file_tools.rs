@@ -134,6 +134,19 @@ async fn read_file_reads_large_files_whole_and_refuses_fifos_and_devices_at_once
             "refused at once"
         );
     }
+    // edit_file reads the whole file first: a device would never end.
+    let started = std::time::Instant::now();
+    let edit = call(
+        env,
+        "edit_file",
+        json!({"path": "/dev/zero", "old_string": "a", "new_string": "b"}),
+    )
+    .await;
+    assert_eq!(outcome(&edit), "invalid_arguments", "{edit:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "refused at once"
+    );
 }
 
 #[tokio::test]

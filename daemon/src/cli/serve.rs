@@ -99,11 +99,15 @@ fn recover_interrupted_writes() {
         return;
     };
     match write_journal::recover_and_open(&state_dir.join("writes-in-flight")) {
-        Ok(0) => {}
-        Ok(removed) => tracing::info!(
+        Ok(Some(0)) => {}
+        Ok(Some(removed)) => tracing::info!(
             removed,
             "removed the temporary files of writes interrupted by the last stop"
         ),
+        // Most likely a daemon already serves: binding the socket says so next.
+        Ok(None) => {
+            tracing::warn!("another daemon holds the journal of writes; this one journals none")
+        }
         Err(err) => {
             tracing::warn!(%err, "no journal of writes: temporary files of a crash will not be cleaned up")
         }

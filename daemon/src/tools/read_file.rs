@@ -10,7 +10,7 @@
 //! blocking pool, so a worker never waits long.
 
 use std::fs::File;
-use std::io::{self, BufRead, BufReader, Read};
+use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom};
 use std::path::Path;
 
 use serde::Deserialize;
@@ -73,7 +73,16 @@ impl Tool for ReadFile {
             };
             let (file, size) = open_regular_file(&target.resolved)?;
             if size <= INLINE_READ_MAX_BYTES {
-                return read_output(file, &target, &window);
+                // Bounded: a file that grows while it is read (a log being written) must not
+                // hold the async thread; past the bound it starts over on the blocking pool.
+                let mut bounded = (&file).take(INLINE_READ_MAX_BYTES + 1);
+                let output = read_output(&mut bounded, &target, &window);
+                if bounded.limit() > 0 {
+                    return output;
+                }
+                (&file)
+                    .seek(SeekFrom::Start(0))
+                    .map_err(|err| ToolFailure::io(&target.resolved, "read", &err))?;
             }
             blocking(move || read_output(file, &target, &window)).await
         })
@@ -93,7 +102,7 @@ fn open_regular_file(path: &Path) -> Result<(File, u64), ToolFailure> {
     }
     if !meta.is_file() {
         return Err(ToolFailure::invalid_arguments(format!(
-            "{} is not a regular file (a FIFO, socket or device); read_file reads files",
+            "{} is not a regular file (a FIFO, socket or device); only regular files are read or edited",
             path.display()
         )));
     }
@@ -102,7 +111,7 @@ fn open_regular_file(path: &Path) -> Result<(File, u64), ToolFailure> {
 
 /// Reads the window of `file` (opened from `target.resolved`) into the tool's output.
 fn read_output(
-    file: File,
+    file: impl Read,
     target: &ResolvedPath,
     window: &Window,
 ) -> Result<ToolOutput, ToolFailure> {
@@ -138,7 +147,7 @@ struct WindowRead {
     next_offset: Option<u64>,
 }
 
-fn read_window(file: File, path: &Path, window: &Window) -> Result<WindowRead, ToolFailure> {
+fn read_window(file: impl Read, path: &Path, window: &Window) -> Result<WindowRead, ToolFailure> {
     let fail = |err: io::Error| ToolFailure::io(path, "read", &err);
     let mut reader = BufReader::with_capacity(64 * 1024, file);
     if reader
@@ -258,10 +267,7 @@ pub(crate) fn binary_file(path: &Path) -> ToolFailure {
 /// Reads a whole text file for editing: refuses directories, binary files and invalid UTF-8.
 pub(crate) fn read_text(path: &Path) -> Result<String, ToolFailure> {
     let fail = |err: io::Error| ToolFailure::io(path, "read", &err);
-    let mut file = crate::confined::open_read(path).map_err(fail)?;
-    if file.metadata().map_err(fail)?.is_dir() {
-        return Err(fail(io::Error::from(io::ErrorKind::IsADirectory)));
-    }
+    let (mut file, _) = open_regular_file(path)?;
     let mut bytes = Vec::new();
     file.read_to_end(&mut bytes).map_err(fail)?;
     if bytes.iter().take(BINARY_SNIFF_BYTES).any(|&byte| byte == 0) {

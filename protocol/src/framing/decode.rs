@@ -84,11 +84,12 @@ impl FrameDecoder {
         }
     }
 
-    /// Whether a message has started and not yet ended: a byte of it is in `buffer` (not only
-    /// the whitespace between messages), or the decoder is past its first bytes (LSP headers
+    /// Whether a message has started and not yet ended: bytes of it wait in `buffer` (the
+    /// decoder drops blank lines, so whatever is left belongs to the next message, even
+    /// whitespace that never ends its line), or the decoder is past its first bytes (LSP headers
     /// read, a body awaited). What a frame deadline measures.
     pub fn is_mid_frame(&self, buffer: &BytesMut) -> bool {
-        let pending = || buffer.iter().any(|byte| !byte.is_ascii_whitespace());
+        let pending = || !buffer.is_empty();
         match self.state {
             DecodeState::Failed => false,
             DecodeState::Detecting | DecodeState::Ndjson { .. } => pending(),

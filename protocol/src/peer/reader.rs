@@ -80,10 +80,14 @@ impl<R: AsyncRead + Unpin + Send + 'static> Reader<R> {
                 let decoded = self.decoder.decode(&mut self.buffer);
                 self.announce_framing();
                 match decoded {
-                    Ok(Some(frame)) => match self.on_frame(frame).await {
-                        Flow::Continue => {}
-                        Flow::Close(reason) => return reason,
-                    },
+                    Ok(Some(frame)) => {
+                        // The deadline is per message: the next one's clock starts at its own
+                        // first byte (it may already be in the buffer).
+                        self.frame_started = None;
+                        if let Flow::Close(reason) = self.on_frame(frame).await {
+                            return reason;
+                        }
+                    }
                     Ok(None) => break,
                     Err(err) => return self.on_fatal(err).await,
                 }

@@ -431,6 +431,41 @@ async fn a_message_slower_than_the_frame_deadline_is_answered_and_cut() {
 }
 
 #[tokio::test]
+async fn the_frame_deadline_is_per_message_not_per_stream() {
+    let options = PeerOptions {
+        frame_timeout: Some(Duration::from_millis(200)),
+        ..PeerOptions::server()
+    };
+    let (mut raw, _server) = raw_pair(options.clone(), echo());
+    // A steady stream for 3× the deadline where every write ends inside the next message:
+    // each message is quick, so none is cut.
+    let messages: Vec<String> = (1..=15)
+        .map(|id| format!("{}\n", request(id, "fast")))
+        .collect();
+    let stream = messages.concat();
+    let chunk = stream.len() / 15 + 7;
+    for piece in stream.as_bytes().chunks(chunk) {
+        raw.send(piece).await;
+        tokio::time::sleep(Duration::from_millis(40)).await;
+    }
+    for id in 1..=15 {
+        assert_eq!(raw.line().await["id"], id);
+    }
+
+    // Whitespace that never ends its line is the start of a message too: cut at the deadline.
+    let (mut raw, _server) = raw_pair(options, echo());
+    raw.send_line(request(1, "fast")).await;
+    assert_eq!(raw.line().await["id"], 1);
+    raw.send(b"      ").await;
+    let answer = raw.line().await;
+    assert_eq!(
+        error_code_of(&answer),
+        i64::from(error_code::INVALID_REQUEST)
+    );
+    raw.assert_eof().await;
+}
+
+#[tokio::test]
 async fn requests_over_the_in_flight_limit_are_refused_not_queued() {
     let options = PeerOptions {
         max_in_flight_requests: 1,
