@@ -390,6 +390,17 @@ fn decide_without_deny(call: &CallFacts<'_>, session: &SessionFacts<'_>) -> Deci
             suggestion,
         };
     }
+    if let Some(why) = call
+        .command
+        .and_then(|command| command.analysis.unreadable.as_deref())
+    {
+        // Deny and ask rules cannot look inside it: asking is the only safe answer, in every
+        // mode (bypass too).
+        return Decision::Ask {
+            reason: format!("the command line cannot be checked against the rules: {why}"),
+            suggestion,
+        };
+    }
     if session.mode == Mode::Bypass {
         return Decision::Allow;
     }

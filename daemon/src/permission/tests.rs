@@ -360,6 +360,20 @@ fn modes_in_the_order_of_the_protocol() {
         "ask rules hold in every mode"
     );
     assert_eq!(bypass.command("rm x"), "deny");
+    // A line the shell parser cannot read hides what deny rules would see: it asks, bypass too.
+    // (When the whole text matches a deny rule, it is denied, as before.)
+    assert_eq!(bypass.command("rm x; echo \"unterminated"), "deny");
+    assert_eq!(bypass.command("echo hi; rm x; echo \"unterminated"), "ask");
+    assert_eq!(
+        bypass.command(&format!("echo; rm x; {}", "(".repeat(40))),
+        "ask"
+    );
+    match bypass.decide("run_command", json!({ "command": "echo; rm x <<a$( <<b" })) {
+        Decision::Ask { reason, .. } => {
+            assert!(reason.contains("cannot be checked"), "{reason}")
+        }
+        other => panic!("{other:?}"),
+    }
 
     let dont_ask = Check::new(&world, rules()).mode(Mode::DontAsk);
     assert_eq!(dont_ask.command("git push origin"), "deny");

@@ -30,6 +30,13 @@ use wrappers::{PRIVILEGE_WRAPPERS, unwrap};
 /// How deep `sh -c` strings, `eval` and substitutions may nest before the line is just opaque.
 const MAX_NESTING: usize = 8;
 
+/// Lines the parser is not given (brush-parser takes exponential time on deeply nested
+/// parentheses and unbounded memory on some here-documents, found by fuzzing): longer than
+/// this, nesting brackets deeper than this, or with more here-documents than this.
+const MAX_LINE_BYTES: usize = 64 * 1024;
+const MAX_BRACKET_DEPTH: usize = 12;
+const MAX_HERE_DOCUMENTS: usize = 16;
+
 /// Shells whose `-c` argument is itself a command line.
 const SHELLS: &[&str] = &["sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "busybox"];
 
@@ -43,6 +50,9 @@ pub struct CommandLine {
     pub commands: Vec<FoundCommand>,
     /// Why no allow rule can cover the line; empty when every command is visible.
     pub opaque: Vec<String>,
+    /// Set when the line (or a line nested in it) could not be read at all, and why: no rule
+    /// can be checked inside it, so the permission engine asks whatever the mode.
+    pub unreadable: Option<String>,
     /// Paths that redirections write to, as written (`~` not expanded); the permission engine
     /// judges them against the roots.
     pub written_paths: Vec<String>,
@@ -69,6 +79,50 @@ pub fn analyze(line: &str) -> CommandLine {
     }
     .walk_line(line);
     analysis
+}
+
+/// Whether a line may be given to the parser at all; why not.
+fn parsable(line: &str) -> Result<(), String> {
+    if line.len() > MAX_LINE_BYTES {
+        return Err(format!("it is longer than {MAX_LINE_BYTES} bytes"));
+    }
+    if line.contains('\0') {
+        return Err("it contains a NUL byte".to_owned());
+    }
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    for byte in line.bytes() {
+        match byte {
+            b'(' | b'{' | b'[' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b')' | b'}' | b']' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    if deepest > MAX_BRACKET_DEPTH {
+        return Err(format!("it nests brackets deeper than {MAX_BRACKET_DEPTH}"));
+    }
+    if line.matches("<<").count() > MAX_HERE_DOCUMENTS {
+        return Err(format!(
+            "it has more than {MAX_HERE_DOCUMENTS} here-documents"
+        ));
+    }
+    // A here-document delimiter holding an expansion (`<<x$(`) sends the parser's memory
+    // without bound; real delimiters are plain words.
+    for (at, _) in line.match_indices("<<") {
+        let after = &line[at + 2..];
+        if after.starts_with('<') {
+            // `<<<`: a here-string, whose word is an ordinary (expandable) word.
+            continue;
+        }
+        let rest = after.trim_start_matches('-').trim_start();
+        let delimiter = rest.split(char::is_whitespace).next().unwrap_or_default();
+        if delimiter.contains(['$', '`']) {
+            return Err("a here-document delimiter holds an expansion".to_owned());
+        }
+    }
+    Ok(())
 }
 
 struct Walker<'a> {
@@ -102,15 +156,29 @@ impl Walker<'_> {
     }
 
     fn walk_line(&mut self, line: &str) {
+        if let Err(why) = parsable(line) {
+            self.unreadable(why);
+            return;
+        }
         let options = ParserOptions::default();
-        match Parser::new(line.as_bytes(), &options).parse_program() {
-            Ok(program) => {
+        // The parser has panicked on input found by fuzzing (a huge file descriptor number):
+        // such a line is unreadable, not a crash of the permission step.
+        let parsed =
+            std::panic::catch_unwind(|| Parser::new(line.as_bytes(), &options).parse_program());
+        match parsed {
+            Ok(Ok(program)) => {
                 for list in &program.complete_commands {
                     self.walk_list(list);
                 }
             }
-            Err(err) => self.opaque(format!("the shell parser cannot read it ({err})")),
+            Ok(Err(err)) => self.unreadable(format!("the shell parser cannot read it ({err})")),
+            Err(_) => self.unreadable("the shell parser failed on it".to_owned()),
         }
+    }
+
+    fn unreadable(&mut self, why: String) {
+        self.opaque(why.clone());
+        self.out.unreadable.get_or_insert(why);
     }
 
     fn walk_list(&mut self, list: &CompoundList) {

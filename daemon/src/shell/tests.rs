@@ -120,3 +120,46 @@ fn unparseable_lines_are_opaque() {
     assert!(!analyze("echo 'unterminated").opaque.is_empty());
     assert!(!analyze("if then fi (((").opaque.is_empty());
 }
+
+/// Inputs found by fuzzing on which brush-parser panics, takes exponential time or unbounded
+/// memory: each is unreadable (so the engine asks), at once.
+#[test]
+fn lines_the_parser_cannot_take_are_unreadable_at_once() {
+    let nested = format!("{}\n\n))", "(".repeat(32));
+    let lines = [
+        "i 333733333333>>".to_owned(),
+        "g\0\0i6t=g\0\0i6t=@ <<qt$[ <<e-tf ".to_owned(),
+        "g <<qt$[ <<e-tf ".to_owned(),
+        "g <<qt$( <<e-tf ".to_owned(),
+        "g <<qt$(( <<e-tf ".to_owned(),
+        "g << `x <<e ".to_owned(),
+        nested,
+        format!("echo {}", "$(".repeat(20) + &")".repeat(20)),
+        "x".repeat(MAX_LINE_BYTES + 1),
+        "cat <<a ".repeat(MAX_HERE_DOCUMENTS + 1),
+    ];
+    for line in &lines {
+        let started = std::time::Instant::now();
+        let analysis = analyze(line);
+        assert!(analysis.unreadable.is_some(), "{line:?}: {analysis:?}");
+        assert!(
+            !analysis.opaque.is_empty(),
+            "an unreadable line is opaque too"
+        );
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(2),
+            "{line:?} took {:?}",
+            started.elapsed()
+        );
+    }
+    // Real lines stay readable: brackets a dozen deep, a few here-documents.
+    for line in [
+        "if [ -f a ]; then (cd x && (make || (echo failed; exit 1))); fi",
+        "cat <<EOF\nhello\nEOF",
+        "echo ${HOME} $((1 + (2 * (3 + 4))))",
+        "grep -c x <<< \"$output\"",
+        "cat <<-'EOF'\n\tbody $x\nEOF",
+    ] {
+        assert_eq!(analyze(line).unreadable, None, "{line:?}");
+    }
+}
