@@ -63,7 +63,8 @@ pub fn absolute(raw: &str, cwd: &Path) -> PathBuf {
     if let Some(rest) = raw.strip_prefix("~/")
         && let Some(home) = home()
     {
-        return home.join(rest);
+        // `~//x` is `$HOME//x` to a shell; `join` would take the absolute `/x` instead.
+        return home.join(rest.trim_start_matches('/'));
     }
     let path = Path::new(raw);
     if path.is_absolute() {
@@ -244,6 +245,7 @@ mod tests {
         let home = PathBuf::from(std::env::var_os("HOME").unwrap());
         assert_eq!(absolute("~/x", Path::new("/cwd")), home.join("x"));
         assert_eq!(absolute("~", Path::new("/cwd")), home);
+        assert_eq!(absolute("~//etc/x", Path::new("/cwd")), home.join("etc/x"));
         assert_eq!(absolute("~x", Path::new("/cwd")), PathBuf::from("/cwd/~x"));
     }
 }
