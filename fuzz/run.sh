@@ -4,7 +4,7 @@
 # invariants or spends more than 10 s on one input. What each target checks, and the figures
 # of the long run: docs/reliability.md, "Fuzzing".
 #
-#   bash fuzz/run.sh [SECONDS]
+#   bash fuzz/run.sh [SECONDS [TARGET...]]      (default: every target)
 #
 # New inputs go to a scratch corpus, so the committed seeds stay as they are; a failing input
 # is written to fuzz/artifacts/<target>/ (ignored by git). Reproduce one with
@@ -12,6 +12,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 seconds=${1:-60}
+shift || true
 
 # Nightly (libFuzzer's instrumentation) and cargo-fuzz, if missing.
 if ! rustup toolchain list | grep -q '^nightly'; then
@@ -27,7 +28,11 @@ cargo fuzz --version
 cargo +nightly fuzz build -s none
 
 failed=()
-for target in $(cargo +nightly fuzz list); do
+targets=("$@")
+if [ ${#targets[@]} -eq 0 ]; then
+  mapfile -t targets < <(cargo +nightly fuzz list)
+fi
+for target in "${targets[@]}"; do
   printf '\n--- %s, %s s\n' "$target" "$seconds"
   scratch=$(mktemp -d)
   if ! cargo +nightly fuzz run -s none "$target" "$scratch" "corpus/$target" -- \

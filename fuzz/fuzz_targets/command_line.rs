@@ -79,6 +79,9 @@ fn active_substitution(line: &str) -> Option<&'static str> {
             Quote::None | Quote::Double => {
                 match (byte, next) {
                     (b'\\', _) => i += 1,
+                    // `$$` is the shell's pid: a `(` right after it starts no substitution
+                    // (the shells reject it as a syntax error).
+                    (b'$', Some(b'$')) => i += 1,
                     (b'`', _) => return Some("a backquote"),
                     (b'$', Some(b'(')) => {
                         if bytes.get(i + 2) != Some(&b'(') {

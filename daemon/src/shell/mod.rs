@@ -103,6 +103,24 @@ fn parsable(line: &str) -> Result<(), String> {
     if deepest > MAX_BRACKET_DEPTH {
         return Err(format!("it nests brackets deeper than {MAX_BRACKET_DEPTH}"));
     }
+    // brush-parser keeps `<(…)`/`>(…)` inside `${…}` as text, and bash runs it.
+    if process_substitution_in_parameter_expansion(line) {
+        return Err("a process substitution inside a parameter expansion".to_owned());
+    }
+    // brush-parser unwraps a redirection's descriptor number into an integer and panics when
+    // it does not fit: no real descriptor has ten digits.
+    let bytes = line.as_bytes();
+    let mut digits = 0;
+    for &byte in bytes {
+        if byte.is_ascii_digit() {
+            digits += 1;
+            continue;
+        }
+        if digits > 9 && matches!(byte, b'<' | b'>') {
+            return Err("a file descriptor number out of range".to_owned());
+        }
+        digits = 0;
+    }
     if line.matches("<<").count() > MAX_HERE_DOCUMENTS {
         return Err(format!(
             "it has more than {MAX_HERE_DOCUMENTS} here-documents"
@@ -123,6 +141,29 @@ fn parsable(line: &str) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Whether `<(` or `>(` appears inside a `${…}` (outside single quotes around the expansion).
+/// Rough on purpose: a false alarm only makes the line ask.
+fn process_substitution_in_parameter_expansion(line: &str) -> bool {
+    let bytes = line.as_bytes();
+    let (mut depth, mut single_quoted) = (0usize, false);
+    let mut index = 0;
+    while index < bytes.len() {
+        match (bytes[index], bytes.get(index + 1)) {
+            (b'\\', _) => index += 1,
+            (b'\'', _) if depth == 0 => single_quoted = !single_quoted,
+            (b'$', Some(b'{')) if !single_quoted => {
+                depth += 1;
+                index += 1;
+            }
+            (b'}', _) if depth > 0 => depth -= 1,
+            (b'<' | b'>', Some(b'(')) if depth > 0 => return true,
+            _ => {}
+        }
+        index += 1;
+    }
+    false
 }
 
 struct Walker<'a> {

@@ -163,3 +163,22 @@ fn lines_the_parser_cannot_take_are_unreadable_at_once() {
         assert_eq!(analyze(line).unreadable, None, "{line:?}");
     }
 }
+
+/// brush-parser keeps a process substitution inside a parameter expansion as plain text, but
+/// bash runs it (`echo ${x:-<(touch f)}` runs `touch f`; found by fuzzing): such a line is
+/// unreadable, so no allow rule covers it and deny rules are not trusted to have seen inside.
+#[test]
+fn a_process_substitution_inside_a_parameter_expansion_is_unreadable() {
+    for line in [
+        "echo ${x:-<(touch f)}",
+        "echo ${x:: -=(<(touch f))}",
+        "echo \"${x:+>(rm -rf y)}\"",
+    ] {
+        let analysis = analyze(line);
+        assert!(analysis.unreadable.is_some(), "{line:?}: {analysis:?}");
+    }
+    // A process substitution the parser does see stays readable (and nested).
+    let real = analyze("diff <(ls a) <(ls b)");
+    assert_eq!(real.unreadable, None);
+    assert!(real.commands.iter().any(|command| command.nested));
+}
