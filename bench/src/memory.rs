@@ -13,7 +13,7 @@ use serde_json::json;
 
 use crate::Settings;
 use crate::daemon::{Daemon, Place, rss_bytes};
-use crate::process::write_text_file;
+use crate::process::{cat_through_toold, write_text_file};
 use crate::report::{Figure, Section, num};
 use crate::stats::Samples;
 
@@ -148,33 +148,16 @@ fn slow_flood(
         })
     };
     let started = Instant::now();
-    let mut received = 0u64;
-    let mut streamed = 0u64;
-    let result = client.call_seeing(
-        "tools/execute",
-        json!({
-            "session_id": session,
-            "calls": [{"id": "flood", "name": "run_command",
-                       "arguments": {"command": format!("cat {}", file.display())}}]
-        }),
-        |event| {
-            if event["method"] == "tool/output" {
-                let data = event["params"]["data"].as_str().unwrap_or_default();
-                streamed += data.len() as u64;
-                received += data.len() as u64;
-                // Hold the reading back to the slow rate: the daemon must not buffer the rest.
-                let due = Duration::from_secs_f64(received as f64 / SLOW_READ_BYTES_PER_SECOND);
-                if let Some(wait) = due.checked_sub(started.elapsed()) {
-                    std::thread::sleep(wait);
-                }
-            }
-            Ok(())
-        },
-    );
+    // Hold the reading back to the slow rate: the daemon must not buffer the rest.
+    let streamed = cat_through_toold(client, session, file, |received| {
+        let due = Duration::from_secs_f64(received as f64 / SLOW_READ_BYTES_PER_SECOND);
+        if let Some(wait) = due.checked_sub(started.elapsed()) {
+            std::thread::sleep(wait);
+        }
+    });
     done.store(true, Ordering::Relaxed);
     sampler.join().expect("the RSS sampler panicked");
-    crate::daemon::results_ok(result?)?;
-    Ok((peak.load(Ordering::Relaxed), streamed, started.elapsed()))
+    Ok((peak.load(Ordering::Relaxed), streamed?, started.elapsed()))
 }
 
 /// Exec to the first answered `initialize`, `rounds` times, each daemon stopped after.

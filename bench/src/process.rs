@@ -30,8 +30,14 @@ pub fn write_text_file(path: &Path, bytes: usize) -> anyhow::Result<()> {
 }
 
 /// Runs `cat FILE` in `session` and reads every event until the answer, parsing each; returns
-/// how many bytes of `tool/output` data arrived.
-pub fn cat_through_toold(client: &mut Client, session: &str, file: &Path) -> anyhow::Result<u64> {
+/// how many bytes of `tool/output` data arrived. `after_output` is given the bytes received so
+/// far after each output event (a slow reader sleeps there).
+pub fn cat_through_toold(
+    client: &mut Client,
+    session: &str,
+    file: &Path,
+    mut after_output: impl FnMut(u64),
+) -> anyhow::Result<u64> {
     let mut streamed = 0u64;
     let answer = client.call_seeing(
         "tools/execute",
@@ -44,6 +50,7 @@ pub fn cat_through_toold(client: &mut Client, session: &str, file: &Path) -> any
             if event["method"] == "tool/output" {
                 let data = event["params"]["data"].as_str().unwrap_or_default();
                 streamed += data.len() as u64;
+                after_output(streamed);
             }
             Ok(())
         },
@@ -67,7 +74,7 @@ pub fn process_section(settings: &Settings) -> anyhow::Result<Section> {
     )?;
 
     // The flood: every byte must arrive as events, and `cat` must deliver every byte too.
-    let streamed = cat_through_toold(&mut client, &session, &file)?;
+    let streamed = cat_through_toold(&mut client, &session, &file, |_| {})?;
     ensure!(
         streamed == bytes as u64,
         "toold streamed {streamed} of {bytes} bytes"
@@ -75,7 +82,8 @@ pub fn process_section(settings: &Settings) -> anyhow::Result<Section> {
     ensure!(cat_to_pipe(&file)? == bytes as u64, "cat lost bytes");
     let output_rounds = settings.rounds;
     let samples = {
-        let mut through_toold = || cat_through_toold(&mut client, &session, &file).map(drop);
+        let mut through_toold =
+            || cat_through_toold(&mut client, &session, &file, |_| {}).map(drop);
         let mut through_pipe = || cat_to_pipe(&file).map(drop);
         stats::interleaved(output_rounds, &mut [&mut through_toold, &mut through_pipe])?
     };
