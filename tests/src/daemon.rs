@@ -461,3 +461,55 @@ impl TestDaemon {
             .to_owned()
     }
 }
+
+/// A bare NDJSON client on its own connection: raw lines in and out, nothing between it and the
+/// wire (for tests that pipeline, stall or count every message themselves).
+pub struct RawClient {
+    lines: tokio::io::Lines<tokio::io::BufReader<tokio::net::unix::OwnedReadHalf>>,
+    writer: tokio::net::unix::OwnedWriteHalf,
+}
+
+impl RawClient {
+    pub async fn connect(socket: &Path) -> Self {
+        use tokio::io::AsyncBufReadExt;
+        let stream = UnixStream::connect(socket).await.expect("connect");
+        let (read_half, writer) = stream.into_split();
+        Self {
+            lines: tokio::io::BufReader::new(read_half).lines(),
+            writer,
+        }
+    }
+
+    /// Sends a request without waiting for its answer.
+    pub async fn send(&mut self, id: u64, method: &str, params: Value) {
+        use tokio::io::AsyncWriteExt;
+        let mut line = serde_json::to_vec(
+            &json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
+        )
+        .expect("a request serializes");
+        line.push(b'\n');
+        self.writer.write_all(&line).await.expect("send a request");
+    }
+
+    /// The next message, whatever it is.
+    pub async fn next_message(&mut self) -> Value {
+        let line = self
+            .lines
+            .next_line()
+            .await
+            .expect("read a line")
+            .expect("the daemon closed the connection");
+        serde_json::from_str(&line).expect("a JSON message")
+    }
+
+    /// Sends a request and returns its response, skipping the notifications before it.
+    pub async fn call(&mut self, id: u64, method: &str, params: Value) -> Value {
+        self.send(id, method, params).await;
+        loop {
+            let message = self.next_message().await;
+            if message.get("method").is_none() && message["id"] == json!(id) {
+                return message;
+            }
+        }
+    }
+}

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
-use toold_tests::daemon::TestDaemon;
+use toold_tests::daemon::{RawClient, TestDaemon};
 
 /// Requests a client keeps in flight on its connection.
 const PIPELINED: usize = 16;
@@ -71,38 +71,17 @@ async fn concurrent_pipelined_clients_lose_and_mismatch_nothing() {
 /// One client: initialize, a session, then `batches` one-call batches with up to [`PIPELINED`]
 /// in flight, checking every message. Returns how many batches were answered.
 async fn run_client(client: usize, socket: PathBuf, work: PathBuf, batches: usize) -> usize {
-    let stream = UnixStream::connect(&socket).await.unwrap();
-    let (read_half, mut writer) = stream.into_split();
-    let mut lines = BufReader::new(read_half).lines();
-    let mut next_message = async || -> Value {
-        let line = lines
-            .next_line()
-            .await
-            .unwrap()
-            .expect("the daemon closed the connection");
-        serde_json::from_str(&line).unwrap()
-    };
-    let mut send = async |id: u64, method: &str, params: Value| {
-        let mut line = serde_json::to_vec(
-            &json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
+    let mut raw = RawClient::connect(&socket).await;
+    let init = raw
+        .call(
+            1,
+            "initialize",
+            json!({"protocol_version": 1, "capabilities": {}}),
         )
-        .unwrap();
-        line.push(b'\n');
-        writer.write_all(&line).await.unwrap();
-    };
-
-    send(
-        1,
-        "initialize",
-        json!({"protocol_version": 1, "capabilities": {}}),
-    )
-    .await;
-    assert!(
-        next_message().await["result"].is_object(),
-        "client {client}: initialize"
-    );
-    send(2, "session/create", json!({"cwd": work})).await;
-    let session = next_message().await["result"]["session_id"]
+        .await;
+    assert!(init["result"].is_object(), "client {client}: initialize");
+    raw.send(2, "session/create", json!({"cwd": work})).await;
+    let session = raw.next_message().await["result"]["session_id"]
         .as_str()
         .unwrap()
         .to_owned();
@@ -119,7 +98,7 @@ async fn run_client(client: usize, socket: PathBuf, work: PathBuf, batches: usiz
             let file = (client + sent) % FILES;
             let call_id = format!("c{id}");
             batch_of_call.insert(call_id.clone(), id);
-            send(
+            raw.send(
                 id,
                 "tools/execute",
                 json!({
@@ -132,7 +111,7 @@ async fn run_client(client: usize, socket: PathBuf, work: PathBuf, batches: usiz
             pending.insert(id, file);
             sent += 1;
         }
-        let mut message = next_message().await;
+        let mut message = raw.next_message().await;
         if let Some(method) = message["method"].as_str() {
             let params = &message["params"];
             let seq = params["seq"].as_u64().unwrap();
@@ -294,35 +273,14 @@ async fn timed_calls(
     work: PathBuf,
     done: std::sync::Arc<std::sync::atomic::AtomicBool>,
 ) -> Vec<Duration> {
-    let stream = UnixStream::connect(&socket).await.unwrap();
-    let (read_half, mut writer) = stream.into_split();
-    let mut lines = BufReader::new(read_half).lines();
-    let mut call = async |id: u64, method: &str, params: Value| -> Value {
-        let mut line = serde_json::to_vec(
-            &json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
-        )
-        .unwrap();
-        line.push(b'\n');
-        writer.write_all(&line).await.unwrap();
-        loop {
-            let text = lines
-                .next_line()
-                .await
-                .unwrap()
-                .expect("the daemon hung up");
-            let message: Value = serde_json::from_str(&text).unwrap();
-            if message["id"] == json!(id) {
-                return message;
-            }
-        }
-    };
-    call(
+    let mut raw = RawClient::connect(&socket).await;
+    raw.call(
         1,
         "initialize",
         json!({"protocol_version": 1, "capabilities": {}}),
     )
     .await;
-    let session = call(2, "session/create", json!({"cwd": work})).await["result"]["session_id"]
+    let session = raw.call(2, "session/create", json!({"cwd": work})).await["result"]["session_id"]
         .as_str()
         .unwrap_or_else(|| panic!("client {client}: no session"))
         .to_owned();
@@ -330,13 +288,14 @@ async fn timed_calls(
     let mut id = 10;
     while !done.load(std::sync::atomic::Ordering::Relaxed) {
         let started = Instant::now();
-        let answer = call(
-            id,
-            "tools/execute",
-            json!({"session_id": session,
+        let answer = raw
+            .call(
+                id,
+                "tools/execute",
+                json!({"session_id": session,
                    "calls": [{"id": "r", "name": "read_file", "arguments": {"path": "f0.txt"}}]}),
-        )
-        .await;
+            )
+            .await;
         latencies.push(started.elapsed());
         assert_eq!(
             answer["result"]["results"][0]["result"]["content"].as_str(),
@@ -504,42 +463,22 @@ async fn a_client_that_stops_reading_holds_back_its_command_not_the_daemon() {
     std::fs::write(&flood, line.repeat(1_000_000)).unwrap(); // 100 MB
 
     let before = daemon.rss_bytes();
-    let stalled = UnixStream::connect(daemon.socket()).await.unwrap();
-    let (read_half, mut writer) = stalled.into_split();
-    let mut lines = BufReader::new(read_half).lines();
-    let mut answer_to = async |writer: &mut tokio::net::unix::OwnedWriteHalf, request: Value| {
-        writer
-            .write_all(format!("{request}\n").as_bytes())
-            .await
-            .unwrap();
-        loop {
-            let line = lines
-                .next_line()
-                .await
-                .unwrap()
-                .expect("the daemon hung up");
-            let message: Value = serde_json::from_str(&line).unwrap();
-            if message["id"] == request["id"] {
-                return message;
-            }
-        }
-    };
-    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
-                      "params": {"protocol_version": 1, "capabilities": {}}});
-    answer_to(&mut writer, init).await;
-    let create = json!({"jsonrpc": "2.0", "id": 2, "method": "session/create",
-                        "params": {"cwd": work, "rules": {"allow": ["run_command(cat *)"]}}});
-    let session = answer_to(&mut writer, create).await["result"]["session_id"]
+    let mut stalled = RawClient::connect(&daemon.socket()).await;
+    stalled
+        .call(
+            1,
+            "initialize",
+            json!({"protocol_version": 1, "capabilities": {}}),
+        )
+        .await;
+    let create = json!({"cwd": work, "rules": {"allow": ["run_command(cat *)"]}});
+    let session = stalled.call(2, "session/create", create).await["result"]["session_id"]
         .as_str()
         .unwrap()
         .to_owned();
-    let execute = json!({"jsonrpc": "2.0", "id": 4, "method": "tools/execute",
-        "params": {"session_id": session, "calls": [{"id": "flood", "name": "run_command",
-            "arguments": {"command": format!("cat {}", flood.display())}}]}});
-    writer
-        .write_all(format!("{execute}\n").as_bytes())
-        .await
-        .unwrap();
+    let execute = json!({"session_id": session, "calls": [{"id": "flood", "name": "run_command",
+        "arguments": {"command": format!("cat {}", flood.display())}}]});
+    stalled.send(4, "tools/execute", execute).await;
     // From here on this client reads nothing.
 
     let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -564,8 +503,7 @@ async fn a_client_that_stops_reading_holds_back_its_command_not_the_daemon() {
 
     // The stalled client leaves: its batch is canceled (on_disconnect defaults to cancel) and
     // the daemon serves on.
-    drop(writer);
-    drop(lines);
+    drop(stalled);
     let answered = run_client(2, daemon.socket(), work, 4).await;
     assert_eq!(answered, 4);
     eprintln!(
