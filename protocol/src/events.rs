@@ -8,7 +8,7 @@ use serde_json::Value;
 use crate::approval::ApprovalDecision;
 use crate::framing::JsonText;
 use crate::methods;
-use crate::rpc::Version;
+use crate::peer::handle::render_notification_as;
 use crate::tool::{ToolCall, ToolResult};
 
 /// The fields every session event carries, followed by its own.
@@ -139,32 +139,15 @@ impl Event {
     /// The whole notification as compact JSON, rendered straight from the event (no `Value`
     /// in between): what a connection is sent.
     pub fn render(&self) -> Result<JsonText, serde_json::Error> {
-        fn wire<P: Serialize>(
-            method: &'static str,
-            params: &P,
-        ) -> Result<JsonText, serde_json::Error> {
-            #[derive(Serialize)]
-            struct Wire<'a, P> {
-                jsonrpc: Version,
-                method: &'static str,
-                params: &'a P,
-            }
-            serde_json::to_string(&Wire {
-                jsonrpc: Version,
-                method,
-                params,
-            })
-            .map(JsonText)
-        }
         let method = self.method();
         match self {
-            Event::BatchStart(params) => wire(method, params),
-            Event::CallStart(params) => wire(method, params),
-            Event::Output(params) => wire(method, params),
-            Event::Result(params) => wire(method, params),
-            Event::CallDone(params) => wire(method, params),
-            Event::ApprovalResolved(params) => wire(method, params),
-            Event::BatchDone(params) => wire(method, params),
+            Event::BatchStart(params) => render_notification_as(method, params),
+            Event::CallStart(params) => render_notification_as(method, params),
+            Event::Output(params) => render_notification_as(method, params),
+            Event::Result(params) => render_notification_as(method, params),
+            Event::CallDone(params) => render_notification_as(method, params),
+            Event::ApprovalResolved(params) => render_notification_as(method, params),
+            Event::BatchDone(params) => render_notification_as(method, params),
         }
     }
 

@@ -54,7 +54,7 @@ use tokio::task::JoinHandle;
 use crate::framing::{DEFAULT_MAX_MESSAGE_BYTES, Framing, FramingError, JsonText};
 use crate::rpc::{ErrorObject, Notification, Request};
 
-mod handle;
+pub(crate) mod handle;
 mod reader;
 mod writer;
 

@@ -161,15 +161,23 @@ pub(super) fn render<T: Serialize + ?Sized>(message: &T) -> JsonText {
 pub fn render_notification<M: NotificationMethod>(
     params: &M::Params,
 ) -> Result<JsonText, serde_json::Error> {
+    render_notification_as(M::METHOD, params)
+}
+
+/// [`render_notification`] with the method named at run time (a session event knows its own).
+pub(crate) fn render_notification_as<P: Serialize + ?Sized>(
+    method: &'static str,
+    params: &P,
+) -> Result<JsonText, serde_json::Error> {
     #[derive(Serialize)]
-    struct Wire<'a, P> {
+    struct Wire<'a, P: ?Sized> {
         jsonrpc: Version,
         method: &'static str,
         params: &'a P,
     }
     serde_json::to_string(&Wire {
         jsonrpc: Version,
-        method: M::METHOD,
+        method,
         params,
     })
     .map(JsonText)
