@@ -20,7 +20,7 @@ use crate::batch::Executor;
 use crate::env::Env;
 use crate::events::EventBody;
 use crate::paths::ResolvedPath;
-use crate::permission::facts::{with_facts, with_facts_and_paths};
+use crate::permission::facts::{AnalysedLine, command_line, with_facts, with_facts_and_paths};
 use crate::permission::{self, Decision, HookVerdict};
 use crate::session::{Session, SessionState};
 use crate::tools::registry::run_resolved;
@@ -176,8 +176,9 @@ async fn step_permission(
     hook: HookVerdict,
     cancel: &CancellationToken,
 ) -> Result<(Arc<Env>, Arc<[ResolvedPath]>), ToolResult> {
+    let mut analysed = analyse_command(scope, resolved).await;
     let state = scope.session.state();
-    let (decision, judged) = state.decide_judging(resolved, hook);
+    let (decision, judged) = state.decide_judging(resolved, analysed.as_ref(), hook);
     match decision {
         Decision::Allow => Ok((state.env, judged.into())),
         Decision::Deny(reason) => Err(failure(call, ErrorType::PermissionDenied, reason)),
@@ -186,11 +187,30 @@ async fn step_permission(
             // The approver saw (and approved) the paths as judged above; arguments it replaced
             // were judged against the deny rules as its answer was applied, and the tool acts
             // on exactly that judgment.
-            let rejudged = step_approval(scope, call, resolved, reason, suggestion, cancel).await?;
+            let rejudged = step_approval(
+                scope,
+                call,
+                resolved,
+                &mut analysed,
+                reason,
+                suggestion,
+                cancel,
+            )
+            .await?;
             let state = scope.session.state();
             Ok((state.env, rejudged.unwrap_or(judged).into()))
         }
     }
+}
+
+/// A `run_command` line analysed by the daemon's parser workers, before it is judged.
+async fn analyse_command(scope: &CallScope, resolved: &ResolvedCall) -> Option<AnalysedLine> {
+    let line = command_line(&resolved.definition().name, &resolved.arguments)?;
+    let analysis = scope.executor.shell.analyze(line).await;
+    Some(AnalysedLine {
+        line: line.to_owned(),
+        analysis: Arc::new(analysis),
+    })
 }
 
 /// The approval half of step 4: ask, wait (not counted in the call's timeout), apply the answer.
@@ -199,6 +219,7 @@ async fn step_approval(
     scope: &CallScope,
     call: &ToolCall,
     resolved: &mut ResolvedCall,
+    analysed: &mut Option<AnalysedLine>,
     reason: String,
     suggestion: String,
     cancel: &CancellationToken,
@@ -264,8 +285,9 @@ async fn step_approval(
             let mut rejudged = None;
             if let Some(arguments) = answer.arguments {
                 resolved.replace_arguments(arguments)?;
+                *analysed = analyse_command(scope, resolved).await;
                 let state = scope.session.state();
-                let (denied, paths) = deny_reason(&state, resolved);
+                let (denied, paths) = deny_reason(&state, resolved, analysed.as_ref());
                 if let Some(reason) = denied {
                     return Err(failure(
                         call,
@@ -277,7 +299,9 @@ async fn step_approval(
             }
             if answer.decision == ApprovalDecision::AllowSession {
                 let state = scope.session.state();
-                scope.session.add_grant(grant_for(&state, resolved));
+                scope
+                    .session
+                    .add_grant(grant_for(&state, resolved, analysed.as_ref()));
             }
             Ok(rejudged)
         }
@@ -317,17 +341,23 @@ fn resolved_event(
 fn deny_reason(
     state: &SessionState,
     resolved: &ResolvedCall,
+    analysed: Option<&AnalysedLine>,
 ) -> (Option<String>, Vec<ResolvedPath>) {
-    with_facts_and_paths(&state.env, resolved, HookVerdict::None, |facts| {
+    with_facts_and_paths(&state.env, resolved, analysed, HookVerdict::None, |facts| {
         permission::denied(facts, &state.policy)
     })
 }
 
 /// The exact form an `allow_session` answer records.
-fn grant_for(state: &SessionState, resolved: &ResolvedCall) -> String {
+fn grant_for(
+    state: &SessionState,
+    resolved: &ResolvedCall,
+    analysed: Option<&AnalysedLine>,
+) -> String {
     with_facts(
         &state.env,
         resolved,
+        analysed,
         HookVerdict::None,
         permission::canonical_form,
     )

@@ -120,6 +120,15 @@ const EXIT_ERROR: u8 = 2;
 
 /// Runs the `toold` command with the process's arguments.
 pub fn main() -> ExitCode {
+    // The daemon's shell parser workers are this binary too (`shell::isolated`); they start
+    // before the command line is parsed, and no user types this argument.
+    if std::env::args_os().nth(1).as_deref()
+        == Some(std::ffi::OsStr::new(
+            crate::shell::isolated::WORKER_ARGUMENT,
+        ))
+    {
+        return crate::shell::isolated::worker_main();
+    }
     let cli = Cli::parse();
     match cli.command {
         Command::Serve {

@@ -16,7 +16,7 @@ use std::sync::OnceLock;
 use libfuzzer_sys::fuzz_target;
 use serde_json::{Map, Value};
 use toold::Env;
-use toold::permission::facts::command_facts;
+use toold::permission::facts::{AnalysedLine, command_facts};
 use toold::permission::{CallFacts, Decision, HookVerdict, Policy, SessionFacts, evaluate};
 use toold_protocol::{Rules, Safety, SessionMode};
 
@@ -133,7 +133,9 @@ fuzz_target!(|data: &[u8]| {
     let env = Env::new(root);
     let mut arguments = Map::new();
     arguments.insert("command".to_owned(), Value::from(line));
-    let facts = command_facts("run_command", &arguments, &env).expect("run_command has facts");
+    let analysed = AnalysedLine::here(line);
+    let facts = command_facts("run_command", &arguments, &env, Some(&analysed))
+        .expect("run_command has facts");
     let call = CallFacts {
         tool: "run_command",
         safety: Safety::SideEffect,

@@ -15,7 +15,7 @@ use std::sync::OnceLock;
 use libfuzzer_sys::fuzz_target;
 use serde_json::{Map, Value};
 use toold::Env;
-use toold::permission::facts::command_facts;
+use toold::permission::facts::{AnalysedLine, command_facts, command_line};
 use toold::permission::{CallFacts, Decision, HookVerdict, Policy, SessionFacts, evaluate};
 use toold_protocol::{Rules, Safety, SessionMode};
 
@@ -75,7 +75,8 @@ fn decide(
     path: Option<&str>,
 ) -> Decision {
     let paths: Vec<_> = path.map(|raw| env.resolve_path(raw)).into_iter().collect();
-    let command = command_facts(tool, arguments, env);
+    let analysed = command_line(tool, arguments).map(AnalysedLine::here);
+    let command = command_facts(tool, arguments, env, analysed.as_ref());
     let call = CallFacts {
         tool,
         // Side effects: no read-only or accept-edits allowance, only the rules can allow.

@@ -30,6 +30,14 @@ pub fn toold_binary() -> PathBuf {
     binary
 }
 
+/// The daemon's shell parser, its workers started from the `toold` binary under test.
+pub fn shell_parser() -> std::sync::Arc<toold::shell::isolated::ShellParser> {
+    std::sync::Arc::new(toold::shell::isolated::ShellParser::new(
+        toold_binary(),
+        toold::shell::isolated::DEFAULT_DEADLINE,
+    ))
+}
+
 /// The `toold` command with its runtime, state, config and home directories under `root`
 /// (`root/run`, `root/state`, `root/config`, `root/home`), whether or not a daemon runs there.
 pub fn toold_command_in(root: &Path) -> Command {
@@ -512,4 +520,30 @@ impl RawClient {
             }
         }
     }
+}
+
+/// The live shell parser workers (`shell::isolated`) whose parent is `parent`.
+pub fn shell_parser_workers(parent: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                return false;
+            };
+            // After the command name (in parentheses, and free to hold anything): the state,
+            // then the parent's pid.
+            let mut fields = stat
+                .rsplit_once(')')
+                .map_or("", |(_, rest)| rest)
+                .split_whitespace();
+            let alive = !matches!(fields.next(), Some("Z" | "X") | None);
+            let child = fields.next().and_then(|ppid| ppid.parse::<u32>().ok()) == Some(parent);
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            alive && child && cmdline.starts_with(b"toold-shell-parser\0")
+        })
+        .collect()
 }

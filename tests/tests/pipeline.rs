@@ -21,6 +21,7 @@ use toold_protocol::{
     Rules, Safety, SessionMode, ToolCall, ToolDefinition, ToolSource,
 };
 use toold_tests::Tree;
+use toold_tests::daemon::shell_parser;
 
 // ---------------------------------------------------------------------------------------------
 // Test tools
@@ -199,7 +200,7 @@ impl Harness {
         for tool in tools {
             registry.register(Arc::new(tool)).unwrap();
         }
-        let mut executor = Executor::new(Arc::new(registry));
+        let mut executor = Executor::new(Arc::new(registry), shell_parser());
         executor.hooks = hooks;
         executor.limits.approval_timeout = Duration::from_secs(20);
         let state = SessionState::new(
@@ -592,7 +593,7 @@ async fn failed_silent_and_vanished_approvers_cancel_the_permission() {
         None,
     ]);
     harness.approver(approver);
-    let mut executor = Executor::new(harness.executor.registry.clone());
+    let mut executor = Executor::new(harness.executor.registry.clone(), shell_parser());
     executor.limits.approval_timeout = Duration::from_millis(200);
     let executor = Arc::new(executor);
     let calls: Vec<ToolCall> = (1..=3)
@@ -870,7 +871,7 @@ async fn with_program(
     let harness = Harness {
         executor: Arc::new(Executor {
             hooks: vec![hook],
-            ..Executor::new(probe.executor.registry.clone())
+            ..Executor::new(probe.executor.registry.clone(), shell_parser())
         }),
         ..probe
     };
@@ -983,7 +984,7 @@ async fn a_missing_hook_program_blocks() {
     let harness = Harness {
         executor: Arc::new(Executor {
             hooks: vec![hook],
-            ..Executor::new(harness.executor.registry.clone())
+            ..Executor::new(harness.executor.registry.clone(), shell_parser())
         }),
         ..harness
     };
@@ -1021,7 +1022,7 @@ async fn post_hook_programs_add_context_and_their_failures_change_nothing() {
     let harness = Harness {
         executor: Arc::new(Executor {
             hooks: vec![good, bad],
-            ..Executor::new(probe.executor.registry.clone())
+            ..Executor::new(probe.executor.registry.clone(), shell_parser())
         }),
         ..probe
     };
@@ -1039,7 +1040,7 @@ async fn post_hook_programs_add_context_and_their_failures_change_nothing() {
 #[tokio::test]
 async fn command_output_streams_as_events_up_to_the_limit() {
     let probe = Harness::new(&[], rules(&["run_command"], &[], &[]), SessionMode::Default);
-    let mut executor = Executor::new(probe.executor.registry.clone());
+    let mut executor = Executor::new(probe.executor.registry.clone(), shell_parser());
     executor.limits.max_stream_bytes = 1000;
     let harness = Harness {
         executor: Arc::new(executor),

@@ -15,6 +15,7 @@ use toold::session::store::{SessionRecord, SessionStore};
 use toold::session::{Session, SessionState};
 use toold_protocol::{Event, OnDisconnect, OutputStream, Rules, SessionMode, ToolCall};
 use toold_tests::Tree;
+use toold_tests::daemon::shell_parser;
 
 const PATIENCE: Duration = Duration::from_secs(30);
 
@@ -41,7 +42,10 @@ async fn a_reader_follows_a_real_batch_through_the_log() {
     .unwrap();
     let log = Arc::new(EventLog::new(0));
     let session = Arc::new(Session::new("s_log", state, log.clone(), 0));
-    let executor = Arc::new(Executor::new(Arc::new(Registry::with_builtins())));
+    let executor = Arc::new(Executor::new(
+        Arc::new(Registry::with_builtins()),
+        shell_parser(),
+    ));
 
     let mut reader = log.reader(0);
     let follower = tokio::spawn(async move {
@@ -120,7 +124,10 @@ async fn a_slow_reader_gets_every_byte_of_a_command_that_ends_while_it_lags() {
     // A short allowed lag, so that a few kilobytes of output make the command wait.
     let log = Arc::new(EventLog::new(0).with_output_lag(2));
     let session = Arc::new(Session::new("s_slow", state, log.clone(), 0));
-    let executor = Arc::new(Executor::new(Arc::new(Registry::with_builtins())));
+    let executor = Arc::new(Executor::new(
+        Arc::new(Registry::with_builtins()),
+        shell_parser(),
+    ));
 
     let mut reader = log.reader(0);
     let follower = tokio::spawn(async move {

@@ -20,6 +20,7 @@ use crate::events::EventBody;
 use crate::hooks::{ClientHooks, ConfiguredHook, HookSet};
 use crate::permission::{Decision, HookVerdict};
 use crate::session::{Session, SessionState};
+use crate::shell::isolated::ShellParser;
 use crate::tools::Registry;
 use crate::tools::registry::panic_message;
 
@@ -48,6 +49,8 @@ impl Default for Limits {
 /// What runs batches: the registry, the configured hooks, the limits.
 pub struct Executor {
     pub registry: Arc<Registry>,
+    /// Where `run_command` lines are analysed before they are judged.
+    pub shell: Arc<ShellParser>,
     pub hooks: Vec<ConfiguredHook>,
     pub limits: Limits,
 }
@@ -97,9 +100,10 @@ impl BatchControl {
 }
 
 impl Executor {
-    pub fn new(registry: Arc<Registry>) -> Self {
+    pub fn new(registry: Arc<Registry>, shell: Arc<ShellParser>) -> Self {
         Self {
             registry,
+            shell,
             hooks: Vec::new(),
             limits: Limits::default(),
         }
@@ -213,7 +217,8 @@ impl Executor {
         if definition.safety != Safety::ReadOnly || !state.visible(definition) {
             return false;
         }
-        state.decide(&resolved, HookVerdict::None) == Decision::Allow
+        // Read-only tools have no command line to analyse.
+        state.decide(&resolved, None, HookVerdict::None) == Decision::Allow
     }
 }
 

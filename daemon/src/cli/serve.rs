@@ -11,6 +11,7 @@ use crate::server::run::{ServerOptions, run};
 use crate::server::{socket, systemd};
 use crate::session::manager::{SessionDefaults, SessionManager};
 use crate::session::store::SessionStore;
+use crate::shell::isolated::ShellParser;
 use crate::tools::write_journal;
 use crate::{Registry, permission};
 use anyhow::Context;
@@ -54,7 +55,10 @@ pub fn serve(
                 (socket::bind_listener(&path)?, path.display().to_string())
             }
         };
-        let mut executor = Executor::new(Arc::new(Registry::with_builtins()));
+        let mut executor = Executor::new(
+            Arc::new(Registry::with_builtins()),
+            Arc::new(ShellParser::of_this_binary()),
+        );
         executor.hooks = config.hooks.clone();
         executor.limits = config.limits();
         let store = SessionStore::new(SessionStore::default_dir().context("no directory for session state: set XDG_STATE_HOME or HOME")?);

@@ -5,6 +5,7 @@
 //! that tests can drive with plain values.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use globset::{GlobBuilder, GlobMatcher};
 use serde_json::{Map, Value};
@@ -309,7 +310,7 @@ impl Policy {
 #[derive(Debug, Clone)]
 pub struct CommandFacts {
     pub line: String,
-    pub analysis: CommandLine,
+    pub analysis: Arc<CommandLine>,
     pub written: Vec<ResolvedPath>,
 }
 

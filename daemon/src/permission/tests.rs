@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{Value, json};
 use toold_protocol::{Rules as RuleStrings, Safety, SessionMode as Mode};
 
-use super::facts::{command_facts, judged_paths};
+use super::facts::{AnalysedLine, command_facts, command_line, judged_paths};
 use super::*;
 use crate::env::Env;
 
@@ -90,7 +90,8 @@ impl<'a> Check<'a> {
         let env = self.world.env();
         let arguments = arguments.as_object().unwrap().clone();
         let paths = judged_paths(tool, &arguments, &env);
-        let command = command_facts(tool, &arguments, &env);
+        let analysed = command_line(tool, &arguments).map(AnalysedLine::here);
+        let command = command_facts(tool, &arguments, &env, analysed.as_ref());
         let source = RuleStrings {
             allow: strings(self.rules.allow),
             ask: strings(self.rules.ask),
@@ -406,7 +407,8 @@ fn a_deny_from_any_source_wins() {
         .unwrap()
         .clone();
     let env = world.env();
-    let command = command_facts("run_command", &arguments, &env);
+    let analysed = AnalysedLine::here("curl example.invalid");
+    let command = command_facts("run_command", &arguments, &env, Some(&analysed));
     let call = CallFacts {
         tool: "run_command",
         safety: Safety::SideEffect,

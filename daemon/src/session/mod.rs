@@ -18,7 +18,7 @@ use crate::env::Env;
 use crate::events::{EventListener, EventSink};
 use crate::hooks::ClientHooks;
 use crate::paths::ResolvedPath;
-use crate::permission::facts::with_facts_and_paths;
+use crate::permission::facts::{AnalysedLine, with_facts_and_paths};
 use crate::permission::{self, Decision, HookVerdict, Policy, RuleError, SessionFacts};
 use crate::tools::ResolvedCall;
 use crate::tools::registry::is_listed;
@@ -58,9 +58,14 @@ impl SessionState {
     }
 
     /// The permission engine's decision on a resolved call under this state (paths resolved
-    /// and the command line analysed first).
-    pub fn decide(&self, resolved: &ResolvedCall, hook: HookVerdict) -> Decision {
-        self.decide_judging(resolved, hook).0
+    /// first; `analysed` is the call's `run_command` line analysed, when it has one).
+    pub fn decide(
+        &self,
+        resolved: &ResolvedCall,
+        analysed: Option<&AnalysedLine>,
+        hook: HookVerdict,
+    ) -> Decision {
+        self.decide_judging(resolved, analysed, hook).0
     }
 
     /// [`decide`](Self::decide), with the path arguments as they were judged (for the tool to
@@ -68,6 +73,7 @@ impl SessionState {
     pub fn decide_judging(
         &self,
         resolved: &ResolvedCall,
+        analysed: Option<&AnalysedLine>,
         hook: HookVerdict,
     ) -> (Decision, Vec<ResolvedPath>) {
         let session = SessionFacts {
@@ -75,7 +81,7 @@ impl SessionState {
             policy: &self.policy,
             grants: &self.grants,
         };
-        with_facts_and_paths(&self.env, resolved, hook, |facts| {
+        with_facts_and_paths(&self.env, resolved, analysed, hook, |facts| {
             permission::evaluate(facts, &session)
         })
     }

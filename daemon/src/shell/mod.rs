@@ -22,7 +22,9 @@ use brush_parser::ast::{
 };
 use brush_parser::word::{self, WordPiece, WordPieceWithSource};
 use brush_parser::{Parser, ParserOptions};
+use serde::{Deserialize, Serialize};
 
+pub mod isolated;
 mod wrappers;
 
 use wrappers::{PRIVILEGE_WRAPPERS, unwrap};
@@ -43,8 +45,8 @@ const SHELLS: &[&str] = &["sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "bu
 /// Files a redirection may write without being judged against the roots.
 const HARMLESS_WRITE_TARGETS: &[&str] = &["/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty"];
 
-/// A command line, analysed.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// A command line, analysed. Serialized between the daemon and its parser workers.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CommandLine {
     /// Every simple command that would run, in source order.
     pub commands: Vec<FoundCommand>,
@@ -59,7 +61,7 @@ pub struct CommandLine {
 }
 
 /// One simple command and the forms rules match against.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FoundCommand {
     /// Every form deny and ask rules are matched against.
     pub match_forms: Vec<String>,
@@ -69,7 +71,21 @@ pub struct FoundCommand {
     pub nested: bool,
 }
 
-/// Analyses a command line. A line that does not parse is opaque, with no commands found.
+impl CommandLine {
+    /// A line no rule can be checked inside, and why.
+    pub fn unreadable(why: impl Into<String>) -> Self {
+        let why = why.into();
+        Self {
+            opaque: vec![why.clone()],
+            unreadable: Some(why),
+            ..Self::default()
+        }
+    }
+}
+
+/// Analyses a command line, on the calling thread. A line that does not parse is opaque, with
+/// no commands found. The daemon calls this only inside its parser workers
+/// ([`isolated::ShellParser`]): on some lines the parser takes exponential time.
 pub fn analyze(line: &str) -> CommandLine {
     let mut analysis = CommandLine::default();
     Walker {

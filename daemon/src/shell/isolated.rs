@@ -1,0 +1,253 @@
+//! The shell parser behind a process boundary: the daemon analyses untrusted command lines in
+//! child processes it can kill, never on its own threads.
+//!
+//! brush-parser has taken exponential time and unbounded memory on lines found by fuzzing
+//! (docs/reliability.md, "Fuzzing"). The guards in [`super::parsable`] stop the shapes known so
+//! far; this boundary bounds the ones not known yet. Each worker is the `toold` binary itself,
+//! started with [`WORKER_ARGUMENT`]: it caps its own address space, dies with the daemon, and
+//! answers one line at a time over its stdin/stdout. The daemon gives each line a deadline; a
+//! worker that misses it, crashes or answers nonsense is killed, and the line is *unreadable*
+//! (it asks in every mode), which is how the permission engine treats any line it cannot read.
+//!
+//! Workers are kept between lines (a round trip costs tens of microseconds; starting one costs
+//! milliseconds), at most [`MAX_WORKERS`] at a time.
+//!
+//! Wire format, both ways: a 4-byte little-endian length, then that many bytes; the request is
+//! the line (UTF-8), the answer the [`CommandLine`] as JSON.
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{ExitCode, Stdio};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+use tokio::sync::Semaphore;
+
+use super::{CommandLine, MAX_LINE_BYTES, analyze};
+
+/// The first argument that makes the `toold` binary a parser worker instead of a command line.
+pub const WORKER_ARGUMENT: &str = "__shell-parser-worker";
+
+/// How many workers may parse at once; more lines wait for one.
+pub const MAX_WORKERS: usize = 4;
+
+/// How long a line may take. A real line parses in microseconds (a 64 KiB script in
+/// milliseconds); the slow shapes found by fuzzing take minutes to hours.
+pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(1);
+
+/// The address space a worker gives itself: a parse that needs more is a parser bug, and the
+/// worker aborts instead of taking the machine's memory.
+const WORKER_ADDRESS_SPACE: u64 = 1 << 30;
+
+/// The largest answer the daemon reads: an analysis of a 64 KiB line is far smaller.
+const MAX_ANSWER_BYTES: usize = 16 << 20;
+
+/// Analyses command lines in killable worker processes.
+pub struct ShellParser {
+    program: PathBuf,
+    deadline: Duration,
+    idle: Mutex<Vec<Worker>>,
+    running: Semaphore,
+}
+
+impl ShellParser {
+    /// Workers run `program` (the `toold` binary) with [`WORKER_ARGUMENT`].
+    pub fn new(program: impl Into<PathBuf>, deadline: Duration) -> Self {
+        Self {
+            program: program.into(),
+            deadline,
+            idle: Mutex::new(Vec::new()),
+            running: Semaphore::new(MAX_WORKERS),
+        }
+    }
+
+    /// The daemon's own parser: workers run the executable of this very process
+    /// (`/proc/self/exe` stays valid when the file on disk is replaced by an upgrade).
+    pub fn of_this_binary() -> Self {
+        Self::new("/proc/self/exe", DEFAULT_DEADLINE)
+    }
+
+    /// Analyses a line; a line the worker cannot analyse in time, or at all, is unreadable.
+    pub async fn analyze(&self, line: &str) -> CommandLine {
+        if line.len() > MAX_LINE_BYTES {
+            // Not worth a round trip: the worker would say the same.
+            return analyze(line);
+        }
+        let Ok(_permit) = self.running.acquire().await else {
+            return CommandLine::unreadable("the shell parser is shut down");
+        };
+        // A pooled worker may have died while idle (killed by hand, or by the OOM killer): its
+        // failure says nothing about the line, which gets one more try on a fresh worker.
+        let pooled = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let asked = match pooled {
+            Some(worker) => match self.ask(worker, line).await {
+                Asked::Failed(err) => {
+                    tracing::debug!(%err, "a pooled shell parser worker failed; starting another");
+                    self.ask_fresh(line).await
+                }
+                asked => asked,
+            },
+            None => self.ask_fresh(line).await,
+        };
+        match asked {
+            Asked::Answered(analysis) => analysis,
+            Asked::Failed(err) => {
+                tracing::warn!(%err, bytes = line.len(), "the shell parser worker failed on a command line");
+                CommandLine::unreadable(format!("the shell parser failed on it ({err})"))
+            }
+            Asked::Late => {
+                let limit = self.deadline.as_millis();
+                tracing::warn!(
+                    bytes = line.len(),
+                    limit_ms = limit,
+                    "the shell parser worker missed its deadline and was killed"
+                );
+                CommandLine::unreadable(format!(
+                    "the shell parser did not finish within {limit} ms"
+                ))
+            }
+        }
+    }
+
+    async fn ask_fresh(&self, line: &str) -> Asked {
+        match Worker::start(&self.program) {
+            Ok(worker) => self.ask(worker, line).await,
+            Err(err) => {
+                tracing::error!(%err, program = %self.program.display(), "cannot start a shell parser worker");
+                Asked::Failed(std::io::Error::other(format!("it could not start: {err}")))
+            }
+        }
+    }
+
+    /// One line to one worker, within the deadline; the worker goes back to the pool only
+    /// after a good answer (dropping it kills it).
+    async fn ask(&self, mut worker: Worker, line: &str) -> Asked {
+        match tokio::time::timeout(self.deadline, worker.analyze(line)).await {
+            Ok(Ok(analysis)) => {
+                self.idle
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(worker);
+                Asked::Answered(analysis)
+            }
+            Ok(Err(err)) => Asked::Failed(err),
+            Err(_) => Asked::Late,
+        }
+    }
+}
+
+/// How one worker did with one line.
+enum Asked {
+    Answered(CommandLine),
+    Failed(std::io::Error),
+    Late,
+}
+
+/// One worker process and its pipes.
+struct Worker {
+    // Kept for `kill_on_drop`.
+    _child: Child,
+    stdin: ChildStdin,
+    stdout: ChildStdout,
+    buffer: Vec<u8>,
+}
+
+impl Worker {
+    fn start(program: &Path) -> std::io::Result<Self> {
+        let mut child = Command::new(program)
+            .arg0("toold-shell-parser")
+            .arg(WORKER_ARGUMENT)
+            .env_clear()
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()?;
+        let stdin = child.stdin.take().expect("stdin is piped");
+        let stdout = child.stdout.take().expect("stdout is piped");
+        Ok(Self {
+            _child: child,
+            stdin,
+            stdout,
+            buffer: Vec::new(),
+        })
+    }
+
+    async fn analyze(&mut self, line: &str) -> std::io::Result<CommandLine> {
+        let length = u32::try_from(line.len()).map_err(std::io::Error::other)?;
+        self.buffer.clear();
+        self.buffer.extend_from_slice(&length.to_le_bytes());
+        self.buffer.extend_from_slice(line.as_bytes());
+        self.stdin.write_all(&self.buffer).await?;
+        let mut header = [0u8; 4];
+        self.stdout.read_exact(&mut header).await?;
+        let length = u32::from_le_bytes(header) as usize;
+        if length > MAX_ANSWER_BYTES {
+            return Err(std::io::Error::other(format!(
+                "an answer of {length} bytes"
+            )));
+        }
+        self.buffer.resize(length, 0);
+        self.stdout.read_exact(&mut self.buffer).await?;
+        serde_json::from_slice(&self.buffer).map_err(std::io::Error::other)
+    }
+}
+
+/// The worker's side: limits itself, then answers lines until its stdin closes.
+pub fn worker_main() -> ExitCode {
+    if let Err(err) = limit_this_process() {
+        eprintln!("toold shell parser: {err}");
+        return ExitCode::FAILURE;
+    }
+    // Panics inside the parser are caught and make the line unreadable; they need no report.
+    std::panic::set_hook(Box::new(|_| {}));
+    match serve(std::io::stdin().lock(), std::io::stdout().lock()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("toold shell parser: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Caps the address space, turns core dumps off, and asks for SIGKILL when the daemon dies (a
+/// worker stuck in a parse would not see its stdin close).
+fn limit_this_process() -> nix::Result<()> {
+    use nix::sys::resource::{Resource, setrlimit};
+    setrlimit(
+        Resource::RLIMIT_AS,
+        WORKER_ADDRESS_SPACE,
+        WORKER_ADDRESS_SPACE,
+    )?;
+    setrlimit(Resource::RLIMIT_CORE, 0, 0)?;
+    nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+}
+
+/// Answers requests until a clean end of input.
+fn serve(mut input: impl Read, mut output: impl Write) -> std::io::Result<()> {
+    let mut request = Vec::new();
+    loop {
+        let mut header = [0u8; 4];
+        match input.read_exact(&mut header) {
+            Ok(()) => {}
+            Err(err) if err.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
+            Err(err) => return Err(err),
+        }
+        let length = u32::from_le_bytes(header) as usize;
+        if length > MAX_LINE_BYTES {
+            return Err(std::io::Error::other(format!(
+                "a request of {length} bytes"
+            )));
+        }
+        request.resize(length, 0);
+        input.read_exact(&mut request)?;
+        let line = std::str::from_utf8(&request).map_err(std::io::Error::other)?;
+        let answer = serde_json::to_vec(&analyze(line)).map_err(std::io::Error::other)?;
+        let length = u32::try_from(answer.len()).map_err(std::io::Error::other)?;
+        output.write_all(&length.to_le_bytes())?;
+        output.write_all(&answer)?;
+        output.flush()?;
+    }
+}

@@ -1,0 +1,105 @@
+//! The shell parser behind its process boundary (`shell::isolated`): workers started from the
+//! real `toold` binary analyse lines exactly as the in-process analysis does, a worker that
+//! dies is replaced, a line that outlives its deadline is unreadable and its worker killed, and
+//! no more workers run than the cap.
+
+use std::time::{Duration, Instant};
+
+use toold::shell::isolated::{DEFAULT_DEADLINE, MAX_WORKERS, ShellParser};
+use toold::shell;
+use toold_tests::daemon::{shell_parser_workers, toold_binary};
+
+fn parser(deadline: Duration) -> ShellParser {
+    ShellParser::new(toold_binary(), deadline)
+}
+
+fn workers() -> Vec<u32> {
+    shell_parser_workers(std::process::id())
+}
+
+/// Waits (at most 5 s) until this process has `expected` live workers.
+async fn wait_for_workers(expected: usize) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while workers().len() != expected {
+        assert!(
+            Instant::now() < deadline,
+            "expected {expected} workers, found {:?}",
+            workers()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn workers_analyse_lines_as_the_daemon_s_own_code_does() {
+    let parser = parser(DEFAULT_DEADLINE);
+    let long = format!("echo {}", "x".repeat(70 * 1024));
+    let lines = [
+        "git status",
+        "cd src && FOO=1 timeout 30 cargo test 2>&1 | tee ../log; echo \"$(date)\" > out.txt",
+        "sh -c 'rm -rf / && eval \"curl x | sh\"'",
+        "find . -name '*.o' -exec rm {} +",
+        "cat <<EOF\n$(whoami)\nEOF",
+        "echo 'unterminated",
+        "i 3337333333333>>",
+        "echo héllo wörld ✓",
+        "",
+        long.as_str(),
+    ];
+    for line in lines {
+        assert_eq!(parser.analyze(line).await, shell::analyze(line), "{line:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_worker_that_died_while_idle_is_replaced_without_losing_the_line() {
+    let parser = parser(DEFAULT_DEADLINE);
+    assert!(parser.analyze("true").await.unreadable.is_none());
+    let started = workers();
+    assert_eq!(started.len(), 1, "{started:?}");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(started[0] as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    wait_for_workers(0).await;
+    let analysis = parser.analyze("git status").await;
+    assert_eq!(analysis, shell::analyze("git status"));
+    let replaced = workers();
+    assert_eq!(replaced.len(), 1, "{replaced:?}");
+    assert_ne!(replaced, started);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_more_workers_run_than_the_cap() {
+    let parser = std::sync::Arc::new(parser(DEFAULT_DEADLINE));
+    let tasks: Vec<_> = (0..32)
+        .map(|n| {
+            let parser = parser.clone();
+            tokio::spawn(async move {
+                let line = format!("echo {n} | grep {n} && sh -c 'ls -la {n}'");
+                (parser.analyze(&line).await, shell::analyze(&line))
+            })
+        })
+        .collect();
+    let mut most = 0;
+    for task in tasks {
+        most = most.max(workers().len());
+        let (isolated, here) = task.await.unwrap();
+        assert_eq!(isolated, here);
+    }
+    let running = workers().len();
+    assert!(
+        (1..=MAX_WORKERS).contains(&running) && most <= MAX_WORKERS,
+        "{running} workers now, {most} at most, cap {MAX_WORKERS}"
+    );
+}
+
+#[tokio::test]
+async fn workers_end_with_their_parser() {
+    let parser = parser(DEFAULT_DEADLINE);
+    parser.analyze("true").await;
+    assert_eq!(workers().len(), 1);
+    drop(parser);
+    wait_for_workers(0).await;
+}
