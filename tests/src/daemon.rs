@@ -547,3 +547,13 @@ pub fn shell_parser_workers(parent: u32) -> Vec<u32> {
         })
         .collect()
 }
+
+/// Whether a process is alive (a zombie counts as dead).
+pub fn process_alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        let state = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next());
+        !matches!(state, Some("Z" | "X") | None)
+    })
+}

@@ -12,7 +12,9 @@ use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 use toold_protocol::peer::Reply;
 use toold_protocol::{ErrorObject, Notification, Request, RequestError};
-use toold_tests::daemon::{Answerer, TestClient, TestDaemon, no_answers};
+use toold_tests::daemon::{
+    Answerer, TestClient, TestDaemon, no_answers, process_alive, shell_parser_workers,
+};
 
 /// The params of a request or notification, `null` when absent.
 fn params_of(params: &Option<Value>) -> &Value {
@@ -943,6 +945,11 @@ async fn stopping_the_daemon_leaves_no_process_it_started() {
         Some(json!({"session_id": session_id, "calls": lingering_call(&mark)})),
     ));
     wait_until_started(&mut client, &mark).await;
+    let parsers = shell_parser_workers(daemon.pid());
+    assert!(
+        !parsers.is_empty(),
+        "the command's line was parsed in a worker"
+    );
     daemon.send_sigterm();
     let response = tokio::time::timeout(Duration::from_secs(30), running)
         .await
@@ -953,4 +960,82 @@ async fn stopping_the_daemon_leaves_no_process_it_started() {
     let status = daemon.wait_for_exit().await;
     assert!(status.success(), "the daemon exited with {status}");
     assert_processes_gone(&mark).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while parsers.iter().any(|pid| process_alive(*pid)) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "shell parser workers outlived the daemon: {parsers:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A shell parser worker that stops answering (stopped here with SIGSTOP; a line the parser
+/// loops on does the same) delays only the call whose line it holds: that call is answered
+/// after the 1 s deadline, its line unreadable (it asks; with no approver, denied), another
+/// client is served all the while, the stuck worker is killed, and the next line parses.
+#[tokio::test]
+async fn a_stuck_shell_parser_delays_only_the_call_it_holds() {
+    let daemon = TestDaemon::start();
+    let (client, session_id) = command_session(&daemon).await;
+    let command = |id: &str, line: &str| json!([{"id": id, "name": "run_command", "arguments": {"command": line}}]);
+    let warm = execute(&client, &session_id, command("warm", "true")).await;
+    assert_eq!(result_of(&warm, "warm")["ok"], true, "{warm}");
+    let stuck = shell_parser_workers(daemon.pid());
+    assert_eq!(stuck.len(), 1, "one worker after one line: {stuck:?}");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(stuck[0] as i32),
+        nix::sys::signal::Signal::SIGSTOP,
+    )
+    .unwrap();
+
+    let waiting = tokio::spawn(async move {
+        let started = std::time::Instant::now();
+        let response = execute(&client, &session_id, command("held", "echo parsed")).await;
+        (response, started.elapsed(), client, session_id)
+    });
+    std::fs::write(daemon.work().join("note.txt"), "served\n").unwrap();
+    let (other, other_session) = command_session(&daemon).await;
+    let (mut rounds, mut slowest) = (0, Duration::ZERO);
+    while !waiting.is_finished() {
+        let started = std::time::Instant::now();
+        let read = execute(
+            &other,
+            &other_session,
+            json!([{"id": "r", "name": "read_file", "arguments": {"path": "note.txt"}}]),
+        )
+        .await;
+        assert_eq!(result_of(&read, "r")["ok"], true, "{read}");
+        slowest = slowest.max(started.elapsed());
+        rounds += 1;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (response, waited, client, session_id) = waiting.await.unwrap();
+    let held = result_of(&response, "held");
+    assert_eq!(held["error_type"], "permission_denied", "{held}");
+    let error = held["error"].as_str().unwrap();
+    assert!(
+        error.contains("the shell parser did not finish within 1000 ms")
+            && error.ends_with("no approver is attached"),
+        "{error}"
+    );
+    assert!(
+        waited >= Duration::from_secs(1) && waited < Duration::from_secs(5),
+        "the held call was answered after {waited:?}"
+    );
+    assert!(
+        rounds >= 10 && slowest < Duration::from_millis(500),
+        "the other client was served {rounds} times meanwhile, the slowest in {slowest:?}"
+    );
+
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while shell_parser_workers(daemon.pid()).contains(&stuck[0]) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the stuck worker is still alive"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let again = execute(&client, &session_id, command("again", "echo parsed")).await;
+    assert_eq!(result_of(&again, "again")["ok"], true, "{again}");
 }

@@ -5,9 +5,12 @@
 
 use std::time::{Duration, Instant};
 
-use toold::shell::isolated::{DEFAULT_DEADLINE, MAX_WORKERS, ShellParser};
+use serde_json::json;
 use toold::shell;
-use toold_tests::daemon::{shell_parser_workers, toold_binary};
+use toold::shell::isolated::{DEFAULT_DEADLINE, MAX_WORKERS, ShellParser};
+use toold_tests::daemon::{
+    TestDaemon, no_answers, process_alive, shell_parser_workers, toold_binary,
+};
 
 fn parser(deadline: Duration) -> ShellParser {
     ShellParser::new(toold_binary(), deadline)
@@ -102,4 +105,76 @@ async fn workers_end_with_their_parser() {
     assert_eq!(workers().len(), 1);
     drop(parser);
     wait_for_workers(0).await;
+}
+
+fn signal(pid: u32, signal: nix::sys::signal::Signal) {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), signal).unwrap();
+}
+
+/// The reason a line is unreadable when its worker missed the deadline.
+fn late(deadline: Duration) -> String {
+    format!(
+        "the shell parser did not finish within {} ms",
+        deadline.as_millis()
+    )
+}
+
+/// A worker that stops answering (stopped with SIGSTOP here; a line the parser loops on does
+/// the same) costs its line the deadline, no more: the line is unreadable, the worker is
+/// killed, and the next line gets a fresh one.
+#[tokio::test]
+async fn a_worker_that_misses_the_deadline_is_killed_and_its_line_is_unreadable() {
+    let deadline = Duration::from_millis(300);
+    let parser = parser(deadline);
+    parser.analyze("true").await;
+    let stuck = workers();
+    assert_eq!(stuck.len(), 1, "{stuck:?}");
+    signal(stuck[0], nix::sys::signal::Signal::SIGSTOP);
+
+    let started = Instant::now();
+    let analysis = parser.analyze("git status").await;
+    let waited = started.elapsed();
+    assert_eq!(analysis.unreadable, Some(late(deadline)));
+    assert!(analysis.commands.is_empty(), "{analysis:?}");
+    assert!(
+        waited >= deadline && waited < deadline + Duration::from_secs(2),
+        "answered after {waited:?}"
+    );
+    wait_for_workers(0).await;
+
+    assert_eq!(
+        parser.analyze("git status").await,
+        shell::analyze("git status")
+    );
+    assert_eq!(workers().len(), 1);
+}
+
+/// Workers die with the daemon, even when it is killed with SIGKILL in the middle of a parse
+/// (the worker asked the kernel for SIGKILL when its parent dies).
+#[tokio::test]
+async fn workers_die_with_a_killed_daemon_even_mid_parse() {
+    let mut daemon = TestDaemon::start();
+    let client = daemon.connect(json!({}), no_answers()).await;
+    let session_id = client
+        .create_session(&daemon.work(), json!({"rules": {"allow": ["run_command"]}}))
+        .await;
+    client
+        .request(
+            "tools/execute",
+            json!({"session_id": session_id, "calls": [
+                {"id": "a", "name": "run_command", "arguments": {"command": "true"}}
+            ]}),
+        )
+        .await
+        .unwrap();
+    let parsers = shell_parser_workers(daemon.pid());
+    assert_eq!(parsers.len(), 1, "{parsers:?}");
+    // Stopped, the worker cannot notice its stdin closing: only the death signal ends it.
+    signal(parsers[0], nix::sys::signal::Signal::SIGSTOP);
+    daemon.kill();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while process_alive(parsers[0]) {
+        assert!(Instant::now() < deadline, "the worker outlived the daemon");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }

@@ -143,7 +143,8 @@ fn parsable(line: &str) -> Result<(), String> {
         ));
     }
     // A here-document delimiter holding an expansion (`<<x$(`) sends the parser's memory
-    // without bound; real delimiters are plain words.
+    // without bound, and an empty one (`<<""`) loops forever when the line ends in a comment
+    // (`cat <<"" | wc #`); real delimiters are plain, non-empty words.
     for (at, _) in line.match_indices("<<") {
         let after = &line[at + 2..];
         if after.starts_with('<') {
@@ -154,6 +155,14 @@ fn parsable(line: &str) -> Result<(), String> {
         let delimiter = rest.split(char::is_whitespace).next().unwrap_or_default();
         if delimiter.contains(['$', '`']) {
             return Err("a here-document delimiter holds an expansion".to_owned());
+        }
+        // The word ends at an operator too (`<<""&&`); quotes alone delimit nothing.
+        let word = rest
+            .split(|c: char| c.is_whitespace() || "&|;<>()".contains(c))
+            .next()
+            .unwrap_or_default();
+        if word.chars().all(|c| matches!(c, '"' | '\'')) {
+            return Err("a here-document delimiter is empty".to_owned());
         }
     }
     Ok(())

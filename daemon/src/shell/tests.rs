@@ -137,6 +137,11 @@ fn lines_the_parser_cannot_take_are_unreadable_at_once() {
         format!("echo {}", "$(".repeat(20) + &")".repeat(20)),
         "x".repeat(MAX_LINE_BYTES + 1),
         "cat <<a ".repeat(MAX_HERE_DOCUMENTS + 1),
+        "\n336\ni>&n<25<<\"\"&& #".to_owned(),
+        "cat <<\"\" | wc #".to_owned(),
+        "i<<-'' #".to_owned(),
+        "i<< \"\"'' a #".to_owned(),
+        "sh -c 'i<<\"\" #'".to_owned(),
     ];
     for line in &lines {
         let started = std::time::Instant::now();
@@ -159,6 +164,8 @@ fn lines_the_parser_cannot_take_are_unreadable_at_once() {
         "echo ${HOME} $((1 + (2 * (3 + 4))))",
         "grep -c x <<< \"$output\"",
         "cat <<-'EOF'\n\tbody $x\nEOF",
+        "cat <<\"END OF TEXT\"\nbody\nEND OF TEXT",
+        "cat <<'x'>out\nbody\nx",
     ] {
         assert_eq!(analyze(line).unreadable, None, "{line:?}");
     }
