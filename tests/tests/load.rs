@@ -169,15 +169,18 @@ async fn run_client(client: usize, socket: PathBuf, work: PathBuf, batches: usiz
 
 /// Connections that send a byte now and then never complete a message: each is answered
 /// `-32600` and cut at the frame deadline, those beyond `max_connections` are refused without
-/// harm, and clients doing real work meanwhile keep a low p99. `TOOLD_DRIP_CONNECTIONS` and
-/// `TOOLD_DRIP_MAX_CONNECTIONS` set the full size (500 drips against the default 256).
+/// harm, and clients doing real work meanwhile keep a low p99. `TOOLD_DRIP_CONNECTIONS`,
+/// `TOOLD_DRIP_MAX_CONNECTIONS`, `TOOLD_DRIP_INTERVAL_MS` and `TOOLD_DRIP_DEADLINE_MS` set the
+/// full size (500 drips of a byte a second against the default 256 connections, cut at 3 s).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_drip_connections_are_cut_while_other_clients_keep_working() {
     const NORMAL_CLIENTS: usize = 20;
     let drips = size("TOOLD_DRIP_CONNECTIONS", 100);
     let max_connections = size("TOOLD_DRIP_MAX_CONNECTIONS", 64);
+    let interval = Duration::from_millis(size("TOOLD_DRIP_INTERVAL_MS", 100) as u64);
+    let deadline_ms = size("TOOLD_DRIP_DEADLINE_MS", 500);
     let daemon = TestDaemon::start_with_config(Some(&format!(
-        "max_connections = {max_connections}\nframe_timeout_ms = 500\n"
+        "max_connections = {max_connections}\nframe_timeout_ms = {deadline_ms}\n"
     )));
     let work = daemon.work();
     for file in 0..FILES {
@@ -198,7 +201,7 @@ async fn slow_drip_connections_are_cut_while_other_clients_keep_working() {
     let drippers: Vec<_> = (0..drips)
         .map(|_| {
             let socket = daemon.socket();
-            tokio::spawn(async move { drip(socket).await })
+            tokio::spawn(async move { drip(socket, interval).await })
         })
         .collect();
     let mut cut = 0;
@@ -208,10 +211,8 @@ async fn slow_drip_connections_are_cut_while_other_clients_keep_working() {
             .expect("a drip connection was never cut")
             .unwrap();
         assert_eq!(answer["error"]["code"], -32600, "{answer}");
-        assert!(
-            elapsed < Duration::from_secs(10),
-            "a drip lasted {elapsed:?}"
-        );
+        let allowed = Duration::from_millis(deadline_ms as u64) + interval + Duration::from_secs(5);
+        assert!(elapsed < allowed, "a drip lasted {elapsed:?}");
         cut += 1;
     }
     done.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -225,7 +226,8 @@ async fn slow_drip_connections_are_cut_while_other_clients_keep_working() {
     let answered = run_client(0, daemon.socket(), work, 4).await;
     assert_eq!(answered, 4);
     eprintln!(
-        "{drips} drip connections (max_connections {max_connections}): {cut} cut in {:.1} s; \
+        "{drips} drip connections, a byte every {interval:?} (max_connections \
+         {max_connections}, deadline {deadline_ms} ms): {cut} cut in {:.1} s; \
          {} calls from {NORMAL_CLIENTS} other clients meanwhile, p99 {p99:?}",
         started.elapsed().as_secs_f64(),
         latencies.len()
@@ -236,9 +238,9 @@ async fn slow_drip_connections_are_cut_while_other_clients_keep_working() {
     );
 }
 
-/// Opens a connection and sends a message a byte every 100 ms, never finishing it; returns the
-/// error it was answered with and how long until the daemon closed the connection.
-async fn drip(socket: PathBuf) -> (Value, Duration) {
+/// Opens a connection and sends a message a byte every `interval`, never finishing it; returns
+/// the error it was answered with and how long until the daemon closed the connection.
+async fn drip(socket: PathBuf, interval: Duration) -> (Value, Duration) {
     let stream = UnixStream::connect(&socket).await.unwrap();
     let (read_half, mut writer) = stream.into_split();
     let started = Instant::now();
@@ -257,7 +259,7 @@ async fn drip(socket: PathBuf) -> (Value, Duration) {
         if writer.write_all(&[*byte]).await.is_err() {
             break;
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(interval).await;
         if reading.is_finished() {
             break;
         }
