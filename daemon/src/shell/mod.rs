@@ -39,6 +39,11 @@ const MAX_LINE_BYTES: usize = 64 * 1024;
 const MAX_BRACKET_DEPTH: usize = 12;
 const MAX_HERE_DOCUMENTS: usize = 16;
 
+/// Why a line is unreadable when brush-parser panicked on it. It has, on input found by fuzzing
+/// (a huge file descriptor number, a huge `~-N`): every call into it is guarded, so that such a
+/// line is unreadable instead of a crash of the analysis.
+const PARSER_PANICKED: &str = "the shell parser failed on it";
+
 /// Shells whose `-c` argument is itself a command line.
 const SHELLS: &[&str] = &["sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "busybox"];
 
@@ -227,8 +232,6 @@ impl Walker<'_> {
             return;
         }
         let options = ParserOptions::default();
-        // The parser has panicked on input found by fuzzing (a huge file descriptor number):
-        // such a line is unreadable, not a crash of the permission step.
         let parsed =
             std::panic::catch_unwind(|| Parser::new(line.as_bytes(), &options).parse_program());
         match parsed {
@@ -238,7 +241,7 @@ impl Walker<'_> {
                 }
             }
             Ok(Err(err)) => self.unreadable(format!("the shell parser cannot read it ({err})")),
-            Err(_) => self.unreadable("the shell parser failed on it".to_owned()),
+            Err(_) => self.unreadable(PARSER_PANICKED.to_owned()),
         }
     }
 
@@ -434,11 +437,15 @@ impl Walker<'_> {
             },
             IoRedirect::HereDocument(_, heredoc) => {
                 if heredoc.requires_expansion {
-                    match word::parse_heredoc(&heredoc.doc.value, &ParserOptions::default()) {
-                        Ok(pieces) => {
-                            self.expand_pieces(&heredoc.doc.value, &pieces);
+                    let body = &heredoc.doc.value;
+                    match std::panic::catch_unwind(|| {
+                        word::parse_heredoc(body, &ParserOptions::default())
+                    }) {
+                        Ok(Ok(pieces)) => {
+                            self.expand_pieces(body, &pieces);
                         }
-                        Err(_) => self.opaque("a here-document the parser cannot read"),
+                        Ok(Err(_)) => self.opaque("a here-document the parser cannot read"),
+                        Err(_) => self.unreadable(PARSER_PANICKED.to_owned()),
                     }
                 }
             }
@@ -628,14 +635,19 @@ impl Walker<'_> {
 
     /// Expands a word's quoting and looks inside its substitutions.
     fn expand_word(&mut self, raw: &str) -> Expanded {
-        match word::parse(raw, &ParserOptions::default()) {
-            Ok(pieces) => self.expand_pieces(raw, &pieces),
-            Err(_) => {
+        let unknown = Expanded {
+            text: None,
+            dynamic: true,
+        };
+        match std::panic::catch_unwind(|| word::parse(raw, &ParserOptions::default())) {
+            Ok(Ok(pieces)) => self.expand_pieces(raw, &pieces),
+            Ok(Err(_)) => {
                 self.opaque("a word the parser cannot read");
-                Expanded {
-                    text: None,
-                    dynamic: true,
-                }
+                unknown
+            }
+            Err(_) => {
+                self.unreadable(PARSER_PANICKED.to_owned());
+                unknown
             }
         }
     }

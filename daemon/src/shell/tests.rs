@@ -142,6 +142,8 @@ fn lines_the_parser_cannot_take_are_unreadable_at_once() {
         "i<<-'' #".to_owned(),
         "i<< \"\"'' a #".to_owned(),
         "sh -c 'i<<\"\" #'".to_owned(),
+        format!("8 ~-{}&&$ n", "8".repeat(30)),
+        format!("ls ~+{}", "9".repeat(25)),
     ];
     for line in &lines {
         let started = std::time::Instant::now();
