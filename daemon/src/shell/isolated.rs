@@ -75,9 +75,7 @@ impl ShellParser {
             // Not worth a round trip: the worker would say the same.
             return analyze(line);
         }
-        let Ok(_permit) = self.running.acquire().await else {
-            return CommandLine::unreadable("the shell parser is shut down");
-        };
+        let _permit = self.running.acquire().await.expect("the semaphore is never closed");
         // A pooled worker may have died while idle (killed by hand, or by the OOM killer): its
         // failure says nothing about the line, which gets one more try on a fresh worker.
         let pooled = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();

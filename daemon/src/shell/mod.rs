@@ -148,26 +148,29 @@ fn parsable(line: &str) -> Result<(), String> {
         ));
     }
     // A here-document delimiter holding an expansion (`<<x$(`) sends the parser's memory
-    // without bound, and an empty one (`<<""`) loops forever when the line ends in a comment
-    // (`cat <<"" | wc #`); real delimiters are plain, non-empty words.
+    // without bound, an empty one (`<<""`) loops forever when the line ends in a comment
+    // (`cat <<"" | wc #`), and a blank one (`<<\r x&&`) allocates without bound; real
+    // delimiters are plain words, neither empty nor blank.
     for (at, _) in line.match_indices("<<") {
         let after = &line[at + 2..];
         if after.starts_with('<') {
             // `<<<`: a here-string, whose word is an ordinary (expandable) word.
             continue;
         }
-        let rest = after.trim_start_matches('-').trim_start();
+        // Blanks are spaces and tabs: a carriage return (`<<\r`) is part of the word for the
+        // parser, and makes it allocate without bound.
+        let rest = after.trim_start_matches('-').trim_start_matches([' ', '\t']);
         let delimiter = rest.split(char::is_whitespace).next().unwrap_or_default();
         if delimiter.contains(['$', '`']) {
             return Err("a here-document delimiter holds an expansion".to_owned());
         }
-        // The word ends at an operator too (`<<""&&`); quotes alone delimit nothing.
+        // The word ends at any whitespace or operator (`<<""&&`); quotes alone delimit nothing.
         let word = rest
             .split(|c: char| c.is_whitespace() || "&|;<>()".contains(c))
             .next()
             .unwrap_or_default();
         if word.chars().all(|c| matches!(c, '"' | '\'')) {
-            return Err("a here-document delimiter is empty".to_owned());
+            return Err("a here-document delimiter is empty or blank".to_owned());
         }
     }
     Ok(())

@@ -144,6 +144,8 @@ fn lines_the_parser_cannot_take_are_unreadable_at_once() {
         "sh -c 'i<<\"\" #'".to_owned(),
         format!("8 ~-{}&&$ n", "8".repeat(30)),
         format!("ls ~+{}", "9".repeat(25)),
+        format!("e>t >|<<\r Xc6vv{}0&&\t", "P".repeat(23)),
+        "e <<\r X&&\t".to_owned(),
     ];
     for line in &lines {
         let started = std::time::Instant::now();
