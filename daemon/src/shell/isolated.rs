@@ -75,7 +75,11 @@ impl ShellParser {
             // Not worth a round trip: the worker would say the same.
             return analyze(line);
         }
-        let _permit = self.running.acquire().await.expect("the semaphore is never closed");
+        let _permit = self
+            .running
+            .acquire()
+            .await
+            .expect("the semaphore is never closed");
         // A pooled worker may have died while idle (killed by hand, or by the OOM killer): its
         // failure says nothing about the line, which gets one more try on a fresh worker.
         let pooled = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();

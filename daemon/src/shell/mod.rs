@@ -147,33 +147,49 @@ fn parsable(line: &str) -> Result<(), String> {
             "it has more than {MAX_HERE_DOCUMENTS} here-documents"
         ));
     }
-    // A here-document delimiter holding an expansion (`<<x$(`) sends the parser's memory
-    // without bound, an empty one (`<<""`) loops forever when the line ends in a comment
-    // (`cat <<"" | wc #`), and a blank one (`<<\r x&&`) allocates without bound; real
-    // delimiters are plain words, neither empty nor blank.
+    // Here-document delimiters are plain words in real lines; brush-parser fails on others
+    // (found by fuzzing): one holding an expansion (`<<x$(`) or leaving a quote open into the
+    // next lines (`$(<<c"` … `$[""]"`) sends its memory without bound, an empty one (`<<""`)
+    // loops forever when the line ends in a comment (`cat <<"" | wc #`), and so does a blank
+    // one (`<<\r x&&`), allocating as it goes.
     for (at, _) in line.match_indices("<<") {
         let after = &line[at + 2..];
         if after.starts_with('<') {
             // `<<<`: a here-string, whose word is an ordinary (expandable) word.
             continue;
         }
-        // Blanks are spaces and tabs: a carriage return (`<<\r`) is part of the word for the
-        // parser, and makes it allocate without bound.
-        let rest = after.trim_start_matches('-').trim_start_matches([' ', '\t']);
-        let delimiter = rest.split(char::is_whitespace).next().unwrap_or_default();
+        // Blanks are spaces and tabs: for the parser, a carriage return is part of the word.
+        let rest = after
+            .trim_start_matches('-')
+            .trim_start_matches([' ', '\t']);
+        let Some(delimiter) = here_document_delimiter(rest) else {
+            return Err("a here-document delimiter leaves a quote open".to_owned());
+        };
         if delimiter.contains(['$', '`']) {
             return Err("a here-document delimiter holds an expansion".to_owned());
         }
-        // The word ends at any whitespace or operator (`<<""&&`); quotes alone delimit nothing.
-        let word = rest
-            .split(|c: char| c.is_whitespace() || "&|;<>()".contains(c))
-            .next()
-            .unwrap_or_default();
-        if word.chars().all(|c| matches!(c, '"' | '\'')) {
+        if delimiter.chars().all(|c| matches!(c, '"' | '\'')) {
             return Err("a here-document delimiter is empty or blank".to_owned());
         }
     }
     Ok(())
+}
+
+/// The here-document delimiter word at the start of `rest`: up to the first whitespace or
+/// operator outside quotes. `None` when a quote is still open at the end of its line.
+fn here_document_delimiter(rest: &str) -> Option<&str> {
+    let mut open_quote = None;
+    for (at, c) in rest.char_indices() {
+        match open_quote {
+            Some(quote) if c == quote => open_quote = None,
+            Some(_) if c == '\n' => return None,
+            Some(_) => {}
+            None if matches!(c, '"' | '\'') => open_quote = Some(c),
+            None if c.is_whitespace() || "&|;<>()".contains(c) => return Some(&rest[..at]),
+            None => {}
+        }
+    }
+    open_quote.is_none().then_some(rest)
 }
 
 /// Whether `<(` or `>(` appears inside a `${…}` (outside single quotes around the expansion).

@@ -146,6 +146,8 @@ fn lines_the_parser_cannot_take_are_unreadable_at_once() {
         format!("ls ~+{}", "9".repeat(25)),
         format!("e>t >|<<\r Xc6vv{}0&&\t", "P".repeat(23)),
         "e <<\r X&&\t".to_owned(),
+        "cOF\n$(<<c\"\nAAAAAAAAAAA\x0e$\n\x0e$[\"\"]\"_$(".to_owned(),
+        "$(<<c\"\n$[\"\"]\"_$(".to_owned(),
     ];
     for line in &lines {
         let started = std::time::Instant::now();
@@ -170,6 +172,7 @@ fn lines_the_parser_cannot_take_are_unreadable_at_once() {
         "cat <<-'EOF'\n\tbody $x\nEOF",
         "cat <<\"END OF TEXT\"\nbody\nEND OF TEXT",
         "cat <<'x'>out\nbody\nx",
+        "cat <<E\\OF\nbody\nEOF",
     ] {
         assert_eq!(analyze(line).unreadable, None, "{line:?}");
     }
