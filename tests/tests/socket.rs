@@ -10,6 +10,7 @@ use std::path::Path;
 
 use nix::unistd::geteuid;
 use toold::server::socket::{SocketError, bind_listener, peer_allowed, peer_uid, refuse_root};
+use toold_tests::daemon::TestDaemon;
 
 /// A temp dir the socket may live in: tempfile creates it with the umask's mode (often 0755).
 fn private_temp_dir() -> tempfile::TempDir {
@@ -305,4 +306,28 @@ async fn the_daemon_refuses_a_client_of_another_user_even_on_an_open_socket() {
         .request("session/list", serde_json::json!({}))
         .await
         .expect("the daemon's user is served");
+}
+
+/// A daemon stopped cleanly removes its socket file (nothing dead is left to connect to); one
+/// killed leaves it behind, and the next start replaces it.
+#[test]
+fn a_clean_stop_removes_the_socket_file_and_a_killed_daemon_s_is_replaced() {
+    let mut daemon = TestDaemon::start();
+    let socket = daemon.socket();
+    assert!(fs::symlink_metadata(&socket).is_ok());
+    let status = daemon.stop();
+    assert!(status.success(), "{status}");
+    assert!(
+        fs::symlink_metadata(&socket).is_err(),
+        "the socket file outlived a clean stop"
+    );
+
+    daemon.start_again();
+    daemon.kill();
+    assert!(
+        fs::symlink_metadata(&socket).is_ok(),
+        "a killed daemon cannot remove its socket"
+    );
+    daemon.start_again();
+    StdUnixStream::connect(&socket).expect("the new daemon listens on the replaced socket");
 }

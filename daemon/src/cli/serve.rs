@@ -44,15 +44,19 @@ pub fn serve(
         // must drain, not kill.
         let stop_signals = StopSignals::install();
         recover_interrupted_writes();
-        let (listener, place) = match inherited {
+        // A socket systemd passed is systemd's to remove; one bound here is removed at the end.
+        let (listener, place, bound) = match inherited {
             Some(listener) => (
                 tokio::net::UnixListener::from_std(listener).context("cannot use the socket systemd passed")?,
                 "the socket systemd passed".to_owned(),
+                None,
             ),
             None => {
                 let env = toold_protocol::SocketEnv::from_process();
                 let path = toold_protocol::resolve_socket_path(socket_flag.as_deref(), config.socket.as_deref(), &env);
-                (socket::bind_listener(&path)?, path.display().to_string())
+                let listener = socket::bind_listener(&path)?;
+                let bound = socket::BoundSocket::of(&path).context("cannot find the socket just bound")?;
+                (listener, path.display().to_string(), Some(bound))
             }
         };
         let mut executor = Executor::new(
@@ -89,6 +93,9 @@ pub fn serve(
         let _ = systemd::notify_status(&format!("serving on {place}"));
         let _ = systemd::notify_ready();
         run(listener, daemon, options, shutdown).await;
+        if let Some(bound) = bound {
+            bound.remove();
+        }
         tracing::info!("toold stopped");
         Ok(())
     })

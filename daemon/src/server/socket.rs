@@ -211,6 +211,34 @@ fn bind_std_listener(path: &Path) -> Result<StdUnixListener, SocketError> {
     Ok(listener)
 }
 
+/// The socket file a daemon bound, removed when it stops cleanly, so that no dead socket is left
+/// behind (as a systemd socket unit removes its own). Only if it is still the same file: a
+/// daemon started after this one's socket closed may have bound its own there.
+pub struct BoundSocket {
+    path: PathBuf,
+    identity: (u64, u64),
+}
+
+impl BoundSocket {
+    /// The socket file at `path`, as it is now (right after binding it).
+    pub fn of(path: &Path) -> io::Result<Self> {
+        let meta = fs::symlink_metadata(path)?;
+        Ok(Self {
+            path: path.to_path_buf(),
+            identity: (meta.dev(), meta.ino()),
+        })
+    }
+
+    /// Removes the file if it is still the one bound.
+    pub fn remove(self) {
+        let unchanged = fs::symlink_metadata(&self.path)
+            .is_ok_and(|meta| (meta.dev(), meta.ino()) == self.identity);
+        if unchanged && let Err(err) = fs::remove_file(&self.path) {
+            tracing::warn!(%err, path = %self.path.display(), "cannot remove the socket file");
+        }
+    }
+}
+
 /// The directory the socket lives in; a bare file name lives in the current directory.
 fn socket_directory(path: &Path) -> &Path {
     match path.parent() {
