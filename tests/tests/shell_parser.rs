@@ -178,3 +178,24 @@ async fn workers_die_with_a_killed_daemon_even_mid_parse() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// A worker that ends without answering (here a program that is no parser at all), or one that
+/// cannot start, leaves its line unreadable with the reason.
+#[tokio::test]
+async fn a_worker_that_ends_or_cannot_start_leaves_the_line_unreadable() {
+    let ended = ShellParser::new("/bin/true", DEFAULT_DEADLINE)
+        .analyze("git status")
+        .await;
+    let why = ended.unreadable.expect("unreadable");
+    assert!(why.starts_with("the shell parser failed on it ("), "{why}");
+    assert!(ended.commands.is_empty());
+
+    let missing = ShellParser::new("/nonexistent/toold", DEFAULT_DEADLINE)
+        .analyze("git status")
+        .await;
+    let why = missing.unreadable.expect("unreadable");
+    assert!(
+        why.starts_with("the shell parser failed on it (it could not start: "),
+        "{why}"
+    );
+}
