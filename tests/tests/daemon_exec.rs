@@ -1011,6 +1011,10 @@ async fn a_stuck_shell_parser_delays_only_the_call_it_holds() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let (response, waited, client, session_id) = waiting.await.unwrap();
+    eprintln!(
+        "the held call answered after {waited:?}; the other client served {rounds} times \
+         meanwhile, the slowest in {slowest:?}"
+    );
     let held = result_of(&response, "held");
     assert_eq!(held["error_type"], "permission_denied", "{held}");
     let error = held["error"].as_str().unwrap();
