@@ -33,10 +33,13 @@ use wrappers::{PRIVILEGE_WRAPPERS, unwrap};
 const MAX_NESTING: usize = 8;
 
 /// Lines the parser is not given (brush-parser takes exponential time on deeply nested
-/// parentheses and unbounded memory on some here-documents, found by fuzzing): longer than
-/// this, nesting brackets deeper than this, or with more here-documents than this.
+/// parentheses and array subscripts, and unbounded memory on some here-documents, found by
+/// fuzzing): longer than this, nesting brackets deeper than this, or with more here-documents
+/// than this. Brackets are counted inside quotes too: a guard that misread quoting would let
+/// the slow shapes through. Eight levels cost the parser milliseconds at most; each level more
+/// multiplies that by up to ten (`${a[${a[${a[${a[${a[${a[${a[` takes minutes).
 const MAX_LINE_BYTES: usize = 64 * 1024;
-const MAX_BRACKET_DEPTH: usize = 12;
+const MAX_BRACKET_DEPTH: usize = 8;
 const MAX_HERE_DOCUMENTS: usize = 16;
 
 /// Why a line is unreadable when brush-parser panicked on it. It has, on input found by fuzzing

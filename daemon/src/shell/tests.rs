@@ -146,6 +146,9 @@ fn lines_the_parser_cannot_take_are_unreadable_at_once() {
         format!("ls ~+{}", "9".repeat(25)),
         format!("e>t >|<<\r Xc6vv{}0&&\t", "P".repeat(23)),
         "e <<\r X&&\t".to_owned(),
+        "d?(,${n[,${n[\"${eggcU$K_>${n[,${n[\"${eggcU$K_\u{5}\nkz)?c\u{51a}".to_owned(),
+        "mw?(PA\"$[8v~4=*\"[\"PP@d[${P0[0P$\"P${!eed[${P0[0P$\"P${!eeH).-".to_owned(),
+        "${n[${n[${n[${n[${n[${n[1]}]}]}]}]}]}".to_owned(),
         "cOF\n$(<<c\"\nAAAAAAAAAAA\x0e$\n\x0e$[\"\"]\"_$(".to_owned(),
         "$(<<c\"\n$[\"\"]\"_$(".to_owned(),
     ];
@@ -163,7 +166,23 @@ fn lines_the_parser_cannot_take_are_unreadable_at_once() {
             started.elapsed()
         );
     }
-    // Real lines stay readable: brackets a dozen deep, a few here-documents.
+    // The slowest shapes known, as deep as the guard lets them be, still parse quickly.
+    for line in [
+        "${n[${n[${n[${n[",
+        "${n[a${n[a${n[a${n[a",
+        "echo ${n[${n[${n[${n[1]}]}]}]}",
+        "((((((((\n\n))",
+        "?(\"$[\"[d[${P0[${!e[${P0[",
+    ] {
+        let started = std::time::Instant::now();
+        analyze(line);
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(2),
+            "{line:?} took {:?}",
+            started.elapsed()
+        );
+    }
+    // Real lines stay readable: brackets eight deep, a few here-documents.
     for line in [
         "if [ -f a ]; then (cd x && (make || (echo failed; exit 1))); fi",
         "cat <<EOF\nhello\nEOF",
@@ -173,6 +192,7 @@ fn lines_the_parser_cannot_take_are_unreadable_at_once() {
         "cat <<\"END OF TEXT\"\nbody\nEND OF TEXT",
         "cat <<'x'>out\nbody\nx",
         "cat <<E\\OF\nbody\nEOF",
+        r#"kubectl patch deploy x -p '{"spec":{"template":{"spec":{"containers":[{"name":"x","resources":{"limits":{"cpu":"1"}}}]}}}}'"#,
     ] {
         assert_eq!(analyze(line).unreadable, None, "{line:?}");
     }
