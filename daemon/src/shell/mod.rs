@@ -154,7 +154,7 @@ fn parsable(line: &str) -> Result<(), String> {
     // (found by fuzzing): one holding an expansion (`<<x$(`) or leaving a quote open into the
     // next lines (`$(<<c"` … `$[""]"`) sends its memory without bound, an empty one (`<<""`)
     // loops forever when the line ends in a comment (`cat <<"" | wc #`), and so does a blank
-    // one (`<<\r x&&`), allocating as it goes.
+    // or missing one (`<<\r x&&`, `<<- #x`), allocating as it goes.
     for (at, _) in line.match_indices("<<") {
         let after = &line[at + 2..];
         if after.starts_with('<') {
@@ -171,7 +171,8 @@ fn parsable(line: &str) -> Result<(), String> {
         if delimiter.contains(['$', '`']) {
             return Err("a here-document delimiter holds an expansion".to_owned());
         }
-        if delimiter.chars().all(|c| matches!(c, '"' | '\'')) {
+        if delimiter.chars().all(|c| matches!(c, '"' | '\'')) || delimiter.starts_with('#') {
+            // `#` starts a comment: the here-document has no delimiter at all.
             return Err("a here-document delimiter is empty or blank".to_owned());
         }
     }
