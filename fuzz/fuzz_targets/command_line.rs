@@ -5,8 +5,9 @@
 //! - the analysis sees it all (nothing opaque, nothing nested) and every command's allow
 //!   forms are `echo …` or `git status`, its writes inside the session root;
 //! - independently of the shell parser, a small quote-aware scan of the raw line finds no
-//!   command substitution (`$(`, a backquote), process substitution (`<(`, `>(`) or `$[`
-//!   outside single quotes, `$'…'` and comments. Lines with a here-document (`<<`) skip this
+//!   command substitution (`$(`, a backquote, a `$((` or `((` that does not close as `))`,
+//!   which bash runs as subshells), process substitution (`<(`, `>(`) or `$[` outside single
+//!   quotes, `$'…'` and comments. Lines with a here-document (`<<`) skip this
 //!   scan: a quoted delimiter makes its body literal, which the scan does not model.
 #![no_main]
 
@@ -55,6 +56,21 @@ enum Quote {
     Comment,
 }
 
+/// Whether the text after `((` or `$((` closes with `))` at its own level: only then is it
+/// arithmetic to bash, which otherwise reads subshells.
+fn closes_as_arithmetic(rest: &[u8]) -> bool {
+    let mut depth = 0usize;
+    for (i, &byte) in rest.iter().enumerate() {
+        match byte {
+            b'(' => depth += 1,
+            b')' if depth == 0 => return rest.get(i + 1) == Some(&b')'),
+            b')' => depth -= 1,
+            _ => {}
+        }
+    }
+    false
+}
+
 /// The first construct outside single quotes, `$'…'` and comments that runs code, if any.
 fn active_substitution(line: &str) -> Option<&'static str> {
     let bytes = line.as_bytes();
@@ -90,8 +106,17 @@ fn active_substitution(line: &str) -> Option<&'static str> {
                         if bytes.get(i + 2) != Some(&b'(') {
                             return Some("$(");
                         }
+                        if !closes_as_arithmetic(&bytes[i + 3..]) {
+                            return Some("a `$((` that bash runs as a command substitution");
+                        }
                         // `$((`: arithmetic; what is inside is scanned on.
                         i += 2;
+                    }
+                    (b'(', Some(b'(')) if state == Quote::None => {
+                        if !closes_as_arithmetic(&bytes[i + 2..]) {
+                            return Some("a `((` that bash runs as subshells");
+                        }
+                        i += 1;
                     }
                     (b'$', Some(b'[')) => return Some("$["),
                     (b'<' | b'>', Some(b'(')) if state == Quote::None => {

@@ -156,6 +156,10 @@ fn allow_rules_never_cover_more_than_every_command_they_match() {
         "git status; rm x",
         "echo $(rm x)",
         "echo `rm x`",
+        // Misread by the shell parser (found by fuzzing): bash runs `rm x` and writes `~/2`.
+        "echo $(rm x $((0 ? 2) 2))",
+        "echo $((1>~/2) )",
+        "((1>~/2) ); echo x",
         "echo x > ~/.bashrc",
         "ls | sh",
         "echo hi & rm x",
@@ -369,6 +373,8 @@ fn modes_in_the_order_of_the_protocol() {
         bypass.command(&format!("echo; rm x; {}", "(".repeat(40))),
         "ask"
     );
+    // A substitution the parser read as text is one deny rules never saw: bypass asks too.
+    assert_eq!(bypass.command("echo $(rm x $((0 ? 2) 2))"), "ask");
     match bypass.decide("run_command", json!({ "command": "echo; rm x <<a$( <<b" })) {
         Decision::Ask { reason, .. } => {
             assert!(reason.contains("cannot be checked"), "{reason}")

@@ -96,13 +96,139 @@ impl CommandLine {
 /// ([`isolated::ShellParser`]): on some lines the parser takes exponential time.
 pub fn analyze(line: &str) -> CommandLine {
     let mut analysis = CommandLine::default();
+    let mut seen = 0;
     Walker {
         out: &mut analysis,
+        substitutions_seen: &mut seen,
         depth: 0,
         nested: false,
     }
     .walk_line(line);
+    // The parser has misread substitutions as text (`echo $(cho $((0 ? 2) 2))` came back as
+    // plain words, found by fuzzing), and a substitution it does not see is one no rule looks
+    // at: a line holding more than it saw cannot be checked.
+    if analysis.unreadable.is_none() && substitutions_in(line) > seen {
+        let why = "the shell parser missed a substitution in it".to_owned();
+        analysis.opaque.push(why.clone());
+        analysis.unreadable = Some(why);
+    }
     analysis
+}
+
+/// How many substitutions bash runs in a line, counted from its text alone, without the
+/// parser: `$(…)` (and a `$((` whose parentheses do not close as `))`, which bash reads as a
+/// command substitution), backquoted ones, `<(…)` and `>(…)`, outside single quotes, `$'…'`
+/// and comments; and a `((` that does not close as `))` (subshells to bash, which the parser
+/// never counts as a substitution, so such a line is always unreadable). Rough in the safe direction only (a count too high makes the line ask): a
+/// line with a here-document ignores quoting, since quotes in a body quote nothing.
+fn substitutions_in(line: &str) -> usize {
+    #[derive(Clone, Copy, PartialEq)]
+    enum Context {
+        Plain,
+        Single,
+        AnsiC,
+        Double,
+        Comment,
+    }
+    let honour_quotes = !line.contains("<<");
+    let bytes = line.as_bytes();
+    let (mut count, mut in_backquotes) = (0, false);
+    let mut context = Context::Plain;
+    let mut at = 0;
+    while at < bytes.len() {
+        let (byte, next) = (bytes[at], bytes.get(at + 1).copied());
+        match context {
+            Context::Single if byte == b'\'' => context = Context::Plain,
+            Context::AnsiC if byte == b'\\' => at += 1,
+            Context::AnsiC if byte == b'\'' => context = Context::Plain,
+            Context::Comment if byte == b'\n' => context = Context::Plain,
+            Context::Single | Context::AnsiC | Context::Comment => {}
+            Context::Plain | Context::Double => match (byte, next) {
+                (b'\\', _) => at += 1,
+                // `$$` is the shell's pid; a `(` right after it is a syntax error.
+                (b'$', Some(b'$')) => at += 1,
+                (b'`', _) => {
+                    count += usize::from(!in_backquotes);
+                    in_backquotes = !in_backquotes;
+                }
+                (b'$', Some(b'(')) => {
+                    if bytes.get(at + 2) == Some(&b'(') && arithmetic_closes(&bytes[at + 3..]) {
+                        // Arithmetic: what is inside is scanned on.
+                        at += 2;
+                    } else {
+                        count += 1;
+                        at += 1;
+                    }
+                }
+                (b'<' | b'>', Some(b'(')) if context == Context::Plain => {
+                    count += 1;
+                    at += 1;
+                }
+                // `((…) )`: not an arithmetic command to bash but subshells, which the parser
+                // has read as arithmetic (and dropped what did not fit).
+                (b'(', Some(b'(')) if context == Context::Plain => {
+                    count += usize::from(!arithmetic_closes(&bytes[at + 2..]));
+                    at += 1;
+                }
+                (b'$', Some(b'\'')) if honour_quotes && context == Context::Plain => {
+                    context = Context::AnsiC;
+                    at += 1;
+                }
+                (b'\'', _) if honour_quotes && context == Context::Plain => {
+                    context = Context::Single
+                }
+                (b'"', _) if honour_quotes => {
+                    context = if context == Context::Double {
+                        Context::Plain
+                    } else {
+                        Context::Double
+                    };
+                }
+                (b'#', _) if context == Context::Plain => {
+                    let starts_word = at == 0
+                        || matches!(
+                            bytes[at - 1],
+                            b' ' | b'\t' | b'\n' | b';' | b'&' | b'|' | b'(' | b')'
+                        );
+                    if starts_word {
+                        context = Context::Comment;
+                    }
+                }
+                _ => {}
+            },
+        }
+        at += 1;
+    }
+    count
+}
+
+/// Whether every `)` closes a `(` before it, and every `(` is closed.
+fn parentheses_balance(text: &str) -> bool {
+    let mut depth = 0usize;
+    for byte in text.bytes() {
+        match byte {
+            b'(' => depth += 1,
+            b')' if depth == 0 => return false,
+            b')' => depth -= 1,
+            _ => {}
+        }
+    }
+    depth == 0
+}
+
+/// Whether an arithmetic expansion's text (after `$((`) closes with `))` at its own level, as
+/// bash requires; otherwise bash reads the `$((` as a command substitution of a subshell.
+fn arithmetic_closes(rest: &[u8]) -> bool {
+    let mut depth = 0usize;
+    for (at, &byte) in rest.iter().enumerate() {
+        match byte {
+            b'(' => depth += 1,
+            b')' if depth == 0 => return rest.get(at + 1) == Some(&b')'),
+            b')' => depth -= 1,
+            _ => {}
+        }
+    }
+    false
 }
 
 /// Whether a line may be given to the parser at all; why not.
@@ -219,8 +345,19 @@ fn process_substitution_in_parameter_expansion(line: &str) -> bool {
     false
 }
 
+/// Where a nested command line comes from.
+#[derive(Clone, Copy)]
+enum Nested {
+    /// The body of a substitution: part of the line's own text.
+    Body,
+    /// A word's value run as a command line (`sh -c`, `eval`).
+    Value,
+}
+
 struct Walker<'a> {
     out: &'a mut CommandLine,
+    /// Command and process substitutions found, nested ones included.
+    substitutions_seen: &'a mut usize,
     depth: usize,
     /// Inside a substitution, `sh -c` string or `eval`.
     nested: bool,
@@ -234,15 +371,24 @@ impl Walker<'_> {
         }
     }
 
-    /// Walks a command line nested in another (a substitution, `sh -c`, `eval`).
-    fn walk_nested(&mut self, line: &str, why: &str) {
+    /// Walks a command line nested in another: the body of a substitution (`Nested::Body`),
+    /// or a word's value run as a line (`sh -c`, `eval`: `Nested::Value`).
+    fn walk_nested(&mut self, line: &str, nested: Nested, why: &str) {
         self.opaque(why);
         if self.depth >= MAX_NESTING {
             self.opaque("commands nested too deep to follow");
             return;
         }
+        // Only a body's substitutions are in the text [`substitutions_in`] counts; counting a
+        // value's too could make up for ones the parser missed.
+        let mut uncounted = 0;
+        let substitutions_seen = match nested {
+            Nested::Body => &mut *self.substitutions_seen,
+            Nested::Value => &mut uncounted,
+        };
         let mut inner = Walker {
             out: &mut *self.out,
+            substitutions_seen,
             depth: self.depth + 1,
             nested: true,
         };
@@ -405,6 +551,11 @@ impl Walker<'_> {
     /// Arithmetic evaluates variables recursively, and an array subscript in a variable's value
     /// runs command substitutions: anything but numbers and operators is opaque.
     fn walk_arithmetic(&mut self, expr: &str) {
+        // Parentheses that do not balance make bash read `$((…))` and `((…))` as subshells
+        // (`$((1>/2) )` runs `1` with its output to `/2`): commands no rule was checked against.
+        if !parentheses_balance(expr) {
+            self.unreadable("an arithmetic expression that bash runs as commands".to_owned());
+        }
         let plain = expr.chars().all(|c| {
             c.is_ascii_digit() || c.is_ascii_whitespace() || "+-*/%()<>=!&|^~?:,".contains(c)
         });
@@ -436,6 +587,7 @@ impl Walker<'_> {
                 }
                 IoFileRedirectTarget::Fd(_) => {}
                 IoFileRedirectTarget::ProcessSubstitution(_, subshell) => {
+                    *self.substitutions_seen += 1;
                     self.opaque("a process substitution");
                     self.walk_substituted_list(&subshell.list);
                 }
@@ -496,6 +648,7 @@ impl Walker<'_> {
     fn walk_substituted_list(&mut self, list: &CompoundList) {
         let mut inner = Walker {
             out: &mut *self.out,
+            substitutions_seen: &mut *self.substitutions_seen,
             depth: self.depth + 1,
             nested: true,
         };
@@ -536,6 +689,7 @@ impl Walker<'_> {
                         }
                     }
                     CommandPrefixOrSuffixItem::ProcessSubstitution(_, subshell) => {
+                        *self.substitutions_seen += 1;
                         self.opaque("a process substitution");
                         self.walk_substituted_list(&subshell.list);
                         words.push(Expanded {
@@ -630,10 +784,10 @@ impl Walker<'_> {
                 args
             };
             if let Some(script) = shell_c_script(shell_args) {
-                self.walk_nested(script, "a command line run by `sh -c`");
+                self.walk_nested(script, Nested::Value, "a command line run by `sh -c`");
             }
         } else if name == "eval" {
-            self.walk_nested(&args.join(" "), "`eval`");
+            self.walk_nested(&args.join(" "), Nested::Value, "`eval`");
         } else if name == "find" {
             let mut rest = args;
             while let Some(start) = rest
@@ -709,9 +863,10 @@ impl Walker<'_> {
                 }
                 WordPiece::CommandSubstitution(line)
                 | WordPiece::BackquotedCommandSubstitution(line) => {
+                    *self.substitutions_seen += 1;
                     dynamic = true;
                     text.push_str(source_of(raw, piece));
-                    self.walk_nested(line, "a command substitution");
+                    self.walk_nested(line, Nested::Body, "a command substitution");
                 }
                 WordPiece::ArithmeticExpression(expr) => {
                     dynamic = true;

@@ -217,3 +217,67 @@ fn a_process_substitution_inside_a_parameter_expansion_is_unreadable() {
     assert_eq!(real.unreadable, None);
     assert!(real.commands.iter().any(|command| command.nested));
 }
+
+/// brush-parser has read substitutions as plain text (found by fuzzing: `$(cho $((0 ? 2) 2))`
+/// came back as the text `$`, the text `(cho ` and an arithmetic expansion), and `$((` whose
+/// parentheses do not balance is a subshell to bash (`$((1>/2) )` runs `1` and writes `/2`).
+/// A line holding a substitution the analysis did not see, or such an arithmetic expression,
+/// is unreadable; where the parser reads the subshell itself, the line is opaque. Either way no
+/// allow rule covers it.
+#[test]
+fn substitutions_the_parser_misses_make_the_line_unreadable() {
+    for line in [
+        "echo $(cho $((0 ? 2) 2)) ",
+        "echo $(touch /tmp/x $((0 ? 2) 2))",
+        "((1>/2) )",
+        "echo $( ((1>/2) ) )",
+        "echo $(cho $((0 ? 2) 2)); sh -c 'echo $(x) $(y)'",
+    ] {
+        let analysis = analyze(line);
+        assert!(analysis.unreadable.is_some(), "{line:?}: {analysis:?}");
+    }
+    for line in [
+        "echo $((1>/2) )",
+        "echo $((1>~/2)2)",
+        "echo \"$((1>/2) )\"",
+        "echo $((0 ? 2) 2)",
+    ] {
+        let analysis = analyze(line);
+        assert!(!analysis.opaque.is_empty(), "{line:?}: {analysis:?}");
+    }
+    // Substitutions the parser does see, arithmetic that closes, and text bash never runs stay
+    // readable.
+    for line in [
+        "echo $(date) `whoami` \"$(pwd)\"",
+        "diff <(ls a) <(ls b)",
+        "echo $((1 + (2 * 3))) $(( $(echo 1) + 2 ))",
+        "git commit -m 'fix `x` and $(y)'",
+        "echo $'a $(b) \\' `c`'",
+        "git status # see $(x) and `y`",
+        "echo $$ ${x:-$(pwd)}",
+        "cat <<EOF\n$(date)\nEOF",
+        "for ((i = 0; i < 3; i++)); do echo $i; done; (( i > 2 )) && ((j++))",
+        "sh -c 'echo $(date)'",
+    ] {
+        assert_eq!(analyze(line).unreadable, None, "{line:?}");
+    }
+    // Rough in the safe direction: quotes in a line with a here-document do not count.
+    assert!(analyze("cat <<'EOF'\n$(date)\nEOF").unreadable.is_some());
+}
+
+#[test]
+fn the_substitution_count_follows_quotes_comments_and_arithmetic() {
+    for (line, expected) in [
+        ("echo $(a) `b` <(c) >(d)", 4),
+        ("echo '$(a)' \"$(b)\" $'`c`' \\$(d)", 1),
+        ("echo $((1 + 2)) $(( (1) ))", 0),
+        ("echo $((0 ? 2) 2))", 1),
+        ("echo \"<(a)\" # $(b)\n$(c)", 1),
+        ("echo $$(a)", 0),
+        ("echo a#$(b)", 1),
+        ("cat <<X\n'\nX\n$(c)", 1),
+        ("((1>/2) ); (( x > 1 )); for ((;;)); do :; done", 1),
+    ] {
+        assert_eq!(substitutions_in(line), expected, "{line:?}");
+    }
+}
