@@ -281,12 +281,17 @@ fn parsable(line: &str) -> Result<(), String> {
     // next lines (`$(<<c"` … `$[""]"`) sends its memory without bound, an empty one (`<<""`)
     // loops forever when the line ends in a comment (`cat <<"" | wc #`), and so does a blank
     // or missing one (`<<\r x&&`, `<<- #x`), allocating as it goes.
-    for (at, _) in line.match_indices("<<") {
+    let mut from = 0;
+    while let Some(found) = line[from..].find("<<") {
+        let at = from + found;
         let after = &line[at + 2..];
         if after.starts_with('<') {
-            // `<<<`: a here-string, whose word is an ordinary (expandable) word.
+            // `<<<`: a here-string, whose word is an ordinary (expandable) word. Operators are
+            // read longest first, so `<<<<<` is a here-string and then a here-document.
+            from = at + 3;
             continue;
         }
+        from = at + 2;
         // Blanks are spaces and tabs: for the parser, a carriage return is part of the word.
         let rest = after
             .trim_start_matches('-')

@@ -146,6 +146,7 @@ fn lines_the_parser_cannot_take_are_unreadable_at_once() {
         format!("ls ~+{}", "9".repeat(25)),
         format!("e>t >|<<\r Xc6vv{}0&&\t", "P".repeat(23)),
         "e <<\r X&&\t".to_owned(),
+        "e&hf\"\"\"\"\"\"\"\t\t\"<<<<<\t\t\"\"\"\"\t\t\t".to_owned(),
         "[        $$(r                \"x                \"x   <<-    #s <<-  eo".to_owned(),
         "d?(,${n[,${n[\"${eggcU$K_>${n[,${n[\"${eggcU$K_\u{5}\nkz)?c\u{51a}".to_owned(),
         "mw?(PA\"$[8v~4=*\"[\"PP@d[${P0[0P$\"P${!eed[${P0[0P$\"P${!eeH).-".to_owned(),
