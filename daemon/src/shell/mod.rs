@@ -280,7 +280,9 @@ fn parsable(line: &str) -> Result<(), String> {
     // (found by fuzzing): one holding an expansion (`<<x$(`) or leaving a quote open into the
     // next lines (`$(<<c"` … `$[""]"`) sends its memory without bound, an empty one (`<<""`)
     // loops forever when the line ends in a comment (`cat <<"" | wc #`), and so does a blank
-    // or missing one (`<<\r x&&`, `<<- #x`), allocating as it goes.
+    // or missing one (`<<\r x&&`, `<<- #x`), allocating as it goes. A here-document must also
+    // end: bash reads an unterminated one to the end of the input, and the parser's memory
+    // runs away on some.
     let mut from = 0;
     while let Some(found) = line[from..].find("<<") {
         let at = from + found;
@@ -305,6 +307,24 @@ fn parsable(line: &str) -> Result<(), String> {
         if delimiter.chars().all(|c| matches!(c, '"' | '\'')) || delimiter.starts_with('#') {
             // `#` starts a comment: the here-document has no delimiter at all.
             return Err("a here-document delimiter is empty or blank".to_owned());
+        }
+        // A here-document whose closing line never comes (inside a substitution especially:
+        // `$(r <<- e`) sends the parser's memory without bound; a real one ends.
+        let tag: String = delimiter
+            .chars()
+            .filter(|c| !matches!(c, '"' | '\'' | '\\'))
+            .collect();
+        let strip_tabs = after.starts_with('-');
+        let closes = after.split('\n').skip(1).any(|body_line| {
+            let body_line = if strip_tabs {
+                body_line.trim_start_matches('\t')
+            } else {
+                body_line
+            };
+            body_line == tag
+        });
+        if !closes {
+            return Err(format!("the here-document {tag} has no closing line"));
         }
     }
     Ok(())

@@ -146,6 +146,11 @@ fn lines_the_parser_cannot_take_are_unreadable_at_once() {
         format!("ls ~+{}", "9".repeat(25)),
         format!("e>t >|<<\r Xc6vv{}0&&\t", "P".repeat(23)),
         "e <<\r X&&\t".to_owned(),
+        "[     $$(r             s <<-  e ".to_owned(),
+        "ec=(cho $(8````28<-          s <<-  e <<-  8887.78854 $2 n)) ".to_owned(),
+        "echo $(as$chpo  4( 1) echo $'\\x30'<<  \"a\"[\"'x\"h4)o ! git sb\"echo $'\\x30' \") "
+            .to_owned(),
+        "cat <<EOF\nno end".to_owned(),
         "e&hf\"\"\"\"\"\"\"\t\t\"<<<<<\t\t\"\"\"\"\t\t\t".to_owned(),
         "[        $$(r                \"x                \"x   <<-    #s <<-  eo".to_owned(),
         "d?(,${n[,${n[\"${eggcU$K_>${n[,${n[\"${eggcU$K_\u{5}\nkz)?c\u{51a}".to_owned(),
@@ -194,6 +199,8 @@ fn lines_the_parser_cannot_take_are_unreadable_at_once() {
         "cat <<\"END OF TEXT\"\nbody\nEND OF TEXT",
         "cat <<'x'>out\nbody\nx",
         "cat <<E\\OF\nbody\nEOF",
+        "x=$(cat <<A <<-B\na\nA\n\tb\n\tB\n)",
+        "cat <<EOF > out.txt; echo done\nline\nEOF\necho after",
         r#"kubectl patch deploy x -p '{"spec":{"template":{"spec":{"containers":[{"name":"x","resources":{"limits":{"cpu":"1"}}}]}}}}'"#,
     ] {
         assert_eq!(analyze(line).unreadable, None, "{line:?}");
