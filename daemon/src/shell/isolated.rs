@@ -12,8 +12,9 @@
 //! Workers are kept between lines (a round trip costs about 10 µs more than the parse itself;
 //! starting a worker costs milliseconds), at most [`MAX_WORKERS`] at a time.
 //!
-//! Wire format, both ways: a 4-byte little-endian length, then that many bytes; the request is
-//! the line (UTF-8), the answer the [`CommandLine`] as JSON.
+//! Wire format: the worker first says it is ready ([`READY`]); then, both ways, a 4-byte
+//! little-endian length and that many bytes: the request is the line (UTF-8), the answer the
+//! [`CommandLine`] as JSON.
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -36,6 +37,13 @@ pub const MAX_WORKERS: usize = 4;
 /// How long a line may take. A real line parses in microseconds (a 64 KiB script in
 /// milliseconds); the slow shapes found by fuzzing take minutes to hours.
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(1);
+
+/// How long a worker may take to start: an exec, which a loaded machine can make slow. Not
+/// part of any line's deadline.
+const STARTUP_DEADLINE: Duration = Duration::from_secs(10);
+
+/// What a worker says once, when it is ready for lines.
+const READY: [u8; 1] = [b'R'];
 
 /// The address space a worker gives itself: a parse that needs more is a parser bug, and the
 /// worker aborts instead of taking the machine's memory.
@@ -114,7 +122,7 @@ impl ShellParser {
     }
 
     async fn ask_fresh(&self, line: &str) -> Asked {
-        match Worker::start(&self.program) {
+        match Worker::start(&self.program).await {
             Ok(worker) => self.ask(worker, line).await,
             Err(err) => {
                 tracing::error!(%err, program = %self.program.display(), "cannot start a shell parser worker");
@@ -157,7 +165,9 @@ struct Worker {
 }
 
 impl Worker {
-    fn start(program: &Path) -> std::io::Result<Self> {
+    /// Starts a worker and waits until it is ready, so that its start (an exec, slow on a
+    /// loaded machine) never counts against a line's deadline.
+    async fn start(program: &Path) -> std::io::Result<Self> {
         let mut child = Command::new(program)
             .arg0("toold-shell-parser")
             .arg(WORKER_ARGUMENT)
@@ -168,7 +178,14 @@ impl Worker {
             .kill_on_drop(true)
             .spawn()?;
         let stdin = child.stdin.take().expect("stdin is piped");
-        let stdout = child.stdout.take().expect("stdout is piped");
+        let mut stdout = child.stdout.take().expect("stdout is piped");
+        let mut ready = [0u8; 1];
+        match tokio::time::timeout(STARTUP_DEADLINE, stdout.read_exact(&mut ready)).await {
+            Ok(Ok(_)) if ready == READY => {}
+            Ok(Ok(_)) => return Err(std::io::Error::other("it said something else than ready")),
+            Ok(Err(err)) => return Err(err),
+            Err(_) => return Err(std::io::Error::other("it was not ready in time")),
+        }
         Ok(Self {
             _child: child,
             stdin,
@@ -211,7 +228,12 @@ pub fn worker_main() -> ExitCode {
     }
     // Panics inside the parser are caught and make the line unreadable; they need no report.
     std::panic::set_hook(Box::new(|_| {}));
-    match serve(std::io::stdin().lock(), std::io::stdout().lock()) {
+    let mut output = std::io::stdout().lock();
+    if let Err(err) = output.write_all(&READY).and_then(|()| output.flush()) {
+        eprintln!("toold shell parser: {err}");
+        return ExitCode::FAILURE;
+    }
+    match serve(std::io::stdin().lock(), output) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("toold shell parser: {err}");
