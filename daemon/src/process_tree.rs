@@ -30,8 +30,8 @@ use std::ffi::{OsStr, OsString};
 use std::fs;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use nix::errno::Errno;
@@ -224,18 +224,19 @@ impl ProcessTree {
         self.report(&signaled, survivors)
     }
 
-    /// Whether no process of the call can still be alive, known from two system calls instead
-    /// of a look at every process on the machine (the common end of a short command). With the
-    /// daemon a child subreaper, whatever the shell left behind is in its process group or
-    /// was reparented to the daemon: so if the group is empty and the daemon has no child at
-    /// all (living or dead), nothing is left. Any doubt (another call's shell, a hook, a member
-    /// seen before, no subreaper) takes the full sweep.
+    /// Whether no process of the call can still be alive, known from a few system calls
+    /// instead of a look at every process on the machine (the common end of a short command).
+    /// With the daemon a child subreaper, whatever the shell left behind is in its process
+    /// group or was reparented to the daemon: so if the group is empty and the daemon has no
+    /// child (living or dead) but its own long-lived ones (the shell parser workers), nothing
+    /// is left. Any doubt (another call's shell, a hook, a member seen before, no subreaper, a
+    /// kernel that does not list a process's children) takes the full sweep.
     pub fn nothing_can_be_left(&self) -> bool {
         if !ensure_subreaper() || !self.members.is_empty() {
             return false;
         }
         let group_empty = kill(Pid::from_raw(-self.leader_pid), None) == Err(Errno::ESRCH);
-        group_empty && !daemon_has_children()
+        group_empty && !daemon_has_unknown_children()
     }
 
     fn report(&self, signaled: &HashSet<ProcessId>, survivors: usize) -> SweepReport {
@@ -360,12 +361,57 @@ fn signal(pid: i32, signal: Signal) {
     let _ = kill(Pid::from_raw(pid), signal);
 }
 
-/// Whether the daemon has any child process, running or exited and not yet reaped. `WNOWAIT`
-/// leaves a dead one for whoever reaps it (tokio for a shell, the sweep for an orphan).
-fn daemon_has_children() -> bool {
+/// Children of the daemon that belong to no command: the shell parser workers. The fast end
+/// of a command ([`ProcessTree::nothing_can_be_left`]) looks past them.
+static KNOWN_CHILDREN: Mutex<Vec<u32>> = Mutex::new(Vec::new());
+
+/// Records a long-lived child of the daemon's own (until [`forget_known_child`]).
+pub fn register_known_child(pid: u32) {
+    KNOWN_CHILDREN
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(pid);
+}
+
+/// Forgets a child recorded with [`register_known_child`] (it was killed, or has ended).
+pub fn forget_known_child(pid: u32) {
+    KNOWN_CHILDREN
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .retain(|known| *known != pid);
+}
+
+/// Whether the daemon has a child process, running or exited and not yet reaped, that is not
+/// one of its known children. `WNOWAIT` leaves a dead one for whoever reaps it (tokio for a
+/// shell, the sweep for an orphan).
+fn daemon_has_unknown_children() -> bool {
     let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
     // ECHILD: none at all. Anything else, even an error, counts as "maybe".
-    !matches!(waitid(Id::All, flags), Err(Errno::ECHILD))
+    if matches!(waitid(Id::All, flags), Err(Errno::ECHILD)) {
+        return false;
+    }
+    let known = KNOWN_CHILDREN.lock().unwrap_or_else(|e| e.into_inner());
+    any_unknown(daemon_children().as_deref(), &known)
+}
+
+/// Whether `children` holds a pid not in `known`; not knowing the children counts as yes.
+fn any_unknown(children: Option<&[u32]>, known: &[u32]) -> bool {
+    children.is_none_or(|children| children.iter().any(|pid| !known.contains(pid)))
+}
+
+/// The daemon's children, from `/proc/self/task/*/children`; `None` where the kernel does not
+/// offer those files (built without `CONFIG_PROC_CHILDREN`), or one cannot be read.
+fn daemon_children() -> Option<Vec<u32>> {
+    let mut children = Vec::new();
+    for task in fs::read_dir("/proc/self/task").ok()? {
+        let listed = fs::read_to_string(task.ok()?.path().join("children")).ok()?;
+        children.extend(
+            listed
+                .split_whitespace()
+                .filter_map(|pid| pid.parse::<u32>().ok()),
+        );
+    }
+    Some(children)
 }
 
 /// Every process in `/proc` whose stat could be read (a process may exit while we look).
@@ -410,6 +456,18 @@ fn parse_stat(pid: i32, raw: &[u8]) -> Option<ProcStat> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The fast end of a command looks past the parser workers, and only past them: a child it
+    /// does not know, or children it cannot list, take the full sweep.
+    #[test]
+    fn only_known_children_are_looked_past() {
+        let known = [41, 42];
+        assert!(!any_unknown(Some(&[]), &known));
+        assert!(!any_unknown(Some(&[42, 41]), &known));
+        assert!(any_unknown(Some(&[41, 7]), &known));
+        assert!(any_unknown(None, &known));
+        assert!(any_unknown(None, &[]));
+    }
 
     #[test]
     fn filters_the_daemons_own_variables() {

@@ -27,6 +27,7 @@ use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tokio::sync::Semaphore;
 
 use super::{CommandLine, MAX_LINE_BYTES, analyze};
+use crate::process_tree;
 
 /// The first argument that makes the `toold` binary a parser worker instead of a command line.
 pub const WORKER_ARGUMENT: &str = "__shell-parser-worker";
@@ -159,6 +160,7 @@ enum Asked {
 struct Worker {
     // Kept for `kill_on_drop`.
     _child: Child,
+    pid: u32,
     stdin: ChildStdin,
     stdout: ChildStdout,
     buffer: Vec<u8>,
@@ -178,20 +180,26 @@ impl Worker {
             .kill_on_drop(true)
             .spawn()?;
         let stdin = child.stdin.take().expect("stdin is piped");
-        let mut stdout = child.stdout.take().expect("stdout is piped");
+        let stdout = child.stdout.take().expect("stdout is piped");
+        let pid = child.id().expect("a child just spawned has a pid");
+        // A worker is the daemon's child but no command's: commands end faster when the
+        // daemon knows it (`process_tree`).
+        process_tree::register_known_child(pid);
+        let mut worker = Self {
+            _child: child,
+            pid,
+            stdin,
+            stdout,
+            buffer: Vec::new(),
+        };
         let mut ready = [0u8; 1];
-        match tokio::time::timeout(STARTUP_DEADLINE, stdout.read_exact(&mut ready)).await {
+        match tokio::time::timeout(STARTUP_DEADLINE, worker.stdout.read_exact(&mut ready)).await {
             Ok(Ok(_)) if ready == READY => {}
             Ok(Ok(_)) => return Err(std::io::Error::other("it said something else than ready")),
             Ok(Err(err)) => return Err(err),
             Err(_) => return Err(std::io::Error::other("it was not ready in time")),
         }
-        Ok(Self {
-            _child: child,
-            stdin,
-            stdout,
-            buffer: Vec::new(),
-        })
+        Ok(worker)
     }
 
     async fn analyze(&mut self, line: &str) -> std::io::Result<CommandLine> {
@@ -217,6 +225,12 @@ impl Worker {
         self.buffer.resize(length, 0);
         self.stdout.read_exact(&mut self.buffer).await?;
         serde_json::from_slice(&self.buffer).map_err(std::io::Error::other)
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        process_tree::forget_known_child(self.pid);
     }
 }
 
