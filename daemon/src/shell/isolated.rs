@@ -9,8 +9,10 @@
 //! worker that misses it, crashes or answers nonsense is killed, and the line is *unreadable*
 //! (it asks in every mode), which is how the permission engine treats any line it cannot read.
 //!
-//! Workers are kept between lines (a round trip costs about 10 µs more than the parse itself;
-//! starting a worker costs milliseconds), at most [`MAX_WORKERS`] at a time.
+//! Workers are kept between lines (a round trip costs tens of microseconds more than the parse
+//! itself, mostly wake-ups; starting a worker costs milliseconds), at most [`MAX_WORKERS`] at a
+//! time. A worker is the daemon's child but no command's: it is registered with
+//! `process_tree`, so that the fast end of a command still applies.
 //!
 //! Wire format: the worker first says it is ready ([`READY`]); then, both ways, a 4-byte
 //! little-endian length and that many bytes: the request is the line (UTF-8), the answer the
