@@ -176,7 +176,10 @@ async fn step_permission(
     hook: HookVerdict,
     cancel: &CancellationToken,
 ) -> Result<(Arc<Env>, Arc<[ResolvedPath]>), ToolResult> {
-    let mut analysed = analyse_command(scope, resolved).await;
+    let mut analysed = tokio::select! {
+        analysed = analyse_command(scope, resolved) => analysed,
+        () = cancel.cancelled() => return Err(failure(call, ErrorType::Canceled, "the call was canceled while its command line was analysed")),
+    };
     let state = scope.session.state();
     let (decision, judged) = state.decide_judging(resolved, analysed.as_ref(), hook);
     match decision {

@@ -1042,4 +1042,41 @@ async fn a_stuck_shell_parser_delays_only_the_call_it_holds() {
     }
     let again = execute(&client, &session_id, command("again", "echo parsed")).await;
     assert_eq!(result_of(&again, "again")["ok"], true, "{again}");
+
+    // Canceled while its line waits on a stuck worker: the call ends at once, not at the
+    // deadline.
+    let stuck = shell_parser_workers(daemon.pid());
+    assert_eq!(stuck.len(), 1, "{stuck:?}");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(stuck[0] as i32),
+        nix::sys::signal::Signal::SIGSTOP,
+    )
+    .unwrap();
+    let client = std::sync::Arc::new(client);
+    let running = tokio::spawn({
+        let (client, session_id) = (client.clone(), session_id.clone());
+        async move { execute(&client, &session_id, command("canceled", "echo never")).await }
+    });
+    // Until the batch is registered there is nothing to cancel.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let started = loop {
+        let started = std::time::Instant::now();
+        let canceled = client
+            .request("tools/cancel", json!({"session_id": session_id}))
+            .await
+            .expect("tools/cancel");
+        if canceled["canceled"] == json!(["canceled"]) {
+            break started;
+        }
+        assert!(std::time::Instant::now() < deadline, "{canceled}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let response = running.await.unwrap();
+    let result = result_of(&response, "canceled");
+    assert_eq!(result["error_type"], "canceled", "{result}");
+    assert!(
+        started.elapsed() < Duration::from_millis(500),
+        "the cancel took {:?}",
+        started.elapsed()
+    );
 }
