@@ -119,8 +119,9 @@ pub fn analyze(line: &str) -> CommandLine {
 /// parser: `$(…)` (and a `$((` whose parentheses do not close as `))`, which bash reads as a
 /// command substitution), backquoted ones, `<(…)` and `>(…)`, outside single quotes, `$'…'`
 /// and comments; and a `((` that does not close as `))` (subshells to bash, which the parser
-/// never counts as a substitution, so such a line is always unreadable). Rough in the safe direction only (a count too high makes the line ask): a
-/// line with a here-document ignores quoting, since quotes in a body quote nothing.
+/// never counts as a substitution, so such a line is always unreadable). Rough in the safe
+/// direction only (a count too high makes the line ask): a line with a here-document ignores
+/// quoting, since quotes in a body quote nothing.
 fn substitutions_in(line: &str) -> usize {
     #[derive(Clone, Copy, PartialEq)]
     enum Context {
