@@ -1,7 +1,8 @@
 //! The shell parser behind its process boundary (`shell::isolated`): workers started from the
 //! real `toold` binary analyse lines exactly as the in-process analysis does, a worker that
-//! dies is replaced, a line that outlives its deadline is unreadable and its worker killed, and
-//! no more workers run than the cap.
+//! dies is replaced, a line that outlives its deadline is unreadable and its worker killed, a
+//! worker that ends or cannot start leaves its line unreadable, no more workers run than the
+//! cap, and workers die with their parser and with a daemon killed mid-parse.
 
 use std::time::{Duration, Instant};
 
