@@ -45,10 +45,13 @@ for target in "${targets[@]}"; do
   scratch=$(mktemp -d)
   found=$(mktemp -d)
   end=$((SECONDS + seconds))
-  while [ $((end - SECONDS)) -gt 0 ]; do
+  while :; do
+    # Read once: libFuzzer takes a limit of 0 for no limit at all.
+    left=$((end - SECONDS))
+    [ "$left" -gt 0 ] || break
     status=0
     cargo +nightly fuzz run -s none "$target" "$scratch" "corpus/$target" -- \
-      -max_total_time=$((end - SECONDS)) -timeout=10 -print_final_stats=1 \
+      -max_total_time="$left" -timeout=10 -print_final_stats=1 \
       -artifact_prefix="$found/" 2>&1 |
       { grep -v -E '^#[0-9]+\s+(NEW|REDUCE|pulse)' || true; } || status=$?
     [ "$status" -eq 0 ] && break
