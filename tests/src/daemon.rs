@@ -530,30 +530,36 @@ pub fn shell_parser_workers(parent: u32) -> Vec<u32> {
     entries
         .flatten()
         .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-                return false;
-            };
-            // After the command name (in parentheses, and free to hold anything): the state,
-            // then the parent's pid.
-            let mut fields = stat
-                .rsplit_once(')')
-                .map_or("", |(_, rest)| rest)
-                .split_whitespace();
-            let alive = !matches!(fields.next(), Some("Z" | "X") | None);
-            let child = fields.next().and_then(|ppid| ppid.parse::<u32>().ok()) == Some(parent);
+        .filter(|&pid| {
+            let alive_child = state_and_parent(pid)
+                .is_some_and(|(state, ppid)| is_alive(&state) && ppid == parent);
             let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            alive && child && cmdline.starts_with(b"toold-shell-parser\0")
+            alive_child && cmdline.starts_with(b"toold-shell-parser\0")
         })
         .collect()
 }
 
 /// Whether a process is alive (a zombie counts as dead).
 pub fn process_alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-        let state = stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().next());
-        !matches!(state, Some("Z" | "X") | None)
-    })
+    state_and_parent(pid).is_some_and(|(state, _)| is_alive(&state))
+}
+
+/// Sends `signal` to `pid`.
+pub fn send_signal(pid: u32, signal: nix::sys::signal::Signal) {
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(pid).expect("a pid"));
+    nix::sys::signal::kill(pid, signal).expect("signal the process");
+}
+
+/// A process's state and parent from `/proc/PID/stat`: the fields after the command name,
+/// which is in parentheses and free to hold anything.
+fn state_and_parent(pid: u32) -> Option<(String, u32)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let mut fields = stat.rsplit_once(')')?.1.split_whitespace();
+    let state = fields.next()?.to_owned();
+    let parent = fields.next()?.parse().ok()?;
+    Some((state, parent))
+}
+
+fn is_alive(state: &str) -> bool {
+    !matches!(state, "Z" | "X")
 }

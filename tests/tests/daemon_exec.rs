@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use toold_protocol::peer::Reply;
 use toold_protocol::{ErrorObject, Notification, Request, RequestError};
 use toold_tests::daemon::{
-    Answerer, TestClient, TestDaemon, no_answers, process_alive, shell_parser_workers,
+    Answerer, TestClient, TestDaemon, no_answers, process_alive, send_signal, shell_parser_workers,
 };
 
 /// The params of a request or notification, `null` when absent.
@@ -983,11 +983,7 @@ async fn a_stuck_shell_parser_delays_only_the_call_it_holds() {
     assert_eq!(result_of(&warm, "warm")["ok"], true, "{warm}");
     let stuck = shell_parser_workers(daemon.pid());
     assert_eq!(stuck.len(), 1, "one worker after one line: {stuck:?}");
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(stuck[0] as i32),
-        nix::sys::signal::Signal::SIGSTOP,
-    )
-    .unwrap();
+    send_signal(stuck[0], nix::sys::signal::Signal::SIGSTOP);
 
     let waiting = tokio::spawn(async move {
         let started = std::time::Instant::now();
@@ -1047,11 +1043,7 @@ async fn a_stuck_shell_parser_delays_only_the_call_it_holds() {
     // deadline.
     let stuck = shell_parser_workers(daemon.pid());
     assert_eq!(stuck.len(), 1, "{stuck:?}");
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(stuck[0] as i32),
-        nix::sys::signal::Signal::SIGSTOP,
-    )
-    .unwrap();
+    send_signal(stuck[0], nix::sys::signal::Signal::SIGSTOP);
     let client = std::sync::Arc::new(client);
     let running = tokio::spawn({
         let (client, session_id) = (client.clone(), session_id.clone());

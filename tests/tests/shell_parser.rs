@@ -10,7 +10,7 @@ use serde_json::json;
 use toold::shell;
 use toold::shell::isolated::{DEFAULT_DEADLINE, MAX_WORKERS, ShellParser};
 use toold_tests::daemon::{
-    TestDaemon, no_answers, process_alive, shell_parser_workers, toold_binary,
+    TestDaemon, no_answers, process_alive, send_signal, shell_parser_workers, toold_binary,
 };
 
 fn parser(deadline: Duration) -> ShellParser {
@@ -61,11 +61,7 @@ async fn a_worker_that_died_while_idle_is_replaced_without_losing_the_line() {
     assert!(parser.analyze("true").await.unreadable.is_none());
     let started = workers();
     assert_eq!(started.len(), 1, "{started:?}");
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(started[0] as i32),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
+    send_signal(started[0], nix::sys::signal::Signal::SIGKILL);
     wait_for_workers(0).await;
     let analysis = parser.analyze("git status").await;
     assert_eq!(analysis, shell::analyze("git status"));
@@ -108,10 +104,6 @@ async fn workers_end_with_their_parser() {
     wait_for_workers(0).await;
 }
 
-fn signal(pid: u32, signal: nix::sys::signal::Signal) {
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), signal).unwrap();
-}
-
 /// The reason a line is unreadable when its worker missed the deadline.
 fn late(deadline: Duration) -> String {
     format!(
@@ -130,7 +122,7 @@ async fn a_worker_that_misses_the_deadline_is_killed_and_its_line_is_unreadable(
     parser.analyze("true").await;
     let stuck = workers();
     assert_eq!(stuck.len(), 1, "{stuck:?}");
-    signal(stuck[0], nix::sys::signal::Signal::SIGSTOP);
+    send_signal(stuck[0], nix::sys::signal::Signal::SIGSTOP);
 
     let started = Instant::now();
     let analysis = parser.analyze("git status").await;
@@ -171,7 +163,7 @@ async fn workers_die_with_a_killed_daemon_even_mid_parse() {
     let parsers = shell_parser_workers(daemon.pid());
     assert_eq!(parsers.len(), 1, "{parsers:?}");
     // Stopped, the worker cannot notice its stdin closing: only the death signal ends it.
-    signal(parsers[0], nix::sys::signal::Signal::SIGSTOP);
+    send_signal(parsers[0], nix::sys::signal::Signal::SIGSTOP);
     daemon.kill();
     let deadline = Instant::now() + Duration::from_secs(5);
     while process_alive(parsers[0]) {
