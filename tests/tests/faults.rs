@@ -15,6 +15,19 @@ use toold_tests::daemon::TestDaemon;
 
 const FILE_BYTES: usize = 4 << 20;
 
+/// The `tools/execute` request (id 10) of one `write_file` of `content` to `big.txt`, framed.
+fn write_request(session: &str, content: &str) -> Vec<u8> {
+    let mut request = serde_json::to_vec(&json!({
+        "jsonrpc": "2.0", "id": 10, "method": "tools/execute",
+        "params": {"session_id": session, "calls": [
+            {"id": "w", "name": "write_file", "arguments": {"path": "big.txt", "content": content}}
+        ]}
+    }))
+    .unwrap();
+    request.push(b'\n');
+    request
+}
+
 /// Connects, initializes and opens a session whose writes inside the roots need no approval.
 fn client(socket: &Path, work: &Path) -> (UnixStream, String) {
     let mut stream = UnixStream::connect(socket).unwrap();
@@ -83,15 +96,9 @@ fn kill_9_during_large_writes_leaves_whole_files_and_no_temporaries() {
     let full = {
         let (mut stream, session) = client(&daemon.socket(), &work);
         let started = std::time::Instant::now();
-        let mut request = serde_json::to_vec(&json!({
-            "jsonrpc": "2.0", "id": 10, "method": "tools/execute",
-            "params": {"session_id": session, "calls": [
-                {"id": "w", "name": "write_file", "arguments": {"path": "big.txt", "content": current}}
-            ]}
-        }))
-        .unwrap();
-        request.push(b'\n');
-        stream.write_all(&request).unwrap();
+        stream
+            .write_all(&write_request(&session, &current))
+            .unwrap();
         let mut reader = BufReader::new(stream);
         loop {
             let mut text = String::new();
@@ -107,15 +114,7 @@ fn kill_9_during_large_writes_leaves_whole_files_and_no_temporaries() {
     for round in 1..=iterations {
         let next = content(round);
         let (mut stream, session) = client(&daemon.socket(), &work);
-        let mut request = serde_json::to_vec(&json!({
-            "jsonrpc": "2.0", "id": 10, "method": "tools/execute",
-            "params": {"session_id": session, "calls": [
-                {"id": "w", "name": "write_file", "arguments": {"path": "big.txt", "content": next}}
-            ]}
-        }))
-        .unwrap();
-        request.push(b'\n');
-        stream.write_all(&request).unwrap();
+        stream.write_all(&write_request(&session, &next)).unwrap();
         // A different moment each round, from "still parsing" to "already renamed".
         std::thread::sleep(Duration::from_micros((round * 7919) % spread_micros));
         daemon.kill();
