@@ -1,4 +1,4 @@
-//! The per-call pipeline, PROTOCOL.md section 5 steps 1–8, one function per step:
+//! The per-call pipeline, docs/protocol.md section 5 steps 1–8, one function per step:
 //! `call_start` → resolve → pre hooks → permission (and approval) → recheck → execute →
 //! post hooks → `tool/result`, `tool/call_done`. The first step that fails ends the call with
 //! its result; every call ends with exactly one.

@@ -1,4 +1,4 @@
-//! The daemon's configuration (PROTOCOL.md section 10): one TOML file, every key with a
+//! The daemon's configuration (docs/protocol.md section 10): one TOML file, every key with a
 //! default, and a bad file refused at start naming the key at fault and why. This file owns
 //! the settings, where the file is found and read, and the errors; `read` walks the TOML.
 

@@ -1,4 +1,4 @@
-//! PreToolUse and PostToolUse hooks (PROTOCOL.md section 8): programs from the config and
+//! PreToolUse and PostToolUse hooks (docs/protocol.md section 8): programs from the config and
 //! connections that declared `hooks`, all of an event's hooks in parallel, the strictest answer
 //! winning. Fail-closed: a PreToolUse hook that errors, times out, answers junk or disappears
 //! blocks the call. PostToolUse failures are logged and change nothing.

@@ -1,5 +1,5 @@
 //! `approval/request`, the server→client request for a permission decision, and its answer
-//! (PROTOCOL.md section 7).
+//! (docs/protocol.md section 7).
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};

@@ -1,5 +1,5 @@
 //! Session events, the notifications sent to every attached connection while a batch runs
-//! (PROTOCOL.md section 5), and the session-less `tools/list_changed`.
+//! (docs/protocol.md section 5), and the session-less `tools/list_changed`.
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};

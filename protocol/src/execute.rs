@@ -1,5 +1,5 @@
 //! Running and canceling batches: `tools/execute`, `tools/cancel` and `$/cancelRequest`
-//! (PROTOCOL.md section 5).
+//! (docs/protocol.md section 5).
 
 use serde::{Deserialize, Serialize};
 

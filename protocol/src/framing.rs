@@ -1,5 +1,5 @@
 //! The framing codec: newline-delimited JSON or the LSP base protocol, detected per
-//! connection from the first byte the peer sends (PROTOCOL.md section 1).
+//! connection from the first byte the peer sends (docs/protocol.md section 1).
 //!
 //! Bad input is a value ([`Frame::ParseError`], [`Frame::TooLarge`]) so the connection can
 //! answer it; only input that makes message boundaries unknowable is a [`FramingError`].
@@ -17,7 +17,7 @@ mod encode;
 pub use decode::FrameDecoder;
 pub use encode::{FrameEncoder, JsonText};
 
-/// PROTOCOL.md's default `max_message_bytes`.
+/// docs/protocol.md's default `max_message_bytes`.
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
 
 /// The most bytes an LSP header section may take; real ones are under 100.

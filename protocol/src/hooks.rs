@@ -1,5 +1,5 @@
 //! `hook/pre_tool_use` and `hook/post_tool_use`: params, answers and decision strictness
-//! (PROTOCOL.md section 8).
+//! (docs/protocol.md section 8).
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};

@@ -1,4 +1,5 @@
-//! The `initialize` handshake: protocol version, peer info and capabilities (PROTOCOL.md section 2).
+//! The `initialize` handshake: protocol version, peer info and capabilities (docs/protocol.md
+//! section 2).
 
 use serde::{Deserialize, Serialize};
 

@@ -1,5 +1,5 @@
 //! `tool/invoke`: the daemon asks the connection that registered a client tool to run a call
-//! (PROTOCOL.md section 9). The answer is a [`crate::ToolResult`].
+//! (docs/protocol.md section 9). The answer is a [`crate::ToolResult`].
 
 use std::path::PathBuf;
 

@@ -1,4 +1,4 @@
-//! toold's wire protocol (PROTOCOL.md): the serde types of every message, the method
+//! toold's wire protocol (docs/protocol.md): the serde types of every message, the method
 //! names, the JSON-RPC envelope and error codes, and the framing codec.
 //!
 //! Everything the daemon and its clients put on the socket is a type from this crate;

@@ -1,5 +1,5 @@
 //! The connection layer the daemon and the client share: a bidirectional JSON-RPC 2.0 peer
-//! over any byte stream (PROTOCOL.md sections 1 and 2).
+//! over any byte stream (docs/protocol.md sections 1 and 2).
 //!
 //! [`Peer::spawn`] starts two tasks per connection:
 //! - the **reader** decodes frames, routes responses to our pending requests (by the absence
@@ -22,7 +22,7 @@
 //! declared capabilities) lives in it; the handle's [`PeerHandle::connection_id`] names the
 //! connection in logs.
 //!
-//! Choices where PROTOCOL.md is silent:
+//! Choices where docs/protocol.md is silent:
 //! - End of input is a disconnect: reading stops, our pending requests fail at once, what was
 //!   already queued is still flushed (for at most `flush_timeout`), and answers produced after
 //!   that are dropped. Handlers' running futures are not cancelled: they own their work.

@@ -10,7 +10,7 @@ use serde::ser::{SerializeMap, Serializer};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-/// JSON-RPC error codes used by toold (PROTOCOL.md section 6).
+/// JSON-RPC error codes used by toold (docs/protocol.md section 6).
 pub mod error_code {
     /// Invalid JSON or UTF-8.
     pub const PARSE_ERROR: i32 = -32700;

@@ -1,12 +1,12 @@
 //! Sessions: create/attach/detach/update/get/list/close params, the snapshot, modes and rules
-//! (PROTOCOL.md sections 3 and 7).
+//! (docs/protocol.md sections 3 and 7).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use serde::{Deserialize, Deserializer, Serialize};
 
-/// The permission mode of a session (PROTOCOL.md section 7).
+/// The permission mode of a session (docs/protocol.md section 7).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SessionMode {

@@ -1,4 +1,4 @@
-//! Where the daemon's socket is: the one resolution (PROTOCOL.md section 1) that the daemon
+//! Where the daemon's socket is: the one resolution (docs/protocol.md section 1) that the daemon
 //! uses to listen and every client uses to connect, so that the two can never disagree.
 
 use std::ffi::OsString;

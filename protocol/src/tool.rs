@@ -1,4 +1,4 @@
-//! Tool definitions, calls and results (PROTOCOL.md sections 4 and 6).
+//! Tool definitions, calls and results (docs/protocol.md sections 4 and 6).
 
 use std::fmt;
 use std::str::FromStr;
@@ -119,7 +119,7 @@ pub fn json_kind(value: &Value) -> &'static str {
     }
 }
 
-/// Why a call failed. Serializes to the exact snake_case strings of PROTOCOL.md
+/// Why a call failed. Serializes to the exact snake_case strings of docs/protocol.md
 /// section 6; any other string (a client tool's own error type) is kept as is.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum ErrorType {
@@ -211,7 +211,7 @@ impl<'de> Deserialize<'de> for ErrorType {
     }
 }
 
-/// The one shape every call ends in, success or failure (PROTOCOL.md section 6).
+/// The one shape every call ends in, success or failure (docs/protocol.md section 6).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolResult {
     pub ok: bool,

@@ -1,4 +1,5 @@
-//! `tools/list`, `tools/register` and `tools/unregister` params and results (PROTOCOL.md section 4).
+//! `tools/list`, `tools/register` and `tools/unregister` params and results (docs/protocol.md
+//! section 4).
 
 use serde::{Deserialize, Serialize};
 

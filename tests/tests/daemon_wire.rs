@@ -1,6 +1,6 @@
 //! The daemon's wire end to end: the real `toold serve` process on a real socket, spoken to with
 //! raw bytes and with the protocol crate's peer. Both framings, every client→server method, the
-//! JSON-RPC errors of PROTOCOL.md sections 1–3, the socket's modes and ownership, the
+//! JSON-RPC errors of docs/protocol.md sections 1–3, the socket's modes and ownership, the
 //! connection limit, and `toold check-config`.
 
 use std::io::Read;

@@ -24,7 +24,7 @@ use crate::shell::isolated::ShellParser;
 use crate::tools::Registry;
 use crate::tools::registry::panic_message;
 
-/// The limits of PROTOCOL.md section 10 that the pipeline applies.
+/// The limits of docs/protocol.md section 10 that the pipeline applies.
 #[derive(Debug, Clone)]
 pub struct Limits {
     /// How many calls of one concurrent run execute at once.

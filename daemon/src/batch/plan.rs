@@ -1,6 +1,6 @@
-//! The batch plan (PROTOCOL.md section 5), a pure function: the calls cut, in order, into runs.
-//! A maximal run of consecutive calls that may run concurrently is one run; every other call is
-//! a run of its own.
+//! The batch plan (docs/protocol.md section 5), a pure function: the calls cut, in order, into
+//! runs. A maximal run of consecutive calls that may run concurrently is one run; every other
+//! call is a run of its own.
 
 /// Cuts `concurrent` (one flag per call: registered, `read_only`, visible, and certain to need
 /// no approval) into runs of call indexes. Concatenated, the runs are `0..n` in order.

@@ -1,4 +1,5 @@
-//! The permission engine (PROTOCOL.md section 7): rules, modes and grants in, one decision out.
+//! The permission engine (docs/protocol.md section 7): rules, modes and grants in, one decision
+//! out.
 //!
 //! Pure: no IO and no clock. The caller gathers the facts first (paths resolved on disk by
 //! `paths`, the command line analysed by `shell`), so that every decision is a table lookup
@@ -336,7 +337,7 @@ pub struct SessionFacts<'a> {
     pub grants: &'a [String],
 }
 
-/// Decides one call: PROTOCOL.md section 7's order, first match wins.
+/// Decides one call: docs/protocol.md section 7's order, first match wins.
 pub fn evaluate(call: &CallFacts<'_>, session: &SessionFacts<'_>) -> Decision {
     if call.system {
         return Decision::Allow;

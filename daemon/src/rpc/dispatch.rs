@@ -1,4 +1,4 @@
-//! The method table: every client→server method of PROTOCOL.md registered in a jsonrpsee
+//! The method table: every client→server method of docs/protocol.md registered in a jsonrpsee
 //! `RpcModule`, and the call into it for one request. The connection a request came on reaches
 //! its handler through the request's `Extensions`.
 

@@ -1,4 +1,4 @@
-//! One function per client→server method of PROTOCOL.md, on typed params. Errors are
+//! One function per client→server method of docs/protocol.md, on typed params. Errors are
 //! JSON-RPC errors: malformed or impossible requests only; tool failures are results.
 
 use std::collections::HashSet;

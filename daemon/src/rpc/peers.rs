@@ -130,7 +130,7 @@ impl Tool for ClientTool {
     }
 }
 
-/// A client's `tool/invoke` answer: a result object (PROTOCOL.md section 6).
+/// A client's `tool/invoke` answer: a result object (docs/protocol.md section 6).
 fn outcome_of(name: &str, value: Value) -> Result<ToolOutput, ToolFailure> {
     let result: ToolResult = serde_json::from_value(value).map_err(|err| {
         ToolFailure::new(

@@ -18,7 +18,7 @@ use toold_protocol::{Event, EventParams, ToolOutput};
 
 use crate::events::EventListener;
 
-/// How many events the protocol says a session retains at least (PROTOCOL.md section 3).
+/// How many events the protocol says a session retains at least (docs/protocol.md section 3).
 pub const MIN_RETAINED_EVENTS: usize = 10_000;
 
 /// How many bytes of `tool/output` data a session's log keeps. Past it, the oldest output

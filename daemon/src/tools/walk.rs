@@ -7,10 +7,10 @@
 //! and parent directories' ignore files apply too. A glob filter uses ripgrep's `-g` syntax and
 //! matching (gitignore-style: without a `/` it matches the file name at any depth, `*` stays
 //! within one component, `**` crosses them, `!` negates), but unlike `rg -g` it never
-//! *un-ignores* a file: PROTOCOL.md says these tools honour ignore files, so a glob only narrows
-//! what the ignore rules let through. Hidden entries (a name starting with `.`) are skipped
-//! unless the glob names one, in which case they are walked, except `.git` directories unless
-//! the glob names `.git` itself: nobody searching for `.github/**` wants git's object store.
+//! *un-ignores* a file: docs/protocol.md says these tools honour ignore files, so a glob only
+//! narrows what the ignore rules let through. Hidden entries (a name starting with `.`) are
+//! skipped unless the glob names one, in which case they are walked, except `.git` directories
+//! unless the glob names `.git` itself: nobody searching for `.github/**` wants git's object store.
 
 use std::cmp::Ordering;
 use std::ffi::OsStr;
