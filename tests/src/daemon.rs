@@ -24,7 +24,7 @@ pub fn toold_binary() -> PathBuf {
     let binary = profile_dir.join("toold-e2e");
     assert!(
         binary.exists(),
-        "{} is missing: build the workspace's binaries (cargo nextest run --workspace does)",
+        "{} is missing: build the workspace's binaries (cargo test --workspace does)",
         binary.display()
     );
     binary
@@ -51,7 +51,8 @@ pub fn toold_command_in(root: &Path) -> Command {
         .env_remove("TOOLD_SOCKET")
         .env_remove("NOTIFY_SOCKET")
         .env_remove("LISTEN_FDS")
-        .env_remove("LISTEN_PID");
+        .env_remove("LISTEN_PID")
+        .env_remove("LISTEN_FDNAMES");
     command
 }
 
@@ -61,6 +62,8 @@ pub struct TestDaemon {
     root: PathBuf,
     child: Option<Child>,
     config: Option<String>,
+    /// Variables set in the daemon's environment, at every start.
+    env: Vec<(String, String)>,
 }
 
 impl TestDaemon {
@@ -71,6 +74,15 @@ impl TestDaemon {
 
     /// Starts a daemon with `config` as its configuration file.
     pub fn start_with_config(config: Option<&str>) -> Self {
+        Self::start_with(config, &[])
+    }
+
+    /// Starts a daemon with every default and these variables in its environment.
+    pub fn start_with_env(env: &[(&str, &str)]) -> Self {
+        Self::start_with(None, env)
+    }
+
+    fn start_with(config: Option<&str>, env: &[(&str, &str)]) -> Self {
         let dir = tempfile::tempdir().expect("temporary directory");
         let root = dir
             .path()
@@ -84,6 +96,10 @@ impl TestDaemon {
             root,
             child: None,
             config: config.map(str::to_owned),
+            env: env
+                .iter()
+                .map(|(name, value)| ((*name).to_owned(), (*value).to_owned()))
+                .collect(),
         };
         daemon.spawn();
         daemon
@@ -119,7 +135,8 @@ impl TestDaemon {
             .arg("--allow-root")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::inherit());
+            .stderr(Stdio::inherit())
+            .envs(self.env.iter().map(|(name, value)| (name, value)));
         if let Some(config) = &self.config {
             let path = self.root.join("config/toold/config.toml");
             std::fs::create_dir_all(path.parent().expect("a parent")).expect("config directory");

@@ -1,7 +1,8 @@
-//! Shared fixtures for toold's end-to-end tests: temporary trees built from strings, and one
-//! call through the real registry.
+//! Shared fixtures for toold's end-to-end tests: temporary trees built from strings, one call
+//! through the real registry, and a test run again alone in a process of its own.
 
 pub mod daemon;
+pub mod require;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -81,4 +82,33 @@ pub fn outcome(result: &ToolResult) -> String {
         Some(error_type) => error_type.to_string(),
         None => "ok".to_owned(),
     }
+}
+
+/// The variable naming the test that [`alone_in_a_process`] runs in a child process.
+const ALONE_VAR: &str = "TOOLD_TEST_ALONE";
+
+/// Whether this process is the one where the test `name` runs alone. A test that measures or
+/// changes the whole process (its peak memory, its environment) starts with
+/// `if !alone_in_a_process(NAME, &[]) { return; }`: `cargo test` runs a binary's tests as
+/// threads of one process, so the test body runs again in a child process of the same test
+/// binary, with only that test, one thread and `env` set. In the parent this returns `false`
+/// once the child passed, and panics with the child's output if it did not.
+pub fn alone_in_a_process(name: &str, env: &[(&str, &str)]) -> bool {
+    if std::env::var_os(ALONE_VAR).is_some_and(|running| running == name) {
+        return true;
+    }
+    let output = std::process::Command::new(std::env::current_exe().expect("the test binary"))
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env(ALONE_VAR, name)
+        .envs(env.iter().copied())
+        .output()
+        .expect("run the test binary again");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success() && stdout.contains("1 passed"),
+        "{name}, alone in a process, failed ({}):\n{stdout}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    false
 }

@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 use toold::tools::{OutputChunk, OutputStream};
 use toold::{Env, Registry};
 use toold_protocol::{ErrorType, ToolCall, ToolResult};
+use toold_tests::alone_in_a_process;
 
 fn env_in(dir: &Path) -> Env {
     Env::new(dir)
@@ -40,10 +41,16 @@ fn meta<'a>(result: &'a ToolResult, key: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no metadata {key} in {result:?}"))
 }
 
-/// A string no other process on the machine has on its command line: `sleep` accepts it as a
-/// duration, and the tests find each process by it.
-fn marker(index: u32) -> String {
-    format!("3000.{}{index:03}", std::process::id())
+/// `count` strings no other process on the machine has on its command line: `sleep` accepts
+/// each as a duration, and the tests find each process by it. Each call draws a new set, so
+/// that tests sharing this process (`cargo test` runs them as its threads) never find each
+/// other's; the fixed widths keep every (pid, set, index) a different string.
+fn fresh_markers(count: u32) -> Vec<String> {
+    static SETS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let set = SETS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    (0..count)
+        .map(|index| format!("3000.{:010}{set:04}{index:03}", std::process::id()))
+        .collect()
 }
 
 /// The pids of live (not zombie) processes whose command line contains `needle`.
@@ -163,33 +170,22 @@ async fn a_shell_killed_by_a_signal_reports_it() {
 }
 
 /// The daemon's own variables are set in a child test process (setting them here would need
-/// `unsafe` `set_var`); that child runs the command and checks what it sees.
+/// `unsafe` `set_var`, and would reach every test sharing the process); that child runs the
+/// command and checks what it sees.
 #[test]
 fn commands_do_not_inherit_the_daemons_variables() {
-    const INNER: &str = "TOOLD_TEST_INNER";
-    if std::env::var_os(INNER).is_none() {
-        let inner = std::process::Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "commands_do_not_inherit_the_daemons_variables",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(INNER, "1")
-            .env("TOOLD_SECRET", "hunter2")
-            .env("NOTIFY_SOCKET", "/run/systemd/notify")
-            .env("LISTEN_FDS", "3")
-            .env("LISTEN_PID", "1")
-            .env("WATCHDOG_USEC", "1000")
-            .env("KEPT_FROM_DAEMON", "kept")
-            .output()
-            .unwrap();
-        let stdout = String::from_utf8_lossy(&inner.stdout);
-        assert!(
-            inner.status.success() && stdout.contains("1 passed"),
-            "the inner test failed:\n{stdout}\n{}",
-            String::from_utf8_lossy(&inner.stderr)
-        );
+    let daemon_variables = [
+        ("TOOLD_SECRET", "hunter2"),
+        ("NOTIFY_SOCKET", "/run/systemd/notify"),
+        ("LISTEN_FDS", "3"),
+        ("LISTEN_PID", "1"),
+        ("WATCHDOG_USEC", "1000"),
+        ("KEPT_FROM_DAEMON", "kept"),
+    ];
+    if !alone_in_a_process(
+        "commands_do_not_inherit_the_daemons_variables",
+        &daemon_variables,
+    ) {
         return;
     }
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -208,7 +204,7 @@ fn commands_do_not_inherit_the_daemons_variables() {
             .collect();
         for hidden in [
             "TOOLD_SECRET",
-            "TOOLD_TEST_INNER",
+            "TOOLD_TEST_ALONE",
             "NOTIFY_SOCKET",
             "LISTEN_FDS",
             "LISTEN_PID",
@@ -377,9 +373,20 @@ async fn output_arrives_live_per_stream() {
 }
 
 /// Printing a gigabyte grows the process by a few MiB at most: the output is kept as head
-/// and tail, never whole.
-#[tokio::test]
-async fn memory_stays_bounded_whatever_the_command_prints() {
+/// and tail, never whole. Measured alone in a process, whose peak no other test shares.
+#[test]
+fn memory_stays_bounded_whatever_the_command_prints() {
+    if !alone_in_a_process("memory_stays_bounded_whatever_the_command_prints", &[]) {
+        return;
+    }
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(printing_a_gigabyte_grows_the_process_by_a_few_mib());
+}
+
+async fn printing_a_gigabyte_grows_the_process_by_a_few_mib() {
     fn peak_rss_kib() -> u64 {
         let status = std::fs::read_to_string("/proc/self/status").unwrap();
         let line = status
@@ -443,7 +450,7 @@ async fn cancellation_stops_the_command_and_keeps_its_output() {
 /// a double fork, both, a cleared environment), plus one that ignores SIGTERM; and the markers
 /// that find each of them.
 fn escaping_tree_command() -> (String, Vec<String>) {
-    let markers: Vec<String> = (1..=6).map(marker).collect();
+    let markers = fresh_markers(6);
     let command = format!(
         "setsid sleep {m1} & \
          (sleep {m2} &) ; \
@@ -558,7 +565,7 @@ async fn the_deadline_kills_the_whole_process_tree() {
 #[tokio::test]
 async fn background_leftovers_die_when_the_shell_exits() {
     let dir = tempfile::tempdir().unwrap();
-    let markers: Vec<String> = (11..=13).map(marker).collect();
+    let markers = fresh_markers(3);
     // One leftover detached from the pipes, one holding stdout open, one in a new session
     // holding it too: the call must neither hang nor leak any of them.
     let command = format!(
@@ -582,7 +589,7 @@ async fn background_leftovers_die_when_the_shell_exits() {
 #[tokio::test]
 async fn fifty_descendants_of_a_timed_out_command_all_die() {
     let dir = tempfile::tempdir().unwrap();
-    let markers: Vec<String> = (100..150).map(marker).collect();
+    let markers = fresh_markers(50);
     let mut command = String::new();
     for (index, marker) in markers.iter().enumerate() {
         command.push_str(&match index % 4 {

@@ -17,8 +17,23 @@ fn parser(deadline: Duration) -> ShellParser {
     ShellParser::new(toold_binary(), deadline)
 }
 
+/// The live parser workers of this process.
 fn workers() -> Vec<u32> {
     shell_parser_workers(std::process::id())
+}
+
+/// Held by every test that starts workers in this process, from before its parser starts until
+/// its end. `cargo test` runs a binary's tests as threads of one process, so the workers counted
+/// by this process's pid would otherwise include a neighbour's; the lock runs these tests one
+/// at a time (under nextest each test is a process of its own anyway).
+static ONE_PARSER_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Takes [`ONE_PARSER_AT_A_TIME`] and waits until the workers of the test before, killed when
+/// its parser was dropped, are gone: the test then sees its own workers only.
+async fn alone_with_our_workers() -> tokio::sync::MutexGuard<'static, ()> {
+    let guard = ONE_PARSER_AT_A_TIME.lock().await;
+    wait_for_workers(0).await;
+    guard
 }
 
 /// Waits (at most 5 s) until this process has `expected` live workers.
@@ -36,6 +51,7 @@ async fn wait_for_workers(expected: usize) {
 
 #[tokio::test]
 async fn workers_analyse_lines_as_the_daemon_s_own_code_does() {
+    let _alone = alone_with_our_workers().await;
     let parser = parser(DEFAULT_DEADLINE);
     let long = format!("echo {}", "x".repeat(70 * 1024));
     let lines = [
@@ -57,6 +73,7 @@ async fn workers_analyse_lines_as_the_daemon_s_own_code_does() {
 
 #[tokio::test]
 async fn a_worker_that_died_while_idle_is_replaced_without_losing_the_line() {
+    let _alone = alone_with_our_workers().await;
     let parser = parser(DEFAULT_DEADLINE);
     assert!(parser.analyze("true").await.unreadable.is_none());
     let started = workers();
@@ -72,6 +89,7 @@ async fn a_worker_that_died_while_idle_is_replaced_without_losing_the_line() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_more_workers_run_than_the_cap() {
+    let _alone = alone_with_our_workers().await;
     let parser = std::sync::Arc::new(parser(DEFAULT_DEADLINE));
     let tasks: Vec<_> = (0..32)
         .map(|n| {
@@ -97,6 +115,7 @@ async fn no_more_workers_run_than_the_cap() {
 
 #[tokio::test]
 async fn workers_end_with_their_parser() {
+    let _alone = alone_with_our_workers().await;
     let parser = parser(DEFAULT_DEADLINE);
     parser.analyze("true").await;
     assert_eq!(workers().len(), 1);
@@ -117,6 +136,7 @@ fn late(deadline: Duration) -> String {
 /// killed, and the next line gets a fresh one.
 #[tokio::test]
 async fn a_worker_that_misses_the_deadline_is_killed_and_its_line_is_unreadable() {
+    let _alone = alone_with_our_workers().await;
     let deadline = Duration::from_millis(300);
     let parser = parser(deadline);
     parser.analyze("true").await;
@@ -176,6 +196,7 @@ async fn workers_die_with_a_killed_daemon_even_mid_parse() {
 /// cannot start, leaves its line unreadable with the reason.
 #[tokio::test]
 async fn a_worker_that_ends_or_cannot_start_leaves_the_line_unreadable() {
+    let _alone = alone_with_our_workers().await;
     let ended = ShellParser::new("/bin/true", DEFAULT_DEADLINE)
         .analyze("git status")
         .await;

@@ -87,8 +87,9 @@ async fn a_directory_of_another_user_is_refused() {
 
 #[tokio::test]
 async fn a_directory_symlink_planted_by_another_user_is_refused() {
-    if !geteuid().is_root() {
-        return; // Only root can make a symlink that belongs to someone else.
+    // Only root can make a symlink that belongs to someone else.
+    if !toold_tests::require::root("a_directory_symlink_planted_by_another_user_is_refused") {
+        return;
     }
     let temp = private_temp_dir();
     let ours = temp.path().join("ours");
@@ -196,7 +197,7 @@ async fn a_peer_of_another_user_is_not_allowed() {
         std::io::Read::read_to_end(&mut stream, &mut rest).expect("read until closed");
         return;
     }
-    if !geteuid().is_root() {
+    if !toold_tests::require::root("a_peer_of_another_user_is_not_allowed") {
         return;
     }
     // Bound directly, not with bind_listener: nobody must be able to reach this socket.
@@ -263,7 +264,9 @@ async fn the_daemon_refuses_a_client_of_another_user_even_on_an_open_socket() {
         );
         return;
     }
-    if !geteuid().is_root() {
+    if !toold_tests::require::root(
+        "the_daemon_refuses_a_client_of_another_user_even_on_an_open_socket",
+    ) {
         return;
     }
     let daemon = toold_tests::daemon::TestDaemon::start();
