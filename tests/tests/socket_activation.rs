@@ -1,26 +1,27 @@
 //! Socket activation end to end under `systemd-socket-activate` (Debian package `systemd`):
 //! `toold serve` takes the inherited socket, answers a request on it, and tells the test's
-//! `NOTIFY_SOCKET` `READY=1`, `WATCHDOG=1` and, on SIGTERM, `STOPPING=1`, then exits 0.
+//! `NOTIFY_SOCKET` `READY=1`, `WATCHDOG=1` and, on SIGTERM, `STOPPING=1`, then exits 0. And
+//! activation variables meant for another process (inherited by a shell) are ignored.
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixDatagram, UnixStream};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-use toold_tests::daemon::toold_binary;
+use serde_json::json;
+use toold_tests::daemon::{TestDaemon, no_answers, toold_binary};
 
 /// The program activated and its arguments: the real daemon.
 fn activated_program() -> (PathBuf, Vec<String>) {
     (toold_binary(), vec!["serve".into(), "--allow-root".into()])
 }
 
-/// Where Debian's `systemd` package puts the tool (bookworm: /usr/bin).
-const SOCKET_ACTIVATE: &[&str] = &[
-    "/usr/bin/systemd-socket-activate",
+/// Where Debian's `systemd` package puts the tool when it is not on `PATH`.
+const SOCKET_ACTIVATE_PLACES: &[&str] = &[
     "/lib/systemd/systemd-socket-activate",
     "/usr/lib/systemd/systemd-socket-activate",
 ];
@@ -56,19 +57,6 @@ impl Activated {
     }
 }
 
-fn socket_activate() -> &'static Path {
-    SOCKET_ACTIVATE
-        .iter()
-        .map(Path::new)
-        .find(|path| path.exists())
-        .unwrap_or_else(|| {
-            panic!(
-                "systemd-socket-activate not found in {SOCKET_ACTIVATE:?}; install it with \
-                 `apt-get install -y systemd`"
-            )
-        })
-}
-
 /// Receives notifications until one has the line `wanted`; returns every message seen.
 fn receive_until(notify: &UnixDatagram, wanted: &str, seen: &mut Vec<String>) {
     let mut buffer = [0u8; 4096];
@@ -85,6 +73,14 @@ fn receive_until(notify: &UnixDatagram, wanted: &str, seen: &mut Vec<String>) {
 
 #[test]
 fn an_activated_daemon_serves_the_inherited_socket_and_notifies() {
+    let Some(socket_activate) = toold_tests::require::program(
+        "an_activated_daemon_serves_the_inherited_socket_and_notifies",
+        "systemd-socket-activate",
+        SOCKET_ACTIVATE_PLACES,
+        "Debian: apt-get install systemd",
+    ) else {
+        return;
+    };
     // Private, as the daemon's directories must be; its state and config live here too.
     let temp = tempfile::tempdir().expect("tempdir");
     std::fs::set_permissions(temp.path(), std::fs::Permissions::from_mode(0o700))
@@ -97,7 +93,7 @@ fn an_activated_daemon_serves_the_inherited_socket_and_notifies() {
         .expect("read timeout");
 
     let (program, program_args) = activated_program();
-    let child = Command::new(socket_activate())
+    let child = Command::new(&socket_activate)
         .arg("--listen")
         .arg(&socket)
         .arg("--fdname=toold")
@@ -163,4 +159,55 @@ fn an_activated_daemon_serves_the_inherited_socket_and_notifies() {
         .expect("the program did not exit after SIGTERM");
     assert!(status.success(), "{status}");
     receive_until(&notify, "STOPPING=1", &mut notifications);
+}
+
+/// A daemon started from a shell that inherited another process's `LISTEN_*` variables (a
+/// terminal of a socket-activated service) was passed nothing: it ignores them, as
+/// sd_listen_fds(3) says, whatever they hold, listens on its own path, and its commands still
+/// never see them.
+#[tokio::test]
+async fn activation_variables_meant_for_another_process_are_ignored() {
+    let inherited: [&[(&str, &str)]; 4] = [
+        &[
+            ("LISTEN_PID", "1"),
+            ("LISTEN_FDS", "1"),
+            ("LISTEN_FDNAMES", "x"),
+        ],
+        &[
+            ("LISTEN_PID", "1"),
+            ("LISTEN_FDS", "many"),
+            ("LISTEN_FDNAMES", "a:b:c"),
+        ],
+        &[("LISTEN_PID", "not a pid"), ("LISTEN_FDS", "1")],
+        &[("LISTEN_FDS", "1"), ("LISTEN_FDNAMES", "toold")],
+    ];
+    for variables in inherited {
+        // Starting waits until the daemon listens on its own socket path.
+        let daemon = TestDaemon::start_with_env(variables);
+        let client = daemon.connect(json!({}), no_answers()).await;
+        let session_id = client
+            .create_session(
+                &daemon.work(),
+                json!({"rules": {"allow": ["run_command(env)"]}}),
+            )
+            .await;
+        let response = client
+            .request(
+                "tools/execute",
+                json!({"session_id": session_id, "calls": [
+                    {"id": "env", "name": "run_command", "arguments": {"command": "env"}}
+                ]}),
+            )
+            .await
+            .expect("tools/execute");
+        let result = &response["results"][0]["result"];
+        assert_eq!(result["ok"], true, "{variables:?}: {result}");
+        let seen: Vec<&str> = result["content"]
+            .as_str()
+            .expect("the output")
+            .lines()
+            .filter(|line| line.starts_with("LISTEN_"))
+            .collect();
+        assert!(seen.is_empty(), "{variables:?}: the command saw {seen:?}");
+    }
 }

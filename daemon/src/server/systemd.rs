@@ -55,7 +55,7 @@ pub fn take_inherited_listener() -> Result<Option<StdUnixListener>, SocketError>
     if ACTIVATION_FDS_TAKEN.swap(true, Ordering::SeqCst) {
         return Ok(None);
     }
-    let names_given = std::env::var_os("LISTEN_FDNAMES").is_some();
+    let names_given = addressed_to_this_process() && std::env::var_os("LISTEN_FDNAMES").is_some();
     let fds = listen_fds_unsetting_env_when_alone()
         .map_err(|source| SocketError::ActivationEnv { source })?;
     if fds.is_empty() {
@@ -83,17 +83,38 @@ pub fn take_inherited_listener() -> Result<Option<StdUnixListener>, SocketError>
 
 /// The descriptors systemd passed with their names, and the `LISTEN_*` variables removed when
 /// that is sound.
+///
+/// The variables are read only when `LISTEN_PID` is this process, as sd_listen_fds(3) says:
+/// a daemon started by hand from a shell that inherited them (a terminal of a socket-activated
+/// service) was passed nothing, whatever they say, and they cannot be malformed for it.
 #[allow(unsafe_code)]
 fn listen_fds_unsetting_env_when_alone() -> io::Result<Vec<(RawFd, String)>> {
-    if is_single_threaded() {
-        // SAFETY: the function's precondition is `std::env::remove_var`'s: no other thread may
-        // read or write the environment meanwhile, which the standard library documents as
-        // always met in a single-threaded program. This process has one thread (this one), and
-        // only this thread could start another, which it does not do before returning.
-        unsafe { sd_notify::listen_fds_with_names_and_unset_env() }.map(Iterator::collect)
-    } else {
+    let fds = if addressed_to_this_process() {
         sd_notify::listen_fds_with_names().map(Iterator::collect)
+    } else {
+        Ok(Vec::new())
+    };
+    if is_single_threaded() {
+        // SAFETY: `std::env::remove_var`'s precondition: no other thread may read or write the
+        // environment meanwhile, which the standard library documents as always met in a
+        // single-threaded program. This process has one thread (this one), and only this
+        // thread could start another, which it does not do before returning.
+        unsafe {
+            for variable in ["LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"] {
+                std::env::remove_var(variable);
+            }
+        }
     }
+    fds
+}
+
+/// Whether `LISTEN_PID` names this process. Anything else (unset, another pid, not a pid at
+/// all) means the `LISTEN_*` variables were meant for some other process.
+fn addressed_to_this_process() -> bool {
+    std::env::var("LISTEN_PID")
+        .ok()
+        .and_then(|pid| pid.parse::<u32>().ok())
+        == Some(std::process::id())
 }
 
 /// Whether this process has exactly one thread; `false` when that cannot be known.
