@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use pretty_assertions::assert_eq;
 use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
+use toold::tools::registry::ListFilter;
 use toold::tools::{RegisterError, ToolFuture};
 use toold::{Env, Registry, Tool, ToolContext, ToolOutput};
 use toold_protocol::{Safety, ToolCall, ToolDefinition, ToolResult, ToolSource};
@@ -28,6 +29,7 @@ struct TestTool {
     name: &'static str,
     behaviour: Behaviour,
     system: bool,
+    safety: Safety,
     timeout_ms: Option<u64>,
     schema: Value,
 }
@@ -38,6 +40,7 @@ impl TestTool {
             name,
             behaviour,
             system: false,
+            safety: Safety::ReadOnly,
             timeout_ms: None,
             schema: json!({"type": "object"}),
         }
@@ -50,7 +53,7 @@ impl Tool for TestTool {
             name: self.name.into(),
             description: "a tool for tests".into(),
             input_schema: self.schema.clone(),
-            safety: Safety::ReadOnly,
+            safety: self.safety,
             system: self.system,
             timeout_ms: self.timeout_ms,
             source: ToolSource::Client,
@@ -158,14 +161,16 @@ fn every_change_moves_the_revision() {
 }
 
 #[test]
-fn definitions_are_sorted_and_filtered_keeping_system_tools() {
+fn definitions_are_sorted_and_listed_through_the_tools_list_filter() {
     let mut system = TestTool::new("session_info", Behaviour::Echo);
     system.system = true;
+    let mut side_effect = TestTool::new("mid", Behaviour::Echo);
+    side_effect.safety = Safety::SideEffect;
     let registry = registry_with(vec![
         TestTool::new("zeta", Behaviour::Echo),
         TestTool::new("alpha", Behaviour::Echo),
         system,
-        TestTool::new("mid", Behaviour::Echo),
+        side_effect,
     ]);
     let names = |definitions: Vec<ToolDefinition>| {
         definitions.into_iter().map(|d| d.name).collect::<Vec<_>>()
@@ -175,25 +180,36 @@ fn definitions_are_sorted_and_filtered_keeping_system_tools() {
         ["alpha", "mid", "session_info", "zeta"]
     );
     let allowed = |list: &[&str]| list.iter().map(|name| name.to_string()).collect::<Vec<_>>();
+    let named = |list: &[String]| {
+        names(registry.list(&ListFilter {
+            allowed: Some(list),
+            ..ListFilter::default()
+        }))
+    };
     assert_eq!(
-        names(registry.definitions_filtered(&allowed(&["zeta", "alpha", "zeta"]))),
+        named(&allowed(&["zeta", "alpha", "zeta"])),
         ["alpha", "session_info", "zeta"]
     );
+    assert_eq!(named(&[]), ["alpha", "mid", "session_info", "zeta"]);
     assert_eq!(
-        names(registry.definitions_filtered(&[])),
-        ["alpha", "mid", "session_info", "zeta"]
-    );
-    assert_eq!(
-        names(registry.definitions_filtered(&allowed(&["", " "]))).len(),
+        named(&allowed(&["", " "])).len(),
         4,
         "blank names restrict nothing"
     );
-    assert_eq!(
-        names(registry.definitions_filtered(&allowed(&["nope"]))),
-        ["session_info"]
-    );
-    assert_eq!(registry.safety("alpha"), Some(Safety::ReadOnly));
-    assert_eq!(registry.safety("nope"), None);
+    assert_eq!(named(&allowed(&["nope"])), ["session_info"]);
+    let of_safety = |safety| {
+        names(registry.list(&ListFilter {
+            safety: Some(safety),
+            ..ListFilter::default()
+        }))
+    };
+    assert_eq!(of_safety(Safety::SideEffect), ["mid"]);
+    let read_only_and_named = registry.list(&ListFilter {
+        visible: Some(&|definition: &ToolDefinition| definition.name != "zeta"),
+        allowed: Some(&allowed(&["zeta", "alpha", "mid"])),
+        safety: Some(Safety::ReadOnly),
+    });
+    assert_eq!(names(read_only_and_named), ["alpha", "session_info"]);
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! One client connection as the daemon's handlers see it: how to reach it (requests and
 //! notifications towards the client), what it declared in `initialize`, and what it owns
-//! (attached sessions, registered tools, submitted batches).
+//! (registered tools, submitted batches). The sessions it is attached to are the sessions'
+//! to know (`session::managed`).
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::future::Future;
@@ -61,9 +62,6 @@ pub enum Handshake {
 struct ConnectionState {
     initialized: bool,
     capabilities: ClientCapabilities,
-    client_name: Option<String>,
-    /// Sessions this connection is attached to.
-    sessions: BTreeSet<String>,
     /// Client tools this connection registered.
     tools: BTreeSet<String>,
     /// `tools/execute` requests in flight: request id (as JSON text) → the batch's cancel token,
@@ -148,23 +146,14 @@ impl Connection {
     }
 
     /// Records the `initialize` handshake; false if it already happened.
-    pub fn initialize(
-        &self,
-        capabilities: ClientCapabilities,
-        client_name: Option<String>,
-    ) -> bool {
+    pub fn initialize(&self, capabilities: ClientCapabilities) -> bool {
         let mut state = self.lock();
         if state.initialized {
             return false;
         }
         state.initialized = true;
         state.capabilities = capabilities;
-        state.client_name = client_name;
         true
-    }
-
-    pub fn client_name(&self) -> Option<String> {
-        self.lock().client_name.clone()
     }
 
     pub fn approves(&self) -> bool {
@@ -177,22 +166,6 @@ impl Connection {
 
     pub fn has_client_tools(&self) -> bool {
         self.lock().capabilities.client_tools
-    }
-
-    pub fn attach(&self, session_id: &str) -> bool {
-        self.lock().sessions.insert(session_id.to_owned())
-    }
-
-    pub fn detach(&self, session_id: &str) -> bool {
-        self.lock().sessions.remove(session_id)
-    }
-
-    pub fn is_attached(&self, session_id: &str) -> bool {
-        self.lock().sessions.contains(session_id)
-    }
-
-    pub fn sessions(&self) -> Vec<String> {
-        self.lock().sessions.iter().cloned().collect()
     }
 
     pub fn own_tool(&self, name: &str) {

@@ -258,8 +258,3 @@ pub async fn call(
     };
     (Reply::from(outcome), code)
 }
-
-/// Whether a method may be called before `initialize`.
-pub fn allowed_before_initialize(method: &str) -> bool {
-    method == methods::INITIALIZE
-}

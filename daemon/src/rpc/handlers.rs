@@ -10,8 +10,8 @@ use toold_protocol::{
     CancelParams, CancelResult, Empty, ErrorObject, ExecuteParams, ExecuteResult, HookEvent,
     InitializeParams, InitializeResult, PROTOCOL_VERSION, PeerInfo, Revision, ServerCapabilities,
     SessionAttachParams, SessionCreateParams, SessionIdParams, SessionListResult, SessionMode,
-    SessionSnapshot, SessionUpdateParams, ToolSource, ToolsListParams, ToolsListResult,
-    ToolsRegisterParams, ToolsUnregisterParams, UnsupportedVersionData,
+    SessionSnapshot, SessionUpdateParams, ToolDefinition, ToolSource, ToolsListParams,
+    ToolsListResult, ToolsRegisterParams, ToolsUnregisterParams, UnsupportedVersionData,
 };
 
 use super::Daemon;
@@ -19,6 +19,7 @@ use super::connection::Connection;
 use super::peers::ClientTool;
 use crate::batch::{Batch, BatchControl};
 use crate::tools::RegisterError;
+use crate::tools::registry::ListFilter;
 
 type Reply<T> = Result<T, ErrorObject>;
 
@@ -36,11 +37,18 @@ pub fn initialize(
             supported: vec![PROTOCOL_VERSION]
         })));
     }
-    let name = params.client_info.map(|info| info.name);
-    if !connection.initialize(params.capabilities, name) {
+    if !connection.initialize(params.capabilities) {
         return Err(ErrorObject::invalid_request(
             "initialize was already called on this connection",
         ));
+    }
+    if let Some(client) = &params.client_info {
+        tracing::info!(
+            connection = connection.id(),
+            client = %client.name,
+            version = client.version.as_deref().unwrap_or(""),
+            "client initialized"
+        );
     }
     let mut modes = vec![
         SessionMode::Default,
@@ -89,7 +97,6 @@ pub async fn session_attach(
 ) -> Reply<SessionSnapshot> {
     let managed = daemon.sessions.get(&params.session_id)?;
     let head = managed.log.last_seq();
-    connection.attach(managed.id());
     let truncated = managed.attach(connection, params.after_seq);
     if params.after_seq.is_some() {
         managed.flushed(connection.id(), head).await;
@@ -105,7 +112,6 @@ pub fn session_detach(
     params: SessionIdParams,
 ) -> Reply<Empty> {
     let managed = daemon.sessions.get(&params.session_id)?;
-    connection.detach(managed.id());
     managed.detach(connection.id());
     Ok(Empty {})
 }
@@ -136,18 +142,21 @@ pub fn session_close(daemon: &Daemon, params: SessionIdParams) -> Reply<Empty> {
 }
 
 pub fn tools_list(daemon: &Daemon, params: ToolsListParams) -> Reply<ToolsListResult> {
+    let session = match &params.session_id {
+        Some(session_id) => Some(daemon.sessions.get(session_id)?.session.state()),
+        None => None,
+    };
+    let visible = |definition: &ToolDefinition| {
+        session
+            .as_ref()
+            .is_none_or(|state| state.visible(definition))
+    };
     let revision = daemon.registry.revision();
-    let mut tools = daemon.registry.definitions();
-    if let Some(session_id) = &params.session_id {
-        let state = daemon.sessions.get(session_id)?.session.state();
-        tools.retain(|definition| state.visible(definition));
-    }
-    if let Some(allowed) = &params.allowed {
-        tools.retain(|definition| crate::tools::registry::is_listed(definition, allowed));
-    }
-    if let Some(safety) = params.safety {
-        tools.retain(|definition| definition.safety == safety);
-    }
+    let tools = daemon.registry.list(&ListFilter {
+        visible: Some(&visible),
+        allowed: params.allowed.as_deref(),
+        safety: params.safety,
+    });
     Ok(ToolsListResult { revision, tools })
 }
 

@@ -346,7 +346,6 @@ impl ManagedSession {
         }
         for attachment in meta.attached.values() {
             attachment.stop.cancel();
-            attachment.connection.detach(self.session.id());
         }
         meta.attached.clear();
         drop(meta);

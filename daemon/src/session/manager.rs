@@ -119,7 +119,6 @@ impl SessionManager {
             },
             0,
         );
-        creator.attach(managed.id());
         managed.attach(creator, None);
         self.persist(&managed);
         Ok(managed)

@@ -144,30 +144,20 @@ impl Registry {
             .map(|entry| entry.definition.clone())
     }
 
-    pub fn safety(&self, name: &str) -> Option<Safety> {
-        self.read()
-            .tools
-            .get(name)
-            .map(|entry| entry.definition.safety)
-    }
-
     /// Every definition, sorted by name.
     pub fn definitions(&self) -> Vec<ToolDefinition> {
-        self.read()
-            .tools
-            .values()
-            .map(|entry| entry.definition.clone())
-            .collect()
+        self.list(&ListFilter::default())
     }
 
-    /// The definitions named in `allowed`, plus every system tool, sorted by name. An empty
-    /// list (or one of blank names only) means no restriction.
-    pub fn definitions_filtered(&self, allowed: &[String]) -> Vec<ToolDefinition> {
+    /// What `tools/list` returns: the definitions `filter` lets through, sorted by name (only
+    /// those are cloned).
+    pub fn list(&self, filter: &ListFilter<'_>) -> Vec<ToolDefinition> {
         self.read()
             .tools
             .values()
-            .filter(|entry| is_listed(&entry.definition, allowed))
-            .map(|entry| entry.definition.clone())
+            .map(|entry| &entry.definition)
+            .filter(|definition| filter.lets_through(definition))
+            .cloned()
             .collect()
     }
 
@@ -227,6 +217,27 @@ impl Registry {
         self.inner
             .write()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// The narrowing `tools/list` asks for (docs/protocol.md section 4); every part is optional
+/// and they narrow together. The default lets everything through.
+#[derive(Default)]
+pub struct ListFilter<'a> {
+    /// What a session's model may see (its `allowed_tools` and mode), when listing for one.
+    pub visible: Option<&'a dyn Fn(&ToolDefinition) -> bool>,
+    /// Only these names, plus every system tool ([`is_listed`]).
+    pub allowed: Option<&'a [String]>,
+    pub safety: Option<Safety>,
+}
+
+impl ListFilter<'_> {
+    pub fn lets_through(&self, definition: &ToolDefinition) -> bool {
+        self.visible.is_none_or(|visible| visible(definition))
+            && self
+                .allowed
+                .is_none_or(|allowed| is_listed(definition, allowed))
+            && self.safety.is_none_or(|safety| definition.safety == safety)
     }
 }
 
