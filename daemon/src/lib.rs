@@ -1,8 +1,15 @@
 //! toold: the per-user daemon that executes AI agents' tool calls.
 //!
-//! This library holds the tool runtime (registry, execution boundary, builtin tools, process
-//! trees), the path handling and command-line analysis the permission engine judges on, and the
-//! engine itself; the `toold` binary is thin glue over it.
+//! This library is the whole daemon and its command line; the `toold` binary only calls
+//! [`cli::main`]. In the order a request walks through it: the socket server ([`server`]), the
+//! JSON-RPC method table and handlers over `toold_protocol`'s peer ([`rpc`]), sessions
+//! ([`session`]) and the sink their events go through ([`events`]), batches ([`batch`]) and the
+//! per-call pipeline ([`call`]) with its hooks ([`hooks`]), permission engine ([`permission`]),
+//! command-line analysis ([`shell`]) and approvals ([`approval`]), then the tool runtime
+//! ([`tools`]: the registry, its execution boundary and the six builtin tools) with what it
+//! runs on: the [`Env`] ([`env`]), path arguments ([`paths`], [`confined`]) and process trees
+//! ([`process_tree`]). Around it: the configuration ([`config`]) and the command line
+//! ([`cli`]).
 
 pub mod approval;
 pub mod batch;
