@@ -71,6 +71,10 @@ pub struct InitializeResult {
     pub server_info: PeerInfo,
     /// Identifies this daemon process; changes when the daemon restarts.
     pub instance_id: String,
+    /// When this daemon process started, RFC 3339 in UTC ([`crate::time`]). Optional when
+    /// read, so that a newer client still understands a daemon that did not send it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<String>,
     pub capabilities: ServerCapabilities,
 }
 

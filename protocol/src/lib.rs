@@ -7,8 +7,9 @@
 //! [`initialize`], [`session`], [`tools_api`], [`execute`], [`events`], [`approval`],
 //! [`hooks`], [`invoke`], [`tool`] (definitions, calls, results), [`framing`]
 //! (NDJSON or LSP-style frames, detected per connection) and [`peer`] (the bidirectional
-//! JSON-RPC connection both the daemon and the client run on), and [`socket_path`] (where the
-//! socket is, resolved the same way by the daemon and its clients).
+//! JSON-RPC connection both the daemon and the client run on), [`socket_path`] (where the
+//! socket is, resolved the same way by the daemon and its clients) and [`time`] (RFC 3339
+//! timestamps, written and read).
 
 pub mod approval;
 pub mod events;
@@ -22,6 +23,7 @@ pub mod peer;
 pub mod rpc;
 pub mod session;
 pub mod socket_path;
+pub mod time;
 pub mod tool;
 pub mod tools_api;
 

@@ -10,6 +10,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use toold_protocol::time::parse_rfc3339;
 use toold_tests::daemon::{TestDaemon, no_answers, toold_command_in};
 
 /// Runs `command` with `input` on stdin; fails the test if it takes over 60 s.
@@ -650,7 +651,7 @@ fn status_says_up_or_not() {
     assert!(stdout.contains("version:   0.1.0"), "{stdout}");
     assert!(stdout.contains("sessions:  0"), "{stdout}");
     assert!(
-        stdout.contains("uptime:    not reported by the daemon"),
+        stdout.contains(&format!("pid:       {}\n", daemon.pid())),
         "{stdout}"
     );
 
@@ -659,6 +660,23 @@ fn status_says_up_or_not() {
     let status: Value = serde_json::from_slice(&output.stdout).expect("status --json");
     assert_eq!(status["up"], true, "{status}");
     assert_eq!(status["sessions"], 0, "{status}");
+    assert_eq!(status["pid"], daemon.pid(), "{status}");
+    // The uptime is the time since the daemon's `started_at`, to the second.
+    let started_at = status["started_at"].as_str().expect("started_at");
+    let started = parse_rfc3339(started_at).expect("an RFC 3339 started_at");
+    let uptime = status["uptime_seconds"].as_u64().expect("uptime_seconds");
+    let expected = std::time::SystemTime::now()
+        .duration_since(started)
+        .expect("started in the past")
+        .as_secs();
+    assert!(
+        uptime <= expected && expected <= uptime + 5,
+        "uptime {uptime} s, {expected} s since {started_at}"
+    );
+    assert!(
+        stdout.contains(&format!("s (since {started_at})\n")),
+        "{stdout}"
+    );
 
     let output = toold(&daemon, &["tools", "--json"], b"");
     assert_exit(&output, 0);

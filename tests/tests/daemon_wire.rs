@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+use toold_protocol::time::parse_rfc3339;
 use toold_protocol::{ErrorObject, Framing, RequestError};
 use toold_tests::daemon::{TestClient, TestDaemon, no_answers};
 
@@ -273,6 +274,8 @@ async fn full_exchange(daemon: &TestDaemon, wire: Wire) -> RawConnection {
     assert_eq!(init["protocol_version"], 1);
     assert_eq!(init["server_info"]["name"], "toold");
     assert!(init["instance_id"].is_string());
+    let started_at = init["started_at"].as_str().expect("started_at");
+    assert!(parse_rfc3339(started_at).is_some(), "{started_at}");
     let session_id = session_with_a_file(daemon, &mut connection).await;
     let executed = connection
         .call_ok(
@@ -1354,4 +1357,31 @@ async fn requests_written_right_behind_initialize_are_served() {
             assert!(response.get("result").is_some(), "{response}");
         }
     }
+}
+
+/// `initialize` says when the daemon process started (RFC 3339, to the second): between just
+/// before it was started and now, and later for a daemon started again.
+#[tokio::test]
+async fn initialize_says_when_the_daemon_started() {
+    let started_at = |init: &Value| {
+        let text = init["started_at"].as_str().expect("started_at").to_owned();
+        parse_rfc3339(&text).unwrap_or_else(|| panic!("not RFC 3339: {text}"))
+    };
+    // The daemon writes whole seconds: the earliest it can say is this second's start.
+    let before = std::time::SystemTime::now() - Duration::from_secs(1);
+    let mut daemon = TestDaemon::start();
+    let mut connection = RawConnection::connect(&daemon.socket(), Wire::Ndjson).await;
+    let first = started_at(&connection.initialize().await);
+    assert!(
+        before <= first && first <= std::time::SystemTime::now(),
+        "{first:?} is not between {before:?} and now"
+    );
+    drop(connection);
+
+    // A second apart at least, so that the whole seconds differ.
+    std::thread::sleep(Duration::from_millis(1100));
+    daemon.restart();
+    let mut connection = RawConnection::connect(&daemon.socket(), Wire::Ndjson).await;
+    let again = started_at(&connection.initialize().await);
+    assert!(again > first, "{again:?} is not after {first:?}");
 }

@@ -1,13 +1,13 @@
 //! `toold status`: whether a daemon answers, and what it says about itself: version, socket,
-//! instance, sessions. The daemon reports no uptime, so the age of its process (found through
-//! the socket's peer credentials and /proc) stands in for it, labelled as such.
+//! instance, process, sessions, and its uptime (from `initialize`'s `started_at`).
 
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use clap::Args;
 use serde_json::json;
 use toold_client::protocol::InitializeResult;
+use toold_client::protocol::time::parse_rfc3339;
 use toold_client::{Client, ClientOptions};
 
 use super::Outcome;
@@ -28,13 +28,21 @@ struct Up {
     initialized: InitializeResult,
     sessions: usize,
     running: usize,
-    process: Option<DaemonProcess>,
+    /// The daemon's pid, from the socket's peer credentials.
+    pid: Option<i32>,
 }
 
-/// The daemon's process, seen from outside.
-struct DaemonProcess {
-    pid: i32,
-    age: Option<Duration>,
+impl Up {
+    /// How long the daemon has run, from its `started_at`; `None` from a daemon that does not
+    /// say (older than this command). A clock set back since the start counts as zero.
+    fn uptime(&self) -> Option<Duration> {
+        let started = parse_rfc3339(self.initialized.started_at.as_deref()?)?;
+        Some(
+            SystemTime::now()
+                .duration_since(started)
+                .unwrap_or(Duration::ZERO),
+        )
+    }
 }
 
 pub async fn status(args: StatusArgs) -> anyhow::Result<Outcome> {
@@ -55,7 +63,7 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<Outcome> {
                     .iter()
                     .filter(|session| !session.running_batches.is_empty())
                     .count(),
-                process: daemon_process(&socket),
+                pid: daemon_pid(&socket),
             }
         }
         Err(error) => {
@@ -77,9 +85,9 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<Outcome> {
             "instance_id": up.initialized.instance_id,
             "sessions": up.sessions,
             "sessions_running": up.running,
-            "uptime_seconds": null,
-            "pid": up.process.as_ref().map(|process| process.pid),
-            "process_age_seconds": up.process.as_ref().and_then(|process| process.age).map(|age| age.as_secs()),
+            "started_at": up.initialized.started_at,
+            "uptime_seconds": up.uptime().map(|uptime| uptime.as_secs()),
+            "pid": up.pid,
         });
         render::print_out(&format!("{}\n", serde_json::to_string_pretty(&report)?));
     } else {
@@ -91,25 +99,24 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<Outcome> {
 fn describe(socket: &Path, up: &Up) -> String {
     let info = &up.initialized;
     let version = info.server_info.version.as_deref().unwrap_or("unknown");
-    let uptime = match &up.process {
-        Some(DaemonProcess {
-            pid,
-            age: Some(age),
-        }) => format!(
-            "not reported by the daemon; its process (pid {pid}) has run for {}",
-            render::duration(age.as_secs())
+    let uptime = match (up.uptime(), &info.started_at) {
+        (Some(uptime), Some(started_at)) => format!(
+            "{} (since {})",
+            render::duration(uptime.as_secs()),
+            started_at
         ),
-        Some(DaemonProcess { pid, age: None }) => {
-            format!(
-                "not reported by the daemon (pid {pid}); instance {}",
-                info.instance_id
-            )
-        }
-        None => format!("not reported by the daemon; instance {}", info.instance_id),
+        (None, Some(started_at)) => format!(
+            "unknown: the daemon says it started at {:?}, which is not an RFC 3339 time",
+            started_at
+        ),
+        (_, None) => "not reported by the daemon (older than this toold)".to_owned(),
     };
+    let process = up
+        .pid
+        .map_or_else(|| "unknown".to_owned(), |pid| pid.to_string());
     format!(
         "toold is up\n  socket:    {}\n  version:   {version} (protocol {})\n  instance:  {}\n  \
-         sessions:  {} ({} running a batch)\n  uptime:    {uptime}\n",
+         pid:       {process}\n  sessions:  {} ({} running a batch)\n  uptime:    {uptime}\n",
         socket.display(),
         info.protocol_version,
         info.instance_id,
@@ -118,33 +125,10 @@ fn describe(socket: &Path, up: &Up) -> String {
     )
 }
 
-/// The pid at the other end of the socket (SO_PEERCRED) and how long it has run.
-fn daemon_process(socket: &Path) -> Option<DaemonProcess> {
+/// The pid at the other end of the socket (SO_PEERCRED).
+fn daemon_pid(socket: &Path) -> Option<i32> {
     let stream = std::os::unix::net::UnixStream::connect(socket).ok()?;
     let credentials =
         nix::sys::socket::getsockopt(&stream, nix::sys::socket::sockopt::PeerCredentials).ok()?;
-    let pid = credentials.pid();
-    Some(DaemonProcess {
-        pid,
-        age: process_age(pid),
-    })
-}
-
-/// From /proc: the system's uptime less the process's start time (in clock ticks since boot).
-fn process_age(pid: i32) -> Option<Duration> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The fields after the command name, which may itself hold spaces and parentheses.
-    let after_name = stat.get(stat.rfind(')')? + 2..)?;
-    // Field 22 of the whole line, `starttime`, is the 20th after the name.
-    let start_ticks: u64 = after_name.split(' ').nth(19)?.parse().ok()?;
-    let ticks_per_second = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).ok()??;
-    let ticks_per_second = u64::try_from(ticks_per_second)
-        .ok()
-        .filter(|&ticks| ticks > 0)?;
-    let uptime = std::fs::read_to_string("/proc/uptime").ok()?;
-    let system_seconds: f64 = uptime.split(' ').next()?.parse().ok()?;
-    let started_seconds = start_ticks as f64 / ticks_per_second as f64;
-    Some(Duration::from_secs_f64(
-        (system_seconds - started_seconds).max(0.0),
-    ))
+    Some(credentials.pid())
 }

@@ -66,6 +66,7 @@ pub fn initialize(
             version: Some(env!("CARGO_PKG_VERSION").into()),
         },
         instance_id: daemon.instance_id.clone(),
+        started_at: Some(daemon.started_at.clone()),
         capabilities: ServerCapabilities {
             modes,
             hooks: vec![HookEvent::PreToolUse, HookEvent::PostToolUse],

@@ -9,7 +9,6 @@ pub mod peers;
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Instant;
 
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -35,7 +34,8 @@ pub struct Daemon {
     pub settings: Settings,
     /// Changes with every daemon process: clients tell a restart by it.
     pub instance_id: String,
-    pub started: Instant,
+    /// When the daemon started, RFC 3339 (`initialize`'s `started_at`).
+    pub started_at: String,
     /// Fired when the daemon starts shutting down: no new batches.
     pub shutdown: CancellationToken,
     pub next_batch: AtomicU64,
@@ -45,7 +45,8 @@ pub struct Daemon {
 
 impl Daemon {
     pub fn new(executor: Arc<Executor>, sessions: SessionManager, settings: Settings) -> Self {
-        let started_nanos = std::time::SystemTime::now()
+        let started = std::time::SystemTime::now();
+        let started_nanos = started
             .duration_since(std::time::UNIX_EPOCH)
             .map(|elapsed| elapsed.as_nanos())
             .unwrap_or(0);
@@ -55,7 +56,7 @@ impl Daemon {
             sessions,
             settings,
             instance_id: format!("{:x}-{}", started_nanos, std::process::id()),
-            started: Instant::now(),
+            started_at: toold_protocol::time::rfc3339(started),
             shutdown: CancellationToken::new(),
             next_batch: AtomicU64::new(1),
             connections: Mutex::new(HashMap::new()),

@@ -112,7 +112,7 @@ impl SessionManager {
             Meta {
                 title: params.title,
                 on_disconnect: params.on_disconnect.unwrap_or_default(),
-                created_at: super::store::now_rfc3339(),
+                created_at: toold_protocol::time::now_rfc3339(),
                 attached: BTreeMap::new(),
                 running: BTreeMap::new(),
                 idle_since: None,

@@ -13,10 +13,11 @@ use std::fs::{self, DirBuilder, File, Permissions};
 use std::io::{self, Read};
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::UNIX_EPOCH;
 
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value};
+use toold_protocol::time::{now_rfc3339, rfc3339};
 use toold_protocol::{OnDisconnect, Rules, SessionMode, SessionSnapshot};
 
 use super::SessionState;
@@ -452,54 +453,11 @@ fn state_dir_from(xdg_state_home: Option<OsString>, home: Option<OsString>) -> O
     Some(state_home.join("toold").join("sessions"))
 }
 
-/// Now, as RFC 3339 (a session's `created_at`).
-pub fn now_rfc3339() -> String {
-    rfc3339(SystemTime::now())
-}
-
-/// `time` as RFC 3339 in UTC to the second (`2026-11-30T09:00:00Z`). A time before 1970 (a
-/// clock gone wrong) is written as the epoch.
-pub fn rfc3339(time: SystemTime) -> String {
-    let seconds = time
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |since| since.as_secs());
-    let (days, in_day) = (seconds / 86_400, seconds % 86_400);
-    let (year, month, day) = civil_from_days(days);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        in_day / 3600,
-        in_day % 3600 / 60,
-        in_day % 60
-    )
-}
-
-/// The proleptic Gregorian date `days` after 1970-01-01 (Howard Hinnant's `civil_from_days`,
-/// on unsigned numbers since the days are never negative).
-fn civil_from_days(days: u64) -> (u64, u64, u64) {
-    // Shift the epoch to 0000-03-01, so that a leap day ends its (March-based) year.
-    let days = days + 719_468;
-    let era = days / 146_097;
-    let day_of_era = days % 146_097;
-    let year_of_era =
-        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let month_from_march = (5 * day_of_year + 2) / 153;
-    let day = day_of_year - (153 * month_from_march + 2) / 5 + 1;
-    let month = if month_from_march < 10 {
-        month_from_march + 3
-    } else {
-        month_from_march - 9
-    };
-    let year = year_of_era + era * 400 + u64::from(month <= 2);
-    (year, month, day)
-}
-
 #[cfg(test)]
 mod tests {
     use std::os::unix::fs::symlink;
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, Ordering};
-    use std::time::Duration;
 
     use pretty_assertions::assert_eq;
     use serde_json::json;
@@ -913,28 +871,5 @@ mod tests {
                 "XDG_STATE_HOME={xdg:?} HOME={home:?}"
             );
         }
-    }
-
-    #[test]
-    fn times_are_rfc3339_utc() {
-        let cases = [
-            (0, "1970-01-01T00:00:00Z"),
-            (951_782_400, "2000-02-29T00:00:00Z"),
-            (946_684_799, "1999-12-31T23:59:59Z"),
-            (1_735_689_599, "2024-12-31T23:59:59Z"),
-            (1_796_029_200, "2026-11-30T09:00:00Z"),
-            (4_107_542_400, "2100-03-01T00:00:00Z"),
-        ];
-        for (seconds, expected) in cases {
-            let time = UNIX_EPOCH + Duration::from_secs(seconds);
-            assert_eq!(rfc3339(time), expected, "{seconds}");
-        }
-        let before_epoch = UNIX_EPOCH - Duration::from_secs(5);
-        assert_eq!(rfc3339(before_epoch), "1970-01-01T00:00:00Z");
-        // Sub-second parts are dropped, not rounded.
-        assert_eq!(
-            rfc3339(UNIX_EPOCH + Duration::from_millis(59_999)),
-            "1970-01-01T00:00:59Z"
-        );
     }
 }
