@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, PoisonError, RwLock};
+use std::time::Duration;
 
 use serde_json::json;
 use tokio::net::UnixStream;
@@ -69,6 +70,9 @@ pub struct ReconnectReport {
     pub previous_instance_id: String,
     /// The new connection's `initialize` result.
     pub initialized: InitializeResult,
+    /// The client tools registered again (their names, sorted), or why they could not be.
+    /// Empty when the client had registered none.
+    pub tools: Result<Vec<String>, ClientError>,
     /// Every session that was attached, in session id order.
     pub sessions: Vec<Reattached>,
 }
@@ -231,23 +235,26 @@ impl Client {
 
     /// `tools/register`: tools this client runs through its
     /// [`on_tool_invoke`](ClientOptions::on_tool_invoke) answerer, removed when the
-    /// connection closes. Returns the registry's new revision.
+    /// connection closes and registered again by [`reconnect`](Self::reconnect). Returns the
+    /// registry's new revision.
     pub async fn tools_register(
         &self,
         tools: Vec<ToolDefinition>,
         replace: bool,
     ) -> Result<u64, ClientError> {
-        let revision = self
-            .call::<methods::ToolsRegister>(ToolsRegisterParams { tools, replace })
-            .await?;
+        let params = ToolsRegisterParams { tools, replace };
+        let revision = self.call::<methods::ToolsRegister>(params.clone()).await?;
+        self.inner.tracking.registered(&params.tools);
         Ok(revision.revision)
     }
 
     /// `tools/unregister` of this client's own tools. Returns the registry's new revision.
     pub async fn tools_unregister(&self, names: Vec<String>) -> Result<u64, ClientError> {
+        let params = ToolsUnregisterParams { names };
         let revision = self
-            .call::<methods::ToolsUnregister>(ToolsUnregisterParams { names })
+            .call::<methods::ToolsUnregister>(params.clone())
             .await?;
+        self.inner.tracking.unregistered(&params.names);
         Ok(revision.revision)
     }
 
@@ -279,12 +286,12 @@ impl Client {
     }
 
     /// Connects again with the same options (the daemon restarted, or the connection
-    /// broke), re-initializes, and re-attaches every attached session with `after_seq` set
-    /// to the last event seen, so that the event stream continues without a gap when the
-    /// daemon still has the events, and says so when it does not. The old connection is
-    /// closed first, so that no event arrives twice. Replayed events go to the event stream
-    /// before this returns, so keep reading it meanwhile (see [`Events`]). Tools registered
-    /// on the old connection are gone with it: register them again.
+    /// broke), re-initializes, registers again the client tools registered through
+    /// [`tools_register`](Self::tools_register), and re-attaches every attached session with
+    /// `after_seq` set to the last event seen, so that the event stream continues without a
+    /// gap when the daemon still has the events, and says so when it does not. The old
+    /// connection is closed first, so that no event arrives twice. Replayed events go to the
+    /// event stream before this returns, so keep reading it meanwhile (see [`Events`]).
     pub async fn reconnect(&self) -> Result<ReconnectReport, ClientError> {
         let previous = self.connection();
         previous.peer.close();
@@ -301,6 +308,8 @@ impl Client {
             .connection
             .write()
             .unwrap_or_else(PoisonError::into_inner) = Arc::clone(&fresh);
+        // Before the sessions: a call replayed or resumed there may need them.
+        let tools = self.register_again().await;
         let mut sessions = Vec::new();
         for AttachedSession {
             session_id,
@@ -323,8 +332,38 @@ impl Client {
             instance_changed: fresh.initialized.instance_id != previous.initialized.instance_id,
             previous_instance_id: previous.initialized.instance_id.clone(),
             initialized: fresh.initialized.clone(),
+            tools,
             sessions,
         })
+    }
+
+    /// Registers the tracked tools on the new connection. A daemon that is still the same
+    /// process unregisters the old connection's tools only once it has seen that connection
+    /// close, which may come after the new one's request: a refusal that names one of them as
+    /// already registered is tried again, for [`REREGISTER_PATIENCE`] at most.
+    async fn register_again(&self) -> Result<Vec<String>, ClientError> {
+        let tools = self.inner.tracking.tools();
+        if tools.is_empty() {
+            return Ok(Vec::new());
+        }
+        let names = tools.iter().map(|tool| tool.name.clone()).collect();
+        let params = ToolsRegisterParams {
+            tools,
+            replace: false,
+        };
+        let deadline = tokio::time::Instant::now() + REREGISTER_PATIENCE;
+        loop {
+            match self.call::<methods::ToolsRegister>(params.clone()).await {
+                Ok(_) => return Ok(names),
+                Err(error)
+                    if error.already_registered().is_some()
+                        && tokio::time::Instant::now() < deadline =>
+                {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                Err(error) => return Err(error),
+            }
+        }
     }
 
     /// Closes the connection (what is queued is still sent).
@@ -337,6 +376,10 @@ impl Client {
         self.peer().closed().await
     }
 }
+
+/// How long [`Client::reconnect`] keeps trying to register its tools again while the daemon
+/// still holds them for the old connection.
+const REREGISTER_PATIENCE: Duration = Duration::from_secs(5);
 
 fn id_params(session_id: &str) -> SessionIdParams {
     SessionIdParams {

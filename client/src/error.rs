@@ -54,6 +54,17 @@ impl ClientError {
         }
     }
 
+    /// The tool a `tools/register` refusal names as registered already (by another
+    /// connection, or by this one without `replace`).
+    pub fn already_registered(&self) -> Option<&str> {
+        match self {
+            ClientError::Rpc {
+                data: Some(data), ..
+            } => data.get("already_registered")?.as_str(),
+            _ => None,
+        }
+    }
+
     pub(crate) fn from_request(method: &str, error: RequestError) -> Self {
         let method = method.to_owned();
         match error {

@@ -16,6 +16,7 @@ use toold_protocol::{
     ApprovalAnswer, ApprovalRequestParams, BoxFuture, CancelRequestParams, ClientCapabilities,
     ErrorObject, Event, HookEvent, Id, InvokeParams, Notification, PeerHandle, PostToolUseAnswer,
     PostToolUseParams, PreToolUseAnswer, PreToolUseParams, Reply, Request, Revision, ToolResult,
+    error_code,
 };
 
 use crate::events::ClientEvent;
@@ -25,20 +26,45 @@ use crate::tracking::Tracking;
 /// The daemon ignores answers to withdrawn requests; the code only makes logs readable.
 const REQUEST_CANCELLED: i32 = -32800;
 
-/// One installed answerer: params in, answer out.
+/// One installed answerer: params in, the answer (or an error answer) out.
 type Answerer<M> = Arc<
-    dyn Fn(<M as RequestMethod>::Params) -> BoxFuture<'static, <M as RequestMethod>::Result>
+    dyn Fn(
+            <M as RequestMethod>::Params,
+        ) -> BoxFuture<'static, Result<<M as RequestMethod>::Result, ErrorObject>>
         + Send
         + Sync,
 >;
 
+/// An answerer that always answers.
 fn boxed<M, F, Fut>(answer: F) -> Answerer<M>
 where
     M: RequestMethod,
     F: Fn(M::Params) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = M::Result> + Send + 'static,
 {
-    Arc::new(move |params| Box::pin(answer(params)))
+    Arc::new(move |params| {
+        let answer = answer(params);
+        Box::pin(async move { Ok(answer.await) })
+    })
+}
+
+/// What an approval answerer installed with
+/// [`ClientOptions::on_approval_or_decline`](crate::ClientOptions::on_approval_or_decline)
+/// gives back.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Approval {
+    /// The decision.
+    Answer(ApprovalAnswer),
+    /// This client will not decide (it has nobody to ask, or the batch is not its own): the
+    /// session's other approvers still may. The reason reaches the call's result if every
+    /// approver declines, which denies the call.
+    Decline(String),
+}
+
+impl From<ApprovalAnswer> for Approval {
+    fn from(answer: ApprovalAnswer) -> Self {
+        Approval::Answer(answer)
+    }
 }
 
 /// The answerers a client installed; each one declares its capability in `initialize`.
@@ -65,9 +91,19 @@ impl Handlers {
     pub(crate) fn set_approval<F, Fut>(&mut self, answer: F)
     where
         F: Fn(ApprovalRequestParams) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = ApprovalAnswer> + Send + 'static,
+        Fut: Future<Output = Approval> + Send + 'static,
     {
-        self.approval = Some(boxed::<methods::ApprovalRequest, _, _>(answer));
+        self.approval = Some(Arc::new(move |params| {
+            let approval = answer(params);
+            Box::pin(async move {
+                match approval.await {
+                    Approval::Answer(answer) => Ok(answer),
+                    Approval::Decline(reason) => {
+                        Err(ErrorObject::new(error_code::DECLINED, reason))
+                    }
+                }
+            })
+        }));
     }
 
     pub(crate) fn set_pre_tool_use<F, Fut>(&mut self, answer: F)
@@ -161,12 +197,13 @@ impl ConnectionHandler {
         let answer = answerer(params);
         Box::pin(async move {
             let reply = tokio::select! {
-                answer = answer => match serde_json::to_value(answer) {
-                    Ok(value) => Reply::result(value),
-                    Err(err) => Reply::error(ErrorObject::internal_error(format!(
+                answer = answer => match answer.map(serde_json::to_value) {
+                    Ok(Ok(value)) => Reply::result(value),
+                    Ok(Err(err)) => Reply::error(ErrorObject::internal_error(format!(
                         "the client could not serialize its answer to {}: {err}",
                         M::METHOD
                     ))),
+                    Err(error) => Reply::error(error),
                 },
                 () = withdrawn.cancelled() => Reply::error(ErrorObject::new(
                     REQUEST_CANCELLED,

@@ -8,7 +8,8 @@
 //! [`Execution`] that can be canceled. Answerers installed on [`ClientOptions`]
 //! (`on_approval`, `on_pre_tool_use`, `on_post_tool_use`, `on_tool_invoke`) answer the
 //! daemon's requests and declare the matching capabilities; a request without one is answered
-//! `-32601`. [`Client::reconnect`] connects again after a daemon restart and re-attaches every
+//! `-32601`. An approval answerer installed with `on_approval_or_decline` may decline
+//! ([`Approval::Decline`]) and leave the approval to the session's other approvers. [`Client::reconnect`] connects again after a daemon restart and re-attaches every
 //! session after the last event seen.
 //!
 //! The connection is `toold_protocol`'s peer, the same one the daemon runs.
@@ -63,6 +64,7 @@ pub use client::{Client, Reattached, ReconnectReport};
 pub use error::ClientError;
 pub use events::{ClientEvent, Events};
 pub use execution::{Canceller, Execution};
+pub use handlers::Approval;
 pub use options::ClientOptions;
 pub use toold_protocol as protocol;
 pub use tracking::AttachedSession;

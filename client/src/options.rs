@@ -10,7 +10,7 @@ use toold_protocol::{
     ToolResult, resolve_socket_path,
 };
 
-use crate::handlers::Handlers;
+use crate::handlers::{Approval, Handlers};
 
 /// How to connect. Built with [`ClientOptions::new`] and the `with_*`/`on_*` methods.
 #[derive(Debug, Clone)]
@@ -71,10 +71,24 @@ impl ClientOptions {
     }
 
     /// Answers `approval/request`; declares the `approvals` capability.
-    pub fn on_approval<F, Fut>(mut self, answer: F) -> Self
+    pub fn on_approval<F, Fut>(self, answer: F) -> Self
     where
         F: Fn(ApprovalRequestParams) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = ApprovalAnswer> + Send + 'static,
+    {
+        self.on_approval_or_decline(move |request| {
+            let answer = answer(request);
+            async move { Approval::Answer(answer.await) }
+        })
+    }
+
+    /// Answers `approval/request`, or declines one ([`Approval::Decline`]) to leave it to the
+    /// session's other approvers: an editor attached to the same session, say, when this
+    /// client has no person to ask. Declares the `approvals` capability.
+    pub fn on_approval_or_decline<F, Fut>(mut self, answer: F) -> Self
+    where
+        F: Fn(ApprovalRequestParams) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Approval> + Send + 'static,
     {
         self.handlers.set_approval(answer);
         self

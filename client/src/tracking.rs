@@ -1,10 +1,10 @@
-//! What a client remembers for reattaching after a reconnect: the sessions it attached and
-//! the last `seq` it put on its event stream for each.
+//! What a client remembers for a reconnect: the sessions it attached and the last `seq` it
+//! put on its event stream for each, and the tools it registered.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use toold_protocol::SessionSnapshot;
+use toold_protocol::{SessionSnapshot, ToolDefinition};
 
 /// A session the client is attached to, and how far its events have reached the stream.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -21,6 +21,8 @@ struct State {
     /// Kept for every session events came from, attached or about to be: the events a
     /// `session/attach` replays arrive before its answer.
     last_seq: BTreeMap<String, u64>,
+    /// The client tools registered through the typed method, by name.
+    tools: BTreeMap<String, ToolDefinition>,
 }
 
 /// Shared by the client and the handler of each of its connections, so it survives them.
@@ -63,6 +65,27 @@ impl Tracking {
         let mut state = self.state();
         state.attached.remove(session_id);
         state.last_seq.remove(session_id);
+    }
+
+    /// These tools were registered (or replaced).
+    pub(crate) fn registered(&self, tools: &[ToolDefinition]) {
+        let mut state = self.state();
+        for tool in tools {
+            state.tools.insert(tool.name.clone(), tool.clone());
+        }
+    }
+
+    /// These tools were unregistered.
+    pub(crate) fn unregistered(&self, names: &[String]) {
+        let mut state = self.state();
+        for name in names {
+            state.tools.remove(name);
+        }
+    }
+
+    /// The tools to register again on a new connection, by name.
+    pub(crate) fn tools(&self) -> Vec<ToolDefinition> {
+        self.state().tools.values().cloned().collect()
     }
 
     pub(crate) fn sessions(&self) -> Vec<AttachedSession> {

@@ -16,6 +16,9 @@ pub enum ApprovalReply {
     Failed(String),
     /// Every approver went away before answering: `permission_canceled`.
     Disconnected,
+    /// Every approver declined to decide (`-32005`), the last saying this: as with no approver
+    /// attached, `permission_denied`.
+    Declined(String),
 }
 
 /// The future of one approval request; dropping it withdraws the request.

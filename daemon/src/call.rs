@@ -241,7 +241,7 @@ async fn step_approval(
         approval_id: approval_id.clone(),
         call: current_call(call, &resolved.arguments),
         safety: resolved.definition().safety,
-        reason,
+        reason: reason.clone(),
         suggestions: vec![suggestion],
     };
     let timeout = scope.executor.limits.approval_timeout;
@@ -260,6 +260,14 @@ async fn step_approval(
                 call,
                 ErrorType::PermissionCanceled,
                 format!("the approval failed: {why}"),
+            ));
+        }
+        Some(ApprovalReply::Declined(why)) => {
+            resolved_event(scope, &approval_id, call, None, ResolvedBy::Client);
+            return Err(failure(
+                call,
+                ErrorType::PermissionDenied,
+                format!("{reason}, and every approver declined to decide (the last: {why})"),
             ));
         }
         Some(ApprovalReply::Disconnected) => {

@@ -24,6 +24,10 @@ pub mod error_code {
     pub const UNKNOWN_SESSION: i32 = -32004;
     /// The daemon is at a limit (connections, queued work) and refuses for now.
     pub const OVERLOADED: i32 = -32001;
+    /// A client's answer to `approval/request`: it will not decide this approval (it has
+    /// nobody to ask, or the batch is not its own) and leaves it to the session's other
+    /// approvers. The error's message says why.
+    pub const DECLINED: i32 = -32005;
 }
 
 /// The `"jsonrpc":"2.0"` member; any other value is refused.

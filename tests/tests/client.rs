@@ -15,7 +15,7 @@ use toold_client::protocol::{
     Safety, ServerCapabilities, SessionCreateParams, SessionUpdateParams, ToolCall, ToolDefinition,
     ToolResult, ToolSource, ToolsListParams, error_code,
 };
-use toold_client::{Client, ClientError, ClientEvent, ClientOptions, Events};
+use toold_client::{Approval, Client, ClientError, ClientEvent, ClientOptions, Events};
 use toold_tests::daemon::TestDaemon;
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -372,6 +372,91 @@ async fn an_approval_handler_allows_once() {
     assert_eq!(resolved[0].decision, Some(ApprovalDecision::AllowOnce));
 }
 
+/// A session where `run_command` asks, and a line that needs the approval to run.
+async fn asking_batch(client: &Client, daemon: &TestDaemon) -> ExecuteParams {
+    let session = client
+        .session_create(SessionCreateParams::new(daemon.work()))
+        .await
+        .expect("session/create");
+    batch(
+        &session.session_id,
+        vec![call(
+            "ask",
+            "run_command",
+            json!({"command": "echo approved > approved.txt"}),
+        )],
+    )
+}
+
+/// An approver that declines leaves the approval to the session's other approvers: the one
+/// that answers decides, and the decliner was asked too.
+#[tokio::test]
+async fn a_declining_approver_leaves_the_approval_to_another() {
+    let daemon = TestDaemon::start();
+    let declined = Arc::new(Mutex::new(0));
+    let counted = Arc::clone(&declined);
+    let declining = options(&daemon).on_approval_or_decline(move |_request| {
+        *counted.lock().expect("declined") += 1;
+        async { Approval::Decline("nobody here to ask".to_owned()) }
+    });
+    assert!(declining.capabilities().approvals);
+    let (submitter, _submitter_events) = connect(declining).await;
+    let params = asking_batch(&submitter, &daemon).await;
+    // The other approver answers only after the decline reached the daemon: a decline must
+    // not settle the approval.
+    let (approver, _approver_events) = connect(options(&daemon).on_approval(|_request| async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        ApprovalAnswer::new(ApprovalDecision::AllowOnce)
+    }))
+    .await;
+    approver
+        .session_attach(&params.session_id, None)
+        .await
+        .expect("session/attach");
+
+    let result = execute(&submitter, params).await;
+    assert_eq!(outcome(&result.results[0].result), "ok", "{result:?}");
+    assert_eq!(*declined.lock().expect("declined"), 1);
+    assert_eq!(
+        std::fs::read_to_string(daemon.work().join("approved.txt")).expect("the command ran"),
+        "approved\n"
+    );
+}
+
+/// When every approver declines, the call is denied at once (as with no approver attached),
+/// and its error carries the decline's reason.
+#[tokio::test]
+async fn a_call_every_approver_declines_is_denied_with_the_reason() {
+    let daemon = TestDaemon::start();
+    let declining = |reason: &'static str| {
+        options(&daemon)
+            .on_approval_or_decline(move |_request| async move { Approval::Decline(reason.into()) })
+    };
+    let (submitter, _submitter_events) = connect(declining("first declines")).await;
+    let params = asking_batch(&submitter, &daemon).await;
+    let (other, _other_events) = connect(declining("second declines too")).await;
+    other
+        .session_attach(&params.session_id, None)
+        .await
+        .expect("session/attach");
+
+    let started = std::time::Instant::now();
+    let result = execute(&submitter, params).await;
+    let result = &result.results[0].result;
+    assert_eq!(outcome(result), "permission_denied", "{result:?}");
+    let error = result.error.as_deref().expect("an error");
+    assert!(
+        error.contains("every approver declined") && error.contains("declines"),
+        "{error}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "denied after {:?}: the approval waited instead of ending",
+        started.elapsed()
+    );
+    assert!(!daemon.work().join("approved.txt").exists());
+}
+
 #[tokio::test]
 async fn a_client_tool_is_registered_and_invoked_through_its_handler() {
     let daemon = TestDaemon::start();
@@ -617,6 +702,76 @@ async fn reconnect_after_a_restart_reattaches_after_the_last_event() {
         replayed.ends_with(&second.iter().map(Event::seq).collect::<Vec<_>>()),
         "{replayed:?}"
     );
+}
+
+/// `reconnect` registers the client's tools again: on the same daemon, whose cleanup of the
+/// old connection's tools may come after the new registration, and after a restart, where
+/// they are gone with the process. Each time another client calls the tool and it runs
+/// through the reconnected client; a tool unregistered before is not registered again.
+#[tokio::test]
+async fn reconnect_registers_the_client_tools_again() {
+    let mut daemon = TestDaemon::start();
+    let (owner, mut owner_events) = connect(echo_tool(options(&daemon))).await;
+    owner
+        .tools_register(
+            vec![client_tool("e2e_echo"), client_tool("e2e_dropped")],
+            false,
+        )
+        .await
+        .expect("tools/register");
+    owner
+        .tools_unregister(vec!["e2e_dropped".to_owned()])
+        .await
+        .expect("tools/unregister");
+
+    let call_the_tool = |daemon: &TestDaemon| {
+        let caller_options = options(daemon);
+        let work = daemon.work();
+        async move {
+            let (caller, _caller_events) = connect(caller_options).await;
+            let session = caller
+                .session_create(SessionCreateParams::new(work))
+                .await
+                .expect("session/create");
+            let listed = caller
+                .tools_list(ToolsListParams::default())
+                .await
+                .expect("tools/list");
+            let names: Vec<String> = listed.tools.into_iter().map(|tool| tool.name).collect();
+            let result = execute(
+                &caller,
+                batch(
+                    &session.session_id,
+                    vec![call("echoed", "e2e_echo", json!({"text": "again"}))],
+                ),
+            )
+            .await;
+            (names, result.results[0].result.clone())
+        }
+    };
+
+    let report = owner.reconnect().await.expect("reconnect, same daemon");
+    assert!(!report.instance_changed);
+    assert_eq!(report.tools.expect("tools again"), ["e2e_echo"]);
+    let (names, result) = call_the_tool(&daemon).await;
+    assert!(names.contains(&"e2e_echo".to_owned()), "{names:?}");
+    assert!(!names.contains(&"e2e_dropped".to_owned()), "{names:?}");
+    assert_eq!(result.content, "echo: again", "{result:?}");
+
+    daemon.restart();
+    loop {
+        if let ClientEvent::Disconnected { .. } = next_event(&mut owner_events).await {
+            break;
+        }
+    }
+    let report = owner
+        .reconnect()
+        .await
+        .expect("reconnect, restarted daemon");
+    assert!(report.instance_changed);
+    assert_eq!(report.tools.expect("tools again"), ["e2e_echo"]);
+    let (_, result) = call_the_tool(&daemon).await;
+    assert_eq!(result.content, "echo: again", "{result:?}");
 }
 
 /// A request the client installed no answerer for is answered `-32601`, and `initialize`

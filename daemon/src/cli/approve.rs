@@ -1,10 +1,12 @@
 //! How `toold call` and `toold exec` answer `approval/request`: on a terminal they ask the
-//! person (`[y] once / [s] session / [n] deny / [a] abort`); without one they deny, unless
+//! person (`[y] once / [s] session / [n] deny / [a] abort`); without one they decline, leaving
+//! the approval to the session's other approvers (the call is denied if there is none), unless
 //! `--yes` allows each call once.
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::sync::Arc;
 
+use toold_client::Approval;
 use toold_protocol::{ApprovalAnswer, ApprovalDecision, ApprovalRequestParams};
 
 /// Who decides the approvals of this command's batch.
@@ -14,27 +16,28 @@ pub enum ApprovalPolicy {
     AskOnTerminal,
     /// `--yes`: allow each call once.
     AllowOnce,
-    /// No terminal and no `--yes`: deny, saying how to allow.
-    Deny,
+    /// No terminal and no `--yes`: decline, saying how to allow.
+    Decline,
 }
 
 impl ApprovalPolicy {
-    /// `--yes` wins; otherwise ask when stdin and stderr are terminals, else deny.
+    /// `--yes` wins; otherwise ask when stdin and stderr are terminals, else decline.
     pub fn choose(yes: bool) -> Self {
         if yes {
             ApprovalPolicy::AllowOnce
         } else if std::io::stdin().is_terminal() && std::io::stderr().is_terminal() {
             ApprovalPolicy::AskOnTerminal
         } else {
-            ApprovalPolicy::Deny
+            ApprovalPolicy::Decline
         }
     }
 }
 
-/// The message a denied call's model (and the person reading the result) sees.
-pub const DENIED_WITHOUT_TERMINAL: &str = "denied by `toold`: no terminal to ask on (stdin and \
-     stderr are not both terminals); rerun with --yes to allow each call once, or add an allow \
-     rule for it to the config";
+/// Why `toold` declines without a terminal: what the call's model (and the person reading the
+/// result) sees when no other approver decides.
+pub const NO_TERMINAL: &str = "`toold` has no terminal to ask on (stdin and stderr are not \
+     both terminals); rerun with --yes to allow each call once, or add an allow rule for it to \
+     the config";
 
 /// Decides one approval request by `policy`. Asking happens on a blocking thread, one prompt
 /// at a time (`prompt_lock`), so two requests never share the terminal.
@@ -42,13 +45,10 @@ pub async fn decide(
     policy: ApprovalPolicy,
     request: ApprovalRequestParams,
     prompt_lock: Arc<tokio::sync::Mutex<()>>,
-) -> ApprovalAnswer {
+) -> Approval {
     match policy {
-        ApprovalPolicy::AllowOnce => ApprovalAnswer::new(ApprovalDecision::AllowOnce),
-        ApprovalPolicy::Deny => ApprovalAnswer {
-            message: Some(DENIED_WITHOUT_TERMINAL.to_owned()),
-            ..ApprovalAnswer::new(ApprovalDecision::Deny)
-        },
+        ApprovalPolicy::AllowOnce => ApprovalAnswer::new(ApprovalDecision::AllowOnce).into(),
+        ApprovalPolicy::Decline => Approval::Decline(NO_TERMINAL.to_owned()),
         ApprovalPolicy::AskOnTerminal => {
             let _one_prompt_at_a_time = prompt_lock.lock().await;
             let asked = tokio::task::spawn_blocking(move || {
@@ -60,10 +60,12 @@ pub async fn decide(
             })
             .await;
             // The blocking task only fails if it panicked: deny rather than run unasked.
-            asked.unwrap_or_else(|_| ApprovalAnswer {
-                message: Some("denied: the approval prompt failed".to_owned()),
-                ..ApprovalAnswer::new(ApprovalDecision::Deny)
-            })
+            asked
+                .unwrap_or_else(|_| ApprovalAnswer {
+                    message: Some("denied: the approval prompt failed".to_owned()),
+                    ..ApprovalAnswer::new(ApprovalDecision::Deny)
+                })
+                .into()
         }
     }
 }

@@ -12,7 +12,7 @@ use tokio::sync::watch;
 use toold_client::protocol::{
     Event, ExecuteParams, ExecuteResult, SessionCreateParams, SessionMode, ToolCall,
 };
-use toold_client::{Client, ClientEvent, ClientOptions, Events};
+use toold_client::{Approval, Client, ClientEvent, ClientOptions, Events};
 
 use super::address::DaemonAddress;
 use super::approve::{self, ApprovalPolicy};
@@ -60,30 +60,29 @@ pub async fn run_batch(
     // The batch's id, known from its `batch/start`: approvals of other batches (in a session
     // attached with --session) are left to their own approvers.
     let (our_batch, batch_known) = watch::channel(None::<String>);
-    let mut options = ClientOptions::new(client_name)
+    let options = ClientOptions::new(client_name)
         .with_version(env!("CARGO_PKG_VERSION"))
         .with_socket(socket);
-    // Without a terminal or --yes, a shared session's approvals are better left to whoever
-    // else is attached (an editor) than denied from here.
-    let approves = !(policy == ApprovalPolicy::Deny && args.session.is_some());
-    if approves {
-        let prompt_lock = Arc::new(tokio::sync::Mutex::new(()));
-        options = options.on_approval(move |request| {
-            let mut batch_known = batch_known.clone();
-            let prompt_lock = Arc::clone(&prompt_lock);
-            async move {
-                let ours = batch_known
-                    .wait_for(Option::is_some)
-                    .await
-                    .ok()
-                    .and_then(|batch| batch.clone());
-                if ours.as_deref() != Some(request.batch_id.as_str()) {
-                    return std::future::pending().await;
-                }
-                approve::decide(policy, request, prompt_lock).await
+    let prompt_lock = Arc::new(tokio::sync::Mutex::new(()));
+    let options = options.on_approval_or_decline(move |request| {
+        let mut batch_known = batch_known.clone();
+        let prompt_lock = Arc::clone(&prompt_lock);
+        async move {
+            let ours = batch_known
+                .wait_for(Option::is_some)
+                .await
+                .ok()
+                .and_then(|batch| batch.clone());
+            // Another batch of a shared session: its own approvers decide.
+            if ours.as_deref() != Some(request.batch_id.as_str()) {
+                return Approval::Decline(format!(
+                    "`toold` approves only its own batch, not {}",
+                    request.batch_id
+                ));
             }
-        });
-    }
+            approve::decide(policy, request, prompt_lock).await
+        }
+    });
     let (client, mut events) = Client::connect(options).await?;
     let outcome =
         run_in_session(args, &client, &mut events, calls, &our_batch, &mut on_event).await;

@@ -189,7 +189,8 @@ pub fn tools_register(
                 } else {
                     ""
                 }
-            )));
+            ))
+            .with_data(json!({ "already_registered": definition.name })));
         }
     }
     for mut definition in params.tools {

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::oneshot;
 use tokio::task::AbortHandle;
-use toold_protocol::{ApprovalAnswer, ApprovalRequestParams, methods};
+use toold_protocol::{ApprovalAnswer, ApprovalRequestParams, error_code, methods};
 
 use crate::approval::{ApprovalFuture, ApprovalReply, Approver};
 use crate::rpc::connection::{Connection, OutboundError};
@@ -20,6 +20,9 @@ struct Pending {
     asking: HashMap<u64, AbortHandle>,
     /// Why the last unusable answer was unusable: the reply if no approver answers validly.
     last_error: Option<String>,
+    /// Why the last approver that declined (`-32005`) did: the reply if every approver
+    /// declines or goes away.
+    last_decline: Option<String>,
 }
 
 #[derive(Default)]
@@ -134,6 +137,10 @@ impl ApprovalBoard {
                 }
                 Err(err) => Some(format!("the answer is not an approval decision: {err}")),
             },
+            Err(OutboundError::Error(error)) if error.code == error_code::DECLINED => {
+                pending.last_decline = Some(error.message);
+                None
+            }
             Err(OutboundError::Error(error)) => Some(format!(
                 "the approver answered with an error: {}",
                 error.message
@@ -173,8 +180,8 @@ fn settle(state: &mut BoardState, approval_id: &str, reply: ApprovalReply) {
     }
 }
 
-/// Once nobody is left to ask, the approval ends: with the last unusable answer, or as
-/// disconnected.
+/// Once nobody is left to ask, the approval ends: with the last unusable answer, else the
+/// last decline, else as disconnected.
 fn settle_if_unanswerable(state: &mut BoardState, approval_id: &str) {
     let Some(pending) = state.pending.get(approval_id) else {
         return;
@@ -182,9 +189,10 @@ fn settle_if_unanswerable(state: &mut BoardState, approval_id: &str) {
     if !pending.asking.is_empty() {
         return;
     }
-    let reply = match &pending.last_error {
-        Some(why) => ApprovalReply::Failed(why.clone()),
-        None => ApprovalReply::Disconnected,
+    let reply = match (&pending.last_error, &pending.last_decline) {
+        (Some(why), _) => ApprovalReply::Failed(why.clone()),
+        (None, Some(why)) => ApprovalReply::Declined(why.clone()),
+        (None, None) => ApprovalReply::Disconnected,
     };
     settle(state, approval_id, reply);
 }
@@ -216,6 +224,7 @@ impl Approver for BoardApprover {
                     reply,
                     asking,
                     last_error: None,
+                    last_decline: None,
                 },
             );
             settle_if_unanswerable(&mut state, &approval_id);
