@@ -198,15 +198,17 @@ pub fn search_section(
     let batch = parallel_batch(settings.rounds, &mut client, &session)?;
     daemon.stop()?;
 
-    let mut markdown = format!("## Search\n\nOn the corpus ({file_count} files");
+    let mut markdown = format!(
+        "## Search\n\nOn the corpus {}",
+        corpus_label(corpus, file_count)
+    );
     let _ = write!(
         markdown,
-        ", `{}`). toold is the release daemon answering `tools/execute` over its socket (a \
+        ". toold is the release daemon answering `tools/execute` over its socket (a \
          detached connection: the answer comes once, in the response); rg and fd are processes \
          writing to a pipe, so their times include a process start (about a millisecond). \
          {} interleaved rounds, page cache warm; times are median (IQR) in ms. Every row was \
          first checked to give the same set of results.\n\n",
-        corpus.display(),
         settings.rounds
     );
     markdown.push_str(&table);
@@ -460,11 +462,46 @@ pub fn command_lines(command: &mut Command) -> anyhow::Result<Vec<String>> {
         .collect())
 }
 
-/// The corpus of `../shared/bench/make-corpus.sh`, built once (later runs find it).
-pub fn full_corpus() -> anyhow::Result<PathBuf> {
-    let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
+/// How the report names the corpus: by its directory's name and, when it lies inside the
+/// repository (as [`full_corpus`] builds it, under `target/bench-corpus/`), by its path relative
+/// to the repository; never by an absolute path of the machine the figures were measured on.
+fn corpus_label(corpus: &Path, file_count: usize) -> String {
+    let name = corpus.file_name().map_or_else(
+        || corpus.display().to_string(),
+        |name| name.to_string_lossy().into_owned(),
+    );
+    // The corpus path is canonical (every caller made it so); the workspace's must be too.
+    let inside = workspace()
+        .ok()
+        .and_then(|workspace| workspace.canonicalize().ok())
+        .and_then(|workspace| {
+            corpus
+                .strip_prefix(workspace)
+                .ok()
+                .map(|relative| relative.display().to_string())
+        });
+    match inside {
+        Some(relative) if relative.is_empty() => {
+            format!("`{name}` ({file_count} files: the repository itself)")
+        }
+        Some(relative) => {
+            format!("`{name}` ({file_count} files, at `{relative}` in the repository)")
+        }
+        None => format!("`{name}` ({file_count} files)"),
+    }
+}
+
+/// The repository's root: the workspace the bench crate belongs to.
+fn workspace() -> anyhow::Result<&'static Path> {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
-        .context("the bench crate lives inside the workspace")?;
+        .context("the bench crate lives inside the workspace")
+}
+
+/// The corpus of `../shared/bench/make-corpus.sh`, built once under `target/bench-corpus/`
+/// (later runs find it).
+pub fn full_corpus() -> anyhow::Result<PathBuf> {
+    let workspace = workspace()?;
     let script = std::env::var_os("TOOLD_BENCH_CORPUS_SCRIPT")
         .map(PathBuf::from)
         .unwrap_or_else(|| workspace.join("../shared/bench/make-corpus.sh"));
