@@ -46,6 +46,7 @@ pub async fn run_call(scope: CallScope, call: ToolCall, cancel: CancellationToke
     scope.emit(EventBody::CallStart(CallStart {
         iteration: scope.iteration,
         call: call.clone(),
+        elided_bytes: 0,
     }));
     let result = if cancel.is_cancelled() {
         failure(
@@ -72,6 +73,7 @@ pub fn finish(
         call_id: call.id.clone(),
         result,
         elapsed_ms,
+        elided_bytes: 0,
     };
     scope.emit(EventBody::Result(ended.clone()));
     scope.emit(EventBody::CallDone(ended.clone()));

@@ -37,6 +37,10 @@ pub struct BatchStart {
 pub struct CallStart {
     pub iteration: u64,
     pub call: ToolCall,
+    /// Set only on a replayed event whose arguments (this many bytes of JSON text) the
+    /// session's log no longer keeps: `call.arguments` is then `{}`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub elided_bytes: u64,
 }
 
 /// Which stream of a command an output chunk came from.
@@ -58,7 +62,7 @@ pub struct ToolOutput {
     #[serde(default, skip_serializing_if = "is_false")]
     pub truncated: bool,
     /// Set only on a replayed event whose `data` (this many bytes) the session's log no longer
-    /// keeps: the log bounds the output it retains in bytes, and `data` is then empty.
+    /// keeps: the log bounds what it retains in bytes, and `data` is then empty.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub elided_bytes: u64,
 }
@@ -78,6 +82,11 @@ pub struct CallEnded {
     pub call_id: String,
     pub result: ToolResult,
     pub elapsed_ms: u64,
+    /// Set only on a replayed event whose result the session's log no longer keeps whole:
+    /// `content` and `error` are then `""` and `metadata` holds only `call_id`; this many
+    /// bytes were dropped (`content`, `error`, and the other metadata as JSON text).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub elided_bytes: u64,
 }
 
 /// Who or what settled an approval request.

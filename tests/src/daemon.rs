@@ -518,13 +518,16 @@ impl RawClient {
 
     /// The next message, whatever it is.
     pub async fn next_message(&mut self) -> Value {
-        let line = self
-            .lines
+        serde_json::from_str(&self.next_line().await).expect("a JSON message")
+    }
+
+    /// The next message as the line the daemon wrote, unparsed.
+    pub async fn next_line(&mut self) -> String {
+        self.lines
             .next_line()
             .await
             .expect("read a line")
-            .expect("the daemon closed the connection");
-        serde_json::from_str(&line).expect("a JSON message")
+            .expect("the daemon closed the connection")
     }
 
     /// Sends a request and returns its response, skipping the notifications before it.

@@ -515,3 +515,125 @@ async fn a_client_that_stops_reading_holds_back_its_command_not_the_daemon() {
         calls.len()
     );
 }
+
+/// The session's event log is bounded in bytes, not only in events: 256 reads of a 512 KiB
+/// file leave 512 events of 512 KiB results (`tool/result` and `tool/call_done`) that, kept
+/// whole, would hold 256 MiB (10,000 results of 1 MiB reads would hold 10 GiB). The daemon
+/// grows by a bounded amount, and a replay from the start still has every event, the old
+/// results slim (`elided_bytes`), the newest whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retained_events_are_bounded_in_bytes_not_only_in_number() {
+    const MIB: usize = 1 << 20;
+    const SIZE: usize = MIB / 2;
+    const BATCHES: u64 = 32;
+    const CALLS: usize = 8;
+    let daemon = TestDaemon::start();
+    let work = daemon.work();
+    std::fs::write(work.join("big.txt"), "x".repeat(63).to_owned() + "\n")
+        .and_then(|()| {
+            let line = std::fs::read(work.join("big.txt"))?;
+            std::fs::write(work.join("big.txt"), line.repeat(SIZE / 64))
+        })
+        .unwrap();
+
+    let mut client = RawClient::connect(&daemon.socket()).await;
+    client
+        .call(
+            1,
+            "initialize",
+            json!({"protocol_version": 1, "capabilities": {}}),
+        )
+        .await;
+    let create = json!({"cwd": work, "max_read_bytes": 2 * MIB});
+    let session = client.call(2, "session/create", create).await["result"]["session_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let before = daemon.rss_bytes();
+    let mut peak = before;
+    for batch in 0..BATCHES {
+        let calls: Vec<Value> = (0..CALLS)
+            .map(|call| {
+                json!({"id": format!("r{batch}_{call}"), "name": "read_file",
+                "arguments": {"path": "big.txt"}})
+            })
+            .collect();
+        let id = 100 + batch;
+        client
+            .send(
+                id,
+                "tools/execute",
+                json!({"session_id": session, "calls": calls}),
+            )
+            .await;
+        // Events and the answer, read as lines: parsing megabytes of JSON would only slow
+        // the test.
+        let answer_starts = format!(r#"{{"jsonrpc":"2.0","id":{id},"#);
+        loop {
+            let line = client.next_line().await;
+            if line.starts_with(&answer_starts) {
+                assert!(line.len() > CALLS * SIZE, "{}", &line[..200]);
+                break;
+            }
+        }
+        peak = peak.max(daemon.rss_bytes());
+    }
+    let growth = peak.saturating_sub(before);
+    assert!(
+        growth < 96 * MIB as u64,
+        "the daemon grew by {} MiB for 256 MiB of results",
+        growth >> 20
+    );
+
+    // Another connection replays the whole log: every event is there, in order.
+    let mut replaying = RawClient::connect(&daemon.socket()).await;
+    replaying
+        .call(
+            1,
+            "initialize",
+            json!({"protocol_version": 1, "capabilities": {}}),
+        )
+        .await;
+    replaying
+        .send(
+            2,
+            "session/attach",
+            json!({"session_id": session, "after_seq": 0}),
+        )
+        .await;
+    let mut results = Vec::new();
+    let mut seqs = Vec::new();
+    let snapshot = loop {
+        let message = replaying.next_message().await;
+        if message.get("method").is_none() {
+            break message;
+        }
+        seqs.push(message["params"]["seq"].as_u64().unwrap());
+        if message["method"] == "tool/result" {
+            let params = &message["params"];
+            let content = params["result"]["content"].as_str().unwrap().len();
+            results.push((content, params["elided_bytes"].as_u64().unwrap_or(0)));
+        }
+    };
+    assert_eq!(
+        snapshot["result"]["replay_truncated"],
+        Value::Null,
+        "{snapshot}"
+    );
+    let events_per_batch = 2 + 3 * CALLS as u64;
+    assert_eq!(seqs, (1..=BATCHES * events_per_batch).collect::<Vec<_>>());
+    assert_eq!(results.len(), BATCHES as usize * CALLS);
+    let (content, elided) = results[0];
+    assert!(
+        content == 0 && elided > SIZE as u64,
+        "the oldest result is slim: {:?}",
+        results[0]
+    );
+    assert_eq!(*results.last().unwrap(), (SIZE, 0), "the newest is whole");
+    eprintln!(
+        "{} reads of 512 KiB: the daemon grew by {} MiB at most; {} results replayed slim",
+        BATCHES as usize * CALLS,
+        growth >> 20,
+        results.iter().filter(|(_, elided)| *elided > 0).count()
+    );
+}

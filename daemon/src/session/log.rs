@@ -1,6 +1,7 @@
 //! A session's retained event log: the last events in `seq` order (for `session/attach`'s
-//! `after_seq` replay), the readers that follow it on behalf of connections, and the
-//! backpressure that lets a slow reader throttle live output instead of growing memory.
+//! `after_seq` replay), bounded in events and in bytes, the readers that follow it on behalf of
+//! connections, and the backpressure that lets a slow reader throttle live output instead of
+//! growing memory.
 //!
 //! The log is the session's [`EventListener`]: the sink calls [`EventLog::deliver`] with its own
 //! lock held, so appending only takes a short `std` mutex and wakes readers; it never waits.
@@ -14,18 +15,27 @@ use std::pin::pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::Notify;
-use toold_protocol::{Event, EventParams, ToolOutput};
+use toold_protocol::Event;
 
 use crate::events::EventListener;
+
+mod retention;
 
 /// How many events the protocol says a session retains at least (docs/protocol.md section 3).
 pub const MIN_RETAINED_EVENTS: usize = 10_000;
 
-/// How many bytes of `tool/output` data a session's log keeps. Past it, the oldest output
-/// events that every reader has taken keep their place and `seq` but lose their `data`
-/// (`elided_bytes` says how much): a command that prints 100 MB must not leave 100 MB in the
-/// log. The result of every call, with its head and tail of the output, is kept whole.
-pub const RETAINED_OUTPUT_BYTES: usize = 4 * 1024 * 1024;
+/// How many bytes of events a session's log keeps whole (each event's
+/// [`retention::weight`]). Past it, the oldest events that every reader has taken keep their
+/// place and `seq` but lose their bulk (`elided_bytes` says how much): output data, a call's
+/// arguments, a result's content. 10,000 results of a 1 MiB read must not hold 10 GiB, nor a
+/// command that prints 100 MB leave 100 MB.
+pub const RETAINED_EVENT_BYTES: usize = 16 * 1024 * 1024;
+
+/// How many bytes of events the log holds at most while a reader has not taken them: past it,
+/// events lose their bulk even before the slowest reader takes them (it gets them slim, as a
+/// reader past the event count gets [`Lagged`]). Only a connection that stops reading comes
+/// near it; nothing else holds results back.
+pub const LAGGING_READER_BYTES: usize = 4 * RETAINED_EVENT_BYTES;
 
 /// A reader fell behind what the log retains: `missed` events were dropped before it read them.
 /// The reader has been moved to the oldest retained event and goes on from there.
@@ -63,11 +73,13 @@ struct LogInner {
     next_reader_id: u64,
     /// Set by `close`: readers end once they have read everything, nobody is throttled.
     closed: bool,
-    /// The `data` bytes of the retained `tool/output` events, elided ones not counted.
-    output_bytes: usize,
-    /// What `output_bytes` may reach before the oldest output is elided.
-    output_budget: usize,
-    /// Every output event with this `seq` or a lower one has been elided or looked at.
+    /// The [`retention::weight`] of every retained event.
+    retained_bytes: usize,
+    /// What `retained_bytes` may reach before the oldest taken events are made slim.
+    byte_budget: usize,
+    /// What `retained_bytes` may reach before events are made slim whoever has taken them.
+    lagging_limit: usize,
+    /// Every event with this `seq` or a lower one has been made slim or looked at.
     elided_through: u64,
     /// How many events a reader may trail by before live output waits for it.
     output_lag: u64,
@@ -104,11 +116,13 @@ impl LogInner {
         }
     }
 
-    /// While the retained output is over its budget, drops the `data` of the oldest output
-    /// events that every reader has already taken (a reader must never get an elided event
-    /// live). What the slowest reader has not taken yet stays; the output waits for it.
-    fn elide_output(&mut self) {
-        if self.output_bytes <= self.output_budget {
+    /// While the retained events are over the byte budget, makes the oldest ones that every
+    /// reader has already taken slim (a reader must never get a slim event live). What the
+    /// slowest reader has not taken stays whole, unless the log is past the lagging limit.
+    /// Events without bulk cannot shrink: past the lagging limit with nothing left to slim
+    /// (ids of pathological sizes), the oldest go, as past the event count.
+    fn keep_within_budget(&mut self) {
+        if self.retained_bytes <= self.byte_budget {
             return;
         }
         let taken_by_all = self
@@ -117,32 +131,29 @@ impl LogInner {
             .copied()
             .min()
             .unwrap_or(self.last_seq);
-        let start = self.index_after(self.elided_through);
-        for index in start..self.events.len() {
-            let event = &self.events[index];
-            if self.output_bytes <= self.output_budget || event.seq() > taken_by_all {
+        let mut index = self.index_after(self.elided_through);
+        while self.retained_bytes > self.byte_budget && index < self.events.len() {
+            let seq = self.events[index].seq();
+            if seq > taken_by_all && self.retained_bytes <= self.lagging_limit {
                 return;
             }
-            self.elided_through = event.seq();
-            if let Event::Output(params) = &**event
-                && !params.body.data.is_empty()
-            {
-                let elided = params.body.data.len();
-                let slim = Event::Output(EventParams {
-                    session_id: params.session_id.clone(),
-                    seq: params.seq,
-                    batch_id: params.batch_id.clone(),
-                    body: ToolOutput {
-                        call_id: params.body.call_id.clone(),
-                        stream: params.body.stream,
-                        data: String::new(),
-                        truncated: params.body.truncated,
-                        elided_bytes: elided as u64,
-                    },
-                });
-                self.events[index] = Arc::new(slim);
-                self.output_bytes -= elided;
+            self.elided_through = seq;
+            if let Some(slim) = retention::slim(&self.events[index]) {
+                let whole = std::mem::replace(&mut self.events[index], Arc::new(slim));
+                self.retained_bytes -= retention::weight(&whole);
+                self.retained_bytes += retention::weight(&self.events[index]);
             }
+            index += 1;
+        }
+        while self.retained_bytes > self.lagging_limit && self.events.len() > 1 {
+            self.evict_oldest();
+        }
+    }
+
+    fn evict_oldest(&mut self) {
+        if let Some(evicted) = self.events.pop_front() {
+            self.evicted_through = evicted.seq();
+            self.retained_bytes -= retention::weight(&evicted);
         }
     }
 
@@ -175,8 +186,9 @@ impl EventLog {
                 readers: HashMap::new(),
                 next_reader_id: 0,
                 closed: false,
-                output_bytes: 0,
-                output_budget: RETAINED_OUTPUT_BYTES,
+                retained_bytes: 0,
+                byte_budget: RETAINED_EVENT_BYTES,
+                lagging_limit: LAGGING_READER_BYTES,
                 elided_through: start_seq,
                 output_lag: MAX_OUTPUT_LAG,
             }),
@@ -185,11 +197,20 @@ impl EventLog {
         }
     }
 
-    /// The same log with another budget for retained output data than
-    /// [`RETAINED_OUTPUT_BYTES`].
-    pub fn with_output_budget(self, bytes: usize) -> Self {
-        self.lock().output_budget = bytes;
+    /// The same log with other byte bounds than [`RETAINED_EVENT_BYTES`] and
+    /// [`LAGGING_READER_BYTES`] (the second at least the first).
+    pub fn with_byte_budget(self, retained: usize, lagging: usize) -> Self {
+        {
+            let mut inner = self.lock();
+            inner.byte_budget = retained;
+            inner.lagging_limit = lagging.max(retained);
+        }
         self
+    }
+
+    /// The [`retention::weight`] of the retained events together: what the log holds.
+    pub fn retained_bytes(&self) -> usize {
+        self.lock().retained_bytes
     }
 
     /// The same log letting readers trail by `events` rather than [`MAX_OUTPUT_LAG`] before
@@ -292,16 +313,13 @@ impl EventLog {
                 );
                 return;
             }
-            if inner.events.len() >= inner.capacity
-                && let Some(evicted) = inner.events.pop_front()
-            {
-                inner.evicted_through = evicted.seq();
-                inner.output_bytes -= output_data_len(&evicted);
+            if inner.events.len() >= inner.capacity {
+                inner.evict_oldest();
             }
-            inner.output_bytes += output_data_len(&event);
+            inner.retained_bytes += retention::weight(&event);
             inner.events.push_back(Arc::new(event));
             inner.last_seq = seq;
-            inner.elide_output();
+            inner.keep_within_budget();
         }
         self.appended.notify_waiters();
     }
@@ -312,14 +330,6 @@ impl EventLog {
         self.inner
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-}
-
-/// The `data` bytes of an output event (0 for any other, or an elided one).
-fn output_data_len(event: &Event) -> usize {
-    match event {
-        Event::Output(params) => params.body.data.len(),
-        _ => 0,
     }
 }
 
@@ -385,7 +395,7 @@ impl LogReader {
                 match next {
                     Some(event) => {
                         inner.readers.insert(self.id, event.seq());
-                        inner.elide_output();
+                        inner.keep_within_budget();
                         Ok(event)
                     }
                     None if inner.closed => return Err(AtHead::Ended),
@@ -463,7 +473,7 @@ mod tests {
 
     use pretty_assertions::assert_eq;
     use tokio::time::timeout;
-    use toold_protocol::{BatchDone, EventParams};
+    use toold_protocol::{BatchDone, EventParams, ToolOutput};
 
     use super::*;
     use crate::events::{EventBody, EventSink};
@@ -516,62 +526,208 @@ mod tests {
         })
     }
 
-    /// (data length, elided bytes) of every retained event.
-    fn output_shapes(log: &EventLog) -> Vec<(usize, u64)> {
+    fn result(seq: u64, bytes: usize) -> Event {
+        let mut result = toold_protocol::ToolResult::failure(
+            "read_file",
+            toold_protocol::ErrorType::IoError,
+            "e".repeat(10),
+        )
+        .with_meta("call_id", "c_1")
+        .with_meta("path", "/a/b");
+        result.content = "r".repeat(bytes);
+        Event::Result(EventParams {
+            session_id: "s_1".into(),
+            seq,
+            batch_id: "b_1".into(),
+            body: toold_protocol::CallEnded {
+                iteration: 0,
+                call_id: "c_1".into(),
+                result,
+                elapsed_ms: 3,
+                elided_bytes: 0,
+            },
+        })
+    }
+
+    fn call_start(seq: u64, bytes: usize) -> Event {
+        Event::CallStart(EventParams {
+            session_id: "s_1".into(),
+            seq,
+            batch_id: "b_1".into(),
+            body: toold_protocol::CallStart {
+                iteration: 0,
+                call: toold_protocol::ToolCall::new(
+                    "c_1",
+                    "write_file",
+                    serde_json::json!({"path": "x", "content": "w".repeat(bytes)}),
+                ),
+                elided_bytes: 0,
+            },
+        })
+    }
+
+    /// What a slim `event` weighs.
+    fn slim_weight(event: &Event) -> usize {
+        retention::weight(&retention::slim(event).expect("an event with bulk"))
+    }
+
+    /// (bulk length, elided bytes) of every retained event: output data, a call's arguments
+    /// (as JSON text), a result's content.
+    fn shapes(log: &EventLog) -> Vec<(usize, u64)> {
         log.replay(0)
             .0
             .iter()
             .map(|event| match event {
                 Event::Output(params) => (params.body.data.len(), params.body.elided_bytes),
+                Event::CallStart(params) => (
+                    serde_json::to_string(&params.body.call.arguments)
+                        .unwrap()
+                        .len(),
+                    params.body.elided_bytes,
+                ),
+                Event::Result(params) | Event::CallDone(params) => {
+                    (params.body.result.content.len(), params.body.elided_bytes)
+                }
                 _ => (0, 0),
             })
             .collect()
     }
 
     #[test]
-    fn output_over_the_budget_is_elided_oldest_first_keeping_every_event() {
-        let log = EventLog::with_capacity(100, 0).with_output_budget(250);
+    fn events_over_the_budget_lose_their_bulk_oldest_first_keeping_their_place() {
+        // Room for two whole outputs and eight slim ones.
+        let budget = 2 * retention::weight(&output(1, 100)) + 8 * slim_weight(&output(1, 100));
+        let log = EventLog::with_capacity(100, 0).with_byte_budget(budget, budget);
         for seq in 1..=10 {
             log.deliver(output(seq, 100));
         }
         let mut expected = vec![(0, 100); 8];
         expected.extend([(100, 0), (100, 0)]);
-        assert_eq!(output_shapes(&log), expected);
+        assert_eq!(shapes(&log), expected);
         assert_eq!(log.len(), 10, "every event keeps its place and seq");
-        // Other events are never touched, and evicting an elided event is harmless.
+        assert!(log.retained_bytes() <= budget);
+        // An event without bulk is never changed.
         log.deliver(event(11));
         assert_eq!(log.replay(10).0, vec![event(11)]);
     }
 
-    #[tokio::test]
-    async fn output_a_reader_has_not_taken_is_never_elided() {
-        let log = Arc::new(EventLog::with_capacity(100, 0).with_output_budget(250));
-        let mut reader = log.reader(0);
-        for seq in 1..=10 {
-            log.deliver(output(seq, 100));
+    #[test]
+    fn results_and_arguments_count_and_lose_their_bulk_too() {
+        let budget = 1024 * 1024;
+        let log = EventLog::with_capacity(10_000, 0).with_byte_budget(budget, budget);
+        // 1,000 results of 10 KiB and calls with 10 KiB of arguments: 20 MB whole.
+        for seq in (1..=2000).step_by(2) {
+            log.deliver(call_start(seq, 10 * 1024));
+            log.deliver(result(seq + 1, 10 * 1024));
         }
-        assert_eq!(output_shapes(&log), vec![(100, 0); 10], "nothing taken yet");
-        for seq in 1..=5 {
+        assert_eq!(log.len(), 2000, "the events are all kept");
+        assert!(
+            log.retained_bytes() <= budget,
+            "{} bytes retained",
+            log.retained_bytes()
+        );
+        let shapes = shapes(&log);
+        // The newest are whole; the oldest say what they lost.
+        assert_eq!(shapes[1999], (10 * 1024, 0));
+        let arguments = serde_json::to_string(
+            &serde_json::json!({"path": "x", "content": "w".repeat(10 * 1024)}),
+        )
+        .unwrap()
+        .len();
+        assert_eq!(shapes[0], (2, arguments as u64), "arguments become {{}}");
+        // A slim result keeps what it was and whose: content, error and metadata but call_id go.
+        let (replayed, _) = log.replay(1);
+        let Event::Result(slim) = &replayed[0] else {
+            panic!("{:?}", replayed[0]);
+        };
+        let kept = &slim.body.result;
+        assert_eq!(
+            (
+                kept.ok,
+                kept.tool.as_str(),
+                kept.error_type.as_ref().map(|t| t.as_str())
+            ),
+            (false, "read_file", Some("io_error"))
+        );
+        assert_eq!(kept.content, "");
+        assert_eq!(kept.error.as_deref(), Some(""));
+        assert_eq!(
+            serde_json::Value::Object(kept.metadata.clone()),
+            serde_json::json!({"call_id": "c_1"})
+        );
+        let dropped = 10 * 1024 + 10 + r#"{"path":"/a/b"}"#.len();
+        assert_eq!(slim.body.elided_bytes, dropped as u64);
+    }
+
+    #[tokio::test]
+    async fn bulk_a_reader_has_not_taken_is_kept_up_to_the_lagging_limit() {
+        let whole = retention::weight(&output(1, 2000));
+        let log = Arc::new(EventLog::with_capacity(100, 0).with_byte_budget(4 * whole, 12 * whole));
+        let mut reader = log.reader(0);
+        for seq in 1..=6 {
+            log.deliver(output(seq, 2000));
+        }
+        assert_eq!(shapes(&log), vec![(2000, 0); 6], "nothing taken yet");
+        for seq in 1..=3 {
             let taken = timeout(PATIENCE, reader.next())
                 .await
                 .unwrap()
                 .unwrap()
                 .unwrap();
             assert_eq!(taken.seq(), seq);
-            assert_eq!(output_data_len(&taken), 100, "a live reader gets the data");
+            assert_eq!(shapes_of(&taken), (2000, 0), "a live reader gets the bulk");
         }
-        let mut expected = vec![(0, 100); 5];
-        expected.extend(vec![(100, 0); 5]);
-        assert_eq!(output_shapes(&log), expected);
-        drop(reader);
-        log.deliver(event(11));
-        let mut expected = vec![(0, 100); 8];
-        expected.extend([(100, 0), (100, 0), (0, 0)]);
+        let mut expected = vec![(0, 2000); 3];
+        expected.extend(vec![(2000, 0); 3]);
         assert_eq!(
-            output_shapes(&log),
+            shapes(&log),
             expected,
+            "what was taken is slim, the rest whole"
+        );
+
+        // The reader stops reading: past the lagging limit, what it has not taken goes slim
+        // too, oldest first, and it gets it slim.
+        for seq in 7..=20 {
+            log.deliver(output(seq, 2000));
+            assert!(
+                log.retained_bytes() <= 12 * whole,
+                "{}",
+                log.retained_bytes()
+            );
+        }
+        let next = timeout(PATIENCE, reader.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        assert_eq!((next.seq(), shapes_of(&next)), (4, (0, 2000)));
+        assert_eq!(shapes(&log)[19], (2000, 0), "the newest stay whole");
+
+        drop(reader);
+        log.deliver(event(21));
+        assert!(
+            log.retained_bytes() <= 4 * whole,
             "no reader left: back within budget"
         );
+        assert_eq!(log.len(), 21);
+    }
+
+    /// An event's (bulk length, elided bytes), as [`shapes`] gives for a log.
+    fn shapes_of(event: &Event) -> (usize, u64) {
+        let log = EventLog::with_capacity(1, 0);
+        log.deliver(event.clone());
+        shapes(&log)[0]
+    }
+
+    #[test]
+    fn events_without_bulk_past_the_lagging_limit_are_dropped_oldest_first() {
+        let one = retention::weight(&event(1));
+        let log = EventLog::with_capacity(100, 0).with_byte_budget(5 * one, 5 * one);
+        for seq in 1..=10 {
+            log.deliver(event(seq));
+        }
+        assert_eq!(seqs(&log.replay(0).0), vec![6, 7, 8, 9, 10]);
+        assert!(log.replay(0).1, "the replay says it is truncated");
     }
 
     #[test]

@@ -85,7 +85,7 @@ impl Encoder<JsonText> for FrameEncoder {
 
     fn encode(&mut self, item: JsonText, dst: &mut BytesMut) -> Result<(), FramingError> {
         match self.framing()? {
-            Framing::Ndjson if item.0.contains(['\n', '\r']) => {
+            Framing::Ndjson if memchr::memchr2(b'\n', b'\r', item.0.as_bytes()).is_some() => {
                 // Pretty-printed text would break the line framing: re-serialize it compactly.
                 let value: Value = serde_json::from_str(&item.0)?;
                 self.encode(&value, dst)
