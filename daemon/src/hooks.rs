@@ -297,7 +297,8 @@ async fn run_program<P: Serialize>(
         serde_json::to_vec(input).map_err(|err| format!("cannot encode its input: {err}"))?;
     process_tree::ensure_subreaper();
     let tag = process_tree::new_run_tag();
-    let mut child = Command::new(program)
+    let mut command = Command::new(program);
+    command
         .args(args)
         .current_dir(cwd)
         .env_clear()
@@ -307,9 +308,10 @@ async fn run_program<P: Serialize>(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0)
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|err| format!("cannot start {program}: {err}"))?;
+        .kill_on_drop(true);
+    let (mut child, _known) =
+        process_tree::spawn_known(|| command.spawn(), tokio::process::Child::id)
+            .map_err(|err| format!("cannot start {program}: {err}"))?;
     let tree = child.id().map(|pid| ProcessTree::new(pid, &tag));
     let mut stdin = child.stdin.take();
     let mut stdout = child.stdout.take();

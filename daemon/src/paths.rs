@@ -23,6 +23,9 @@ pub struct ResolvedPath {
     pub resolved: PathBuf,
     pub lexical_inside_roots: bool,
     pub resolved_inside_roots: bool,
+    /// Writing here can make code run later (git's config and hooks, see
+    /// [`makes_code_run`]); set by the caller for the paths a call writes, `false` otherwise.
+    pub makes_code_run: bool,
 }
 
 impl ResolvedPath {
@@ -49,7 +52,88 @@ pub fn resolve(raw: &str, cwd: &Path, roots: &[PathBuf]) -> ResolvedPath {
         resolved,
         lexical_inside_roots,
         resolved_inside_roots,
+        makes_code_run: false,
     }
+}
+
+/// Whether writing `path` (either form) can make code run later, when a command the rules
+/// allow (`git status`) reads what was written: git's `config` (`core.fsmonitor`,
+/// `core.pager`, aliases) and `hooks/`, in any git directory (`.git`, a bare `*.git`, a
+/// submodule's `.git/modules/…`, a worktree's `.git/worktrees/…`, or a directory a `.git`
+/// file in `git_dirs` names), and a `.git` entry itself (a `.git` file says which directory git
+/// reads). `git_dirs` are the git directories named by `.git` files ([`git_dirs_named_by_files`]).
+pub fn makes_code_run(path: &ResolvedPath, git_dirs: &[PathBuf]) -> bool {
+    [&path.lexical, &path.resolved].into_iter().any(|form| {
+        in_a_git_dir(form)
+            || git_dirs
+                .iter()
+                .any(|dir| form.strip_prefix(dir).is_ok_and(runs_code_in_git_dir))
+    })
+}
+
+/// The part of `path` after its last git directory component, judged.
+fn in_a_git_dir(path: &Path) -> bool {
+    let components: Vec<&std::ffi::OsStr> = path.iter().collect();
+    let Some(at) = components.iter().rposition(|name| {
+        let name = name.as_encoded_bytes();
+        name == b".git" || name.ends_with(b".git")
+    }) else {
+        return false;
+    };
+    let rest: PathBuf = components[at + 1..].iter().collect();
+    if rest.as_os_str().is_empty() {
+        // Writing `.git` itself (a `.git` file names the directory git reads); a file that
+        // merely ends in `.git` is no git directory.
+        return components[at] == ".git";
+    }
+    runs_code_in_git_dir(&rest)
+}
+
+/// Inside a git directory: `config` (and `config.worktree`, `config.lock` git renames into
+/// place) anywhere, and everything under a `hooks` directory.
+fn runs_code_in_git_dir(rest: &Path) -> bool {
+    let last_is_config = rest
+        .file_name()
+        .is_some_and(|name| name.as_encoded_bytes().starts_with(b"config"));
+    last_is_config || rest.iter().any(|name| name == "hooks")
+}
+
+/// The git directories that `.git` files name (`gitdir: …`, as a worktree or a submodule
+/// has), for the repositories of `dirs` (each directory and its ancestors, up to the first
+/// `.git` found): these can live anywhere, under any name.
+pub fn git_dirs_named_by_files(dirs: &[&Path]) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    for dir in dirs {
+        for ancestor in dir.ancestors() {
+            let dot_git = ancestor.join(".git");
+            let Ok(metadata) = std::fs::symlink_metadata(&dot_git) else {
+                continue;
+            };
+            if metadata.is_file()
+                && let Some(target) = gitdir_of(&dot_git, ancestor)
+                && !found.contains(&target)
+            {
+                found.push(target);
+            }
+            // The nearest `.git` is the repository git uses here.
+            break;
+        }
+    }
+    found
+}
+
+/// The directory a `.git` file names, resolved; `None` for anything else.
+fn gitdir_of(dot_git: &Path, repository: &Path) -> Option<PathBuf> {
+    use std::io::Read;
+    let mut text = String::new();
+    std::fs::File::open(dot_git)
+        .ok()?
+        .take(4096)
+        .read_to_string(&mut text)
+        .ok()?;
+    let named = text.lines().next()?.strip_prefix("gitdir:")?.trim();
+    let absolute = repository.join(named);
+    Some(resolve_symlinks(&normalize_lexically(&absolute)))
 }
 
 /// `raw` made absolute: `~` and `~/…` from `$HOME`, anything relative from `cwd`.

@@ -22,6 +22,13 @@
 //!   no other process holds the shell's pid. What remains is the kernel-wide race of any
 //!   `/proc`-based killer: a member may exit and its pid be reused between one scan and the
 //!   `kill` microseconds later.
+//! - Every child the daemon starts itself (call shells, hook programs, parser workers) is
+//!   started through [`spawn_known`], which records it. Any other living child of the daemon
+//!   was reparented to it: an orphan that escaped some call's group and tag (`env -i setsid sh
+//!   -c 'sleep 999 &'`). A sweep takes such an orphan as a member unless it carries the tag of
+//!   another call still running (that call sweeps it), so nothing outlives the call that made
+//!   it. Spawning and the sweep's look at `/proc` exclude each other, so a child between its
+//!   fork and its registration is never taken for an orphan.
 //! - Zombies reparented to the daemon are reaped with `waitpid(pid, WNOHANG)`, but only members
 //!   of this call and never the shell itself: tokio owns the shell and waits for it.
 
@@ -31,7 +38,7 @@ use std::fs;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use nix::errno::Errno;
@@ -155,7 +162,10 @@ pub struct ProcessTree {
 
 impl ProcessTree {
     /// The tree of the shell just spawned as `leader_pid` (its own group leader) with `tag`.
+    /// The tag counts as a running call's until the tree is dropped.
     pub fn new(leader_pid: u32, tag: &str) -> Self {
+        let tag_entry = format!("{RUN_TAG_VAR}={tag}").into_bytes();
+        lock(&LIVE_TAGS).push(tag_entry.clone());
         // Pids fit in i32 (the kernel's pid_max is at most 2^22); a pid that did not would
         // name no process, and the sweep would find nothing under it.
         let leader_pid = i32::try_from(leader_pid).unwrap_or(i32::MAX);
@@ -163,7 +173,7 @@ impl ProcessTree {
         Self {
             leader_pid,
             leader_start,
-            tag_entry: format!("{RUN_TAG_VAR}={tag}").into_bytes(),
+            tag_entry,
             daemon_pid: i32::try_from(std::process::id()).unwrap_or(i32::MAX),
             uid: geteuid().as_raw(),
             members: HashSet::new(),
@@ -252,13 +262,18 @@ impl ProcessTree {
     /// One look at `/proc`: records the members, reaps the members that are our zombies, and
     /// returns the members still alive.
     fn sweep(&mut self) -> Vec<ProcessId> {
-        let processes = scan_processes();
-        let alive = self.collect_members(&processes);
-        self.reap_zombies(&processes);
+        // No child is spawned while we look: one between its fork and its registration would
+        // look like an orphan.
+        let (processes, known) = {
+            let _no_spawning = SPAWNING.write().unwrap_or_else(|e| e.into_inner());
+            (scan_processes(), lock(&KNOWN_CHILDREN).clone())
+        };
+        let alive = self.collect_members(&processes, &known);
+        self.reap_zombies(&processes, &known);
         alive
     }
 
-    fn collect_members(&mut self, processes: &[ProcStat]) -> Vec<ProcessId> {
+    fn collect_members(&mut self, processes: &[ProcStat], known: &[u32]) -> Vec<ProcessId> {
         self.leader_trusted = match self.leader_start {
             Some(start) => processes
                 .iter()
@@ -273,7 +288,11 @@ impl ProcessTree {
             }
             let in_group = self.leader_trusted
                 && (process.pid == self.leader_pid || process.pgrp == self.leader_pid);
-            if in_group || self.members.contains(&process.id()) || self.carries_tag(process) {
+            if in_group
+                || self.members.contains(&process.id())
+                || self.carries_tag(process)
+                || self.is_escaped_orphan(process, known)
+            {
                 found.insert(process.id());
             }
         }
@@ -305,6 +324,26 @@ impl ProcessTree {
         }
     }
 
+    /// A living child of the daemon it did not start, and that no other running call claims by
+    /// its tag: it was reparented here after escaping a call's group and tag.
+    fn is_escaped_orphan(&self, process: &ProcStat, known: &[u32]) -> bool {
+        if process.ppid != self.daemon_pid
+            || process.is_zombie()
+            || process.pid == self.leader_pid
+            || known.contains(&(process.pid as u32))
+        {
+            return false;
+        }
+        let Ok(environ) = fs::read(format!("/proc/{}/environ", process.pid)) else {
+            // Unreadable (another user's setuid program, or it just exited): still an orphan.
+            return true;
+        };
+        let live = lock(&LIVE_TAGS);
+        !environ
+            .split(|byte| *byte == 0)
+            .any(|entry| entry != self.tag_entry.as_slice() && live.iter().any(|tag| tag == entry))
+    }
+
     fn carries_tag(&mut self, process: &ProcStat) -> bool {
         if process.is_zombie() || self.untagged.contains(&process.id()) {
             return false;
@@ -332,15 +371,21 @@ impl ProcessTree {
         tagged
     }
 
-    /// Reaps members that died as the daemon's children (orphans reparented to the subreaper).
-    /// Never the shell, whose status tokio collects, and never a process that is not a member,
-    /// which may be another call's shell.
-    fn reap_zombies(&self, processes: &[ProcStat]) {
+    /// Reaps members that died as the daemon's children (orphans reparented to the subreaper),
+    /// and orphans that died before any sweep saw them alive (born after the shell, started by
+    /// no one the daemon knows). Never the shell, whose status tokio collects, and never a
+    /// child the daemon started, which may be another call's shell.
+    fn reap_zombies(&self, processes: &[ProcStat], known: &[u32]) {
+        let born_in_this_call = |process: &ProcStat| {
+            self.leader_start
+                .is_some_and(|start| process.start >= start)
+        };
         for process in processes {
             if process.is_zombie()
                 && process.ppid == self.daemon_pid
                 && process.pid != self.leader_pid
-                && self.members.contains(&process.id())
+                && !known.contains(&(process.pid as u32))
+                && (self.members.contains(&process.id()) || born_in_this_call(process))
             {
                 // ECHILD (someone else reaped it) and the like leave nothing to do.
                 let _ = waitpid(Pid::from_raw(process.pid), Some(WaitPidFlag::WNOHANG));
@@ -356,29 +401,60 @@ impl ProcessTree {
     }
 }
 
+impl Drop for ProcessTree {
+    fn drop(&mut self) {
+        let mut live = lock(&LIVE_TAGS);
+        if let Some(at) = live.iter().position(|tag| *tag == self.tag_entry) {
+            live.swap_remove(at);
+        }
+    }
+}
+
 fn signal(pid: i32, signal: Signal) {
     // ESRCH: it exited since the scan, which is what we want.
     let _ = kill(Pid::from_raw(pid), signal);
 }
 
-/// Children of the daemon that belong to no command: the shell parser workers. The fast end
-/// of a command ([`ProcessTree::nothing_can_be_left`]) looks past them.
+/// Children the daemon started itself ([`spawn_known`]): call shells, hook programs, parser
+/// workers. Any other child is an orphan reparented to the daemon.
 static KNOWN_CHILDREN: Mutex<Vec<u32>> = Mutex::new(Vec::new());
 
-/// Records a long-lived child of the daemon's own (until [`forget_known_child`]).
-pub fn register_known_child(pid: u32) {
-    KNOWN_CHILDREN
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .push(pid);
+/// The tags (`TOOLD_RUN_TAG=…` entries) of the calls whose trees are alive.
+static LIVE_TAGS: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
+
+/// Held (shared) while a child is spawned and recorded; a sweep's look at `/proc` holds it
+/// alone.
+static SPAWNING: RwLock<()> = RwLock::new(());
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Forgets a child recorded with [`register_known_child`] (it was killed, or has ended).
-pub fn forget_known_child(pid: u32) {
-    KNOWN_CHILDREN
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .retain(|known| *known != pid);
+/// A child recorded by [`spawn_known`]; dropping it forgets the child, which must have been
+/// waited for by then (or be about to be, as `kill_on_drop` does).
+#[derive(Debug)]
+pub struct KnownChild(u32);
+
+impl Drop for KnownChild {
+    fn drop(&mut self) {
+        lock(&KNOWN_CHILDREN).retain(|known| *known != self.0);
+    }
+}
+
+/// Spawns a child of the daemon's own and records it, so that sweeps never take it for an
+/// orphan of a command: every process the daemon starts goes through here. `pid` reads the
+/// spawned child's pid.
+pub fn spawn_known<C>(
+    spawn: impl FnOnce() -> std::io::Result<C>,
+    pid: impl FnOnce(&C) -> Option<u32>,
+) -> std::io::Result<(C, Option<KnownChild>)> {
+    let _spawning = SPAWNING.read().unwrap_or_else(|e| e.into_inner());
+    let child = spawn()?;
+    let known = pid(&child).map(|pid| {
+        lock(&KNOWN_CHILDREN).push(pid);
+        KnownChild(pid)
+    });
+    Ok((child, known))
 }
 
 /// Whether the daemon has a child process, running or exited and not yet reaped, that is not
@@ -390,7 +466,7 @@ fn daemon_has_unknown_children() -> bool {
     if matches!(waitid(Id::All, flags), Err(Errno::ECHILD)) {
         return false;
     }
-    let known = KNOWN_CHILDREN.lock().unwrap_or_else(|e| e.into_inner());
+    let known = lock(&KNOWN_CHILDREN).clone();
     any_unknown(daemon_children().as_deref(), &known)
 }
 

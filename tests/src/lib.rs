@@ -97,12 +97,19 @@ pub fn alone_in_a_process(name: &str, env: &[(&str, &str)]) -> bool {
     if std::env::var_os(ALONE_VAR).is_some_and(|running| running == name) {
         return true;
     }
-    let output = std::process::Command::new(std::env::current_exe().expect("the test binary"))
+    let mut command = std::process::Command::new(std::env::current_exe().expect("the test binary"));
+    command
         .args(["--exact", name, "--nocapture", "--test-threads=1"])
         .env(ALONE_VAR, name)
         .envs(env.iter().copied())
-        .output()
-        .expect("run the test binary again");
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    // Known to `toold::process_tree`: a command that another test of this process runs must
+    // not take it for an orphan of its own and kill it.
+    let (child, _known) =
+        toold::process_tree::spawn_known(|| command.spawn(), |child| Some(child.id()))
+            .expect("run the test binary again");
+    let output = child.wait_with_output().expect("wait for the test binary");
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
         output.status.success() && stdout.contains("1 passed"),

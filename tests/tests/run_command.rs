@@ -625,3 +625,37 @@ async fn fifty_descendants_of_a_timed_out_command_all_die() {
         .collect();
     assert!(alive.is_empty(), "alive 2 s after the timeout: {alive:?}");
 }
+
+/// Processes that leave the group, drop the tag (`env -i`) and lose their parent before the
+/// shell ends are reparented to the daemon: each escape is tried, and none is alive after
+/// the call, whether it ended by itself or by its deadline.
+#[tokio::test]
+async fn orphans_that_dropped_group_tag_and_parent_die_with_their_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let markers = fresh_markers(5);
+    let command = format!(
+        "env -i setsid sh -c 'sleep {} &'; \
+         env -i setsid -f sleep {}; \
+         (env -i setsid sleep {} &); \
+         env -i TOOLD_RUN_TAG=forged setsid sh -c '(sleep {} &) &'; \
+         env -i sh -c 'setsid sleep {} & exit'; \
+         sleep 0.3; echo done",
+        markers[0], markers[1], markers[2], markers[3], markers[4]
+    );
+    let result = run(env_in(dir.path()), json!({ "command": command })).await;
+    assert!(result.ok, "{result:?}");
+    assert_all_die(&markers).await;
+
+    let markers = fresh_markers(2);
+    let command = format!(
+        "env -i setsid sh -c 'sleep {} &'; (env -i setsid sleep {} &); echo ready; sleep 600",
+        markers[0], markers[1]
+    );
+    let result = run(
+        env_in(dir.path()),
+        json!({ "command": command, "timeout_ms": 1500 }),
+    )
+    .await;
+    assert_error(&result, ErrorType::Timeout);
+    assert_all_die(&markers).await;
+}

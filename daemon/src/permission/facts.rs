@@ -13,11 +13,16 @@ use crate::shell::{self, CommandLine};
 use crate::tools::ResolvedCall;
 
 /// The judged path arguments of a call: a file tool's `path` (the cwd when absent); for
-/// `run_command`, its `cwd` argument when given. Other tools have none.
+/// `run_command`, its `cwd` argument when given. Other tools have none. The path a file tool
+/// writes says whether writing it makes code run ([`paths::makes_code_run`]).
 pub fn judged_paths(tool: &str, arguments: &Map<String, Value>, env: &Env) -> Vec<ResolvedPath> {
     let argument = |name: &str| arguments.get(name).and_then(Value::as_str);
     if FILE_TOOLS.contains(&tool) {
-        return vec![env.resolve_path(argument("path").unwrap_or("."))];
+        let mut path = env.resolve_path(argument("path").unwrap_or("."));
+        if WRITING_TOOLS.contains(&tool) {
+            path.makes_code_run = paths::makes_code_run(&path, &git_dirs(env));
+        }
+        return vec![path];
     }
     if tool == "run_command" {
         return argument("cwd")
@@ -75,16 +80,92 @@ pub fn command_facts(
         Some(cwd) => paths::normalize_lexically(&paths::absolute(cwd, &env.cwd)),
         None => env.cwd.clone(),
     };
+    let call_env = call_env(arguments);
+    // `~` is the home of the command's environment, which the session or the call may set.
+    let home = call_env
+        .get("HOME")
+        .or_else(|| env.command_env.get("HOME"))
+        .map(String::as_str);
+    let judge =
+        |target: &String| paths::resolve(&with_home(target, home), Path::new(&run_dir), &env.roots);
+    let git_dirs = if analysis.written_paths.is_empty() {
+        Vec::new()
+    } else {
+        git_dirs(env)
+    };
     let written = analysis
         .written_paths
         .iter()
-        .map(|target| paths::resolve(target, Path::new(&run_dir), &env.roots))
+        .map(|target| {
+            let mut path = judge(target);
+            path.makes_code_run = paths::makes_code_run(&path, &git_dirs);
+            path
+        })
         .collect();
+    let read = analysis.read_paths.iter().map(judge).collect();
     Some(CommandFacts {
         line: line.to_owned(),
+        env: call_env
+            .iter()
+            .map(|(name, value)| format!("{name}={}", shell_quoted(value)))
+            .collect(),
         analysis,
         written,
+        read,
     })
+}
+
+/// The tools that write the file their `path` names.
+const WRITING_TOOLS: &[&str] = &["write_file", "edit_file"];
+
+/// The git directories `.git` files name for the session's repositories.
+fn git_dirs(env: &Env) -> Vec<std::path::PathBuf> {
+    let mut dirs: Vec<&Path> = vec![&env.cwd];
+    dirs.extend(env.roots.iter().map(|root| root.as_path()));
+    paths::git_dirs_named_by_files(&dirs)
+}
+
+/// A `run_command` call's `env` argument, sorted by name (the schema makes every value a
+/// string).
+fn call_env(arguments: &Map<String, Value>) -> std::collections::BTreeMap<&str, String> {
+    arguments
+        .get("env")
+        .and_then(Value::as_object)
+        .map(|env| {
+            env.iter()
+                .map(|(name, value)| {
+                    let text = value
+                        .as_str()
+                        .map_or_else(|| value.to_string(), str::to_owned);
+                    (name.as_str(), text)
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// `~` and `~/…` expanded with `home` when the command's environment sets one; as written
+/// otherwise (the daemon's own home then applies).
+fn with_home(target: &str, home: Option<&str>) -> String {
+    match (home, target.strip_prefix('~')) {
+        (Some(home), Some(rest)) if rest.is_empty() || rest.starts_with('/') => {
+            format!("{home}/{}", rest.trim_start_matches('/'))
+        }
+        _ => target.to_owned(),
+    }
+}
+
+/// A value as a shell word: plain when it is safe as it is, single-quoted otherwise, so that
+/// a grant of `A='x y' cmd` can never read as another assignment.
+fn shell_quoted(value: &str) -> String {
+    if !value.is_empty()
+        && value
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_-./:,+@%".contains(c))
+    {
+        return value.to_owned();
+    }
+    format!("'{}'", value.replace('\'', "'\\''"))
 }
 
 /// Gathers the facts of a resolved call and hands them to `judge` (the engine, or one of its

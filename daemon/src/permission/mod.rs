@@ -307,12 +307,38 @@ impl Policy {
     }
 }
 
-/// A command line with its analysis and its redirections' targets judged against the roots.
+/// A command line with its analysis, its environment, and the files it writes and reads
+/// judged.
 #[derive(Debug, Clone)]
 pub struct CommandFacts {
     pub line: String,
+    /// The call's `env` argument as leading `NAME=value` words, sorted by name: they count as
+    /// if written before every command of the line (docs/protocol.md section 7).
+    pub env: Vec<String>,
     pub analysis: Arc<CommandLine>,
+    /// What redirections (and options such as `time -o`) write, judged against the roots.
     pub written: Vec<ResolvedPath>,
+    /// What redirections (and options such as `xargs -a`) read, judged against `read_file`
+    /// deny rules.
+    pub read: Vec<ResolvedPath>,
+}
+
+impl CommandFacts {
+    /// `form` with the call's environment in front, as rules see it.
+    fn with_env<'a>(&self, form: &'a str) -> std::borrow::Cow<'a, str> {
+        if self.env.is_empty() {
+            form.into()
+        } else if form.is_empty() {
+            self.env.join(" ").into()
+        } else {
+            format!("{} {form}", self.env.join(" ")).into()
+        }
+    }
+
+    /// Whether the line writes a path that makes code run later (docs/protocol.md section 7).
+    fn writes_code_that_runs(&self) -> bool {
+        self.written.iter().any(|path| path.makes_code_run)
+    }
 }
 
 /// Everything the engine needs about one call, gathered beforehand.
@@ -366,11 +392,39 @@ pub fn denied(call: &CallFacts<'_>, policy: &Policy) -> Option<String> {
     if call.system {
         return None;
     }
-    let rule = policy
+    if let Some(rule) = policy
         .deny
         .iter()
-        .find(|rule| matches_restrictive(rule, call))?;
-    Some(format!("denied by the rule {}", rule.text))
+        .find(|rule| matches_restrictive(rule, call))
+    {
+        return Some(format!("denied by the rule {}", rule.text));
+    }
+    // What a command line reads (`< file`, `xargs -a file`) is judged as `read_file` would be.
+    let command = call.command?;
+    let first_read = command.read.first()?;
+    let (rule, path) = policy
+        .deny
+        .iter()
+        .filter(|rule| rule.tool == "read_file")
+        .find_map(|rule| match &rule.specifier {
+            Specifier::Path(glob) => command
+                .read
+                .iter()
+                .find(|path| path_matches_anywhere(glob, path))
+                .map(|path| (rule, path)),
+            Specifier::Any => Some((rule, first_read)),
+            Specifier::Command(_) | Specifier::Argument { .. } => None,
+        })?;
+    Some(format!(
+        "denied by the rule {}: the command line reads {}",
+        rule.text,
+        path.lexical.display()
+    ))
+}
+
+/// A deny or ask path glob against both forms of a path.
+fn path_matches_anywhere(glob: &PathGlob, path: &ResolvedPath) -> bool {
+    glob.matches(&path.lexical, Scope::Anywhere) || glob.matches(&path.resolved, Scope::Anywhere)
 }
 
 fn decide_without_deny(call: &CallFacts<'_>, session: &SessionFacts<'_>) -> Decision {
@@ -406,6 +460,9 @@ fn decide_without_deny(call: &CallFacts<'_>, session: &SessionFacts<'_>) -> Deci
     if session.mode == Mode::Bypass {
         return Decision::Allow;
     }
+    if let Some(decision) = protected_write(call, session, &suggestion) {
+        return decision;
+    }
     if allowed_by_rules(call, &session.policy.allow)
         || session.mode != Mode::Plan && session.grants.contains(&suggestion)
         || call.hook == HookVerdict::Allow
@@ -438,11 +495,49 @@ fn decide_without_deny(call: &CallFacts<'_>, session: &SessionFacts<'_>) -> Deci
     Decision::Ask { reason, suggestion }
 }
 
-/// The exact form a session grant records and matches: the command line for `run_command`, the
-/// resolved path for file tools, the tool alone otherwise.
+/// Writing a path that makes code run later (`.git/config`, `.git/hooks/**`) asks in every
+/// mode but bypass, whatever allows the call otherwise, unless the session granted this exact
+/// call or a file tool's allow rule names the git directory (its pattern says `.git` and
+/// matches the path): `allow write_file(**)` does not open `.git/hooks/`.
+fn protected_write(
+    call: &CallFacts<'_>,
+    session: &SessionFacts<'_>,
+    suggestion: &str,
+) -> Option<Decision> {
+    let protected = match call.command {
+        Some(command) => command.writes_code_that_runs(),
+        None => call.paths.iter().any(|path| path.makes_code_run),
+    };
+    if !protected {
+        return None;
+    }
+    let granted = session.mode != Mode::Plan && session.grants.iter().any(|g| g == suggestion);
+    let named = call.command.is_none()
+        && session.policy.allow.iter().any(|rule| {
+            rule.tool == call.tool
+                && rule.text.contains(".git")
+                && matches!(&rule.specifier, Specifier::Path(glob) if call.paths.iter().all(|path| {
+                    glob.matches(&path.lexical, Scope::UnderCwd)
+                        && glob.matches(&path.resolved, Scope::UnderCwd)
+                }))
+        });
+    if granted || named {
+        return Some(Decision::Allow);
+    }
+    Some(Decision::Ask {
+        reason: "the call writes a file that makes code run later (git runs what .git/config \
+                 and .git/hooks name), which only an approval or an allow rule naming it permits"
+            .to_owned(),
+        suggestion: suggestion.to_owned(),
+    })
+}
+
+/// The exact form a session grant records and matches: the command line (after the call's
+/// `env` as `NAME=value` words) for `run_command`, the resolved path for file tools, the tool
+/// alone otherwise.
 pub fn canonical_form(call: &CallFacts<'_>) -> String {
     if let Some(command) = call.command {
-        return format!("{}({})", call.tool, command.line);
+        return format!("{}({})", call.tool, command.with_env(&command.line));
     }
     match call.paths {
         [only] if FILE_TOOLS.contains(&call.tool) => {
@@ -461,16 +556,21 @@ fn matches_restrictive(rule: &Rule, call: &CallFacts<'_>) -> bool {
         Specifier::Any => true,
         Specifier::Command(pattern) => match call.command {
             Some(command) => {
-                command.analysis.commands.iter().any(|found| found.match_forms.iter().any(|form| pattern.matches(form)))
+                command.analysis.commands.iter().any(|found| {
+                    found.match_forms.iter().any(|form| {
+                        pattern.matches(form)
+                            || !command.env.is_empty() && pattern.matches(&command.with_env(form))
+                    })
+                })
                     // A line the parser cannot read has no commands: match its text as a whole.
                     || pattern.matches(command.line.trim())
             }
             None => false,
         },
-        Specifier::Path(glob) => call.paths.iter().any(|path| {
-            glob.matches(&path.lexical, Scope::Anywhere)
-                || glob.matches(&path.resolved, Scope::Anywhere)
-        }),
+        Specifier::Path(glob) => call
+            .paths
+            .iter()
+            .any(|path| path_matches_anywhere(glob, path)),
         Specifier::Argument { name, pattern } => {
             argument_matches(call.arguments, name, pattern, true)
         }
@@ -527,7 +627,9 @@ fn command_allowed(command: &CommandFacts, rules: &[&Rule]) -> bool {
     command.analysis.commands.iter().all(|found| {
         !found.nested
             && found.allow_forms.iter().all(|form| {
-                rules.iter().any(|rule| matches!(&rule.specifier, Specifier::Command(pattern) if pattern.matches(form)))
+                // The call's `env` counts as leading `NAME=value` words of every command.
+                let form = command.with_env(form);
+                rules.iter().any(|rule| matches!(&rule.specifier, Specifier::Command(pattern) if pattern.matches(&form)))
             })
     })
 }

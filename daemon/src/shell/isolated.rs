@@ -160,9 +160,10 @@ enum Asked {
 
 /// One worker process and its pipes.
 struct Worker {
-    // Kept for `kill_on_drop`.
+    // Kept for `kill_on_drop`; dropped before `_known`, so the worker is killed before the
+    // daemon forgets it.
     _child: Child,
-    pid: u32,
+    _known: Option<process_tree::KnownChild>,
     stdin: ChildStdin,
     stdout: ChildStdout,
     buffer: Vec<u8>,
@@ -172,24 +173,23 @@ impl Worker {
     /// Starts a worker and waits until it is ready, so that its start (an exec, slow on a
     /// loaded machine) never counts against a line's deadline.
     async fn start(program: &Path) -> std::io::Result<Self> {
-        let mut child = Command::new(program)
+        let mut command = Command::new(program);
+        command
             .arg0("toold-shell-parser")
             .arg(WORKER_ARGUMENT)
             .env_clear()
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()?;
+            .kill_on_drop(true);
+        // A worker is the daemon's child but no command's: sweeps must know it.
+        let (mut child, known) =
+            process_tree::spawn_known(|| command.spawn(), tokio::process::Child::id)?;
         let stdin = child.stdin.take().expect("stdin is piped");
         let stdout = child.stdout.take().expect("stdout is piped");
-        let pid = child.id().expect("a child just spawned has a pid");
-        // A worker is the daemon's child but no command's: commands end faster when the
-        // daemon knows it (`process_tree`).
-        process_tree::register_known_child(pid);
         let mut worker = Self {
             _child: child,
-            pid,
+            _known: known,
             stdin,
             stdout,
             buffer: Vec::new(),
@@ -227,12 +227,6 @@ impl Worker {
         self.buffer.resize(length, 0);
         self.stdout.read_exact(&mut self.buffer).await?;
         serde_json::from_slice(&self.buffer).map_err(std::io::Error::other)
-    }
-}
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        process_tree::forget_known_child(self.pid);
     }
 }
 

@@ -24,6 +24,7 @@ use brush_parser::word::{self, WordPiece, WordPieceWithSource};
 use brush_parser::{Parser, ParserOptions};
 use serde::{Deserialize, Serialize};
 
+mod braces;
 pub mod isolated;
 mod wrappers;
 
@@ -63,9 +64,13 @@ pub struct CommandLine {
     /// Set when the line (or a line nested in it) could not be read at all, and why: no rule
     /// can be checked inside it, so the permission engine asks whatever the mode.
     pub unreadable: Option<String>,
-    /// Paths that redirections write to, as written (`~` not expanded); the permission engine
-    /// judges them against the roots.
+    /// Paths that redirections (and options such as `time -o`) write to, as written (`~` not
+    /// expanded); the permission engine judges them against the roots.
     pub written_paths: Vec<String>,
+    /// Paths that redirections (`<`, `<>`, `$(< file)`) and options such as `xargs -a` read,
+    /// as written; the permission engine judges them against `read_file` deny rules.
+    #[serde(default)]
+    pub read_paths: Vec<String>,
 }
 
 /// One simple command and the forms rules match against.
@@ -97,9 +102,11 @@ impl CommandLine {
 pub fn analyze(line: &str) -> CommandLine {
     let mut analysis = CommandLine::default();
     let mut seen = 0;
+    let mut progress = Progress::default();
     Walker {
         out: &mut analysis,
         substitutions_seen: &mut seen,
+        progress: &mut progress,
         depth: 0,
         nested: false,
     }
@@ -380,10 +387,22 @@ enum Nested {
     Value,
 }
 
+/// What the walk has met so far that changes how later words are read. Kept for the whole
+/// line, nested lines included: a `cd` in a subshell changes only the subshell, but assuming
+/// it changed everything only makes more of the line opaque.
+#[derive(Default)]
+struct Progress {
+    /// A `cd`, `pushd` or `popd` ran: relative paths after it are not where the line started.
+    directory_changed: bool,
+    /// `HOME` was assigned or unset: a `~` after it is not the home the engine knows.
+    home_changed: bool,
+}
+
 struct Walker<'a> {
     out: &'a mut CommandLine,
     /// Command and process substitutions found, nested ones included.
     substitutions_seen: &'a mut usize,
+    progress: &'a mut Progress,
     depth: usize,
     /// Inside a substitution, `sh -c` string or `eval`.
     nested: bool,
@@ -415,6 +434,7 @@ impl Walker<'_> {
         let mut inner = Walker {
             out: &mut *self.out,
             substitutions_seen,
+            progress: &mut *self.progress,
             depth: self.depth + 1,
             nested: true,
         };
@@ -598,15 +618,20 @@ impl Walker<'_> {
         match redirect {
             IoRedirect::File(_, kind, target) => match target {
                 IoFileRedirectTarget::Filename(word) => {
-                    let path = self.expand_word(&word.value);
-                    let writes = match kind {
+                    let path = self.expand_target(&word.value);
+                    let (reads, writes) = match kind {
                         IoFileRedirectKind::Write
                         | IoFileRedirectKind::Append
-                        | IoFileRedirectKind::ReadAndWrite
                         | IoFileRedirectKind::Clobber
-                        | IoFileRedirectKind::DuplicateOutput => true,
-                        IoFileRedirectKind::Read | IoFileRedirectKind::DuplicateInput => false,
+                        | IoFileRedirectKind::DuplicateOutput => (false, true),
+                        IoFileRedirectKind::ReadAndWrite => (true, true),
+                        IoFileRedirectKind::Read | IoFileRedirectKind::DuplicateInput => {
+                            (true, false)
+                        }
                     };
+                    if reads {
+                        self.read_path(&path);
+                    }
                     if writes {
                         self.written_path(path);
                     }
@@ -618,7 +643,7 @@ impl Walker<'_> {
                     self.walk_substituted_list(&subshell.list);
                 }
                 IoFileRedirectTarget::Duplicate(word) => {
-                    let target = self.expand_word(&word.value);
+                    let target = self.expand_target(&word.value);
                     // `>&2` duplicates a descriptor; `>&file` writes a file.
                     if let Some(text) = target.text {
                         if !text
@@ -628,7 +653,8 @@ impl Walker<'_> {
                         {
                             self.written_path(Expanded {
                                 text: Some(text),
-                                dynamic: false,
+                                dynamic: target.dynamic,
+                                unquoted: Vec::new(),
                             });
                         }
                     } else {
@@ -654,7 +680,7 @@ impl Walker<'_> {
                 self.expand_word(&word.value);
             }
             IoRedirect::OutputAndError(word, _) => {
-                let path = self.expand_word(&word.value);
+                let path = self.expand_target(&word.value);
                 self.written_path(path);
             }
         }
@@ -664,6 +690,7 @@ impl Walker<'_> {
         match path.text {
             Some(text) if !path.dynamic => {
                 if !HARMLESS_WRITE_TARGETS.contains(&text.as_str()) {
+                    self.path_after_changes(&text);
                     self.out.written_paths.push(text);
                 }
             }
@@ -671,10 +698,34 @@ impl Walker<'_> {
         }
     }
 
+    /// A file the line reads by redirection or by a wrapper's option, judged against `read_file`
+    /// deny rules; one whose name is only known when it runs cannot be.
+    fn read_path(&mut self, path: &Expanded) {
+        match &path.text {
+            Some(text) if !path.dynamic => {
+                self.path_after_changes(text);
+                self.out.read_paths.push(text.clone());
+            }
+            _ => self.opaque("a redirection from a computed path"),
+        }
+    }
+
+    /// A path is judged from the directory and the home the line started with: after a `cd`,
+    /// a relative one is elsewhere, and after `HOME` changed, a `~` one is.
+    fn path_after_changes(&mut self, text: &str) {
+        if self.progress.directory_changed && !text.starts_with('/') && !text.starts_with('~') {
+            self.opaque("a relative path after `cd`, `pushd` or `popd` changed the directory");
+        }
+        if self.progress.home_changed && text.starts_with('~') {
+            self.opaque("a `~` path after `HOME` changed");
+        }
+    }
+
     fn walk_substituted_list(&mut self, list: &CompoundList) {
         let mut inner = Walker {
             out: &mut *self.out,
             substitutions_seen: &mut *self.substitutions_seen,
+            progress: &mut *self.progress,
             depth: self.depth + 1,
             nested: true,
         };
@@ -699,11 +750,11 @@ impl Walker<'_> {
             );
         for item in items {
             match item {
-                Item::Name(word) => words.push(self.expand_word(&word.value)),
+                Item::Name(word) => words.extend(self.expand_split_word(&word.value)),
                 Item::Prefix(entry) | Item::Suffix(entry) => match entry {
                     CommandPrefixOrSuffixItem::IoRedirect(redirect) => self.walk_redirect(redirect),
                     CommandPrefixOrSuffixItem::Word(word) => {
-                        words.push(self.expand_word(&word.value))
+                        words.extend(self.expand_split_word(&word.value))
                     }
                     CommandPrefixOrSuffixItem::AssignmentWord(_, word) => {
                         let expanded = self.expand_word(&word.value);
@@ -718,10 +769,7 @@ impl Walker<'_> {
                         *self.substitutions_seen += 1;
                         self.opaque("a process substitution");
                         self.walk_substituted_list(&subshell.list);
-                        words.push(Expanded {
-                            text: None,
-                            dynamic: true,
-                        });
+                        words.push(Expanded::unknown());
                     }
                 },
             }
@@ -741,19 +789,26 @@ impl Walker<'_> {
         }
         let literal: Vec<String> = words
             .iter()
-            .map(|word| word.text.clone().unwrap_or_else(|| "$?".to_owned()))
+            .map(|word| word.text.clone().unwrap_or_else(|| COMPUTED.to_owned()))
             .collect();
-        self.push_layers(&assignments, &literal);
+        let computed: Vec<bool> = words.iter().map(|word| word.dynamic).collect();
+        self.push_layers(&assignments, &literal, &computed);
     }
 
     /// Records a command and, through its wrappers, every command it runs.
-    fn push_layers(&mut self, assignments: &[String], words: &[String]) {
+    /// `computed` says, word by word, which are only known when the line runs.
+    fn push_layers(&mut self, assignments: &[String], words: &[String], computed: &[bool]) {
         let mut match_forms = Vec::new();
         let mut allow_assignments: Vec<String> = assignments.to_vec();
         let mut privileged_outer: Option<String> = None;
         let mut layer: &[String] = words;
         let mut hops = 0;
         while let Some(first) = layer.first() {
+            let position = words.len() - layer.len();
+            if computed.get(position).copied().unwrap_or(false) || has_glob(first) {
+                // `timeout 5 $cmd`: the wrapper's command is only known when it runs.
+                self.opaque("a command name computed at run time");
+            }
             let name = basename(first);
             let joined = layer.join(" ");
             let with_basename = std::iter::once(name.to_owned())
@@ -769,6 +824,9 @@ impl Walker<'_> {
                 match_forms.push(format!("{} {joined}", allow_assignments.join(" ")));
             }
             self.nested_commands(name, layer);
+            if matches!(name, "cd" | "pushd" | "popd") {
+                self.progress.directory_changed = true;
+            }
             hops += 1;
             let Some(unwrapped) = unwrap(name, &layer[1..]) else {
                 break;
@@ -780,7 +838,32 @@ impl Walker<'_> {
             if PRIVILEGE_WRAPPERS.contains(&name) && privileged_outer.is_none() {
                 privileged_outer = Some(prefixed(&allow_assignments, &joined));
             }
+            if let Some(why) = &unwrapped.unknown_option {
+                self.opaque(why.clone());
+            }
+            if unwrapped.arguments_from_input {
+                self.opaque(format!(
+                    "`{name}`, whose command's arguments come from its input"
+                ));
+            }
+            for path in unwrapped.reads {
+                self.read_path(&Expanded::literal(path));
+            }
+            for path in unwrapped.writes {
+                self.written_path(Expanded::literal(path));
+            }
             allow_assignments.extend(unwrapped.assignments);
+            if let Some(split) = unwrapped.split_line {
+                // `env -S 'touch P' echo hi` runs `touch P echo hi`: the words that follow are
+                // arguments of the split line's command, not a command of their own.
+                let line = std::iter::once(split)
+                    .chain(unwrapped.command.iter().map(|word| shell_quote(word)))
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                self.walk_nested(&line, Nested::Value, "a command line run by `env -S`");
+                layer = &[];
+                break;
+            }
             layer = unwrapped.command;
         }
         let mut allow_forms = vec![prefixed(&allow_assignments, &layer.join(" "))];
@@ -800,48 +883,101 @@ impl Walker<'_> {
         });
     }
 
-    /// Command lines a command runs from its arguments: `sh -c`, `eval`, `find -exec`.
+    /// Command lines a command runs from its arguments (`sh -c`, `eval`, `find -exec`, an
+    /// alias's value, a `trap` action, a `mapfile` callback), and builtins that change what
+    /// later commands of the line mean in ways the analysis does not follow.
     fn nested_commands(&mut self, name: &str, words: &[String]) {
         let args = &words[1..];
-        if SHELLS.contains(&name) {
-            let shell_args = if name == "busybox" {
-                args.get(1..).unwrap_or_default()
-            } else {
-                args
-            };
-            if let Some(script) = shell_c_script(shell_args) {
-                self.walk_nested(script, Nested::Value, "a command line run by `sh -c`");
-            }
-        } else if name == "eval" {
-            self.walk_nested(&args.join(" "), Nested::Value, "`eval`");
-        } else if name == "find" {
-            let mut rest = args;
-            while let Some(start) = rest
-                .iter()
-                .position(|w| matches!(w.as_str(), "-exec" | "-execdir" | "-ok" | "-okdir"))
-            {
-                let payload = &rest[start + 1..];
-                let end = payload
-                    .iter()
-                    .position(|w| w == ";" || w == "+")
-                    .unwrap_or(payload.len());
-                if end > 0 {
-                    // find runs it directly: a command like any other, allow rules included.
-                    let nested = self.nested;
-                    self.push_layers(&[], &payload[..end]);
-                    self.nested = nested;
+        if words
+            .iter()
+            .any(|word| word == "HOME" || word.starts_with("HOME="))
+        {
+            self.progress.home_changed = true;
+        }
+        if words.iter().any(|word| rewrites_lookup(word)) {
+            self.unreadable(
+                "an assignment to BASH_CMDS or BASH_ALIASES, which changes what a command name runs"
+                    .to_owned(),
+            );
+        }
+        match name {
+            _ if SHELLS.contains(&name) => {
+                let shell_args = if name == "busybox" {
+                    args.get(1..).unwrap_or_default()
+                } else {
+                    args
+                };
+                if let Some(script) = shell_c_script(shell_args) {
+                    self.walk_nested(script, Nested::Value, "a command line run by `sh -c`");
                 }
-                rest = &payload[end.min(payload.len())..];
             }
+            "eval" => self.walk_nested(&args.join(" "), Nested::Value, "`eval`"),
+            "alias" => {
+                // With `expand_aliases` on, bash reads an alias's value as part of a later line.
+                for value in args.iter().filter_map(|arg| arg.split_once('=')) {
+                    self.walk_nested(value.1, Nested::Value, "an alias");
+                }
+                if args.is_empty() || args.iter().any(|arg| !arg.contains('=')) {
+                    self.opaque("`alias`");
+                }
+            }
+            "trap" => {
+                let mut rest = args.iter().skip_while(|arg| arg.starts_with('-'));
+                if let Some(action) = rest.next() {
+                    self.walk_nested(action, Nested::Value, "a `trap` action");
+                }
+            }
+            "mapfile" | "readarray" => {
+                let callback = args
+                    .iter()
+                    .position(|arg| arg == "-C")
+                    .and_then(|at| args.get(at + 1));
+                if let Some(callback) = callback {
+                    self.walk_nested(callback, Nested::Value, "a `mapfile` callback");
+                }
+            }
+            "shopt" if args.iter().any(|arg| changes_parsing(arg)) => {
+                self.unreadable("`shopt` changes how bash reads the rest of the line".to_owned());
+            }
+            "enable" => {
+                self.unreadable("`enable`, which turns builtins off or loads new ones".to_owned());
+            }
+            "hash"
+                if args
+                    .iter()
+                    .any(|arg| arg.starts_with('-') && arg.contains('p')) =>
+            {
+                self.unreadable(
+                    "`hash -p`, which makes a command name run another program".to_owned(),
+                );
+            }
+            "find" => {
+                let mut rest = args;
+                while let Some(start) = rest
+                    .iter()
+                    .position(|w| matches!(w.as_str(), "-exec" | "-execdir" | "-ok" | "-okdir"))
+                {
+                    let payload = &rest[start + 1..];
+                    let end = payload
+                        .iter()
+                        .position(|w| w == ";" || w == "+")
+                        .unwrap_or(payload.len());
+                    if end > 0 {
+                        // find runs it directly: a command like any other, allow rules included.
+                        let nested = self.nested;
+                        self.push_layers(&[], &payload[..end], &[]);
+                        self.nested = nested;
+                    }
+                    rest = &payload[end.min(payload.len())..];
+                }
+            }
+            _ => {}
         }
     }
 
     /// Expands a word's quoting and looks inside its substitutions.
     fn expand_word(&mut self, raw: &str) -> Expanded {
-        let unknown = Expanded {
-            text: None,
-            dynamic: true,
-        };
+        let unknown = Expanded::unknown();
         match std::panic::catch_unwind(|| word::parse(raw, &ParserOptions::default())) {
             Ok(Ok(pieces)) => self.expand_pieces(raw, &pieces),
             Ok(Err(_)) => {
@@ -858,12 +994,22 @@ impl Walker<'_> {
     fn expand_pieces(&mut self, raw: &str, pieces: &[WordPieceWithSource]) -> Expanded {
         let mut text = String::new();
         let mut dynamic = false;
+        let mut unquoted = Vec::new();
         for piece in pieces {
             match &piece.piece {
-                WordPiece::Text(part)
-                | WordPiece::SingleQuotedText(part)
-                | WordPiece::AnsiCQuotedText(part) => {
+                WordPiece::Text(part) => {
+                    let start = text.len();
                     text.push_str(part);
+                    unquoted.push(start..text.len());
+                }
+                WordPiece::SingleQuotedText(part) => text.push_str(part),
+                WordPiece::AnsiCQuotedText(part) => {
+                    if part.contains('\\') {
+                        dynamic = true;
+                        text.push_str(&ansi_c_decoded(part));
+                    } else {
+                        text.push_str(part);
+                    }
                 }
                 WordPiece::EscapeSequence(escape) => {
                     text.push_str(escape.strip_prefix('\\').unwrap_or(escape))
@@ -874,7 +1020,16 @@ impl Walker<'_> {
                     dynamic |= inner.dynamic;
                     text.push_str(inner.text.as_deref().unwrap_or("$?"));
                 }
-                WordPiece::TildeExpansion(_) => text.push_str(source_of(raw, piece)),
+                WordPiece::TildeExpansion(_) => {
+                    let source = source_of(raw, piece);
+                    if source != "~" {
+                        // Another user's home (`~root`), `$PWD` (`~+`), `$OLDPWD` (`~-`), the
+                        // directory stack (`~1`): where it points is only known when it runs.
+                        self.opaque("a `~user`, `~+` or `~-` path");
+                        dynamic = true;
+                    }
+                    text.push_str(source);
+                }
                 WordPiece::ParameterExpansion(_) => {
                     dynamic = true;
                     let source = source_of(raw, piece);
@@ -908,6 +1063,73 @@ impl Walker<'_> {
         Expanded {
             text: Some(text),
             dynamic,
+            unquoted,
+        }
+    }
+
+    /// A word bash splits by brace expansion (a command's word, a redirection's target): the
+    /// words it makes, each judged as bash will see it. A brace expansion is opaque for allow
+    /// rules (the analysis follows it, but it is no form a rule is written for); deny and ask
+    /// rules see every word it makes.
+    fn expand_split_word(&mut self, raw: &str) -> Vec<Expanded> {
+        let word = self.expand_word(raw);
+        let Some(text) = word.text.as_deref() else {
+            return vec![word];
+        };
+        if !word
+            .unquoted
+            .iter()
+            .any(|range| text[range.clone()].contains('{'))
+        {
+            return vec![word];
+        }
+        let chars: Vec<braces::Char> = text
+            .char_indices()
+            .map(|(at, c)| (c, word.unquoted.iter().any(|range| range.contains(&at))))
+            .collect();
+        match braces::expand(&chars) {
+            Ok(None) => vec![word],
+            Ok(Some(words)) => {
+                self.opaque("a brace expansion");
+                words
+                    .into_iter()
+                    .map(|chars| {
+                        let text: String = chars.iter().map(|&(c, _)| c).collect();
+                        let mut dynamic = word.dynamic;
+                        // Tilde expansion comes after brace expansion: `{~root,x}/f`.
+                        if chars.first() == Some(&('~', true))
+                            && text != "~"
+                            && !text.starts_with("~/")
+                        {
+                            self.opaque("a `~user`, `~+` or `~-` path");
+                            dynamic = true;
+                        }
+                        Expanded {
+                            text: Some(text),
+                            dynamic,
+                            unquoted: Vec::new(),
+                        }
+                    })
+                    .collect()
+            }
+            Err(braces::TooMany) => {
+                self.unreadable(format!(
+                    "a brace expansion of more than {} words",
+                    braces::MAX_WORDS
+                ));
+                vec![Expanded::unknown()]
+            }
+        }
+    }
+
+    /// A redirection's target: brace expansion to anything but one word is an error in bash
+    /// (nothing is opened), and the analysis does not guess which.
+    fn expand_target(&mut self, raw: &str) -> Expanded {
+        let mut words = self.expand_split_word(raw);
+        if words.len() == 1 {
+            words.pop().unwrap_or_else(Expanded::unknown)
+        } else {
+            Expanded::unknown()
         }
     }
 }
@@ -919,17 +1141,126 @@ enum Item<'a> {
 }
 
 /// A word after quote removal; `dynamic` when its value is only known at run time.
+#[derive(Default)]
 struct Expanded {
     text: Option<String>,
     dynamic: bool,
+    /// The byte ranges of `text` that were unquoted text, where bash still sees syntax
+    /// (brace expansion).
+    unquoted: Vec<std::ops::Range<usize>>,
+}
+
+impl Expanded {
+    /// A word only known when the line runs.
+    fn unknown() -> Self {
+        Self {
+            text: None,
+            dynamic: true,
+            unquoted: Vec::new(),
+        }
+    }
+
+    /// A word known now, all of it quoted.
+    fn literal(text: String) -> Self {
+        Self {
+            text: Some(text),
+            ..Self::default()
+        }
+    }
+}
+
+/// The text of `$'…'` as bash decodes it (`\x72m` is `rm`), so that deny rules see the
+/// program that runs; the word stays computed, since a decoder is never sure to agree with
+/// bash's in every corner.
+fn ansi_c_decoded(quoted: &str) -> String {
+    let mut out = String::new();
+    let mut chars = quoted.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        let Some(escape) = chars.next() else {
+            out.push('\\');
+            break;
+        };
+        let mut number = |radix: u32, max: usize, first: Option<char>| {
+            let mut digits: String = first.into_iter().collect();
+            while digits.len() < max
+                && let Some(&next) = chars.peek()
+                && next.is_digit(radix)
+            {
+                digits.push(next);
+                chars.next();
+            }
+            u32::from_str_radix(&digits, radix)
+                .ok()
+                .and_then(char::from_u32)
+        };
+        let decoded = match escape {
+            'a' => Some('\u{7}'),
+            'b' => Some('\u{8}'),
+            'e' | 'E' => Some('\u{1b}'),
+            'f' => Some('\u{c}'),
+            'n' => Some('\n'),
+            'r' => Some('\r'),
+            't' => Some('\t'),
+            'v' => Some('\u{b}'),
+            '\\' | '\'' | '"' | '?' => Some(escape),
+            '0'..='7' => number(8, 3, Some(escape)),
+            'x' => number(16, 2, None),
+            'u' => number(16, 4, None),
+            'U' => number(16, 8, None),
+            'c' => chars.next().map(|c| ((c as u8) & 0x1f) as char),
+            other => {
+                out.push('\\');
+                Some(other)
+            }
+        };
+        match decoded {
+            // A NUL ends the string in bash.
+            Some('\0') => break,
+            Some(c) => out.push(c),
+            None => {}
+        }
+    }
+    out
 }
 
 fn source_of<'a>(raw: &'a str, piece: &WordPieceWithSource) -> &'a str {
     raw.get(piece.start_index..piece.end_index).unwrap_or(raw)
 }
 
+/// What a word whose value is only known at run time stands as in a command's forms.
+const COMPUTED: &str = "$?";
+
 fn has_glob(name: &str) -> bool {
     name.contains(['*', '?', '['])
+}
+
+/// `shopt` options that change how bash parses what follows (`extglob`) or what a command
+/// name means (`expand_aliases`).
+fn changes_parsing(arg: &str) -> bool {
+    matches!(arg, "extglob" | "expand_aliases")
+}
+
+/// An assignment (or `declare` argument) to the tables bash looks command names up in.
+fn rewrites_lookup(word: &str) -> bool {
+    ["BASH_CMDS", "BASH_ALIASES"]
+        .iter()
+        .any(|table| word.starts_with(table))
+}
+
+/// `word` quoted for bash, so that a nested line keeps it one word.
+fn shell_quote(word: &str) -> String {
+    if !word.is_empty()
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_-./=:,+@%".contains(c))
+    {
+        return word.to_owned();
+    }
+    format!("'{}'", word.replace('\'', "'\\''"))
 }
 
 fn basename(command: &str) -> &str {

@@ -1,5 +1,13 @@
-//! The `run_command` builtin tool: runs `/bin/sh -c COMMAND`, streams and keeps its output, and
+//! The `run_command` builtin tool: runs `bash -c COMMAND`, streams and keeps its output, and
 //! makes sure no process it started outlives the call.
+//!
+//! **The shell is bash**, the dialect the permission engine's parser reads (never `/bin/sh`,
+//! which is dash on Debian: where the two disagree, the engine would judge one program and the
+//! shell run another). It reads no profile or rc file, and nothing from the environment that
+//! would run code or change how it reads the line before the line runs: `BASH_ENV` and `ENV`
+//! (files sourced first), exported functions (`BASH_FUNC_*`, which could stand in for any
+//! command), `SHELLOPTS`, `BASHOPTS`, `BASH_COMPAT` and `POSIXLY_CORRECT` (options and
+//! dialect) are removed, whoever set them ([`shell_reads_it`]).
 //!
 //! **The command's processes.** The shell runs in its own process group with stdin on
 //! `/dev/null`, the daemon's environment minus `LISTEN_*`, `NOTIFY_SOCKET`, `WATCHDOG_*` and
@@ -60,7 +68,7 @@ const EXIT_DRAIN: Duration = Duration::from_millis(200);
 /// sweep can still hold them open.
 const KILL_DRAIN: Duration = Duration::from_millis(100);
 
-const DESCRIPTION: &str = "Run a shell command with /bin/sh -c and return its output. \
+const DESCRIPTION: &str = "Run a shell command with bash -c and return its output. \
 The command runs in the session's working directory (or `cwd`), with stdin empty (/dev/null): \
 interactive programs get no input, so pass everything through arguments or files. \
 The content is stdout and stderr together, in the order they were written. Long output keeps \
@@ -94,7 +102,7 @@ impl Tool for RunCommand {
                     "command": {
                         "type": "string",
                         "minLength": 1,
-                        "description": "The command line, run as /bin/sh -c COMMAND."
+                        "description": "The command line, run as bash -c COMMAND."
                     },
                     "cwd": {
                         "type": "string",
@@ -163,14 +171,16 @@ async fn run_command(mut args: Map<String, Value>, ctx: ToolContext) -> ToolOutc
 
     process_tree::ensure_subreaper();
     let tag = process_tree::new_run_tag();
-    let mut child = shell_command(&args, &cwd, &ctx.env, &tag)
-        .spawn()
-        .map_err(|err| {
-            ToolFailure::new(
-                ErrorType::IoError,
-                format!("cannot start /bin/sh in {}: {err}", cwd.display()),
-            )
-        })?;
+    let mut command = shell_command(&args, &cwd, &ctx.env, &tag);
+    let (mut child, _known) =
+        process_tree::spawn_known(|| command.spawn(), tokio::process::Child::id).map_err(
+            |err| {
+                ToolFailure::new(
+                    ErrorType::IoError,
+                    format!("cannot start {BASH} in {}: {err}", cwd.display()),
+                )
+            },
+        )?;
     // `id()` is `None` only after the child has been waited for, which has not happened yet.
     let Some(shell_pid) = child.id() else {
         return Err(ToolFailure::new(
@@ -352,17 +362,34 @@ fn working_directory(env: &Env, requested: Option<&str>) -> Result<PathBuf, Tool
     }
 }
 
+/// The shell commands run in. An absolute path: the command's own `PATH` must not choose it.
+const BASH: &str = "/bin/bash";
+
+/// Variables bash reads at start that would run code or change how it reads the line before
+/// the line runs; no command gets them, from the daemon, the session or the call.
+fn shell_reads_it(name: &[u8]) -> bool {
+    name.starts_with(b"BASH_FUNC_")
+        || matches!(
+            name,
+            b"BASH_ENV" | b"ENV" | b"SHELLOPTS" | b"BASHOPTS" | b"BASH_COMPAT" | b"POSIXLY_CORRECT"
+        )
+}
+
 fn shell_command(args: &Args, cwd: &Path, env: &Env, tag: &str) -> Command {
-    let mut command = Command::new("/bin/sh");
+    use std::os::unix::ffi::OsStrExt;
+    let passed = |(name, _): &(&String, &String)| !shell_reads_it(name.as_bytes());
+    let inherited =
+        process_tree::inherited_env().filter(|(name, _)| !shell_reads_it(name.as_bytes()));
+    let mut command = Command::new(BASH);
     command
-        .arg("-c")
+        .args(["--noprofile", "--norc", "-c"])
         .arg(&args.command)
         .current_dir(cwd)
         .env_clear()
-        .envs(process_tree::inherited_env())
+        .envs(inherited)
         .env("PWD", cwd)
-        .envs(&env.command_env)
-        .envs(&args.env)
+        .envs(env.command_env.iter().filter(passed))
+        .envs(args.env.iter().filter(passed))
         .env(RUN_TAG_VAR, tag)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
