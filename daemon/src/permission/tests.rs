@@ -605,3 +605,257 @@ fn bad_rules_are_refused_with_the_rule_named() {
         "run_command(FOO=1 make)"
     );
 }
+
+/// The bypass classes, as decisions: each line ran something or touched a file no rule
+/// allowed before the engine judged what bash does with it. The effects are checked end to end
+/// in `tests/tests/bypass_classes.rs`.
+#[test]
+fn what_bash_does_beyond_the_words_is_never_allowed_by_words() {
+    let world = World::new();
+    let check = Check::new(
+        &world,
+        CaseRules {
+            allow: &[
+                "run_command(echo *)",
+                "run_command(git status)",
+                "run_command(cd *)",
+                "run_command(git push *)",
+            ],
+            deny: &["run_command(rm *)", "run_command(git push --force*)"],
+            ..Default::default()
+        },
+    );
+    for asked in [
+        // `~user`, `~+`, `~-` and `~N` are other directories, whatever their spelling.
+        "echo x >> ~root/f",
+        "echo x > ~+/f",
+        "echo x > ~-/f",
+        "echo x > ~1/f",
+        "echo x &> ~nobody/f",
+        "echo x > {~root,}/f",
+        // Wrapper options the analysis does not know, and `env -S`, a command line.
+        "env -S 'touch P' echo hi",
+        "env --split-string='touch P' echo hi",
+        "env -S'touch P' echo hi",
+        "env -iS'touch P' echo hi",
+        "env --frobnicate echo hi",
+        "nice --bogus echo hi",
+        "timeout --kill-after=1 --bogus 5 echo hi",
+        // `xargs` takes its command's arguments from its input.
+        "xargs echo < list",
+        "xargs -a list echo",
+        // Relative paths after the directory changed.
+        "cd /elsewhere && echo x > f",
+        "cd .. ; echo x > f",
+        "pushd /tmp; echo x > f",
+        "echo x > f; cd /tmp; echo y > f",
+        // Brace expansion makes other words than it shows.
+        "{touch,} P",
+        "echo a; {id,}",
+        "echo hi > {/tmp/y,}",
+        "mkdir -p src/{a,b}",
+        // `$'…'` is decoded by bash.
+        "echo hi > $'\\x2e\\x2e/x'",
+        "$'\\x74ouch' P",
+        // Descriptor duplication to a computed target.
+        "echo hi >& $x",
+    ] {
+        assert_eq!(check.command(asked), "ask", "{asked:?}");
+    }
+    for denied in [
+        "{rm,} -f x",
+        "$'\\x72m' -f x",
+        "env -S 'rm -f x' echo hi",
+        "git push {--force,origin}",
+        "git push --forc{e..e} origin",
+        "echo a; r{m,} x",
+    ] {
+        assert_eq!(check.command(denied), "deny", "{denied:?}");
+    }
+    for allowed in ["echo x > ~/f-in-home-is-outside-but-judged", "echo {a,b}"] {
+        // `~` alone is the home (outside the roots here: asks); `echo {a,b}` is two words
+        // of echo, but still a brace expansion: asks too.
+        assert_eq!(check.command(allowed), "ask", "{allowed:?}");
+    }
+    assert_eq!(check.command("cd /elsewhere && echo x"), "allow");
+    assert_eq!(check.command("echo x > ./out.txt; cd /tmp"), "allow");
+}
+
+/// A call's `env` counts as leading `NAME=value` words: allow rules must cover them, deny
+/// rules see them, and a grant records them.
+#[test]
+fn the_env_argument_is_part_of_the_command() {
+    let world = World::new();
+    let check = Check::new(
+        &world,
+        CaseRules {
+            allow: &["run_command(git status)", "run_command(LANG=C make *)"],
+            deny: &["run_command(GIT_CONFIG_COUNT=* *)"],
+            ..Default::default()
+        },
+    );
+    let with_env = |line: &str, env: Value| json!({"command": line, "env": env});
+    assert_eq!(
+        check.outcome("run_command", with_env("git status", json!({}))),
+        "allow"
+    );
+    assert_eq!(
+        check.outcome(
+            "run_command",
+            with_env("git status", json!({"PATH": "/tmp/evil:/usr/bin"}))
+        ),
+        "ask"
+    );
+    assert_eq!(
+        check.outcome(
+            "run_command",
+            with_env(
+                "git status",
+                json!({"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "core.fsmonitor"})
+            )
+        ),
+        "deny"
+    );
+    assert_eq!(
+        check.outcome("run_command", with_env("make all", json!({"LANG": "C"}))),
+        "allow"
+    );
+    match check.decide(
+        "run_command",
+        with_env("git status", json!({"B": "x y", "A": "it's"})),
+    ) {
+        Decision::Ask { suggestion, .. } => assert_eq!(
+            suggestion, r"run_command(A='it'\''s' B='x y' git status)",
+            "sorted, quoted so that no value reads as another word"
+        ),
+        other => panic!("{other:?}"),
+    }
+    let mut granted = Check::new(&world, CaseRules::default());
+    granted.grants = vec!["run_command(PATH=/x git status)".to_owned()];
+    assert_eq!(
+        granted.outcome("run_command", with_env("git status", json!({"PATH": "/x"}))),
+        "allow"
+    );
+    assert_eq!(
+        granted.outcome("run_command", with_env("git status", json!({"PATH": "/y"}))),
+        "ask"
+    );
+    assert_eq!(granted.command("git status"), "ask");
+}
+
+/// What a line reads (`<`, `<>`, `$(< f)`, `xargs -a f`) is judged as `read_file` would be.
+#[test]
+fn reads_by_redirection_are_judged_against_read_deny_rules() {
+    let world = World::new();
+    let check = Check::new(
+        &world,
+        CaseRules {
+            allow: &["run_command(echo *)", "run_command(cat *)"],
+            deny: &["read_file(secrets/**)", "read_file(.env)"],
+            ..Default::default()
+        },
+    );
+    for denied in [
+        "echo hi < secrets/x",
+        "echo hi <> secrets/x",
+        "cat < ./secrets/../secrets/x",
+        "cat < .env",
+        "xargs -a secrets/x echo",
+        "xargs --arg-file=.env echo",
+        "echo \"$(< secrets/x)\"",
+        "cat 0< secrets/x",
+    ] {
+        assert_eq!(check.command(denied), "deny", "{denied:?}");
+    }
+    assert_eq!(check.command("cat < a/readme"), "allow");
+    // The deny rule is named as the reason.
+    match check.decide("run_command", json!({"command": "echo hi < secrets/x"})) {
+        Decision::Deny(reason) => assert!(reason.contains("read_file(secrets/**)"), "{reason}"),
+        other => panic!("{other:?}"),
+    }
+    // A symlink to the secret is judged by where it points.
+    symlink(world.root.join("secrets/x"), world.root.join("a/link")).unwrap();
+    assert_eq!(check.command("cat < a/link"), "deny");
+}
+
+/// Writing git's config or hooks makes code run at the next `git status`: it asks in every
+/// mode but bypass, whatever allows the call otherwise.
+#[test]
+fn files_that_make_code_run_later_ask_in_every_mode_but_bypass() {
+    let world = World::new();
+    std::fs::create_dir_all(world.root.join(".git/hooks")).unwrap();
+    let write = |path: &str| json!({"path": path, "content": "x"});
+    for mode in [Mode::Default, Mode::AcceptEdits, Mode::DontAsk] {
+        let check = Check::new(
+            &world,
+            CaseRules {
+                allow: &["run_command(echo *)", "write_file(**)"],
+                ..Default::default()
+            },
+        )
+        .mode(mode);
+        let expected = if mode == Mode::DontAsk { "deny" } else { "ask" };
+        for line in [
+            "echo x >> .git/config",
+            "echo x > .git/hooks/pre-commit",
+            "echo x > ./.git/config.worktree",
+            "echo x > .git/modules/sub/config",
+            "echo x > .git/hooks/../config",
+            "echo x > bare.git/hooks/post-update",
+            "echo x > .git",
+        ] {
+            assert_eq!(check.command(line), expected, "{line:?} in {mode:?}");
+        }
+        for path in [
+            ".git/config",
+            ".git/hooks/post-checkout",
+            "./x/../.git/config",
+        ] {
+            assert_eq!(
+                check.outcome("write_file", write(path)),
+                expected,
+                "{path} in {mode:?}"
+            );
+        }
+        assert_eq!(check.command("echo x > notes.git.txt"), "allow");
+        assert_eq!(check.outcome("write_file", write("src/config")), "allow");
+    }
+    let bypass = Check::new(&world, CaseRules::default()).mode(Mode::Bypass);
+    assert_eq!(bypass.outcome("write_file", write(".git/config")), "allow");
+    // An allow rule that names the git directory opens it; a grant of the exact call too.
+    let named = Check::new(
+        &world,
+        CaseRules {
+            allow: &["write_file(.git/hooks/**)"],
+            ..Default::default()
+        },
+    );
+    assert_eq!(
+        named.outcome("write_file", write(".git/hooks/pre-push")),
+        "allow"
+    );
+    assert_eq!(named.outcome("write_file", write(".git/config")), "ask");
+    let mut granted = Check::new(&world, CaseRules::default());
+    granted.grants = vec!["run_command(echo x >> .git/config)".to_owned()];
+    assert_eq!(granted.command("echo x >> .git/config"), "allow");
+    // A `.git` file names the git directory elsewhere (a worktree, a submodule): its config
+    // and hooks are protected there too, under any name.
+    let worktree = World::new();
+    std::fs::create_dir_all(worktree.root.join("a/gitdir/hooks")).unwrap();
+    let gitdir = worktree.root.join("a/gitdir");
+    std::fs::write(
+        worktree.root.join(".git"),
+        format!("gitdir: {}\n", gitdir.display()),
+    )
+    .unwrap();
+    let check = Check::new(
+        &worktree,
+        CaseRules {
+            allow: &["run_command(echo *)"],
+            ..Default::default()
+        },
+    );
+    assert_eq!(check.command("echo x > a/gitdir/config"), "ask");
+    assert_eq!(check.command("echo x > a/gitdir/hooks/pre-commit"), "ask");
+    assert_eq!(check.command("echo x > a/gitdir/description"), "allow");
+}

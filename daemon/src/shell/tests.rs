@@ -289,3 +289,49 @@ fn the_substitution_count_follows_quotes_comments_and_arithmetic() {
         assert_eq!(substitutions_in(line), expected, "{line:?}");
     }
 }
+
+/// Lines bash reads otherwise than a POSIX shell: analysed as bash runs them (`run_command`
+/// runs bash), so `$'…'`, `[[ … ]]` and `(( … ))` hide no command and no redirection.
+#[test]
+fn lines_are_read_as_bash_reads_them() {
+    let quoted = analyze("echo $'\\' ; id > P #'");
+    assert_eq!(
+        allow_forms("echo $'\\' ; id > P #'"),
+        [["echo ' ; id > P #"]]
+    );
+    assert!(quoted.written_paths.is_empty(), "{quoted:?}");
+    let test = analyze("echo hi; [[ a > /outside/f ]]");
+    assert!(test.written_paths.is_empty(), "{test:?}");
+    assert_eq!(allow_forms("echo hi; [[ a > /outside/f ]]"), [["echo hi"]]);
+    let arithmetic = analyze("echo hi; ((x>~/9))");
+    assert!(arithmetic.written_paths.is_empty(), "{arithmetic:?}");
+    assert!(
+        !arithmetic.opaque.is_empty(),
+        "arithmetic on a variable is opaque"
+    );
+    // `$'…'` with escapes is decoded for deny rules, and computed for allow rules.
+    let decoded = analyze("$'\\x72m' -rf x");
+    assert_eq!(decoded.commands[0].match_forms[0], "rm -rf x");
+    assert!(!decoded.opaque.is_empty());
+}
+
+/// Brace expansion runs other words than the line shows: followed, and opaque for allow rules.
+#[test]
+fn brace_expansion_is_followed() {
+    assert_eq!(forms("{id,}")[0][0], "id");
+    assert_eq!(forms("git push {--force,x}")[0][0], "git push --force x");
+    assert_eq!(
+        forms("echo \"{a,b}\" '{c,d}' \\{e,f}")[0][0],
+        "echo {a,b} {c,d} {e,f}"
+    );
+    assert!(analyze("echo \"{a,b}\"").opaque.is_empty());
+    let target = analyze("echo hi > {/tmp/y,}");
+    assert_eq!(target.written_paths, ["/tmp/y"]);
+    assert!(!target.opaque.is_empty());
+    // More than one word is an ambiguous redirection in bash: nothing judged, opaque.
+    let ambiguous = analyze("echo hi > {a,b}");
+    assert!(ambiguous.written_paths.is_empty());
+    assert!(!ambiguous.opaque.is_empty());
+    let huge = analyze("echo {a,b}{a,b}{a,b}{a,b}{a,b}{a,b}{a,b}{a,b}{a,b}");
+    assert!(huge.unreadable.is_some(), "{huge:?}");
+}
