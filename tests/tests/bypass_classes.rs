@@ -165,7 +165,7 @@ async fn lines_bash_and_a_posix_shell_read_differently_run_as_judged() {
         format!("echo hi; [[ a > {} ]]", outside.display()),
         "echo hi; ((1>~/9))".to_owned(),
         format!("echo $'\\x27' ; touch {}", p.display()),
-        format!("echo hi > $'\\x2e\\x2e/outside/f'"),
+        "echo hi > $'\\x2e\\x2e/outside/f'".to_owned(),
         format!("echo $\"x\" ; touch {} #\"", p.display()),
         format!("echo hi |& touch {}", p.display()),
         format!("echo {{a,b}} > {{{},}}", outside.display()),
@@ -298,7 +298,14 @@ async fn the_env_argument_is_judged_as_leading_words() {
             json!({"SHELLOPTS": "xtrace", "PS4": format!("$({touch})")}),
         ),
     ];
-    no_effect(&client, &session, &workspace, &calls, &[p.clone()]).await;
+    no_effect(
+        &client,
+        &session,
+        &workspace,
+        &calls,
+        std::slice::from_ref(&p),
+    )
+    .await;
 
     // A grant records the env: a grant for `git status` with one env never covers another.
     let response = execute(&client, &session, calls[0].clone()).await;
@@ -332,15 +339,22 @@ async fn files_that_make_later_code_run_are_protected() {
     let calls = [
         command(&format!("echo '{config}' >> .git/config")),
         command(&format!("echo '{hook}' > .git/hooks/pre-commit")),
-        command(&format!("echo x > ./.git/config.worktree")),
-        command(&format!("echo x >| .git/hooks/../config")),
+        command("echo x > ./.git/config.worktree"),
+        command("echo x >| .git/hooks/../config"),
         write(".git/config", &config),
         write(".git/hooks/post-checkout", &hook),
         write("./.git/../.git/config", &config),
         write(".git", "gitdir: /tmp\n"),
         command("git status"),
     ];
-    no_effect(&client, &session, &workspace, &calls, &[p.clone()]).await;
+    no_effect(
+        &client,
+        &session,
+        &workspace,
+        &calls,
+        std::slice::from_ref(&p),
+    )
+    .await;
 
     // Inside the roots but elsewhere, accept_edits still writes without asking.
     let response = execute(&client, &session, write("notes.txt", "fine")).await;
