@@ -24,7 +24,7 @@ use crate::permission::facts::{AnalysedLine, command_line, with_facts, with_fact
 use crate::permission::{self, Decision, HookVerdict};
 use crate::session::{Session, SessionState};
 use crate::tools::registry::run_resolved;
-use crate::tools::{CallOrigin, OutputChunk, ResolvedCall};
+use crate::tools::{CallOrigin, Judged, OutputChunk, ResolvedCall};
 
 /// How many live output chunks may wait for the event sink before the tool waits.
 const OUTPUT_QUEUE: usize = 64;
@@ -170,14 +170,14 @@ async fn step_pre_hooks(
 
 /// Step 4: the permission engine on the session's current state, and an approval when it asks.
 /// Returns the Env the call runs in (updates made after this step do not reach the call) and
-/// the path arguments as they were judged, for the tool to act on.
+/// what was judged (the path arguments, what walks must not show), for the tool to act on.
 async fn step_permission(
     scope: &CallScope,
     call: &ToolCall,
     resolved: &mut ResolvedCall,
     hook: HookVerdict,
     cancel: &CancellationToken,
-) -> Result<(Arc<Env>, Arc<[ResolvedPath]>), ToolResult> {
+) -> Result<(Arc<Env>, Judged), ToolResult> {
     let mut analysed = tokio::select! {
         analysed = analyse_command(scope, resolved) => analysed,
         () = cancel.cancelled() => return Err(failure(call, ErrorType::Canceled, "the call was canceled while its command line was analysed")),
@@ -185,13 +185,15 @@ async fn step_permission(
     let state = scope.session.state();
     let (decision, judged) = state.decide_judging(resolved, analysed.as_ref(), hook);
     match decision {
-        Decision::Allow => Ok((state.env, judged.into())),
+        Decision::Allow => {
+            let judged = judged_for(&state, resolved, judged);
+            Ok((state.env, judged))
+        }
         Decision::Deny(reason) => Err(failure(call, ErrorType::PermissionDenied, reason)),
         Decision::NotAllowed(reason) => Err(failure(call, ErrorType::ToolNotAllowed, reason)),
         Decision::Ask { reason, suggestion } => {
-            // The approver saw (and approved) the paths as judged above; arguments it replaced
-            // were judged against the deny rules as its answer was applied, and the tool acts
-            // on exactly that judgment.
+            // The approver saw (and approved) the paths as judged above; the tool acts on
+            // them, or on the judgment of the arguments the approver replaced.
             let rejudged = step_approval(
                 scope,
                 call,
@@ -203,8 +205,18 @@ async fn step_permission(
             )
             .await?;
             let state = scope.session.state();
-            Ok((state.env, rejudged.unwrap_or(judged).into()))
+            let judged = judged_for(&state, resolved, rejudged.unwrap_or(judged));
+            Ok((state.env, judged))
         }
+    }
+}
+
+/// What the tool acts on: `paths` as judged, and what the session's deny rules hide from its
+/// walks.
+fn judged_for(state: &SessionState, resolved: &ResolvedCall, paths: Vec<ResolvedPath>) -> Judged {
+    Judged {
+        paths: paths.into(),
+        hidden: state.policy.hidden_from_walks(&resolved.definition().name),
     }
 }
 
@@ -295,28 +307,31 @@ async fn step_approval(
     );
     match answer.decision {
         ApprovalDecision::AllowOnce | ApprovalDecision::AllowSession => {
-            let mut rejudged = None;
+            let replaced = answer.arguments.is_some();
             if let Some(arguments) = answer.arguments {
                 resolved.replace_arguments(arguments)?;
                 *analysed = analyse_command(scope, resolved).await;
-                let state = scope.session.state();
-                let (denied, paths) = deny_reason(&state, resolved, analysed.as_ref());
-                if let Some(reason) = denied {
-                    return Err(failure(
-                        call,
-                        ErrorType::PermissionDenied,
-                        format!("the approved arguments are {reason}"),
-                    ));
-                }
-                rejudged = Some(paths);
+            }
+            // The deny rules are judged again on the session as it is now, whatever the answer
+            // carried: an approval never outlives a deny rule added while it was pending. The
+            // tool acts on the paths the approver saw judged, unless it replaced the arguments:
+            // a path resolved again now could lead elsewhere (a symlink swapped in meanwhile).
+            let state = scope.session.state();
+            let (denied, paths) = deny_reason(&state, resolved, analysed.as_ref());
+            if let Some(reason) = denied {
+                let reason = if replaced {
+                    format!("the approved arguments are {reason}")
+                } else {
+                    format!("the call was approved, but is now {reason}")
+                };
+                return Err(failure(call, ErrorType::PermissionDenied, reason));
             }
             if answer.decision == ApprovalDecision::AllowSession {
-                let state = scope.session.state();
                 scope
                     .session
                     .add_grant(grant_for(&state, resolved, analysed.as_ref()));
             }
-            Ok(rejudged)
+            Ok(replaced.then_some(paths))
         }
         ApprovalDecision::Deny => {
             let message = answer
@@ -403,7 +418,7 @@ async fn step_execute(
     scope: &CallScope,
     resolved: ResolvedCall,
     env: Arc<Env>,
-    judged: Arc<[ResolvedPath]>,
+    judged: Judged,
     cancel: &CancellationToken,
 ) -> ToolResult {
     let call_id = resolved.call_id.clone();

@@ -336,10 +336,18 @@ async fn run_program<P: Serialize>(
     let (stdout, stderr, status) = outcome
         .map_err(|_| format!("no answer within {} ms; it was killed", timeout.as_millis()))?;
     let status = status.map_err(|err| format!("cannot wait for it: {err}"))?;
-    let stderr = String::from_utf8_lossy(&stderr).trim().to_owned();
+    let stderr = String::from_utf8_lossy(&stderr.kept).trim().to_owned();
+    // An answer past the cap is never read by its prefix: what follows the cut (a `block`
+    // after a megabyte of padding) could be the decision.
+    if stdout.over_cap && status.code() != Some(2) {
+        return Err(format!(
+            "its output passed the cap of {} bytes; a hook's answer must fit in it",
+            MAX_HOOK_OUTPUT
+        ));
+    }
     match status.code() {
         Some(0) => {
-            let stdout = String::from_utf8_lossy(&stdout).trim().to_owned();
+            let stdout = String::from_utf8_lossy(&stdout.kept).trim().to_owned();
             Ok(if stdout.is_empty() {
                 ProgramOutput::Empty
             } else {
@@ -367,17 +375,28 @@ fn describe_stderr(stderr: &str) -> String {
     }
 }
 
+/// What a hook program wrote to one pipe: at most `MAX_HOOK_OUTPUT` bytes, and whether it wrote
+/// more (the pipe is still drained to its end, so that the program never blocks on it).
+struct CappedOutput {
+    kept: Vec<u8>,
+    over_cap: bool,
+}
+
 /// Reads a pipe to its end, keeping at most `MAX_HOOK_OUTPUT` bytes.
-async fn read_capped<R: tokio::io::AsyncRead + Unpin>(pipe: Option<&mut R>) -> Vec<u8> {
-    let Some(pipe) = pipe else { return Vec::new() };
-    let mut kept = Vec::new();
+async fn read_capped<R: tokio::io::AsyncRead + Unpin>(pipe: Option<&mut R>) -> CappedOutput {
+    let mut output = CappedOutput {
+        kept: Vec::new(),
+        over_cap: false,
+    };
+    let Some(pipe) = pipe else { return output };
     let mut buffer = [0u8; 8192];
     loop {
         match pipe.read(&mut buffer).await {
-            Ok(0) | Err(_) => return kept,
+            Ok(0) | Err(_) => return output,
             Ok(read) => {
-                let room = MAX_HOOK_OUTPUT.saturating_sub(kept.len());
-                kept.extend_from_slice(&buffer[..read.min(room)]);
+                let room = MAX_HOOK_OUTPUT.saturating_sub(output.kept.len());
+                output.over_cap |= read > room;
+                output.kept.extend_from_slice(&buffer[..read.min(room)]);
             }
         }
     }

@@ -85,6 +85,15 @@ pub fn ensure_subreaper() -> bool {
     })
 }
 
+/// Makes this process non-dumpable: processes of the same uid (every command the daemon runs)
+/// can then no longer read its `/proc/PID/environ`, `mem` or `fd`, nor ptrace it; root keeps
+/// that power. Children get it back when they exec, so commands are unaffected.
+pub fn keep_out_of_reach() {
+    if let Err(err) = nix::sys::prctl::set_dumpable(false) {
+        tracing::warn!(%err, "cannot make the process non-dumpable; commands of the same uid can read its memory");
+    }
+}
+
 /// A value for [`RUN_TAG_VAR`] unique to one call: unique within the daemon by the counter,
 /// across daemons by the pid and the clock.
 pub fn new_run_tag() -> String {

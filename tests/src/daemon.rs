@@ -42,6 +42,12 @@ pub fn shell_parser() -> std::sync::Arc<toold::shell::isolated::ShellParser> {
 /// (`root/run`, `root/state`, `root/config`, `root/home`), whether or not a daemon runs there.
 pub fn toold_command_in(root: &Path) -> Command {
     let mut command = Command::new(toold_binary());
+    with_directories_in(&mut command, root);
+    command
+}
+
+/// Points `command`'s runtime, state, config and home directories under `root`.
+fn with_directories_in(command: &mut Command, root: &Path) {
     command
         .env("XDG_RUNTIME_DIR", root.join("run"))
         .env("XDG_STATE_HOME", root.join("state"))
@@ -53,7 +59,6 @@ pub fn toold_command_in(root: &Path) -> Command {
         .env_remove("LISTEN_FDS")
         .env_remove("LISTEN_PID")
         .env_remove("LISTEN_FDNAMES");
-    command
 }
 
 /// A daemon process and the directories it owns.
@@ -64,6 +69,8 @@ pub struct TestDaemon {
     config: Option<String>,
     /// Variables set in the daemon's environment, at every start.
     env: Vec<(String, String)>,
+    /// A program and its arguments that run the daemon (`setpriv …`), if any.
+    wrapper: Vec<String>,
 }
 
 impl TestDaemon {
@@ -82,7 +89,21 @@ impl TestDaemon {
         Self::start_with(None, env)
     }
 
+    /// Starts a daemon with every default and these variables, run by `wrapper` (a program and
+    /// its arguments, to which the daemon's command line is appended).
+    pub fn start_under(wrapper: &[String], env: &[(&str, &str)]) -> Self {
+        Self::start_with_wrapper(None, env, wrapper.to_vec())
+    }
+
     fn start_with(config: Option<&str>, env: &[(&str, &str)]) -> Self {
+        Self::start_with_wrapper(config, env, Vec::new())
+    }
+
+    fn start_with_wrapper(
+        config: Option<&str>,
+        env: &[(&str, &str)],
+        wrapper: Vec<String>,
+    ) -> Self {
         let dir = tempfile::tempdir().expect("temporary directory");
         let root = dir
             .path()
@@ -100,6 +121,7 @@ impl TestDaemon {
                 .iter()
                 .map(|(name, value)| ((*name).to_owned(), (*value).to_owned()))
                 .collect(),
+            wrapper,
         };
         daemon.spawn();
         daemon
@@ -129,7 +151,15 @@ impl TestDaemon {
     }
 
     fn spawn(&mut self) {
-        let mut command = self.command();
+        let mut command = match self.wrapper.split_first() {
+            Some((program, args)) => {
+                let mut command = Command::new(program);
+                command.args(args).arg(toold_binary());
+                with_directories_in(&mut command, &self.root);
+                command
+            }
+            None => self.command(),
+        };
         command
             .arg("serve")
             .arg("--allow-root")

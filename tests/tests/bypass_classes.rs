@@ -2,12 +2,17 @@
 //! session whose rules allow `echo *`, `git status`, `cd *` and `true`, deny `rm *` and
 //! `read_file(secrets/**)`, and with no approver attached (so anything that asks is denied),
 //! every variant of each class is run and its **effect** checked: no marker file created, no
-//! file truncated or deleted, no secret in any output, no process alive after its call.
+//! file truncated or deleted, no secret in any output, no process alive after its call. The
+//! classes beyond the command line (walks, client tools, approvals, hooks, the daemon's own
+//! process) use sessions and daemons of their own, checked the same way.
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use toold_protocol::peer::Reply;
+use toold_protocol::{Request, RequestError};
 use toold_tests::daemon::{TestClient, TestDaemon, no_answers};
 use toold_tests::require;
 
@@ -478,4 +483,425 @@ fn processes_with(needle: &str) -> bool {
             && std::fs::read(path.join("cmdline"))
                 .is_ok_and(|cmdline| String::from_utf8_lossy(&cmdline).contains(needle))
     })
+}
+
+/// A session of its own on `client`, in `mode`, with `rules`.
+async fn session_with(client: &TestClient, cwd: &Path, mode: &str, rules: Value) -> String {
+    client
+        .create_session(cwd, json!({"rules": rules, "mode": mode}))
+        .await
+}
+
+fn call(name: &str, arguments: Value) -> Value {
+    json!({"id": "c", "name": name, "arguments": arguments})
+}
+
+/// The text a result shows the model: its content, or its error.
+fn shown(response: &Value) -> String {
+    let result = &response["results"][0]["result"];
+    format!("{}{}", result["content"], result["error"])
+}
+
+#[tokio::test]
+async fn walks_never_show_what_deny_rules_cover() {
+    let Some((_daemon, client, workspace, _session)) =
+        setup("walks_never_show_what_deny_rules_cover", "default").await
+    else {
+        return;
+    };
+    let project = &workspace.project;
+    for (path, content) in [
+        (".env", format!("TOKEN={SECRET}\n")),
+        ("private/notes.txt", format!("{SECRET}\n")),
+        (
+            "deep/er/unlisted.txt",
+            "searchable, never listed\n".to_owned(),
+        ),
+        ("src/visible.txt", "visible needle\n".to_owned()),
+    ] {
+        let path = project.join(path);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, content).unwrap();
+    }
+    std::os::unix::fs::symlink(project.join("secrets"), project.join("src/link")).unwrap();
+    let rules = json!({"deny": ["read_file(secrets/**)", "read_file(.env)",
+        "search_code(private/**)", "find_files(**/er/**)"]});
+    let session = session_with(&client, project, "default", rules).await;
+    let search = |arguments: Value| call("search_code", arguments);
+    let find = |arguments: Value| call("find_files", arguments);
+    let calls = [
+        search(json!({"pattern": "SECRET"})),
+        search(json!({"pattern": "SECRET", "glob": "**"})),
+        search(json!({"pattern": "SECRET", "glob": ".*"})),
+        search(json!({"pattern": "SECRET", "glob": "{.env,**/*.txt}"})),
+        search(json!({"pattern": "secret", "case_insensitive": true, "glob": "**/.env"})),
+        search(json!({"pattern": "SECRET", "path": "private"})),
+        search(json!({"pattern": "SECRET", "path": "./private/notes.txt"})),
+        search(json!({"pattern": "SECRET", "path": "secrets"})),
+        search(json!({"pattern": "SECRET", "path": "src/link/key.txt"})),
+        search(json!({"pattern": "SECRET", "path": "deep"})),
+        search(json!({"pattern": "TOKEN", "path": ".", "context": 3, "glob": "!*.rs"})),
+        find(json!({"pattern": "**"})),
+        find(json!({"pattern": "**/.env"})),
+        find(json!({"pattern": ".*"})),
+        find(json!({"pattern": "*", "path": "secrets"})),
+        find(json!({"pattern": "**/*.txt"})),
+        find(json!({"pattern": "**/notes.txt", "path": "private"})),
+    ];
+    let mut shown_anywhere = Vec::new();
+    for call in &calls {
+        let response = execute(&client, &session, call.clone()).await;
+        let text = shown(&response);
+        // A find_files deny rule hides from find_files only; the others from both walks.
+        let listing = call["name"] == "find_files";
+        for hidden in [SECRET, "key.txt", ".env", "notes.txt", "unlisted"] {
+            if text.contains(hidden) && (listing || hidden != "unlisted") {
+                shown_anywhere.push(format!("{call} showed {hidden}: {text}"));
+            }
+        }
+    }
+    assert!(shown_anywhere.is_empty(), "{}", shown_anywhere.join("\n"));
+
+    // What no rule hides is still found: the walks skip only what is denied.
+    let response = execute(&client, &session, search(json!({"pattern": "needle"}))).await;
+    assert!(shown(&response).contains("src/visible.txt"), "{response}");
+    let response = execute(
+        &client,
+        &session,
+        search(json!({"pattern": "never listed"})),
+    )
+    .await;
+    assert!(
+        shown(&response).contains("deep/er/unlisted.txt"),
+        "{response}"
+    );
+    let response = execute(&client, &session, find(json!({"pattern": "**/*.txt"}))).await;
+    let text = shown(&response);
+    assert!(
+        text.contains("src/visible.txt") && text.contains("keep.txt"),
+        "{text}"
+    );
+}
+
+/// A client tool that records every invocation.
+fn recording_tool(seen: Arc<Mutex<Vec<String>>>) -> toold_tests::daemon::Answerer {
+    Arc::new(move |request: Request| {
+        seen.lock().unwrap().push(request.method.clone());
+        Box::pin(async move { Reply::result(json!({"content": "ran"})) })
+    })
+}
+
+#[tokio::test]
+async fn clients_register_neither_system_tools_nor_names_no_rule_can_name() {
+    let Some((daemon, client, workspace, _session)) = setup(
+        "clients_register_neither_system_tools_nor_names_no_rule_can_name",
+        "default",
+    )
+    .await
+    else {
+        return;
+    };
+    let invoked = Arc::new(Mutex::new(Vec::new()));
+    let owner = daemon
+        .connect(
+            json!({"client_tools": true}),
+            recording_tool(Arc::clone(&invoked)),
+        )
+        .await;
+    let tool = |name: &str, system: bool| {
+        json!({"name": name, "description": "d", "input_schema": {"type": "object"},
+            "safety": "side_effect", "system": system})
+    };
+    let refused = [
+        tool("control_plane", true),
+        tool("x(y)", false),
+        tool("run\u{200b}_command", false),
+        tool("run command", false),
+        tool("mcp__*", false),
+        tool("", false),
+        tool(&"a".repeat(65), false),
+        tool("caf\u{e9}", false),
+    ];
+    for definition in refused {
+        let name = definition["name"].clone();
+        match owner
+            .request("tools/register", json!({"tools": [definition]}))
+            .await
+        {
+            Err(RequestError::Rpc(error)) => assert_eq!(error.code, -32602, "{error:?}"),
+            other => panic!("{name} was registered: {other:?}"),
+        }
+    }
+    // One refused tool refuses the whole registration: nothing of it is half registered.
+    let mixed = json!({"tools": [tool("fine_tool", false), tool("sys", true)]});
+    assert!(owner.request("tools/register", mixed).await.is_err());
+
+    let list = client
+        .request("tools/list", json!({}))
+        .await
+        .expect("tools/list");
+    let names: Vec<&str> = list["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|tool| tool["name"].as_str())
+        .collect();
+    assert!(
+        names.iter().all(|name| {
+            name.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
+        }),
+        "{names:?}"
+    );
+    assert!(!names.contains(&"control_plane") && !names.contains(&"fine_tool"));
+
+    // In plan mode, with a deny rule, and outside allowed_tools: no call of any of them runs.
+    let plan = session_with(&client, &workspace.project, "plan", json!({})).await;
+    let denying = session_with(
+        &client,
+        &workspace.project,
+        "bypass",
+        json!({"deny": ["control_plane"]}),
+    )
+    .await;
+    for session in [&plan, &denying] {
+        for name in ["control_plane", "x(y)", "run\u{200b}_command", "sys"] {
+            execute(&client, session, call(name, json!({}))).await;
+        }
+    }
+    assert!(invoked.lock().unwrap().is_empty(), "{invoked:?}");
+}
+
+#[tokio::test]
+async fn an_approval_never_outlives_a_rule_or_mode_change_made_while_it_was_pending() {
+    let Some((daemon, client, workspace, _session)) = setup(
+        "an_approval_never_outlives_a_rule_or_mode_change_made_while_it_was_pending",
+        "default",
+    )
+    .await
+    else {
+        return;
+    };
+    let p = workspace.project.join("P");
+    let changes = [
+        (
+            json!({"rules": {"deny": ["run_command(touch *)"]}}),
+            "allow_once",
+        ),
+        (
+            json!({"rules": {"deny": ["run_command(touch *)"]}}),
+            "allow_session",
+        ),
+        (json!({"rules": {"deny": ["run_command"]}}), "allow_once"),
+        (json!({"mode": "plan"}), "allow_once"),
+        (
+            json!({"mode": "dont_ask", "rules": {"deny": ["run_command(*)"]}}),
+            "allow_session",
+        ),
+    ];
+    for (change, decision) in changes {
+        // The approver answers only once the session has changed.
+        let changed = Arc::new(tokio::sync::Notify::new());
+        let asked = Arc::new(tokio::sync::Notify::new());
+        let answerer: toold_tests::daemon::Answerer = {
+            let (changed, asked) = (Arc::clone(&changed), Arc::clone(&asked));
+            Arc::new(move |_request: Request| {
+                let (changed, asked) = (Arc::clone(&changed), Arc::clone(&asked));
+                Box::pin(async move {
+                    asked.notify_one();
+                    changed.notified().await;
+                    Reply::result(json!({"decision": decision}))
+                })
+            })
+        };
+        let approver = daemon.connect(json!({"approvals": true}), answerer).await;
+        let session = session_with(&approver, &workspace.project, "default", json!({})).await;
+        let line = format!("touch {}", p.display());
+        let running = {
+            let session = session.clone();
+            let approver = &approver;
+            async move { execute(approver, &session, command(&line)).await }
+        };
+        let update = async {
+            asked.notified().await;
+            let mut params = change.clone();
+            params["session_id"] = json!(session);
+            client
+                .request("session/update", params)
+                .await
+                .expect("session/update");
+            changed.notify_one();
+        };
+        let (response, ()) = tokio::join!(running, update);
+        let result = &response["results"][0]["result"];
+        assert_ne!(result["ok"], true, "{change} then {decision}: {result}");
+        assert!(
+            !p.exists(),
+            "{change} then {decision} ran the call: {result}"
+        );
+        let snapshot = client
+            .request("session/get", json!({"session_id": session}))
+            .await
+            .expect("session/get");
+        assert_eq!(snapshot["grants"], json!([]), "{snapshot}");
+    }
+}
+
+#[tokio::test]
+async fn hook_output_over_the_cap_blocks_and_is_never_read_by_its_prefix() {
+    let Some(git) = require::program(
+        "hook_output_over_the_cap_blocks_and_is_never_read_by_its_prefix",
+        "git",
+        &[],
+        "apt-get install git",
+    ) else {
+        return;
+    };
+    let workspace = Workspace::new(&git);
+    let p = workspace.project.join("P");
+    // Each pads its answer past the 1 MiB cap: with spaces, newlines, a long JSON string, or
+    // a valid answer followed by more.
+    let hooks = [
+        r#"head -c 1100000 /dev/zero | tr '\0' ' '; echo '{"decision":"block"}'"#,
+        r#"head -c 2000000 /dev/zero | tr '\0' '\n'; echo '{"decision":"block"}'"#,
+        r#"printf '{"decision":"allow","reason":"'; head -c 1200000 /dev/zero | tr '\0' x; printf '"}'"#,
+        r#"echo '{"decision":"continue"}'; head -c 1100000 /dev/zero | tr '\0' ' '"#,
+    ];
+    for hook in hooks {
+        let config = format!(
+            "allow_bypass = true\n[[hooks.pre_tool_use]]\nmatcher = \"run_command\"\n\
+             command = [\"/bin/sh\", \"-c\", {}]\n",
+            toml_string(hook)
+        );
+        let daemon = TestDaemon::start_with_config(Some(&config));
+        let client = daemon.connect(json!({}), no_answers()).await;
+        let session = session_with(&client, &workspace.project, "bypass", json!({})).await;
+        let line = format!("touch {}", p.display());
+        let response = execute(&client, &session, command(&line)).await;
+        let result = &response["results"][0]["result"];
+        assert_eq!(result["error_type"], "hook_blocked", "{hook}: {result}");
+        assert!(
+            result["error"].as_str().unwrap_or_default().contains("cap"),
+            "{result}"
+        );
+        assert!(!p.exists(), "{hook} let the call run");
+    }
+}
+
+/// `text` as a TOML basic string.
+fn toml_string(text: &str) -> String {
+    serde_json::to_string(text).unwrap()
+}
+
+#[tokio::test]
+async fn commands_cannot_read_or_trace_the_daemon_or_its_parser_workers() {
+    let test = "commands_cannot_read_or_trace_the_daemon_or_its_parser_workers";
+    // Root's capabilities read every process whatever it says: as root, the daemon and so its
+    // commands run without any, as an ordinary user's daemon and commands do.
+    let wrapper = if nix::unistd::geteuid().is_root() {
+        let Some(setpriv) = require::program(test, "setpriv", &[], "apt-get install util-linux")
+        else {
+            return;
+        };
+        vec![
+            setpriv.display().to_string(),
+            "--inh-caps=-all".to_owned(),
+            "--bounding-set=-all".to_owned(),
+        ]
+    } else {
+        Vec::new()
+    };
+    let daemon = TestDaemon::start_under(&wrapper, &[("TOOLD_TEST_SECRET", SECRET)]);
+    let client = daemon.connect(json!({}), no_answers()).await;
+    let rules = json!({"allow": ["run_command"]});
+    let session = session_with(&client, &daemon.work(), "default", rules).await;
+    // The first command starts the parser workers.
+    execute(&client, &session, command("true")).await;
+    let workers = children_running(daemon.pid(), "__shell-parser-worker");
+    assert!(!workers.is_empty(), "no parser worker found");
+    for pid in std::iter::once(daemon.pid()).chain(workers) {
+        for what in ["environ", "mem", "fd", "maps", "auxv"] {
+            let line = format!(
+                "cat /proc/{pid}/{what} | od -c | head -c 100000; ls -l /proc/{pid}/{what}; \
+                 cat /proc/{pid}/{what} | tr '\\0' ' '"
+            );
+            let response = execute(&client, &session, command(&line)).await;
+            let text = shown(&response);
+            assert!(!text.contains(SECRET), "{line}: {text}");
+            assert!(!text.contains("toold.sock"), "{line}: {text}");
+            if what == "environ" {
+                assert!(text.contains("Permission denied"), "{line}: {text}");
+            }
+        }
+    }
+}
+
+/// Children of `parent` whose command line contains `needle`.
+fn children_running(parent: u32, needle: &str) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let ppid = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok());
+            ppid == Some(parent)
+                && std::fs::read(format!("/proc/{pid}/cmdline"))
+                    .is_ok_and(|cmdline| String::from_utf8_lossy(&cmdline).contains(needle))
+        })
+        .collect()
+}
+
+/// Bash evaluates some values as code: a name with a subscript (`a[$(cmd)]`) that indirection,
+/// an array index, a substring offset or `[[ -v ]]` evaluates, and `${x@P}`. The line needs no
+/// assignment the rules would see: `[[ … =~ (.*) ]]` fills `BASH_REMATCH`.
+#[tokio::test]
+async fn values_bash_evaluates_as_code_run_nothing() {
+    let Some((_daemon, client, workspace, session)) =
+        setup("values_bash_evaluates_as_code_run_nothing", "default").await
+    else {
+        return;
+    };
+    let p = workspace.project.join("P");
+    let touch = format!("touch {}", p.display());
+    let remember = |text: &str| format!("[[ '{text}' =~ (.*) ]]");
+    let lines = [
+        format!(
+            "{}; echo ${{!BASH_REMATCH}}",
+            remember(&format!("a[$({touch})]"))
+        ),
+        format!(
+            "{}; echo ${{a[BASH_REMATCH]}}",
+            remember(&format!("a[$({touch})]"))
+        ),
+        format!(
+            "{}; echo ${{BASH_REMATCH@P}}",
+            remember(&format!("$({touch})"))
+        ),
+        format!(
+            "{}; echo ${{x:BASH_REMATCH}}",
+            remember(&format!("a[$({touch})]"))
+        ),
+        format!(
+            "{}; echo ${{x:0:BASH_REMATCH}}",
+            remember(&format!("a[$({touch})]"))
+        ),
+        format!(
+            "{}; echo \"${{!BASH_REMATCH:-x}}\"",
+            remember(&format!("a[$({touch})]"))
+        ),
+        format!(
+            "{}; echo ${{a[${{BASH_REMATCH}}]}}",
+            remember(&format!("a[$({touch})]"))
+        ),
+        format!("[[ -v 'a[$({touch})]' ]]; echo"),
+        format!(
+            "{}; echo ${{#BASH_REMATCH[BASH_REMATCH]}}",
+            remember(&format!("a[$({touch})]"))
+        ),
+    ];
+    let calls: Vec<Value> = lines.iter().map(|line| command(line)).collect();
+    no_effect(&client, &session, &workspace, &calls, &[p]).await;
 }

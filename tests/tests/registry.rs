@@ -106,16 +106,34 @@ fn env_with_timeout(tree: &Tree, timeout_ms: u64) -> Env {
 }
 
 #[test]
-fn register_refuses_empty_and_duplicate_names_and_bad_schemas() {
+fn register_refuses_names_no_rule_can_name_duplicates_and_bad_schemas() {
     let registry = registry_with(vec![TestTool::new("echo", Behaviour::Echo)]);
-    assert_eq!(
-        registry.register(Arc::new(TestTool::new("", Behaviour::Echo))),
-        Err(RegisterError::EmptyName)
-    );
-    assert_eq!(
-        registry.register(Arc::new(TestTool::new("  ", Behaviour::Echo))),
-        Err(RegisterError::EmptyName)
-    );
+    let long: &'static str = Box::leak("a".repeat(65).into_boxed_str());
+    let longest: &'static str = Box::leak("a".repeat(64).into_boxed_str());
+    for name in [
+        "",
+        "  ",
+        "x(y)",
+        "run\u{200b}_command",
+        "run command",
+        "tool*",
+        "caf\u{e9}",
+        long,
+    ] {
+        assert_eq!(
+            registry.register(Arc::new(TestTool::new(name, Behaviour::Echo))),
+            Err(RegisterError::InvalidName(name.to_owned())),
+            "{name:?}"
+        );
+    }
+    for name in ["mcp__fs__read.v2", "a", longest, "A-Z_0.9"] {
+        assert!(
+            registry
+                .register(Arc::new(TestTool::new(name, Behaviour::Echo)))
+                .is_ok(),
+            "{name:?}"
+        );
+    }
     let duplicate = registry
         .register(Arc::new(TestTool::new("echo", Behaviour::Echo)))
         .unwrap_err();

@@ -13,7 +13,7 @@ use crate::session::manager::{SessionDefaults, SessionManager};
 use crate::session::store::SessionStore;
 use crate::shell::isolated::ShellParser;
 use crate::tools::write_journal;
-use crate::{Registry, permission};
+use crate::{Registry, permission, process_tree};
 use anyhow::Context;
 use tokio_util::sync::CancellationToken;
 
@@ -29,6 +29,9 @@ pub fn serve(
     config_path: Option<PathBuf>,
     allow_root: bool,
 ) -> anyhow::Result<()> {
+    // First of all, before the config or anything else is in memory: the commands the daemon
+    // runs have its uid, and must not read its environment or memory or trace it.
+    process_tree::keep_out_of_reach();
     socket::refuse_root(allow_root)?;
     let config = Config::load(config_path.as_deref())?;
     init_logging();

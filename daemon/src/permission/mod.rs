@@ -14,6 +14,7 @@ use toold_protocol::{Rules, Safety, SessionMode as Mode};
 
 use crate::paths::ResolvedPath;
 use crate::shell::CommandLine;
+use crate::tools::HiddenPaths;
 
 pub mod facts;
 
@@ -304,6 +305,51 @@ impl Policy {
             policy.deny.extend(parse(&source.deny)?);
         }
         Ok(policy)
+    }
+}
+
+/// The tools whose deny rules on a path hide it from every walk, besides the walking tool's own
+/// (docs/protocol.md section 7, "What else is judged"): a file no model may read is not shown
+/// by a search or a listing either.
+const HIDING_TOOLS: &[&str] = &["read_file", "search_code"];
+
+impl Policy {
+    /// What the walks of `tool` (`find_files`, `search_code`) must skip: every file and
+    /// directory that a deny rule of `read_file`, `search_code` or `tool` itself covers.
+    /// `None` when no rule hides anything, so that the walk pays nothing.
+    pub fn hidden_from_walks(&self, tool: &str) -> Option<Arc<dyn HiddenPaths>> {
+        let mut hidden = DeniedPaths::default();
+        for rule in self
+            .deny
+            .iter()
+            .filter(|rule| rule.tool == tool || HIDING_TOOLS.contains(&rule.tool.as_str()))
+        {
+            match &rule.specifier {
+                Specifier::Path(glob) => hidden.globs.push(glob.clone()),
+                Specifier::Any => hidden.everything = true,
+                Specifier::Command(_) | Specifier::Argument { .. } => {}
+            }
+        }
+        (hidden.everything || !hidden.globs.is_empty())
+            .then(|| Arc::new(hidden) as Arc<dyn HiddenPaths>)
+    }
+}
+
+/// The paths that deny rules hide from walks.
+#[derive(Default)]
+struct DeniedPaths {
+    globs: Vec<PathGlob>,
+    /// A rule without a path (`deny read_file`) hides every file.
+    everything: bool,
+}
+
+impl HiddenPaths for DeniedPaths {
+    fn hides(&self, path: &Path) -> bool {
+        self.everything
+            || self
+                .globs
+                .iter()
+                .any(|glob| glob.matches(path, Scope::Anywhere))
     }
 }
 

@@ -859,3 +859,68 @@ fn files_that_make_code_run_later_ask_in_every_mode_but_bypass() {
     assert_eq!(check.command("echo x > a/gitdir/hooks/pre-commit"), "ask");
     assert_eq!(check.command("echo x > a/gitdir/description"), "allow");
 }
+
+#[test]
+fn deny_rules_of_reading_tools_hide_files_and_subtrees_from_walks() {
+    let world = World::new();
+    let rules = RuleStrings {
+        deny: strings(&[
+            "read_file(secrets/**)",
+            "read_file(.env)",
+            "search_code(private/**)",
+            "find_files(build)",
+            "write_file(docs/**)",
+            "run_command(rm *)",
+            "lookup(q=*)",
+        ]),
+        ..RuleStrings::default()
+    };
+    let policy = Policy::compile([&rules], &world.root, &world.root).unwrap();
+    let at = |relative: &str| world.root.join(relative);
+    let search = policy.hidden_from_walks("search_code").unwrap();
+    let find = policy.hidden_from_walks("find_files").unwrap();
+    for walk in [&search, &find] {
+        for hidden in [
+            "secrets",
+            "secrets/x",
+            "secrets/deep/er",
+            ".env",
+            "a/b/.env",
+            "private",
+            "private/notes",
+        ] {
+            assert!(walk.hides(&at(hidden)), "{hidden}");
+        }
+        for shown in [
+            "src/main.rs",
+            "secretsx",
+            ".envrc",
+            "privately/x",
+            "docs/a.md",
+        ] {
+            assert!(!walk.hides(&at(shown)), "{shown}");
+        }
+    }
+    // A tool's own deny rules hide from its own walk only.
+    assert!(find.hides(&at("build")) && find.hides(&at("x/build")));
+    assert!(!search.hides(&at("build")));
+    // Anything else hides nothing; no rule that hides, nothing to pay.
+    let quiet = RuleStrings {
+        deny: strings(&["write_file(secrets/**)", "run_command(cat *)"]),
+        ..RuleStrings::default()
+    };
+    let quiet = Policy::compile([&quiet], &world.root, &world.root).unwrap();
+    assert!(quiet.hidden_from_walks("search_code").is_none());
+    // `deny read_file` without a path hides every file.
+    let everything = RuleStrings {
+        deny: strings(&["read_file"]),
+        ..RuleStrings::default()
+    };
+    let everything = Policy::compile([&everything], &world.root, &world.root).unwrap();
+    assert!(
+        everything
+            .hidden_from_walks("find_files")
+            .unwrap()
+            .hides(&at("any/file"))
+    );
+}

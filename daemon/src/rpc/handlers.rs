@@ -18,8 +18,8 @@ use super::Daemon;
 use super::connection::Connection;
 use super::peers::ClientTool;
 use crate::batch::{Batch, BatchControl};
-use crate::tools::RegisterError;
 use crate::tools::registry::ListFilter;
+use crate::tools::{RegisterError, is_valid_tool_name};
 
 type Reply<T> = Result<T, ErrorObject>;
 
@@ -173,6 +173,18 @@ pub fn tools_register(
     }
     let mut seen = HashSet::new();
     for definition in &params.tools {
+        if !is_valid_tool_name(&definition.name) {
+            return Err(ErrorObject::invalid_params(
+                RegisterError::InvalidName(definition.name.clone()).to_string(),
+            ));
+        }
+        if definition.system {
+            return Err(ErrorObject::invalid_params(format!(
+                "the tool {:?} declares system: true; only the daemon's own tools are system tools \
+                 (they skip rules and modes), so register it without system",
+                definition.name
+            )));
+        }
         if !seen.insert(definition.name.as_str()) {
             return Err(ErrorObject::invalid_params(format!(
                 "the tool {:?} is listed twice",
@@ -203,7 +215,7 @@ pub fn tools_register(
             daemon.registry.register(tool)
         };
         registered.map_err(|err| match err {
-            RegisterError::EmptyName
+            RegisterError::InvalidName(_)
             | RegisterError::Duplicate(_)
             | RegisterError::InvalidSchema { .. } => ErrorObject::invalid_params(err.to_string()),
         })?;

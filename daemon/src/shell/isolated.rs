@@ -252,9 +252,11 @@ pub fn worker_main() -> ExitCode {
     }
 }
 
-/// Caps the address space, turns core dumps off, and asks for SIGKILL when the daemon dies (a
-/// worker stuck in a parse would not see its stdin close).
+/// Caps the address space, turns core dumps off, keeps commands from reading or tracing it (it
+/// holds the daemon's environment), and asks for SIGKILL when the daemon dies (a worker stuck
+/// in a parse would not see its stdin close).
 fn limit_this_process() -> nix::Result<()> {
+    nix::sys::prctl::set_dumpable(false)?;
     use nix::sys::resource::{Resource, setrlimit};
     setrlimit(
         Resource::RLIMIT_AS,

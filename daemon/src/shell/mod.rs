@@ -20,7 +20,9 @@ use brush_parser::ast::{
     ExtendedTestExpr, IoFileRedirectKind, IoFileRedirectTarget, IoRedirect, Pipeline,
     SimpleCommand,
 };
-use brush_parser::word::{self, WordPiece, WordPieceWithSource};
+use brush_parser::word::{
+    self, Parameter, ParameterExpr, ParameterTransformOp, WordPiece, WordPieceWithSource,
+};
 use brush_parser::{Parser, ParserOptions};
 use serde::{Deserialize, Serialize};
 
@@ -52,6 +54,26 @@ const PARSER_PANICKED: &str = "the shell parser failed on it";
 const SHELLS: &[&str] = &["sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "busybox"];
 
 /// Files a redirection may write without being judged against the roots.
+/// Builtins whose operands bash takes as variable names (or, for `let`, as arithmetic) and
+/// evaluates: a subscript in a name runs the commands in it.
+const NAME_TAKING_BUILTINS: &[&str] = &[
+    "read",
+    "mapfile",
+    "readarray",
+    "unset",
+    "declare",
+    "typeset",
+    "local",
+    "export",
+    "readonly",
+    "getopts",
+    "wait",
+    "let",
+    "printf",
+    "test",
+    "[",
+];
+
 const HARMLESS_WRITE_TARGETS: &[&str] = &["/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty"];
 
 /// A command line, analysed. Serialized between the daemon and its parser workers.
@@ -570,8 +592,15 @@ impl Walker<'_> {
             ExtendedTestExpr::Not(inner) | ExtendedTestExpr::Parenthesized(inner) => {
                 self.walk_test(inner)
             }
-            ExtendedTestExpr::UnaryTest(_, word) => {
-                self.expand_word(&word.value);
+            ExtendedTestExpr::UnaryTest(predicate, word) => {
+                let expanded = self.expand_word(&word.value);
+                if matches!(
+                    predicate,
+                    ast::UnaryPredicate::ShellVariableIsSetAndAssigned
+                        | ast::UnaryPredicate::ShellVariableIsSetAndNameRef
+                ) {
+                    self.variable_name(&expanded);
+                }
             }
             ExtendedTestExpr::BinaryTest(predicate, left, right) => {
                 self.expand_word(&left.value);
@@ -590,6 +619,70 @@ impl Walker<'_> {
                     self.walk_arithmetic(&left.value);
                     self.walk_arithmetic(&right.value);
                 }
+            }
+        }
+    }
+
+    /// A word that bash takes as a variable's name (`printf -v NAME`, `read NAME`, `[[ -v NAME ]]`)
+    /// and evaluates: a subscript in it (`a[$(cmd)]`) runs commands, so a name that is computed
+    /// or has a subscript is opaque.
+    fn variable_name(&mut self, name: &Expanded) {
+        let subscripted = name.text.as_deref().is_none_or(|text| text.contains('['));
+        if name.dynamic || subscripted {
+            self.opaque("a variable name that is computed or subscripted, which bash evaluates");
+        }
+    }
+
+    /// The words of builtins that name variables, each judged by [`Self::variable_name`]. For
+    /// the builtins that take names as operands every operand counts (an option's value too:
+    /// rough in the safe direction); for `printf` only `-v`'s value, for `test` the word after
+    /// `-v` or `-R`; `let` evaluates each argument as arithmetic.
+    fn names_taken(&mut self, name: &str, arguments: &[String], computed: &[bool]) {
+        if !NAME_TAKING_BUILTINS.contains(&name) {
+            return;
+        }
+        let word = |index: usize, text: &str| Expanded {
+            text: Some(text.to_owned()),
+            dynamic: computed.get(index).copied().unwrap_or(true),
+            unquoted: Vec::new(),
+        };
+        // `declare -n r=VALUE` makes VALUE a name that every later `$r` evaluates.
+        let nameref = arguments
+            .iter()
+            .any(|argument| argument.starts_with('-') && argument.contains('n'));
+        for (index, argument) in arguments.iter().enumerate() {
+            match name {
+                "let" => self.walk_arithmetic(argument),
+                "printf" => {
+                    if argument == "-v" {
+                        if let Some(next) = arguments.get(index + 1) {
+                            self.variable_name(&word(index + 1, next));
+                        }
+                    } else if let Some(attached) = argument.strip_prefix("-v") {
+                        self.variable_name(&word(index, attached));
+                    }
+                }
+                "test" | "[" => {
+                    if (argument == "-v" || argument == "-R")
+                        && let Some(next) = arguments.get(index + 1)
+                    {
+                        self.variable_name(&word(index + 1, next));
+                    }
+                }
+                // The name is what comes before `=`; the value is data.
+                _ => match argument.split_once('=') {
+                    Some((named, value)) => {
+                        self.variable_name(&Expanded {
+                            text: Some(named.to_owned()),
+                            dynamic: named.contains(['$', '`']),
+                            unquoted: Vec::new(),
+                        });
+                        if nameref {
+                            self.variable_name(&word(index, value));
+                        }
+                    }
+                    None => self.variable_name(&word(index, argument)),
+                },
             }
         }
     }
@@ -824,6 +917,11 @@ impl Walker<'_> {
                 match_forms.push(format!("{} {joined}", allow_assignments.join(" ")));
             }
             self.nested_commands(name, layer);
+            self.names_taken(
+                name,
+                &layer[1..],
+                &computed[(position + 1).min(computed.len())..],
+            );
             if matches!(name, "cd" | "pushd" | "popd") {
                 self.progress.directory_changed = true;
             }
@@ -1030,8 +1128,11 @@ impl Walker<'_> {
                     }
                     text.push_str(source);
                 }
-                WordPiece::ParameterExpansion(_) => {
+                WordPiece::ParameterExpansion(expr) => {
                     dynamic = true;
+                    if let Some(why) = evaluates_data_as_code(expr) {
+                        self.opaque(why);
+                    }
                     let source = source_of(raw, piece);
                     text.push_str(source);
                     // `${x:-$(cmd)}` runs cmd: follow any substitution inside.
@@ -1167,6 +1268,128 @@ impl Expanded {
             ..Self::default()
         }
     }
+}
+
+/// Why a parameter expansion makes bash evaluate a variable's *value* as code, if it does:
+/// indirection (`${!x}` with `x='a[$(cmd)]'`), prompt expansion (`${x@P}` runs `$(…)` in the
+/// value), and arithmetic on names (a subscript `${a[i]}` or a substring offset `${x:i}`, where
+/// `i`'s value may hold a subscript that runs commands). Such an expansion is opaque.
+fn evaluates_data_as_code(expr: &ParameterExpr) -> Option<&'static str> {
+    let (parameter, indirect) = match expr {
+        ParameterExpr::Parameter {
+            parameter,
+            indirect,
+        }
+        | ParameterExpr::UseDefaultValues {
+            parameter,
+            indirect,
+            ..
+        }
+        | ParameterExpr::AssignDefaultValues {
+            parameter,
+            indirect,
+            ..
+        }
+        | ParameterExpr::IndicateErrorIfNullOrUnset {
+            parameter,
+            indirect,
+            ..
+        }
+        | ParameterExpr::UseAlternativeValue {
+            parameter,
+            indirect,
+            ..
+        }
+        | ParameterExpr::ParameterLength {
+            parameter,
+            indirect,
+        }
+        | ParameterExpr::RemoveSmallestSuffixPattern {
+            parameter,
+            indirect,
+            ..
+        }
+        | ParameterExpr::RemoveLargestSuffixPattern {
+            parameter,
+            indirect,
+            ..
+        }
+        | ParameterExpr::RemoveSmallestPrefixPattern {
+            parameter,
+            indirect,
+            ..
+        }
+        | ParameterExpr::RemoveLargestPrefixPattern {
+            parameter,
+            indirect,
+            ..
+        }
+        | ParameterExpr::UppercaseFirstChar {
+            parameter,
+            indirect,
+            ..
+        }
+        | ParameterExpr::UppercasePattern {
+            parameter,
+            indirect,
+            ..
+        }
+        | ParameterExpr::LowercaseFirstChar {
+            parameter,
+            indirect,
+            ..
+        }
+        | ParameterExpr::LowercasePattern {
+            parameter,
+            indirect,
+            ..
+        }
+        | ParameterExpr::ReplaceSubstring {
+            parameter,
+            indirect,
+            ..
+        } => (parameter, *indirect),
+        ParameterExpr::Substring {
+            parameter,
+            indirect,
+            offset,
+            length,
+        } => {
+            let numeric = |expr: &ast::UnexpandedArithmeticExpr| is_number(&expr.value);
+            if !numeric(offset) || length.as_ref().is_some_and(|length| !numeric(length)) {
+                return Some("a substring offset that is not a number, which bash evaluates");
+            }
+            (parameter, *indirect)
+        }
+        ParameterExpr::Transform {
+            parameter,
+            indirect,
+            op,
+        } => {
+            if matches!(op, ParameterTransformOp::PromptExpand) {
+                return Some("a `${x@P}` expansion, which runs the commands in the value");
+            }
+            (parameter, *indirect)
+        }
+        // `${!prefix*}` and `${!array[@]}` list names and keys: no value is evaluated.
+        ParameterExpr::VariableNames { .. } | ParameterExpr::MemberKeys { .. } => return None,
+    };
+    if indirect {
+        return Some("an indirect expansion `${!x}`, which evaluates the value as a name");
+    }
+    match parameter {
+        Parameter::NamedWithIndex { index, .. } if !is_number(index) => {
+            Some("an array subscript that is not a number, which bash evaluates")
+        }
+        _ => None,
+    }
+}
+
+/// Whether arithmetic text is a plain integer (a sign and digits), which evaluates nothing.
+fn is_number(text: &str) -> bool {
+    let text = text.trim();
+    let digits = text.strip_prefix(['-', '+']).unwrap_or(text).trim_start();
+    !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())
 }
 
 /// The text of `$'…'` as bash decodes it (`\x72m` is `rm`), so that deny rules see the

@@ -335,3 +335,67 @@ fn brace_expansion_is_followed() {
     let huge = analyze("echo {a,b}{a,b}{a,b}{a,b}{a,b}{a,b}{a,b}{a,b}{a,b}");
     assert!(huge.unreadable.is_some(), "{huge:?}");
 }
+
+/// Bash evaluates some variables' values as code: a subscript in a name it evaluates runs the
+/// commands in it (`x='a[$(touch P)]'; echo ${!x}`), and `${x@P}` runs those in the value.
+#[test]
+fn expansions_that_evaluate_values_as_code_are_opaque() {
+    for line in [
+        "echo ${!x}",
+        "echo ${!x:-y}",
+        "echo ${x@P}",
+        "echo ${a[i]}",
+        "echo ${a[$i]}",
+        "echo ${a[i+1]}",
+        "echo ${x:BASH_REMATCH}",
+        "echo ${x:1:n}",
+        "echo \"${x:i}\"",
+        "printf -v \"$f\" x",
+        "printf -v 'a[$(touch P)]' x",
+        "printf -va[1] x",
+        "read \"$v\"",
+        "read 'a[$(touch P)]'",
+        "read -a \"$v\"",
+        "mapfile -t \"$v\"",
+        "unset 'a[$(touch P)]'",
+        "declare \"$n=1\"",
+        "export 'a[$(id)]=1'",
+        "local -n r=\"$x\"; echo ok",
+        "[[ -v 'a[$(touch P)]' ]]",
+        "[[ -v $x ]]",
+        "[[ -R x[1] ]]",
+        "test -v \"$x\"",
+        "[ -v 'a[$(touch P)]' ]",
+        "let x=y",
+        "getopts ab \"$v\"",
+        "wait -p \"$v\"",
+    ] {
+        assert!(!analyze(line).opaque.is_empty(), "{line}");
+    }
+    for line in [
+        "echo ${!p*}",
+        "echo ${!a[@]}",
+        "echo ${x@Q}",
+        "echo ${a[1]}",
+        "echo ${a[@]}",
+        "echo ${x:1:2}",
+        "echo ${x: -1}",
+        "echo ${x:-default}",
+        "printf -v f x",
+        "printf '%s' \"$x\"",
+        "read x",
+        "read -r line",
+        "declare x=1",
+        "export PATH=$HOME/bin:$PATH",
+        "[[ -v x ]]",
+        "test -v x",
+        "test -n \"$x\"",
+        "unset x",
+    ] {
+        assert!(
+            analyze(line).opaque.is_empty(),
+            "{line}: {:?}",
+            analyze(line)
+        );
+    }
+}

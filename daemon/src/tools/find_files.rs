@@ -89,7 +89,7 @@ impl Tool for FindFiles {
 }
 
 fn find_files(args: &FindArgs, ctx: &ToolContext) -> ToolOutcome {
-    let filter = FileFilter::new(Some(&args.pattern))?;
+    let filter = FileFilter::new(Some(&args.pattern))?.hiding(ctx.hidden.clone());
     let root = walk::locate_directory(ctx, args.path.as_deref(), "find_files")?;
     let cancel = &ctx.cancel;
     // One more than asked for, so that a full answer and a cut one can be told apart.

@@ -28,7 +28,7 @@ pub mod walk;
 pub mod write_file;
 pub mod write_journal;
 
-pub use registry::{RegisterError, Registry, ResolvedCall};
+pub use registry::{RegisterError, Registry, ResolvedCall, is_valid_tool_name};
 
 /// What a tool returns: its output, or why it failed. The registry turns either into a
 /// [`ToolResult`] carrying the tool's name and the call id.
@@ -58,6 +58,21 @@ pub trait Tool: Send + Sync + 'static {
     }
 }
 
+/// What the permission step decided that the tool acts on: the path arguments as judged (so
+/// that a path is never resolved a second time), and the files its walks must not show.
+#[derive(Clone, Default)]
+pub struct Judged {
+    pub paths: Arc<[ResolvedPath]>,
+    pub hidden: Option<Arc<dyn HiddenPaths>>,
+}
+
+/// Files and directories that a walk must skip, as decided outside the tools (the permission
+/// engine's deny rules): a hidden directory hides everything below it.
+pub trait HiddenPaths: Send + Sync {
+    /// Whether `path` (absolute, as the walk reached it) is hidden.
+    fn hides(&self, path: &Path) -> bool;
+}
+
 /// Everything a running tool is given besides its arguments.
 #[derive(Clone)]
 pub struct ToolContext {
@@ -68,6 +83,8 @@ pub struct ToolContext {
     pub env: Arc<Env>,
     /// The path arguments as the permission step judged them (empty when none did).
     pub judged: Arc<[ResolvedPath]>,
+    /// What the walks of `find_files` and `search_code` must not show (deny rules cover it).
+    pub hidden: Option<Arc<dyn HiddenPaths>>,
     /// Fires on cancellation and at the deadline.
     pub cancel: CancellationToken,
     /// When the call times out.

@@ -14,9 +14,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use toold_protocol::{ErrorType, Safety, ToolCall, ToolDefinition, ToolResult, ToolSource};
 
-use super::{CallOrigin, OutputChunk, Tool, ToolContext, ToolOutcome};
+use super::{CallOrigin, Judged, OutputChunk, Tool, ToolContext, ToolOutcome};
 use crate::env::Env;
-use crate::paths::ResolvedPath;
 
 /// How long a tool has, once cancelled or past its deadline, to stop and hand back its partial
 /// result. A tool that ignores cancellation is dropped after this, and the call ends without it.
@@ -25,8 +24,11 @@ pub const STOP_GRACE: Duration = Duration::from_millis(1_000);
 /// Why a registration was refused.
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum RegisterError {
-    #[error("a tool name must not be empty")]
-    EmptyName,
+    #[error(
+        "the tool name {0:?} is refused: a tool name is 1 to 64 of A-Z a-z 0-9 _ . - so that \
+         every permission rule can name it"
+    )]
+    InvalidName(String),
     #[error("a tool named {0:?} is already registered")]
     Duplicate(String),
     #[error("the input_schema of tool {name:?} is not a valid JSON Schema: {reason}")]
@@ -86,7 +88,7 @@ impl Registry {
         registry
     }
 
-    /// Adds a tool; refuses an empty name, a name already taken, or an invalid schema.
+    /// Adds a tool; refuses a name no rule could name, a name already taken, or an invalid schema.
     pub fn register(&self, tool: Arc<dyn Tool>) -> Result<u64, RegisterError> {
         self.insert(tool, false)
     }
@@ -99,8 +101,8 @@ impl Registry {
     fn insert(&self, tool: Arc<dyn Tool>, replace: bool) -> Result<u64, RegisterError> {
         let definition = tool.definition();
         let name = definition.name.clone();
-        if name.trim().is_empty() {
-            return Err(RegisterError::EmptyName);
+        if !is_valid_tool_name(&name) {
+            return Err(RegisterError::InvalidName(name));
         }
         // Compiled outside the lock: compilation can take a while for large schemas.
         let validator =
@@ -200,7 +202,9 @@ impl Registry {
         output: Option<mpsc::Sender<OutputChunk>>,
     ) -> ToolResult {
         match self.resolve(call) {
-            Ok(resolved) => run_resolved(resolved, env, Arc::from([]), cancel, output, None).await,
+            Ok(resolved) => {
+                run_resolved(resolved, env, Judged::default(), cancel, output, None).await
+            }
             Err(failure) => failure,
         }
     }
@@ -241,6 +245,16 @@ impl ListFilter<'_> {
     }
 }
 
+/// Whether `name` is a tool name every permission rule can write: 1 to 64 ASCII letters, digits,
+/// `_`, `.` or `-`. Anything else (parentheses, spaces, invisible Unicode) could be registered
+/// under a name that no rule matches, or that looks like another tool's name.
+pub fn is_valid_tool_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+}
+
 /// Whether a name list lets a tool through: system tools always; otherwise an empty list (or one
 /// of blank names only) restricts nothing, and names are compared trimmed.
 pub fn is_listed(definition: &ToolDefinition, allowed: &[String]) -> bool {
@@ -267,7 +281,7 @@ enum StopReason {
 pub async fn run_resolved(
     resolved: ResolvedCall,
     env: Arc<Env>,
-    judged: Arc<[ResolvedPath]>,
+    judged: Judged,
     cancel: CancellationToken,
     output: Option<mpsc::Sender<OutputChunk>>,
     origin: Option<CallOrigin>,
@@ -292,7 +306,8 @@ pub async fn run_resolved(
         call_id: call_id.clone(),
         origin,
         env,
-        judged,
+        judged: judged.paths,
+        hidden: judged.hidden,
         cancel: stop.clone(),
         deadline,
         output,

@@ -148,7 +148,7 @@ fn search_code(args: &SearchArgs, ctx: &ToolContext) -> ToolOutcome {
         .line_terminator(Some(b'\n'))
         .build(&args.pattern)
         .map_err(|err| ToolFailure::invalid_arguments(format!("invalid regex: {err}")))?;
-    let filter = FileFilter::new(args.glob.as_deref())?;
+    let filter = FileFilter::new(args.glob.as_deref())?.hiding(ctx.hidden.clone());
     if args.context > MAX_CONTEXT_LINES {
         return Err(ToolFailure::invalid_arguments(format!(
             "context is at most {MAX_CONTEXT_LINES} lines; use read_file to see more"
@@ -167,6 +167,8 @@ fn search_code(args: &SearchArgs, ctx: &ToolContext) -> ToolOutcome {
     let wanted = args.max_results.saturating_add(1);
     let found = AtomicUsize::new(0);
     let mut hits = match start {
+        // A file that a deny rule hides is searched no more when named than when walked.
+        Start::File { path, .. } if filter.denies(&path) => Vec::new(),
         Start::File { path, shown } => {
             let mut searcher = searcher;
             let mut cancel = CancelCheck::new(&ctx.cancel);

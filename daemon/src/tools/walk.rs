@@ -17,14 +17,14 @@ use std::ffi::OsStr;
 use std::num::NonZeroUsize;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use ignore::overrides::{Override, OverrideBuilder};
 use ignore::{DirEntry, WalkBuilder, WalkState};
 use tokio_util::sync::CancellationToken;
 use toold_protocol::ErrorType;
 
-use super::{ToolContext, ToolFailure};
+use super::{HiddenPaths, ToolContext, ToolFailure};
 
 /// ripgrep's own ceiling on walker threads: past it, more threads only contend on the disk.
 const MAX_WALK_THREADS: usize = 12;
@@ -95,6 +95,8 @@ pub struct FileFilter {
     glob: Override,
     walk_hidden: bool,
     walk_git_dirs: bool,
+    /// What deny rules hide (the call's [`ToolContext::hidden`]).
+    denied: Option<Arc<dyn HiddenPaths>>,
 }
 
 impl FileFilter {
@@ -106,6 +108,7 @@ impl FileFilter {
                 glob: Override::empty(),
                 walk_hidden: false,
                 walk_git_dirs: false,
+                denied: None,
             });
         };
         // The root only serves to strip absolute paths; we always match relative ones.
@@ -120,7 +123,22 @@ impl FileFilter {
             glob: compiled,
             walk_hidden: names_hidden(glob),
             walk_git_dirs: glob.split(['/', '{', ',', '}']).any(|part| part == ".git"),
+            denied: None,
         })
+    }
+
+    /// Also skips what the call's deny rules hide: such a file is never visited, such a
+    /// directory never entered (the walk's root included).
+    pub fn hiding(mut self, denied: Option<Arc<dyn HiddenPaths>>) -> Self {
+        self.denied = denied;
+        self
+    }
+
+    /// Whether a deny rule hides the file or directory at `path` (absolute).
+    pub fn denies(&self, path: &Path) -> bool {
+        self.denied
+            .as_ref()
+            .is_some_and(|denied| denied.hides(path))
     }
 
     /// Whether the file at `relative` (to the walk's root) is selected by the glob.
@@ -196,12 +214,15 @@ pub fn walk_files<'s, B, V>(
                 return WalkState::Continue;
             };
             if file_type.is_dir() {
-                if entry.depth() > 0 && filter.prunes_directory(&entry, relative) {
+                if (entry.depth() > 0 && filter.prunes_directory(&entry, relative))
+                    || filter.denies(entry.path())
+                {
                     return WalkState::Skip;
                 }
                 return WalkState::Continue;
             }
-            if !file_type.is_file() || !filter.selects_file(relative) {
+            if !file_type.is_file() || !filter.selects_file(relative) || filter.denies(entry.path())
+            {
                 return WalkState::Continue;
             }
             visit(entry.path(), relative)
