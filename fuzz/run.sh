@@ -32,7 +32,7 @@ cargo +nightly fuzz build -s none
 # the daemon (the parser workers' deadline and memory cap, docs/reliability.md), and a guard list
 # never catches them all, so here they are reported and the run goes on; a panic or a broken
 # invariant still fails it.
-parser_targets=" command_line permission_rules "
+parser_targets=" command_line permission_rules bash_differential "
 
 failed=()
 contained=()

@@ -1,6 +1,7 @@
 //! Shared fixtures for toold's end-to-end tests: temporary trees built from strings, one call
 //! through the real registry, and a test run again alone in a process of its own.
 
+pub mod bash_trace;
 pub mod daemon;
 pub mod require;
 

@@ -944,11 +944,17 @@ impl Walker<'_> {
                     "`{name}`, whose command's arguments come from its input"
                 ));
             }
+            // The words of a command are glob-expanded by bash, and whether a glob character
+            // here was quoted is no longer known: such a path is computed.
+            let as_judged = |path: String| Expanded {
+                dynamic: has_glob(&path),
+                ..Expanded::literal(path)
+            };
             for path in unwrapped.reads {
-                self.read_path(&Expanded::literal(path));
+                self.read_path(&as_judged(path));
             }
             for path in unwrapped.writes {
-                self.written_path(Expanded::literal(path));
+                self.written_path(as_judged(path));
             }
             allow_assignments.extend(unwrapped.assignments);
             if let Some(split) = unwrapped.split_line {
@@ -1227,11 +1233,22 @@ impl Walker<'_> {
     /// (nothing is opened), and the analysis does not guess which.
     fn expand_target(&mut self, raw: &str) -> Expanded {
         let mut words = self.expand_split_word(raw);
-        if words.len() == 1 {
-            words.pop().unwrap_or_else(Expanded::unknown)
-        } else {
-            Expanded::unknown()
+        if words.len() != 1 {
+            return Expanded::unknown();
         }
+        let mut word = words.pop().unwrap_or_else(Expanded::unknown);
+        // Bash expands an unquoted glob in a redirection target to the one file it matches
+        // (`> l*` writes through the symlink `link`): where it writes is only known then.
+        if let Some(text) = &word.text
+            && word
+                .unquoted
+                .iter()
+                .any(|range| has_glob(&text[range.clone()]))
+        {
+            self.opaque("a redirection target with a glob, which bash expands to a file");
+            word.dynamic = true;
+        }
+        word
     }
 }
 

@@ -332,6 +332,20 @@ fn brace_expansion_is_followed() {
     let ambiguous = analyze("echo hi > {a,b}");
     assert!(ambiguous.written_paths.is_empty());
     assert!(!ambiguous.opaque.is_empty());
+    // Bash expands an unquoted glob in a redirection to the one file it matches.
+    for line in [
+        "echo hi > l*",
+        "echo hi >> .git/con?ig",
+        "echo hi > [l]ink",
+        "cat < secret*",
+        "env time -o out* echo",
+        "env time -o 'out*' echo",
+    ] {
+        assert!(!analyze(line).opaque.is_empty(), "{line}");
+    }
+    for line in ["echo hi > 'l*'", "echo hi > \"l*\"", "echo hi > l\\*"] {
+        assert!(analyze(line).opaque.is_empty(), "{line}");
+    }
     let huge = analyze("echo {a,b}{a,b}{a,b}{a,b}{a,b}{a,b}{a,b}{a,b}{a,b}");
     assert!(huge.unreadable.is_some(), "{huge:?}");
 }
