@@ -58,7 +58,8 @@ pub fn resolve(raw: &str, cwd: &Path, roots: &[PathBuf]) -> ResolvedPath {
 
 /// Whether writing `path` (either form) can make code run later, when a command the rules
 /// allow (`git status`) reads what was written: git's `config` (`core.fsmonitor`,
-/// `core.pager`, aliases) and `hooks/`, in any git directory (`.git`, a bare `*.git`, a
+/// `core.pager`, aliases), `hooks/`, and `commondir`/`gitdir` (where git finds the config), in
+/// any git directory (`.git`, a bare `*.git`, a
 /// submodule's `.git/modules/…`, a worktree's `.git/worktrees/…`, or a directory a `.git`
 /// file in `git_dirs` names), and a `.git` entry itself (a `.git` file says which directory git
 /// reads). `git_dirs` are the git directories named by `.git` files ([`git_dirs_named_by_files`]).
@@ -90,12 +91,15 @@ fn in_a_git_dir(path: &Path) -> bool {
 }
 
 /// Inside a git directory: `config` (and `config.worktree`, `config.lock` git renames into
-/// place) anywhere, and everything under a `hooks` directory.
+/// place) anywhere, everything under a `hooks` directory, and `commondir` and `gitdir`, which
+/// tell git where the rest of the repository, its config included, is (`echo ../evil >
+/// .git/commondir` makes git read `../evil/config`).
 fn runs_code_in_git_dir(rest: &Path) -> bool {
-    let last_is_config = rest
-        .file_name()
-        .is_some_and(|name| name.as_encoded_bytes().starts_with(b"config"));
-    last_is_config || rest.iter().any(|name| name == "hooks")
+    let last_names_config = rest.file_name().is_some_and(|name| {
+        let name = name.as_encoded_bytes();
+        name.starts_with(b"config") || name.starts_with(b"commondir") || name.starts_with(b"gitdir")
+    });
+    last_names_config || rest.iter().any(|name| name == "hooks")
 }
 
 /// The git directories that `.git` files name (`gitdir: …`, as a worktree or a submodule

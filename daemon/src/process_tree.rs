@@ -29,8 +29,11 @@
 //!   another call still running (that call sweeps it), so nothing outlives the call that made
 //!   it. Spawning and the sweep's look at `/proc` exclude each other, so a child between its
 //!   fork and its registration is never taken for an orphan.
-//! - Zombies reparented to the daemon are reaped with `waitpid(pid, WNOHANG)`, but only members
-//!   of this call and never the shell itself: tokio owns the shell and waits for it.
+//! - Once no member is alive, the daemon's own children are watched for a moment more: an
+//!   escaped chain whose links fork and exit faster than a sweep of `/proc` is killed there.
+//! - Zombies reparented to the daemon are reaped with `waitpid(pid, WNOHANG)`: by the sweeps,
+//!   and by [`reap_orphans_as_they_die`] on every SIGCHLD; never a child the daemon started
+//!   (the shell, a hook, a worker): tokio owns those and waits for them.
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::{OsStr, OsString};
@@ -68,6 +71,12 @@ fn is_inherited(name: &OsStr) -> bool {
 const TERM_POLL: Duration = Duration::from_millis(20);
 /// How long the kernel gets to deliver a SIGKILL before the next sweep looks.
 const KILL_POLL: Duration = Duration::from_millis(10);
+/// How long [`ProcessTree::chase_escaped_chains`] may take at most.
+const CHASE_LIMIT: Duration = Duration::from_secs(2);
+/// Looks at the daemon's children that must find nothing to kill before the chase ends, and
+/// the pause between them: a link of a chain forks its successor within this time.
+const CHASE_QUIET_LOOKS: u32 = 3;
+const CHASE_PAUSE: Duration = Duration::from_millis(2);
 /// SIGKILL rounds before giving up: each round kills everything found, so only a process that
 /// forks faster than we sweep (a fork bomb outside the group and without the tag) outlasts it.
 const MAX_KILL_ROUNDS: usize = 50;
@@ -203,6 +212,7 @@ impl ProcessTree {
         loop {
             let alive = self.sweep();
             if alive.is_empty() {
+                self.chase_escaped_chains(&mut signaled);
                 return self.report(&signaled, 0);
             }
             if !group_signaled {
@@ -225,6 +235,7 @@ impl ProcessTree {
         for _ in 0..MAX_KILL_ROUNDS {
             let alive = self.sweep();
             if alive.is_empty() {
+                self.chase_escaped_chains(&mut signaled);
                 return self.report(&signaled, 0);
             }
             self.signal_group(Signal::SIGKILL);
@@ -265,6 +276,43 @@ impl ProcessTree {
                 .filter(|process| process.pid != self.leader_pid)
                 .count(),
             survivors,
+        }
+    }
+
+    /// Kills escaped orphans that keep forking their successor and exiting (a chain of
+    /// `( … ) &`): each link lives for well under a millisecond, shorter than a sweep of
+    /// `/proc`, so a sweep may always miss the newest. Here only the daemon's own children are
+    /// read, which takes microseconds, and every escaped orphan among them is killed at once,
+    /// until the daemon has none left (bounded). Zombies among them are reaped as it goes.
+    fn chase_escaped_chains(&mut self, signaled: &mut HashSet<ProcessId>) {
+        let deadline = Instant::now() + CHASE_LIMIT;
+        let mut quiet_looks = 0;
+        while quiet_looks < CHASE_QUIET_LOOKS && Instant::now() < deadline {
+            let (children, known) = {
+                let _no_spawning = SPAWNING.write().unwrap_or_else(|e| e.into_inner());
+                (daemon_children(), lock(&KNOWN_CHILDREN).clone())
+            };
+            // Without the children files the sweeps above are all there is.
+            let Some(children) = children else { return };
+            let mut killed = false;
+            for pid in children.into_iter().filter(|pid| !known.contains(pid)) {
+                let Some(process) = i32::try_from(pid).ok().and_then(read_stat) else {
+                    continue;
+                };
+                if process.is_zombie() {
+                    let _ = waitpid(Pid::from_raw(process.pid), Some(WaitPidFlag::WNOHANG));
+                } else if self.is_escaped_orphan(&process, &known) {
+                    signal(process.pid, Signal::SIGKILL);
+                    signaled.insert(process.id());
+                    killed = true;
+                }
+            }
+            if killed {
+                quiet_looks = 0;
+            } else {
+                quiet_looks += 1;
+                std::thread::sleep(CHASE_PAUSE);
+            }
         }
     }
 
@@ -464,6 +512,56 @@ pub fn spawn_known<C>(
         KnownChild(pid)
     });
     Ok((child, known))
+}
+
+/// Reaps every zombie child of the daemon that it did not start: orphans reparented to it (a
+/// child subreaper) that died, whichever call they came from, and whenever they died (a
+/// zombie reparented after the sweep of its call is reaped here, not left to fill the pid
+/// space). Never a child the daemon started: tokio waits for those.
+pub fn reap_orphans() {
+    let (children, known) = {
+        let _no_spawning = SPAWNING.write().unwrap_or_else(|e| e.into_inner());
+        (daemon_children(), lock(&KNOWN_CHILDREN).clone())
+    };
+    let daemon = i32::try_from(std::process::id()).unwrap_or(i32::MAX);
+    let zombies: Vec<i32> = match children {
+        Some(children) => children
+            .into_iter()
+            .filter(|pid| !known.contains(pid))
+            .filter_map(|pid| i32::try_from(pid).ok().and_then(read_stat))
+            .filter(ProcStat::is_zombie)
+            .map(|process| process.pid)
+            .collect(),
+        None => scan_processes()
+            .into_iter()
+            .filter(|process| {
+                process.ppid == daemon
+                    && process.is_zombie()
+                    && !known.contains(&(process.pid as u32))
+            })
+            .map(|process| process.pid)
+            .collect(),
+    };
+    for pid in zombies {
+        let _ = waitpid(Pid::from_raw(pid), Some(WaitPidFlag::WNOHANG));
+    }
+}
+
+/// Reaps orphans ([`reap_orphans`]) whenever a child of the daemon changes state, for as long
+/// as the daemon runs.
+pub async fn reap_orphans_as_they_die() {
+    let mut children_changed = match tokio::signal::unix::signal(
+        tokio::signal::unix::SignalKind::child(),
+    ) {
+        Ok(signals) => signals,
+        Err(err) => {
+            tracing::warn!(%err, "cannot watch SIGCHLD; dead orphans are reaped only by sweeps");
+            return;
+        }
+    };
+    while children_changed.recv().await.is_some() {
+        let _ = tokio::task::spawn_blocking(reap_orphans).await;
+    }
 }
 
 /// Whether the daemon has a child process, running or exited and not yet reaped, that is not

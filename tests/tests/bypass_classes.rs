@@ -175,6 +175,10 @@ async fn lines_bash_and_a_posix_shell_read_differently_run_as_judged() {
         "echo hi >> ../o*/keep.txt".to_owned(),
         format!("echo $\"x\" ; touch {} #\"", p.display()),
         format!("echo hi |& touch {}", p.display()),
+        // In a here-document bash joins `\⏎` before it looks for the delimiter or a `$(`.
+        format!("echo <<EOF\nE\\\nOF\ntouch {}\nexit 0\nEOF", p.display()),
+        format!("echo <<EOF\n$\\\n(touch {})\nEOF", p.display()),
+        "echo <<EOF\nE\\\nOF\nrm -f keep.txt\nexit 0\nEOF".to_owned(),
         format!("echo {{a,b}} > {{{},}}", outside.display()),
         format!("{{touch,}} {}", p.display()),
         format!("echo a; {{touch,{}}}", p.display()),
@@ -339,6 +343,12 @@ async fn files_that_make_later_code_run_are_protected() {
     let p = workspace.project.join("P");
     let config = format!("[core]\n\tfsmonitor = touch {}\n", p.display());
     let hook = format!("#!/bin/sh\ntouch {}\n", p.display());
+    // A directory a repository could ship: git reads its config once `commondir` names it.
+    let evil = workspace.project.parent().unwrap().join("evil");
+    for dir in ["objects", "refs"] {
+        std::fs::create_dir_all(evil.join(dir)).unwrap();
+    }
+    std::fs::write(evil.join("config"), &config).unwrap();
     let write = |path: &str, content: &str| {
         json!({"id": "c", "name": "write_file",
             "arguments": {"path": path, "content": content}})
@@ -349,6 +359,7 @@ async fn files_that_make_later_code_run_are_protected() {
         command("echo x > ./.git/config.worktree"),
         command(&format!("echo '{config}' >> .git/conf*")),
         command(&format!("echo '{config}' >> .gi[t]/config")),
+        command("echo ../../evil > .git/commondir; git status"),
         command("echo x >| .git/hooks/../config"),
         write(".git/config", &config),
         write(".git/hooks/post-checkout", &hook),
@@ -391,6 +402,11 @@ async fn relative_paths_after_cd_are_not_judged_from_the_cwd() {
         format!("echo x > f; cd {outside}; echo y > f"),
         format!("cd {outside} && echo x > ./f"),
         format!("CDPATH={outside} cd . && echo x > f"),
+        // Text order is not run order: a loop body and a function run after a later `cd`.
+        format!("for i in 1 2; do echo x > f; cd {outside}; done"),
+        format!("true() {{ echo x > f; }}; cd {outside}; true"),
+        format!("echo() {{ builtin echo x > f; }}; cd {outside}; echo"),
+        format!("for d in 1 2; do echo x > f && cd {outside}; done"),
     ];
     let calls: Vec<Value> = lines.iter().map(|line| command(line)).collect();
     no_effect(
@@ -466,13 +482,40 @@ async fn no_process_outlives_its_call() {
         response["results"][0]["result"]["error_type"], "timeout",
         "{response}"
     );
+    // A chain whose every link forks the next and exits at once: never a child of the
+    // daemon for long, and thousands of them a second.
+    let chain = format!(
+        "env -i setsid bash -c 'hop(){{ ( : {}; [ $SECONDS -lt 20 ] && hop ) & }}; hop'",
+        marker(6)
+    );
+    execute(&client, &session, command(&chain)).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let alive: Vec<String> = (1..=5)
+    let alive: Vec<String> = (1..=6)
         .map(marker)
         .filter(|marker| processes_with(marker))
         .collect();
     assert!(alive.is_empty(), "alive 2 s after their call: {alive:?}");
+    // What died as the daemon's child was reaped: no zombie is left to fill the pid space.
+    let zombies = zombie_children(_daemon.pid());
+    assert!(zombies < 5, "{zombies} zombie children of the daemon");
     drop(workspace);
+}
+
+/// How many children of `parent` are zombies.
+fn zombie_children(parent: u32) -> usize {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|entry| {
+            let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+            let mut fields = stat
+                .rsplit_once(')')
+                .map(|(_, rest)| rest.split_whitespace())
+                .into_iter()
+                .flatten();
+            fields.next() == Some("Z") && fields.next() == Some(&parent.to_string())
+        })
+        .count()
 }
 
 /// Whether a live process has `needle` on its command line.

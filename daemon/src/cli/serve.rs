@@ -46,6 +46,8 @@ pub fn serve(
         // daemon (systemd's stop right after start, a script's kill after its first answer)
         // must drain, not kill.
         let stop_signals = StopSignals::install();
+        // A child subreaper adopts every orphan of its commands: the dead must be reaped.
+        tokio::spawn(process_tree::reap_orphans_as_they_die());
         recover_interrupted_writes();
         // A socket systemd passed is systemd's to remove; one bound here is removed at the end.
         let (listener, place, bound) = match inherited {

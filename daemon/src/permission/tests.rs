@@ -678,7 +678,20 @@ fn what_bash_does_beyond_the_words_is_never_allowed_by_words() {
         assert_eq!(check.command(allowed), "ask", "{allowed:?}");
     }
     assert_eq!(check.command("cd /elsewhere && echo x"), "allow");
-    assert_eq!(check.command("echo x > ./out.txt; cd /tmp"), "allow");
+    // Text order is not run order (a loop runs the redirection again after the `cd`): in a
+    // line that changes the directory, a relative path is opaque wherever it is.
+    assert_eq!(check.command("echo x > ./out.txt; cd /tmp"), "ask");
+    assert_eq!(
+        check.command("echo x > /abs/in-root-or-not; cd /tmp"),
+        "ask"
+    );
+    assert_eq!(
+        check.command(&format!(
+            "echo x > {}/out.txt; cd /tmp",
+            world.root.display()
+        )),
+        "allow"
+    );
 }
 
 /// A call's `env` counts as leading `NAME=value` words: allow rules must cover them, deny
@@ -803,6 +816,9 @@ fn files_that_make_code_run_later_ask_in_every_mode_but_bypass() {
             "echo x > .git/hooks/../config",
             "echo x > bare.git/hooks/post-update",
             "echo x > .git",
+            "echo ../evil > .git/commondir",
+            "echo ../evil > .git/worktrees/w/commondir",
+            "echo /x > .git/worktrees/w/gitdir",
         ] {
             assert_eq!(check.command(line), expected, "{line:?} in {mode:?}");
         }

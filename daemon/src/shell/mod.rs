@@ -133,6 +133,7 @@ pub fn analyze(line: &str) -> CommandLine {
         nested: false,
     }
     .walk_line(line);
+    progress.judge_paths(&mut analysis);
     // The parser has misread substitutions as text (`echo $(cho $((0 ? 2) 2))` came back as
     // plain words, found by fuzzing), and a substitution it does not see is one no rule looks
     // at: a line holding more than it saw cannot be checked.
@@ -306,6 +307,14 @@ fn parsable(line: &str) -> Result<(), String> {
             "it has more than {MAX_HERE_DOCUMENTS} here-documents"
         ));
     }
+    // In a here-document, bash joins a line that ends in a backslash with the next before it
+    // compares it with the delimiter (`E\⏎OF` closes `<<EOF`) and before it finds `$\⏎(…)`;
+    // the parser reads both as body text, and the lines that follow as body or commands unlike
+    // bash. No real here-document needs that (here-strings count too: rough in the safe
+    // direction).
+    if line.contains("<<") && line.contains("\\\n") {
+        return Err("a line continuation in a line with a here-document".to_owned());
+    }
     // Here-document delimiters are plain words in real lines; brush-parser fails on others
     // (found by fuzzing): one holding an expansion (`<<x$(`) or leaving a quote open into the
     // next lines (`$(<<c"` … `$[""]"`) sends its memory without bound, an empty one (`<<""`)
@@ -409,15 +418,37 @@ enum Nested {
     Value,
 }
 
-/// What the walk has met so far that changes how later words are read. Kept for the whole
-/// line, nested lines included: a `cd` in a subshell changes only the subshell, but assuming
-/// it changed everything only makes more of the line opaque.
+/// What the walk met that changes where paths lead, anywhere in the line, nested lines
+/// included: a `cd` in a subshell changes only the subshell, but assuming it changed
+/// everything only makes more of the line opaque.
 #[derive(Default)]
 struct Progress {
-    /// A `cd`, `pushd` or `popd` ran: relative paths after it are not where the line started.
+    /// A `cd`, `pushd` or `popd` is in the line: relative paths are not where it started.
     directory_changed: bool,
-    /// `HOME` was assigned or unset: a `~` after it is not the home the engine knows.
+    /// `HOME` is assigned or unset in the line: a `~` is not the home the engine knows.
     home_changed: bool,
+}
+
+impl Progress {
+    /// Paths are judged from the directory and the home the line starts with. Once the line
+    /// changes either, a relative (or `~`) path is opaque wherever it is written: the order of
+    /// the text is not the order things run in (a loop body's redirection runs again after the
+    /// `cd` at its end; a function's runs where it is called).
+    fn judge_paths(&self, analysis: &mut CommandLine) {
+        let paths = || analysis.written_paths.iter().chain(&analysis.read_paths);
+        let relative = paths().any(|path| !path.starts_with('/') && !path.starts_with('~'));
+        let tilde = paths().any(|path| path.starts_with('~'));
+        if self.directory_changed && relative {
+            let why =
+                "a relative path in a line that changes the directory (`cd`, `pushd`, `popd`)";
+            analysis.opaque.push(why.to_owned());
+        }
+        if self.home_changed && tilde {
+            analysis
+                .opaque
+                .push("a `~` path in a line that changes `HOME`".to_owned());
+        }
+    }
 }
 
 struct Walker<'a> {
@@ -783,7 +814,6 @@ impl Walker<'_> {
         match path.text {
             Some(text) if !path.dynamic => {
                 if !HARMLESS_WRITE_TARGETS.contains(&text.as_str()) {
-                    self.path_after_changes(&text);
                     self.out.written_paths.push(text);
                 }
             }
@@ -796,21 +826,9 @@ impl Walker<'_> {
     fn read_path(&mut self, path: &Expanded) {
         match &path.text {
             Some(text) if !path.dynamic => {
-                self.path_after_changes(text);
                 self.out.read_paths.push(text.clone());
             }
             _ => self.opaque("a redirection from a computed path"),
-        }
-    }
-
-    /// A path is judged from the directory and the home the line started with: after a `cd`,
-    /// a relative one is elsewhere, and after `HOME` changed, a `~` one is.
-    fn path_after_changes(&mut self, text: &str) {
-        if self.progress.directory_changed && !text.starts_with('/') && !text.starts_with('~') {
-            self.opaque("a relative path after `cd`, `pushd` or `popd` changed the directory");
-        }
-        if self.progress.home_changed && text.starts_with('~') {
-            self.opaque("a `~` path after `HOME` changed");
         }
     }
 
@@ -1138,6 +1156,11 @@ impl Walker<'_> {
                     dynamic = true;
                     if let Some(why) = evaluates_data_as_code(expr) {
                         self.opaque(why);
+                    }
+                    if matches!(expr, ParameterExpr::AssignDefaultValues { .. }) {
+                        // `${CDPATH:=/elsewhere}` changes what later commands do, unseen by
+                        // the rules that a bare assignment would have to pass.
+                        self.opaque("an assignment inside an expansion (`${x:=value}`)");
                     }
                     let source = source_of(raw, piece);
                     text.push_str(source);

@@ -382,6 +382,8 @@ fn expansions_that_evaluate_values_as_code_are_opaque() {
         "[ -v 'a[$(touch P)]' ]",
         "let x=y",
         "getopts ab \"$v\"",
+        "echo ${CDPATH:=/tmp}",
+        "echo ${x=1}",
         "wait -p \"$v\"",
     ] {
         assert!(!analyze(line).opaque.is_empty(), "{line}");
