@@ -308,6 +308,14 @@ async fn the_env_argument_is_judged_as_leading_words() {
             "echo hi",
             json!({"SHELLOPTS": "xtrace", "PS4": format!("$({touch})")}),
         ),
+        // A loop variable is an assignment too, of a variable git or bash reads.
+        command(&format!(
+            "for PATH in {}; do git status; done",
+            bin.display()
+        )),
+        command(&format!(
+            "for GIT_CONFIG_PARAMETERS in \"'core.fsmonitor'='{touch}'\"; do git status; done"
+        )),
     ];
     no_effect(
         &client,

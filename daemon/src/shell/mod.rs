@@ -580,9 +580,16 @@ impl Walker<'_> {
             CompoundCommand::BraceGroup(group) => self.walk_list(&group.list),
             CompoundCommand::Subshell(subshell) => self.walk_list(&subshell.list),
             CompoundCommand::ForClause(clause) => {
-                for value in clause.values.iter().flatten() {
-                    self.expand_word(&value.value);
-                }
+                let values: Vec<String> = clause
+                    .values
+                    .iter()
+                    .flatten()
+                    .map(|value| {
+                        let expanded = self.expand_word(&value.value);
+                        expanded.text.unwrap_or_else(|| COMPUTED.to_owned())
+                    })
+                    .collect();
+                self.loop_variable(&clause.variable_name, &values);
                 self.walk_list(&clause.body.list);
             }
             CompoundCommand::CaseClause(clause) => {
@@ -651,6 +658,38 @@ impl Walker<'_> {
                     self.walk_arithmetic(&right.value);
                 }
             }
+        }
+    }
+
+    /// A `for` loop assigns its variable each value in turn. For a variable that bash or the
+    /// programs it runs may read (a name with a capital letter, as bash's own and the
+    /// environment's are, `PATH`, `CDPATH`, `GIT_DIR`; or a `*_proxy`), that is an assignment
+    /// like a bare `NAME=value`, which allow rules must cover (`for PATH in /tmp/x; do git
+    /// status; done` is not `git status`). A lowercase loop variable reaches no program unless
+    /// the line exports it, which is a command of its own.
+    fn loop_variable(&mut self, name: &str, values: &[String]) {
+        if rewrites_lookup(name) {
+            self.unreadable(
+                "an assignment to BASH_CMDS or BASH_ALIASES, which changes what a command name runs"
+                    .to_owned(),
+            );
+        }
+        if name == "HOME" {
+            self.progress.home_changed = true;
+        }
+        let read_by_others =
+            name.bytes().any(|byte| byte.is_ascii_uppercase()) || name.ends_with("_proxy");
+        if read_by_others {
+            let form = if values.is_empty() {
+                format!("{name}=")
+            } else {
+                values
+                    .iter()
+                    .map(|value| format!("{name}={value}"))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            };
+            self.push_command(vec![form.clone()], vec![form]);
         }
     }
 

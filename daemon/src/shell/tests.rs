@@ -415,3 +415,27 @@ fn expansions_that_evaluate_values_as_code_are_opaque() {
         );
     }
 }
+
+/// A `for` loop assigns its variable: one that bash or a program reads is an assignment that
+/// allow rules must cover, as a bare `NAME=value` is.
+#[test]
+fn loop_variables_others_read_are_assignments() {
+    assert_eq!(
+        allow_forms("for PATH in /tmp/x; do git status; done"),
+        [["PATH=/tmp/x"], ["git status"]]
+    );
+    assert_eq!(
+        allow_forms("for CDPATH in /a /b; do echo; done")[0],
+        ["CDPATH=/a; CDPATH=/b"]
+    );
+    assert_eq!(
+        allow_forms("for http_proxy in x; do true; done")[0],
+        ["http_proxy=x"]
+    );
+    assert_eq!(allow_forms("for i in 1 2; do echo $i; done"), [["echo $i"]]);
+    assert!(
+        analyze("for BASH_CMDS in x; do true; done")
+            .unreadable
+            .is_some()
+    );
+}
