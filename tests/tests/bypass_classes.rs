@@ -960,3 +960,35 @@ async fn values_bash_evaluates_as_code_run_nothing() {
     let calls: Vec<Value> = lines.iter().map(|line| command(line)).collect();
     no_effect(&client, &session, &workspace, &calls, &[p]).await;
 }
+
+/// What a line writes by redirection is judged as `write_file` and `edit_file` would be.
+#[tokio::test]
+async fn what_a_line_writes_is_judged_against_write_deny_rules() {
+    let Some((_daemon, client, workspace, _session)) = setup(
+        "what_a_line_writes_is_judged_against_write_deny_rules",
+        "default",
+    )
+    .await
+    else {
+        return;
+    };
+    let rules = json!({"allow": ["run_command(echo *)", "run_command(true)"],
+        "deny": ["write_file(secrets/**)", "edit_file(keep.txt)"]});
+    let session = session_with(&client, &workspace.project, "accept_edits", rules).await;
+    std::os::unix::fs::symlink(
+        workspace.project.join("keep.txt"),
+        workspace.project.join("alias"),
+    )
+    .unwrap();
+    let lines = [
+        "echo x > secrets/key.txt",
+        "true > secrets/key.txt",
+        "echo x >> ./secrets/../secrets/new",
+        "echo x > keep.txt",
+        "echo x &>> keep.txt",
+        "echo x > alias",
+        "echo x 2>| secrets/key.txt",
+    ];
+    let calls: Vec<Value> = lines.iter().map(|line| command(line)).collect();
+    no_effect(&client, &session, &workspace, &calls, &[]).await;
+}

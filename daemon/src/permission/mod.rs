@@ -445,27 +445,47 @@ pub fn denied(call: &CallFacts<'_>, policy: &Policy) -> Option<String> {
     {
         return Some(format!("denied by the rule {}", rule.text));
     }
-    // What a command line reads (`< file`, `xargs -a file`) is judged as `read_file` would be.
+    // What a command line reads (`< file`, `xargs -a file`) is judged as `read_file` would be,
+    // and what it writes (`> file`, `time -o file`) as `write_file` and `edit_file` would be.
     let command = call.command?;
-    let first_read = command.read.first()?;
-    let (rule, path) = policy
-        .deny
-        .iter()
-        .filter(|rule| rule.tool == "read_file")
-        .find_map(|rule| match &rule.specifier {
-            Specifier::Path(glob) => command
-                .read
-                .iter()
-                .find(|path| path_matches_anywhere(glob, path))
-                .map(|path| (rule, path)),
-            Specifier::Any => Some((rule, first_read)),
-            Specifier::Command(_) | Specifier::Argument { .. } => None,
-        })?;
+    if let Some((rule, path)) = rule_for_paths(&policy.deny, READING_TOOLS, &command.read) {
+        return Some(format!(
+            "denied by the rule {}: the command line reads {}",
+            rule.text,
+            path.lexical.display()
+        ));
+    }
+    let (rule, path) = rule_for_paths(&policy.deny, WRITING_TOOLS, &command.written)?;
     Some(format!(
-        "denied by the rule {}: the command line reads {}",
+        "denied by the rule {}: the command line writes {}",
         rule.text,
         path.lexical.display()
     ))
+}
+
+/// The file tools whose path rules judge what a command line reads, and what it writes.
+const READING_TOOLS: &[&str] = &["read_file"];
+const WRITING_TOOLS: &[&str] = &["write_file", "edit_file"];
+
+/// The first of `rules` for one of `tools` that covers one of `paths` (a rule without a
+/// specifier covers any), with the path it covers.
+fn rule_for_paths<'r, 'p>(
+    rules: &'r [Rule],
+    tools: &[&str],
+    paths: &'p [ResolvedPath],
+) -> Option<(&'r Rule, &'p ResolvedPath)> {
+    let first = paths.first()?;
+    rules
+        .iter()
+        .filter(|rule| tools.contains(&rule.tool.as_str()))
+        .find_map(|rule| match &rule.specifier {
+            Specifier::Path(glob) => paths
+                .iter()
+                .find(|path| path_matches_anywhere(glob, path))
+                .map(|path| (rule, path)),
+            Specifier::Any => Some((rule, first)),
+            Specifier::Command(_) | Specifier::Argument { .. } => None,
+        })
 }
 
 /// A deny or ask path glob against both forms of a path.
@@ -485,6 +505,24 @@ fn decide_without_deny(call: &CallFacts<'_>, session: &SessionFacts<'_>) -> Deci
             reason: format!("the rule {} asks for approval", rule.text),
             suggestion,
         };
+    }
+    if let Some(command) = call.command {
+        let asked = rule_for_paths(&session.policy.ask, READING_TOOLS, &command.read)
+            .map(|(rule, path)| (rule, "reads", path))
+            .or_else(|| {
+                rule_for_paths(&session.policy.ask, WRITING_TOOLS, &command.written)
+                    .map(|(rule, path)| (rule, "writes", path))
+            });
+        if let Some((rule, verb, path)) = asked {
+            return Decision::Ask {
+                reason: format!(
+                    "the rule {} asks for approval: the command line {verb} {}",
+                    rule.text,
+                    path.lexical.display()
+                ),
+                suggestion,
+            };
+        }
     }
     if call.hook == HookVerdict::Ask {
         return Decision::Ask {

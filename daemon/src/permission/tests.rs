@@ -940,3 +940,38 @@ fn deny_rules_of_reading_tools_hide_files_and_subtrees_from_walks() {
             .hides(&at("any/file"))
     );
 }
+
+#[test]
+fn writes_by_redirection_are_judged_against_write_and_edit_rules() {
+    let world = World::new();
+    let check = Check::new(
+        &world,
+        CaseRules {
+            allow: &["run_command(echo *)", "run_command(true)"],
+            ask: &["write_file(a/**)"],
+            deny: &["write_file(secrets/**)", "edit_file(.env)"],
+        },
+    );
+    for denied in [
+        "echo hi > secrets/x",
+        "echo hi >> ./secrets/../secrets/new",
+        "true > .env",
+        "echo hi &> .env",
+        "echo hi 2>| secrets/x",
+        "env time -o secrets/t echo",
+    ] {
+        assert_eq!(check.command(denied), "deny", "{denied:?}");
+    }
+    match check.decide("run_command", json!({"command": "true > .env"})) {
+        Decision::Deny(reason) => assert!(
+            reason.contains("edit_file(.env)") && reason.contains("writes"),
+            "{reason}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(check.command("echo hi > a/notes"), "ask");
+    assert_eq!(check.command("echo hi > notes"), "allow");
+    // A symlink to a protected file is judged by where it points.
+    symlink(world.root.join("secrets/x"), world.root.join("link")).unwrap();
+    assert_eq!(check.command("echo hi > link"), "deny");
+}
