@@ -280,6 +280,12 @@ async fn the_env_argument_is_judged_as_leading_words() {
         std::os::unix::fs::PermissionsExt::from_mode(0o755),
     )
     .unwrap();
+    // A home whose git config runs a program, and the same as an XDG config directory.
+    let home = workspace.outside.join("home");
+    std::fs::create_dir_all(home.join("git")).unwrap();
+    let config = format!("[core]\n\tfsmonitor = touch {}\n", p.display());
+    std::fs::write(home.join(".gitconfig"), &config).unwrap();
+    std::fs::write(home.join("git/config"), &config).unwrap();
     let with_env = |line: &str, env: Value| {
         json!({"id": "c", "name": "run_command",
             "arguments": {"command": line, "env": env}})
@@ -311,6 +317,22 @@ async fn the_env_argument_is_judged_as_leading_words() {
         // A loop variable is an assignment too, of a variable git or bash reads.
         command(&format!(
             "for PATH in {}; do git status; done",
+            bin.display()
+        )),
+        command(&format!(
+            "for PATH in {}; do true; done; git status",
+            bin.display()
+        )),
+        command(&format!(
+            "for HOME in {}; do git status; done",
+            home.display()
+        )),
+        command(&format!(
+            "for XDG_CONFIG_HOME in {}; do git status; done",
+            home.display()
+        )),
+        command(&format!(
+            "coproc PATH {{ true; }}; for PATH in {}; do git status; done",
             bin.display()
         )),
         command(&format!(

@@ -617,7 +617,13 @@ impl Walker<'_> {
                 self.walk_list(&clause.0);
                 self.walk_list(&clause.1.list);
             }
-            CompoundCommand::Coprocess(coprocess) => self.walk_command(&coprocess.body),
+            CompoundCommand::Coprocess(coprocess) => {
+                // `coproc NAME …` assigns the array NAME (its descriptors), like a loop does.
+                if let Some(name) = &coprocess.name {
+                    self.loop_variable(&name.value, &[]);
+                }
+                self.walk_command(&coprocess.body)
+            }
         }
     }
 
@@ -661,12 +667,12 @@ impl Walker<'_> {
         }
     }
 
-    /// A `for` loop assigns its variable each value in turn. For a variable that bash or the
-    /// programs it runs may read (a name with a capital letter, as bash's own and the
-    /// environment's are, `PATH`, `CDPATH`, `GIT_DIR`; or a `*_proxy`), that is an assignment
-    /// like a bare `NAME=value`, which allow rules must cover (`for PATH in /tmp/x; do git
-    /// status; done` is not `git status`). A lowercase loop variable reaches no program unless
-    /// the line exports it, which is a command of its own.
+    /// A `for` loop assigns its variable each value in turn (and `coproc NAME` assigns NAME).
+    /// For a variable that bash or the programs it runs may read (a name with a capital
+    /// letter, as bash's own and the environment's are, `PATH`, `HOME`, `GIT_DIR`; or a
+    /// `*_proxy`), that is an assignment like a bare `NAME=value`, which allow rules must
+    /// cover (`for PATH in /tmp/x; do git status; done` is not `git status`). A lowercase loop
+    /// variable reaches no program unless the line exports it, which is a command of its own.
     fn loop_variable(&mut self, name: &str, values: &[String]) {
         if rewrites_lookup(name) {
             self.unreadable(

@@ -438,4 +438,14 @@ fn loop_variables_others_read_are_assignments() {
             .unreadable
             .is_some()
     );
+    assert_eq!(
+        allow_forms("coproc PATH { true; }; git status"),
+        [["PATH="], ["true"], ["git status"]]
+    );
+    // `~` is not the home the engine knows once a loop assigned HOME.
+    assert!(
+        !analyze("for HOME in /etc; do echo x > ~/f; done")
+            .opaque
+            .is_empty()
+    );
 }
