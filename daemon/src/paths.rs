@@ -59,13 +59,17 @@ pub fn resolve(raw: &str, cwd: &Path, roots: &[PathBuf]) -> ResolvedPath {
 /// Whether writing `path` (either form) can make code run later, when a command the rules
 /// allow (`git status`) reads what was written: git's `config` (`core.fsmonitor`,
 /// `core.pager`, aliases), `hooks/`, and `commondir`/`gitdir` (where git finds the config), in
-/// any git directory (`.git`, a bare `*.git`, a
+/// any git directory, and a `HEAD` anywhere (what makes a directory a repository) (`.git`, a bare `*.git`, a
 /// submodule's `.git/modules/…`, a worktree's `.git/worktrees/…`, or a directory a `.git`
 /// file in `git_dirs` names), and a `.git` entry itself (a `.git` file says which directory git
 /// reads). `git_dirs` are the git directories named by `.git` files ([`git_dirs_named_by_files`]).
 pub fn makes_code_run(path: &ResolvedPath, git_dirs: &[PathBuf]) -> bool {
     [&path.lexical, &path.resolved].into_iter().any(|form| {
-        in_a_git_dir(form)
+        // Without a `HEAD` no directory is a repository to git: guarding it keeps a directory
+        // made to look like one (`config` with `core.pager`, `objects/`, `refs/`, then
+        // `cd dir && git log`) from ever becoming one.
+        form.file_name().is_some_and(|name| name == "HEAD")
+            || in_a_git_dir(form)
             || git_dirs
                 .iter()
                 .any(|dir| form.strip_prefix(dir).is_ok_and(runs_code_in_git_dir))

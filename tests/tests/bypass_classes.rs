@@ -395,6 +395,9 @@ async fn files_that_make_later_code_run_are_protected() {
         write(".git/hooks/post-checkout", &hook),
         write("./.git/../.git/config", &config),
         write(".git", "gitdir: /tmp\n"),
+        // A directory made to look like a repository needs a HEAD.
+        write("fake/HEAD", "ref: refs/heads/main\n"),
+        command("echo 'ref: refs/heads/x' > .git/HEAD"),
         command("git status"),
     ];
     no_effect(

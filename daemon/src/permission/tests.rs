@@ -819,6 +819,8 @@ fn files_that_make_code_run_later_ask_in_every_mode_but_bypass() {
             "echo ../evil > .git/commondir",
             "echo ../evil > .git/worktrees/w/commondir",
             "echo /x > .git/worktrees/w/gitdir",
+            "echo 'ref: refs/heads/main' > a/HEAD",
+            "echo x > .git/HEAD",
         ] {
             assert_eq!(check.command(line), expected, "{line:?} in {mode:?}");
         }
@@ -826,6 +828,7 @@ fn files_that_make_code_run_later_ask_in_every_mode_but_bypass() {
             ".git/config",
             ".git/hooks/post-checkout",
             "./x/../.git/config",
+            "fake/HEAD",
         ] {
             assert_eq!(
                 check.outcome("write_file", write(path)),
