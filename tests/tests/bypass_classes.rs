@@ -1017,3 +1017,40 @@ async fn what_a_line_writes_is_judged_against_write_deny_rules() {
     let calls: Vec<Value> = lines.iter().map(|line| command(line)).collect();
     no_effect(&client, &session, &workspace, &calls, &[]).await;
 }
+
+/// `edit_file` reads what it edits and shows lines of it: a file no model may read is not
+/// edited either, not even in `accept_edits`.
+#[tokio::test]
+async fn edit_file_never_shows_what_read_rules_deny() {
+    let Some((_daemon, client, workspace, _session)) =
+        setup("edit_file_never_shows_what_read_rules_deny", "default").await
+    else {
+        return;
+    };
+    std::fs::write(
+        workspace.project.join(".env"),
+        format!("A=1\nTOKEN={SECRET}\nB=2\n"),
+    )
+    .unwrap();
+    std::os::unix::fs::symlink(
+        workspace.project.join("secrets/key.txt"),
+        workspace.project.join("lkey"),
+    )
+    .unwrap();
+    let rules = json!({"deny": ["read_file(secrets/**)", "read_file(.env)"]});
+    let session = session_with(&client, &workspace.project, "accept_edits", rules).await;
+    let edit = |path: &str, old: &str| {
+        call(
+            "edit_file",
+            json!({"path": path, "old_string": old, "new_string": "x"}),
+        )
+    };
+    let calls = [
+        edit(".env", "B=2"),
+        edit("./.env", "A=1"),
+        edit("lkey", "SECRET"),
+        edit("secrets/key.txt", "SECRET"),
+        edit("secrets/../secrets/key.txt", "7f3a9c"),
+    ];
+    no_effect(&client, &session, &workspace, &calls, &[]).await;
+}

@@ -445,6 +445,17 @@ pub fn denied(call: &CallFacts<'_>, policy: &Policy) -> Option<String> {
     {
         return Some(format!("denied by the rule {}", rule.text));
     }
+    // `edit_file` reads the file it edits, and its diff shows lines of it (and whether the old
+    // text is there): a file no model may read is not edited either.
+    if call.tool == "edit_file"
+        && let Some((rule, path)) = rule_for_paths(&policy.deny, READING_TOOLS, call.paths)
+    {
+        return Some(format!(
+            "denied by the rule {}: edit_file reads {} and shows lines of it",
+            rule.text,
+            path.lexical.display()
+        ));
+    }
     // What a command line reads (`< file`, `xargs -a file`) is judged as `read_file` would be,
     // and what it writes (`> file`, `time -o file`) as `write_file` and `edit_file` would be.
     let command = call.command?;

@@ -978,3 +978,28 @@ fn writes_by_redirection_are_judged_against_write_and_edit_rules() {
     symlink(world.root.join("secrets/x"), world.root.join("link")).unwrap();
     assert_eq!(check.command("echo hi > link"), "deny");
 }
+
+#[test]
+fn edit_file_is_judged_against_read_deny_rules_as_it_reads() {
+    let world = World::new();
+    let check = Check::new(
+        &world,
+        CaseRules {
+            deny: &["read_file(secrets/**)", "read_file(.env)"],
+            ..Default::default()
+        },
+    )
+    .mode(Mode::AcceptEdits);
+    let edit = |path: &str| json!({"path": path, "old_string": "a", "new_string": "b"});
+    for path in [".env", "secrets/x", "./a/../secrets/x"] {
+        assert_eq!(check.outcome("edit_file", edit(path)), "deny", "{path}");
+    }
+    symlink(world.root.join(".env"), world.root.join("a/envlink")).unwrap();
+    assert_eq!(check.outcome("edit_file", edit("a/envlink")), "deny");
+    assert_eq!(check.outcome("edit_file", edit("a/readme")), "allow");
+    // Writing without reading stays a write: accept_edits writes it.
+    assert_eq!(
+        check.outcome("write_file", json!({"path": ".env", "content": "x"})),
+        "allow"
+    );
+}
