@@ -1054,3 +1054,50 @@ async fn edit_file_never_shows_what_read_rules_deny() {
     ];
     no_effect(&client, &session, &workspace, &calls, &[]).await;
 }
+
+/// Files a program is told to write by its arguments are writes like a redirection's target:
+/// `allow run_command(git log *)` does not cover `git log --output=.git/config`.
+#[tokio::test]
+async fn files_programs_are_told_to_write_are_judged() {
+    let test = "files_programs_are_told_to_write_are_judged";
+    let Some((_daemon, client, workspace, _session)) = setup(test, "default").await else {
+        return;
+    };
+    let git = require::program(test, "git", &[], "apt-get install git").unwrap();
+    let committed = std::process::Command::new(git)
+        .args([
+            "-c",
+            "user.email=t@t",
+            "-c",
+            "user.name=t",
+            "commit",
+            "--allow-empty",
+            "-qm",
+            "x",
+        ])
+        .current_dir(&workspace.project)
+        .status()
+        .unwrap();
+    assert!(committed.success());
+    let rules = json!({"allow": ["run_command(git log *)", "run_command(git status)",
+        "run_command(tee *)", "run_command(sed *)", "run_command(echo *)", "run_command(cp *)"],
+        "deny": ["write_file(secrets/**)"]});
+    let session = session_with(&client, &workspace.project, "default", rules).await;
+    let p = workspace.project.join("P");
+    let outside = workspace.outside.display().to_string();
+    let config = format!("[core]%n\\tfsmonitor = touch {}", p.display());
+    let lines = [
+        format!("git log -1 '--format={config}' --output=.git/config && git status"),
+        format!("git log -1 '--format={config}' --output .git/config; git status"),
+        format!("git log -1 --output={outside}/f"),
+        "echo '[core]' | tee -a .git/config".to_owned(),
+        format!("echo x | tee {outside}/f"),
+        "echo x | tee \"$HOME/f\"".to_owned(),
+        "sed -i s/a/b/ .git/config".to_owned(),
+        "echo x | tee secrets/key.txt".to_owned(),
+        format!("cp keep.txt {outside}/keep.txt"),
+        "cp keep.txt .git/hooks/pre-commit".to_owned(),
+    ];
+    let calls: Vec<Value> = lines.iter().map(|line| command(line)).collect();
+    no_effect(&client, &session, &workspace, &calls, &[p]).await;
+}

@@ -29,6 +29,7 @@ use serde::{Deserialize, Serialize};
 mod braces;
 pub mod isolated;
 mod wrappers;
+mod writers;
 
 use wrappers::{PRIVILEGE_WRAPPERS, unwrap};
 
@@ -980,6 +981,15 @@ impl Walker<'_> {
                 match_forms.push(format!("{} {joined}", allow_assignments.join(" ")));
             }
             self.nested_commands(name, layer);
+            for (at, path) in writers::files_written(name, &layer[1..]) {
+                // Bash expanded any glob in these words, quoted or not: such a path is computed,
+                // as is one from a word with an expansion in it.
+                let computed_word = computed.get(position + 1 + at).copied().unwrap_or(true);
+                self.written_path(Expanded {
+                    dynamic: computed_word || has_glob(&path),
+                    ..Expanded::literal(path)
+                });
+            }
             self.names_taken(
                 name,
                 &layer[1..],
