@@ -135,6 +135,10 @@ const HOSTILE: &[&str] = &[
     "echo hi 2> ./l*",
     "echo hi >| d*/x",
     "echo hi > \"l\"*",
+    // Found by the fuzz target: a command name with blanks (bash runs a program named
+    // `echo b 9"c $HOME" $ox42`), whose form read as `echo`'s.
+    "echo' b'' 9\"c $HOME\" $'\\ox'42' $\"m\"",
+    "'echo x' y",
     "echo $'\\' ; id > P #'",
     "echo hi; [[ a > /tmp/x ]]",
     "echo hi; ((1>~/9))",

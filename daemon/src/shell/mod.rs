@@ -966,6 +966,10 @@ impl Walker<'_> {
                 // `timeout 5 $cmd`: the wrapper's command is only known when it runs.
                 self.opaque("a command name computed at run time");
             }
+            if first.chars().any(char::is_whitespace) {
+                // `'echo x' y` runs a program named `echo x`, whose form reads as `echo`'s.
+                self.opaque("a command name with blanks in it, which a rule would read as words");
+            }
             let name = basename(first);
             let joined = layer.join(" ");
             let with_basename = std::iter::once(name.to_owned())

@@ -449,3 +449,18 @@ fn loop_variables_others_read_are_assignments() {
             .is_empty()
     );
 }
+
+/// A command name with blanks in it names one program, though its form reads as several words.
+#[test]
+fn command_names_with_blanks_are_opaque() {
+    for line in [
+        "'echo x' y",
+        "echo' b'' 9\"c $HOME\" $'\\ox'42' $\"m\"",
+        "\"git status\"",
+        "env 'echo /x'",
+        "echo\\ x",
+    ] {
+        assert!(!analyze(line).opaque.is_empty(), "{line}");
+    }
+    assert!(analyze("echo 'x y'").opaque.is_empty());
+}
