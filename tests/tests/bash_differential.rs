@@ -139,6 +139,8 @@ const HOSTILE: &[&str] = &[
     // `echo b 9"c $HOME" $ox42`), whose form read as `echo`'s.
     "echo' b'' 9\"c $HOME\" $'\\ox'42' $\"m\"",
     "'echo x' y",
+    // Found by the fuzz target: `( (` is arithmetic to the parser, two subshells to bash.
+    "echo hi;( (1>~/9))",
     "echo $'\\' ; id > P #'",
     "echo hi; [[ a > /tmp/x ]]",
     "echo hi; ((1>~/9))",

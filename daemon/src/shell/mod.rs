@@ -285,6 +285,11 @@ fn parsable(line: &str) -> Result<(), String> {
     if deepest > MAX_BRACKET_DEPTH {
         return Err(format!("it nests brackets deeper than {MAX_BRACKET_DEPTH}"));
     }
+    // brush-parser reads `( (` as the `((` of arithmetic; to bash it is two subshells, and
+    // `( (1>~/9))` runs a command `1` writing `~/9`. Nobody needs the blank there.
+    if nested_subshells_spaced(line) {
+        return Err("a `( (` that the parser reads as arithmetic and bash as subshells".to_owned());
+    }
     // brush-parser keeps `<(…)`/`>(…)` inside `${…}` as text, and bash runs it.
     if process_substitution_in_parameter_expansion(line) {
         return Err("a process substitution inside a parameter expansion".to_owned());
@@ -368,6 +373,23 @@ fn parsable(line: &str) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Whether an opening parenthesis is followed, after blanks or newlines, by another (`( (`),
+/// anywhere in the line, quotes ignored (rough in the safe direction).
+fn nested_subshells_spaced(line: &str) -> bool {
+    let bytes = line.as_bytes();
+    bytes.iter().enumerate().any(|(at, &byte)| {
+        if byte != b'(' {
+            return false;
+        }
+        let rest = &bytes[at + 1..];
+        let blanks = rest
+            .iter()
+            .take_while(|next| matches!(next, b' ' | b'\t' | b'\n'))
+            .count();
+        blanks > 0 && rest.get(blanks) == Some(&b'(')
+    })
 }
 
 /// The here-document delimiter word at the start of `rest`: up to the first whitespace or

@@ -464,3 +464,17 @@ fn command_names_with_blanks_are_opaque() {
     }
     assert!(analyze("echo 'x y'").opaque.is_empty());
 }
+
+/// brush-parser reads `( (` as arithmetic; bash runs two subshells.
+#[test]
+fn spaced_nested_subshells_are_unreadable() {
+    for line in [
+        "echo hi;( (1>~/9))",
+        "( (echo>x) )",
+        "echo $( (id) )",
+        "(\n(true))",
+    ] {
+        assert!(analyze(line).unreadable.is_some(), "{line}");
+    }
+    assert!(analyze("(echo x)").unreadable.is_none());
+}
