@@ -294,8 +294,17 @@ impl ProcessTree {
             };
             // Without the children files the sweeps above are all there is.
             let Some(children) = children else { return };
+            let unknown: Vec<u32> = children
+                .into_iter()
+                .filter(|pid| !known.contains(pid))
+                .collect();
+            // Every escaped process descends from a child of the daemon it did not start:
+            // with none, nothing escaped is left (the common case costs one look).
+            if unknown.is_empty() {
+                return;
+            }
             let mut killed = false;
-            for pid in children.into_iter().filter(|pid| !known.contains(pid)) {
+            for pid in unknown {
                 let Some(process) = i32::try_from(pid).ok().and_then(read_stat) else {
                     continue;
                 };
