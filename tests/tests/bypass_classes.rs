@@ -946,41 +946,19 @@ async fn values_bash_evaluates_as_code_run_nothing() {
     };
     let p = workspace.project.join("P");
     let touch = format!("touch {}", p.display());
-    let remember = |text: &str| format!("[[ '{text}' =~ (.*) ]]");
+    // `BASH_REMATCH` holds a subscript that runs `touch`, or a value with a substitution.
+    let subscript = format!("[[ 'a[$({touch})]' =~ (.*) ]]");
+    let substitution = format!("[[ '$({touch})' =~ (.*) ]]");
     let lines = [
-        format!(
-            "{}; echo ${{!BASH_REMATCH}}",
-            remember(&format!("a[$({touch})]"))
-        ),
-        format!(
-            "{}; echo ${{a[BASH_REMATCH]}}",
-            remember(&format!("a[$({touch})]"))
-        ),
-        format!(
-            "{}; echo ${{BASH_REMATCH@P}}",
-            remember(&format!("$({touch})"))
-        ),
-        format!(
-            "{}; echo ${{x:BASH_REMATCH}}",
-            remember(&format!("a[$({touch})]"))
-        ),
-        format!(
-            "{}; echo ${{x:0:BASH_REMATCH}}",
-            remember(&format!("a[$({touch})]"))
-        ),
-        format!(
-            "{}; echo \"${{!BASH_REMATCH:-x}}\"",
-            remember(&format!("a[$({touch})]"))
-        ),
-        format!(
-            "{}; echo ${{a[${{BASH_REMATCH}}]}}",
-            remember(&format!("a[$({touch})]"))
-        ),
+        format!("{subscript}; echo ${{!BASH_REMATCH}}"),
+        format!("{subscript}; echo ${{a[BASH_REMATCH]}}"),
+        format!("{substitution}; echo ${{BASH_REMATCH@P}}"),
+        format!("{subscript}; echo ${{x:BASH_REMATCH}}"),
+        format!("{subscript}; echo ${{x:0:BASH_REMATCH}}"),
+        format!("{subscript}; echo \"${{!BASH_REMATCH:-x}}\""),
+        format!("{subscript}; echo ${{a[${{BASH_REMATCH}}]}}"),
         format!("[[ -v 'a[$({touch})]' ]]; echo"),
-        format!(
-            "{}; echo ${{#BASH_REMATCH[BASH_REMATCH]}}",
-            remember(&format!("a[$({touch})]"))
-        ),
+        format!("{subscript}; echo ${{#BASH_REMATCH[BASH_REMATCH]}}"),
     ];
     let calls: Vec<Value> = lines.iter().map(|line| command(line)).collect();
     no_effect(&client, &session, &workspace, &calls, &[p]).await;

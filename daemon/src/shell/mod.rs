@@ -698,10 +698,7 @@ impl Walker<'_> {
     /// variable reaches no program unless the line exports it, which is a command of its own.
     fn loop_variable(&mut self, name: &str, values: &[String]) {
         if rewrites_lookup(name) {
-            self.unreadable(
-                "an assignment to BASH_CMDS or BASH_ALIASES, which changes what a command name runs"
-                    .to_owned(),
-            );
+            self.unreadable(REWRITES_LOOKUP.to_owned());
         }
         if name == "HOME" {
             self.progress.home_changed = true;
@@ -1098,10 +1095,7 @@ impl Walker<'_> {
             self.progress.home_changed = true;
         }
         if words.iter().any(|word| rewrites_lookup(word)) {
-            self.unreadable(
-                "an assignment to BASH_CMDS or BASH_ALIASES, which changes what a command name runs"
-                    .to_owned(),
-            );
+            self.unreadable(REWRITES_LOOKUP.to_owned());
         }
         match name {
             _ if SHELLS.contains(&name) => {
@@ -1587,6 +1581,10 @@ fn has_glob(name: &str) -> bool {
 fn changes_parsing(arg: &str) -> bool {
     matches!(arg, "extglob" | "expand_aliases")
 }
+
+/// Why a line that assigns one of bash's lookup tables cannot be read.
+const REWRITES_LOOKUP: &str =
+    "an assignment to BASH_CMDS or BASH_ALIASES, which changes what a command name runs";
 
 /// An assignment (or `declare` argument) to the tables bash looks command names up in.
 fn rewrites_lookup(word: &str) -> bool {
