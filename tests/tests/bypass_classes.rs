@@ -1079,3 +1079,57 @@ async fn files_programs_are_told_to_write_are_judged() {
     let calls: Vec<Value> = lines.iter().map(|line| command(line)).collect();
     no_effect(&client, &session, &workspace, &calls, &[p]).await;
 }
+
+/// `run_command`'s `cwd` is part of what a rule or grant covers: after `allow_session` for a
+/// line, the same line with `cwd` outside the roots asks (and here is refused), and an allowed
+/// line never runs outside the roots.
+#[tokio::test]
+async fn grants_and_rules_cover_the_directory_a_command_runs_in() {
+    let Some((daemon, _client, workspace, _session)) = setup(
+        "grants_and_rules_cover_the_directory_a_command_runs_in",
+        "default",
+    )
+    .await
+    else {
+        return;
+    };
+    for dir in [
+        workspace.project.join("build"),
+        workspace.outside.join("build"),
+    ] {
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("artifact"), "x").unwrap();
+    }
+    std::os::unix::fs::symlink(&workspace.outside, workspace.project.join("out")).unwrap();
+    // The approver grants the first request for the session, and refuses every other.
+    let answered = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let answerer: toold_tests::daemon::Answerer = {
+        let answered = Arc::clone(&answered);
+        Arc::new(move |_request: Request| {
+            let first = answered.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0;
+            let decision = if first { "allow_session" } else { "deny" };
+            Box::pin(async move { Reply::result(json!({ "decision": decision })) })
+        })
+    };
+    let approver = daemon.connect(json!({"approvals": true}), answerer).await;
+    let rules = json!({"allow": ["run_command(echo *)", "run_command(true)"]});
+    let session = session_with(&approver, &workspace.project, "default", rules).await;
+    let granted = execute(&approver, &session, command("rm -rf build")).await;
+    assert_eq!(granted["results"][0]["result"]["ok"], true, "{granted}");
+    std::fs::create_dir_all(workspace.project.join("build")).unwrap();
+    std::fs::write(workspace.project.join("build/artifact"), "x").unwrap();
+
+    let outside = workspace.outside.display().to_string();
+    let at = |line: &str, cwd: &str| json!({"id": "c", "name": "run_command", "arguments": {"command": line, "cwd": cwd}});
+    let calls = [
+        at("rm -rf build", &outside),
+        at("rm -rf build", ".."),
+        at("rm -rf build", "../outside"),
+        at("rm -rf build", "out"),
+        at("echo data > out.txt", &outside),
+        at("true", &outside),
+        at("echo hi", "out"),
+    ];
+    no_effect(&approver, &session, &workspace, &calls, &[]).await;
+    assert!(workspace.outside.join("build/artifact").exists());
+}

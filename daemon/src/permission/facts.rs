@@ -19,7 +19,7 @@ pub fn judged_paths(tool: &str, arguments: &Map<String, Value>, env: &Env) -> Ve
     let argument = |name: &str| arguments.get(name).and_then(Value::as_str);
     if FILE_TOOLS.contains(&tool) {
         let mut path = env.resolve_path(argument("path").unwrap_or("."));
-        if WRITING_TOOLS.contains(&tool) {
+        if super::WRITING_TOOLS.contains(&tool) {
             path.makes_code_run = paths::makes_code_run(&path, &git_dirs(env));
         }
         return vec![path];
@@ -76,7 +76,8 @@ pub fn command_facts(
             "the line was not analysed before it was judged",
         )),
     };
-    let run_dir = match arguments.get("cwd").and_then(Value::as_str) {
+    let cwd_argument = arguments.get("cwd").and_then(Value::as_str);
+    let run_dir = match cwd_argument {
         Some(cwd) => paths::normalize_lexically(&paths::absolute(cwd, &env.cwd)),
         None => env.cwd.clone(),
     };
@@ -109,14 +110,12 @@ pub fn command_facts(
             .iter()
             .map(|(name, value)| format!("{name}={}", shell_quoted(value)))
             .collect(),
+        cwd: cwd_argument.map(|cwd| paths::resolve(cwd, &env.cwd, &env.roots)),
         analysis,
         written,
         read,
     })
 }
-
-/// The tools that write the file their `path` names.
-const WRITING_TOOLS: &[&str] = &["write_file", "edit_file"];
 
 /// The git directories `.git` files name for the session's repositories.
 fn git_dirs(env: &Env) -> Vec<std::path::PathBuf> {
@@ -157,7 +156,7 @@ fn with_home(target: &str, home: Option<&str>) -> String {
 
 /// A value as a shell word: plain when it is safe as it is, single-quoted otherwise, so that
 /// a grant of `A='x y' cmd` can never read as another assignment.
-fn shell_quoted(value: &str) -> String {
+pub(super) fn shell_quoted(value: &str) -> String {
     if !value.is_empty()
         && value
             .chars()

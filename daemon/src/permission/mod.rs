@@ -361,6 +361,8 @@ pub struct CommandFacts {
     /// The call's `env` argument as leading `NAME=value` words, sorted by name: they count as
     /// if written before every command of the line (docs/protocol.md section 7).
     pub env: Vec<String>,
+    /// The call's `cwd` argument, judged against the roots (`None`: the session's cwd).
+    pub cwd: Option<ResolvedPath>,
     pub analysis: Arc<CommandLine>,
     /// What redirections (and options such as `time -o`) write, judged against the roots.
     pub written: Vec<ResolvedPath>,
@@ -474,7 +476,8 @@ pub fn denied(call: &CallFacts<'_>, policy: &Policy) -> Option<String> {
     ))
 }
 
-/// The file tools whose path rules judge what a command line reads, and what it writes.
+/// The file tools whose path rules judge what a command line reads, and the tools that write
+/// the file their `path` names (whose rules judge what a command line writes).
 const READING_TOOLS: &[&str] = &["read_file"];
 const WRITING_TOOLS: &[&str] = &["write_file", "edit_file"];
 
@@ -558,11 +561,27 @@ fn decide_without_deny(call: &CallFacts<'_>, session: &SessionFacts<'_>) -> Deci
     if let Some(decision) = protected_write(call, session, &suggestion) {
         return decision;
     }
-    if allowed_by_rules(call, &session.policy.allow)
+    // Rules are written for the session's roots: a command that runs elsewhere (`cwd` outside
+    // them, lexically or resolved) is another command, whatever its words. Only a grant of
+    // exactly that call (which records the directory) or a hook covers it.
+    let runs_outside = call
+        .command
+        .and_then(|command| command.cwd.as_ref())
+        .filter(|cwd| !cwd.inside_roots());
+    if (runs_outside.is_none() && allowed_by_rules(call, &session.policy.allow))
         || session.mode != Mode::Plan && session.grants.contains(&suggestion)
         || call.hook == HookVerdict::Allow
     {
         return Decision::Allow;
+    }
+    if let Some(cwd) = runs_outside {
+        return Decision::Ask {
+            reason: format!(
+                "the command would run in {}, outside the session's roots",
+                cwd.lexical.display()
+            ),
+            suggestion,
+        };
     }
     let all_inside = call.paths.iter().all(ResolvedPath::inside_roots);
     if session.mode == Mode::AcceptEdits
@@ -632,7 +651,17 @@ fn protected_write(
 /// alone otherwise.
 pub fn canonical_form(call: &CallFacts<'_>) -> String {
     if let Some(command) = call.command {
-        return format!("{}({})", call.tool, command.with_env(&command.line));
+        // A grant for a `cwd` covers that directory only: the same line elsewhere runs
+        // elsewhere. `cd DIR && LINE` is what such a call runs.
+        let line = match &command.cwd {
+            Some(cwd) => format!(
+                "cd {} && {}",
+                facts::shell_quoted(&cwd.resolved.to_string_lossy()),
+                command.line
+            ),
+            None => command.line.clone(),
+        };
+        return format!("{}({})", call.tool, command.with_env(&line));
     }
     match call.paths {
         [only] if FILE_TOOLS.contains(&call.tool) => {

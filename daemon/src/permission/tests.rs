@@ -1003,3 +1003,61 @@ fn edit_file_is_judged_against_read_deny_rules_as_it_reads() {
         "allow"
     );
 }
+
+/// The `cwd` argument of `run_command` is part of what a rule or a grant covers: a command
+/// that runs outside the roots asks whatever its words, and a grant covers its directory only.
+#[test]
+fn the_cwd_argument_is_part_of_the_command() {
+    let world = World::new();
+    let mut check = Check::new(
+        &world,
+        CaseRules {
+            allow: &["run_command(echo *)", "run_command(rm -rf build)"],
+            ..Default::default()
+        },
+    );
+    let at = |line: &str, cwd: &str| json!({"command": line, "cwd": cwd});
+    let outside = world.outside.display().to_string();
+    for cwd in [outside.as_str(), "..", "../outside", "/", "a/../.."] {
+        assert_eq!(
+            check.outcome("run_command", at("rm -rf build", cwd)),
+            "ask",
+            "{cwd}"
+        );
+        assert_eq!(
+            check.outcome("run_command", at("echo x", cwd)),
+            "ask",
+            "{cwd}"
+        );
+    }
+    // A link inside the roots that leads out is outside.
+    symlink(&world.outside, world.root.join("a/out")).unwrap();
+    assert_eq!(check.outcome("run_command", at("echo x", "a/out")), "ask");
+    for cwd in ["a", ".", world.root.to_str().unwrap()] {
+        assert_eq!(
+            check.outcome("run_command", at("rm -rf build", cwd)),
+            "allow",
+            "{cwd}"
+        );
+    }
+
+    // A grant records the directory; the same line elsewhere is not covered.
+    let mut granting = Check::new(&world, CaseRules::default());
+    let Decision::Ask { suggestion, .. } = granting.decide("run_command", at("make", "a")) else {
+        panic!("make should ask");
+    };
+    assert_eq!(
+        suggestion,
+        format!("run_command(cd {}/a && make)", world.root.display())
+    );
+    granting.grants = vec![suggestion, "run_command(make)".to_owned()];
+    assert_eq!(granting.outcome("run_command", at("make", "a")), "allow");
+    assert_eq!(granting.outcome("run_command", at("make", &outside)), "ask");
+    // A grant of exactly the call outside covers it (as a grant of a path outside does).
+    check.grants = vec![format!("run_command(cd {outside} && echo x)")];
+    assert_eq!(
+        check.outcome("run_command", at("echo x", &outside)),
+        "allow"
+    );
+    assert_eq!(check.outcome("run_command", at("echo y", &outside)), "ask");
+}
