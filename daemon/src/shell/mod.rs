@@ -1005,13 +1005,8 @@ impl Walker<'_> {
             }
             self.nested_commands(name, layer);
             for (at, path) in writers::files_written(name, &layer[1..]) {
-                // Bash expanded any glob in these words, quoted or not: such a path is computed,
-                // as is one from a word with an expansion in it.
                 let computed_word = computed.get(position + 1 + at).copied().unwrap_or(true);
-                self.written_path(Expanded {
-                    dynamic: computed_word || has_glob(&path),
-                    ..Expanded::literal(path)
-                });
+                self.written_path(Expanded::from_argument(path, computed_word));
             }
             self.names_taken(
                 name,
@@ -1040,17 +1035,11 @@ impl Walker<'_> {
                     "`{name}`, whose command's arguments come from its input"
                 ));
             }
-            // The words of a command are glob-expanded by bash, and whether a glob character
-            // here was quoted is no longer known: such a path is computed.
-            let as_judged = |path: String| Expanded {
-                dynamic: has_glob(&path),
-                ..Expanded::literal(path)
-            };
             for path in unwrapped.reads {
-                self.read_path(&as_judged(path));
+                self.read_path(&Expanded::from_argument(path, false));
             }
             for path in unwrapped.writes {
-                self.written_path(as_judged(path));
+                self.written_path(Expanded::from_argument(path, false));
             }
             allow_assignments.extend(unwrapped.assignments);
             if let Some(split) = unwrapped.split_line {
@@ -1373,6 +1362,17 @@ impl Expanded {
             text: None,
             dynamic: true,
             unquoted: Vec::new(),
+        }
+    }
+
+    /// A path taken from a command's argument (a wrapper's `-o F`, `tee F`). Bash expanded any
+    /// glob in the word, and whether a glob character was quoted is no longer known; an
+    /// expansion in it (`$HOME`, kept as written) is only known when it runs: either makes the
+    /// path computed, as does `computed` (the word's own flag, where the caller has it).
+    fn from_argument(path: String, computed: bool) -> Self {
+        Self {
+            dynamic: computed || has_glob(&path) || path.contains(['$', '`']),
+            ..Self::literal(path)
         }
     }
 

@@ -340,6 +340,8 @@ fn brace_expansion_is_followed() {
         "cat < secret*",
         "env time -o out* echo",
         "env time -o 'out*' echo",
+        "env time -o \"$HOME/x\" echo",
+        "env time -o ~/x`id` echo",
     ] {
         assert!(!analyze(line).opaque.is_empty(), "{line}");
     }
