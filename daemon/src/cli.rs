@@ -21,6 +21,7 @@ mod listing;
 mod render;
 mod serve;
 mod status;
+mod visible;
 
 /// toold: the per-user daemon that executes AI agents' tool calls.
 #[derive(Parser)]
@@ -186,7 +187,8 @@ fn client_side(outcome: anyhow::Result<Outcome>) -> ExitCode {
         Ok(Outcome::Success) => ExitCode::SUCCESS,
         Ok(Outcome::Failed) => ExitCode::FAILURE,
         Err(err) => {
-            eprintln!("toold: {err:#}");
+            // The error may quote the daemon or the model.
+            eprintln!("toold: {}", visible::block(&format!("{err:#}")));
             ExitCode::from(EXIT_ERROR)
         }
     }

@@ -40,9 +40,20 @@ pub fn shell_parser() -> std::sync::Arc<toold::shell::isolated::ShellParser> {
 
 /// The `toold` command with its runtime, state, config and home directories under `root`
 /// (`root/run`, `root/state`, `root/config`, `root/home`), whether or not a daemon runs there.
+/// It runs in a session of its own, without a controlling terminal, so that tests run from a
+/// terminal see the CLI as CI does (`terminal::Terminal` gives it one).
+#[allow(unsafe_code)]
 pub fn toold_command_in(root: &Path) -> Command {
     let mut command = Command::new(toold_binary());
     with_directories_in(&mut command, root);
+    // SAFETY: setsid is async-signal-safe and the closure allocates nothing.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut command, || {
+            nix::unistd::setsid()
+                .map(drop)
+                .map_err(std::io::Error::from)
+        });
+    }
     command
 }
 

@@ -4,6 +4,7 @@
 pub mod bash_trace;
 pub mod daemon;
 pub mod require;
+pub mod terminal;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use toold_protocol::time::parse_rfc3339;
 use toold_tests::daemon::{TestDaemon, no_answers, toold_command_in};
+use toold_tests::terminal::{Finished, Terminal, read_all_on_a_thread};
 
 /// Runs `command` with `input` on stdin; fails the test if it takes over 60 s.
 fn run(mut command: Command, input: &[u8]) -> Output {
@@ -45,16 +46,6 @@ fn run(mut command: Command, input: &[u8]) -> Output {
         stdout: stdout.join().expect("stdout reader"),
         stderr: stderr.join().expect("stderr reader"),
     }
-}
-
-fn read_all_on_a_thread(
-    mut source: impl Read + Send + 'static,
-) -> std::thread::JoinHandle<Vec<u8>> {
-    std::thread::spawn(move || {
-        let mut bytes = Vec::new();
-        let _ = source.read_to_end(&mut bytes);
-        bytes
-    })
 }
 
 fn text(bytes: &[u8]) -> String {
@@ -438,92 +429,6 @@ fn call_runs_in_an_existing_session_and_leaves_it_open() {
     client.disconnect();
 }
 
-/// A command whose stdin and stderr are a pseudo-terminal (stdout stays a pipe), with what it
-/// writes to the terminal collected as it comes.
-struct Terminal {
-    master: std::fs::File,
-    screen: std::sync::Arc<std::sync::Mutex<String>>,
-    child: std::process::Child,
-}
-
-impl Terminal {
-    fn spawn(mut command: Command) -> Self {
-        let pty = nix::pty::openpty(None, None).expect("a pseudo-terminal");
-        let stdin = pty.slave.try_clone().expect("a second terminal fd");
-        command
-            .stdin(Stdio::from(stdin))
-            .stderr(Stdio::from(pty.slave))
-            .stdout(Stdio::piped());
-        let child = command.spawn().expect("start toold on the terminal");
-        // Our copies of the terminal's slave side go, so reading ends when the child exits.
-        drop(command);
-        let master = std::fs::File::from(pty.master);
-        let mut reader = master.try_clone().expect("a second master fd");
-        let screen = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
-        let shown = std::sync::Arc::clone(&screen);
-        std::thread::spawn(move || {
-            let mut buffer = [0; 4096];
-            // EIO once every slave fd is closed.
-            while let Ok(read) = reader.read(&mut buffer) {
-                if read == 0 {
-                    break;
-                }
-                let chunk = String::from_utf8_lossy(&buffer[..read]).into_owned();
-                shown.lock().expect("screen").push_str(&chunk);
-            }
-        });
-        Self {
-            master,
-            screen,
-            child,
-        }
-    }
-
-    fn screen(&self) -> String {
-        self.screen.lock().expect("screen").clone()
-    }
-
-    fn wait_for(&self, wanted: &str) {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !self.screen().contains(wanted) {
-            assert!(
-                Instant::now() < deadline,
-                "{wanted:?} did not appear on the terminal within 60 s; it shows:\n{}",
-                self.screen()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn type_line(&mut self, line: &str) {
-        self.master
-            .write_all(format!("{line}\n").as_bytes())
-            .expect("type on the terminal");
-    }
-
-    fn finish(mut self) -> (std::process::ExitStatus, String, String) {
-        let stdout = read_all_on_a_thread(self.child.stdout.take().expect("piped stdout"));
-        let deadline = Instant::now() + Duration::from_secs(60);
-        let status = loop {
-            if let Some(status) = self.child.try_wait().expect("wait for toold") {
-                break status;
-            }
-            if Instant::now() > deadline {
-                let _ = self.child.kill();
-                panic!(
-                    "toold did not finish within 60 s; the terminal shows:\n{}",
-                    self.screen()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        };
-        let stdout = text(&stdout.join().expect("stdout reader"));
-        // What the child wrote last may still be on its way through the terminal.
-        std::thread::sleep(Duration::from_millis(100));
-        (status, stdout, self.screen())
-    }
-}
-
 #[test]
 fn on_a_terminal_the_approval_is_asked_and_y_runs_the_command() {
     let daemon = TestDaemon::start();
@@ -548,7 +453,12 @@ fn on_a_terminal_the_approval_is_asked_and_y_runs_the_command() {
         "the reason is shown: {screen}"
     );
     terminal.type_line("y");
-    let (status, stdout, screen) = terminal.finish();
+    let Finished {
+        status,
+        stdout,
+        screen,
+        ..
+    } = terminal.finish();
     assert_eq!(status.code(), Some(0), "{screen}");
     assert_eq!(stdout, "approved-run\n");
     assert!(screen.contains("✓ run_command ok"), "{screen}");
@@ -570,7 +480,12 @@ fn on_a_terminal_n_denies_and_a_wrong_answer_is_asked_again() {
     terminal.type_line("perhaps");
     terminal.wait_for("please answer y");
     terminal.type_line("n");
-    let (status, stdout, screen) = terminal.finish();
+    let Finished {
+        status,
+        stdout,
+        screen,
+        ..
+    } = terminal.finish();
     assert_eq!(status.code(), Some(1), "{screen}");
     assert_eq!(stdout, "");
     assert!(
@@ -782,7 +697,12 @@ fn on_a_terminal_a_aborts_and_s_grants_the_session() {
     let mut terminal = Terminal::spawn(command);
     terminal.wait_for("[a] abort?");
     terminal.type_line("a");
-    let (status, stdout, screen) = terminal.finish();
+    let Finished {
+        status,
+        stdout,
+        screen,
+        ..
+    } = terminal.finish();
     assert_eq!(status.code(), Some(1), "{screen}");
     assert_eq!(stdout, "");
     assert!(
@@ -805,7 +725,12 @@ fn on_a_terminal_a_aborts_and_s_grants_the_session() {
     let mut terminal = Terminal::spawn(command);
     terminal.wait_for("[a] abort?");
     terminal.type_line("s");
-    let (status, stdout, screen) = terminal.finish();
+    let Finished {
+        status,
+        stdout,
+        screen,
+        ..
+    } = terminal.finish();
     assert_eq!(status.code(), Some(0), "{screen}");
     assert_eq!(stdout, "granted\n");
     let output = toold(

@@ -1,18 +1,22 @@
-//! How `toold call` and `toold exec` answer `approval/request`: on a terminal they ask the
-//! person (`[y] once / [s] session / [n] deny / [a] abort`); without one they decline, leaving
-//! the approval to the session's other approvers (the call is denied if there is none), unless
-//! `--yes` allows each call once.
+//! How `toold call` and `toold exec` answer `approval/request`: on the controlling terminal
+//! (`/dev/tty`, whatever stdin and stdout are) they ask the person (`[y] once / [s] session /
+//! [n] deny / [a] abort`), showing the call as it is (see `visible`); without one they
+//! decline, leaving the approval to the session's other approvers (the call is denied if there
+//! is none), unless `--yes` allows each call once.
 
-use std::io::{BufRead, IsTerminal, Write};
+use std::borrow::Cow;
+use std::io::{BufRead, BufReader, Write};
 use std::sync::Arc;
 
 use toold_client::Approval;
 use toold_protocol::{ApprovalAnswer, ApprovalDecision, ApprovalRequestParams};
 
+use super::visible::{self, RESET_BEFORE_PROMPT};
+
 /// Who decides the approvals of this command's batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ApprovalPolicy {
-    /// Ask on the terminal: stdin and stderr are both TTYs.
+    /// Ask on the process's controlling terminal.
     AskOnTerminal,
     /// `--yes`: allow each call once.
     AllowOnce,
@@ -21,11 +25,11 @@ pub enum ApprovalPolicy {
 }
 
 impl ApprovalPolicy {
-    /// `--yes` wins; otherwise ask when stdin and stderr are terminals, else decline.
+    /// `--yes` wins; otherwise ask when the process has a controlling terminal, else decline.
     pub fn choose(yes: bool) -> Self {
         if yes {
             ApprovalPolicy::AllowOnce
-        } else if std::io::stdin().is_terminal() && std::io::stderr().is_terminal() {
+        } else if open_terminal().is_ok() {
             ApprovalPolicy::AskOnTerminal
         } else {
             ApprovalPolicy::Decline
@@ -35,8 +39,8 @@ impl ApprovalPolicy {
 
 /// Why `toold` declines without a terminal: what the call's model (and the person reading the
 /// result) sees when no other approver decides.
-pub const NO_TERMINAL: &str = "`toold` has no terminal to ask on (stdin and stderr are not \
-     both terminals); rerun with --yes to allow each call once, or add an allow rule for it to \
+pub const NO_TERMINAL: &str = "`toold` has no terminal to ask on (it has no controlling \
+     terminal); rerun with --yes to allow each call once, or add an allow rule for it to \
      the config";
 
 /// Decides one approval request by `policy`. Asking happens on a blocking thread, one prompt
@@ -51,14 +55,7 @@ pub async fn decide(
         ApprovalPolicy::Decline => Approval::Decline(NO_TERMINAL.to_owned()),
         ApprovalPolicy::AskOnTerminal => {
             let _one_prompt_at_a_time = prompt_lock.lock().await;
-            let asked = tokio::task::spawn_blocking(move || {
-                ask(
-                    &request,
-                    &mut std::io::stdin().lock(),
-                    &mut std::io::stderr(),
-                )
-            })
-            .await;
+            let asked = tokio::task::spawn_blocking(move || ask_on_terminal(&request)).await;
             // The blocking task only fails if it panicked: deny rather than run unasked.
             asked
                 .unwrap_or_else(|_| ApprovalAnswer {
@@ -70,6 +67,26 @@ pub async fn decide(
     }
 }
 
+/// The controlling terminal, for reading and writing. The prompt goes there rather than to
+/// stderr, so that it is seen even when stdout and stderr go to files, and so that what the
+/// call's own output wrote to stdout or stderr cannot answer it.
+fn open_terminal() -> std::io::Result<std::fs::File> {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/tty")
+}
+
+fn ask_on_terminal(request: &ApprovalRequestParams) -> ApprovalAnswer {
+    match open_terminal().and_then(|terminal| Ok((terminal.try_clone()?, terminal))) {
+        Ok((input, mut prompt)) => ask(request, &mut BufReader::new(input), &mut prompt),
+        Err(error) => ApprovalAnswer {
+            message: Some(format!("denied: cannot open the terminal to ask ({error})")),
+            ..ApprovalAnswer::new(ApprovalDecision::Deny)
+        },
+    }
+}
+
 /// Shows the call and the reason on `prompt`, reads choices from `input` until one is valid.
 /// The end of input denies.
 pub fn ask(
@@ -78,9 +95,12 @@ pub fn ask(
     prompt: &mut impl Write,
 ) -> ApprovalAnswer {
     // A terminal that cannot be written to still gets its answer read: ignore write errors.
-    let _ = write!(prompt, "{}", describe(request));
+    let _ = write!(prompt, "{RESET_BEFORE_PROMPT}{}", describe(request));
     loop {
-        let _ = write!(prompt, "[y] once / [s] session / [n] deny / [a] abort? ");
+        let _ = write!(
+            prompt,
+            "{RESET_BEFORE_PROMPT}[y] once / [s] session / [n] deny / [a] abort? "
+        );
         let _ = prompt.flush();
         let mut line = String::new();
         match input.read_line(&mut line) {
@@ -112,22 +132,49 @@ pub fn ask(
     }
 }
 
-/// The call, its arguments and why it needs approval, as the prompt shows them.
+/// The call, its arguments and why it needs approval, as the prompt shows them: every field
+/// on one line of its own, made visible; arguments longer than a screen's worth are followed by
+/// their length, first and last characters, so that their start and end are seen next to the
+/// question however long they are.
 pub fn describe(request: &ApprovalRequestParams) -> String {
     let arguments = serde_json::to_string(&request.call.arguments)
         .unwrap_or_else(|_| request.call.arguments.to_string());
     let mut text = format!(
-        "\ntoold: {} needs your approval (call {})\n  arguments: {arguments}\n  reason:    {}\n",
-        request.call.name, request.call.id, request.reason
+        "\ntoold: {} needs your approval (call {})\n  arguments: {}\n  reason:    {}\n",
+        visible::line(&request.call.name),
+        visible::line(&request.call.id),
+        visible::line(&arguments),
+        visible::line(&request.reason)
     );
+    let length = arguments.chars().count();
+    if length > LONG_ARGUMENTS {
+        let head: String = arguments.chars().take(ENDS_SHOWN).collect();
+        let tail: String = arguments.chars().skip(length - ENDS_SHOWN).collect();
+        text.push_str(&format!(
+            "  length:    {length} characters, from {} … to … {}\n",
+            visible::line(&head),
+            visible::line(&tail)
+        ));
+    }
     if !request.suggestions.is_empty() {
+        let suggestions: Vec<Cow<'_, str>> = request
+            .suggestions
+            .iter()
+            .map(|suggestion| visible::line(suggestion))
+            .collect();
         text.push_str(&format!(
             "  [s] grants this session: {}\n",
-            request.suggestions.join(", ")
+            suggestions.join(", ")
         ));
     }
     text
 }
+
+/// Arguments longer than this (in characters) get their length and ends restated.
+const LONG_ARGUMENTS: usize = 400;
+
+/// How many characters of each end are restated.
+const ENDS_SHOWN: usize = 60;
 
 /// A typed answer: `y`/`yes`, `s`/`session`, `n`/`no`, `a`/`abort`, any case.
 pub fn parse_choice(line: &str) -> Option<ApprovalDecision> {

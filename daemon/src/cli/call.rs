@@ -1,6 +1,7 @@
 //! `toold call TOOL [JSON|-]`: one tool call in a batch of its own. `run_command`'s output is
 //! streamed live to stdout and stderr; then the content (when it was not streamed) goes to
-//! stdout and one status line to stderr, or with `--json` the result object to stdout.
+//! stdout and one status line to stderr, or with `--json` the result object to stdout. What
+//! goes to a terminal is made visible (`visible`); a pipe or a file gets the bytes as they are.
 
 use std::io::{IsTerminal, Read, Write};
 
@@ -12,6 +13,7 @@ use toold_client::protocol::{Event, OutputStream, ToolCall, ToolResult};
 use super::Outcome;
 use super::batch_run::{BatchArgs, run_batch};
 use super::render;
+use super::visible;
 
 #[derive(Args, Debug)]
 pub struct CallArgs {
@@ -99,27 +101,33 @@ fn write_live(streamed: &mut Streamed, stream: OutputStream, data: &str) {
     // A closed stdout or stderr only loses the live copy: the result still comes.
     match stream {
         OutputStream::Stdout => {
-            let mut stdout = std::io::stdout().lock();
-            let _ = stdout
-                .write_all(data.as_bytes())
-                .and_then(|()| stdout.flush());
+            write_shown(&mut std::io::stdout().lock(), data);
             streamed.stdout_open_line = open_line;
         }
         OutputStream::Stderr => {
-            let mut stderr = std::io::stderr().lock();
-            let _ = stderr
-                .write_all(data.as_bytes())
-                .and_then(|()| stderr.flush());
+            write_shown(&mut std::io::stderr().lock(), data);
             streamed.stderr_open_line = open_line;
         }
     }
+}
+
+/// `text` made visible on a terminal, byte for byte elsewhere, flushed.
+fn write_shown(destination: &mut (impl Write + IsTerminal), text: &str) {
+    let shown = if destination.is_terminal() {
+        visible::block(text)
+    } else {
+        text.into()
+    };
+    let _ = destination
+        .write_all(shown.as_bytes())
+        .and_then(|()| destination.flush());
 }
 
 fn print_for_people(result: &ToolResult, elapsed_ms: u64, streamed: &Streamed) {
     let mut stdout = std::io::stdout().lock();
     let stdout_is_terminal = stdout.is_terminal();
     if !streamed.any && !result.content.is_empty() {
-        let _ = stdout.write_all(result.content.as_bytes());
+        write_shown(&mut stdout, &result.content);
         // A terminal gets its line ended; a pipe gets the content byte for byte.
         if stdout_is_terminal && !result.content.ends_with('\n') {
             let _ = writeln!(stdout);

@@ -1,5 +1,6 @@
 //! `toold exec [FILE|-]`: a batch of calls from JSON, with its events printed as they arrive
-//! (for people one line each, with `--json` one JSON object each), then the results.
+//! (for people one line each, made visible, with `--json` one JSON object each), then the
+//! results.
 
 use std::collections::HashSet;
 use std::io::{IsTerminal, Read};
@@ -14,6 +15,7 @@ use toold_client::protocol::{Event, ExecuteResult, ToolCall};
 use super::Outcome;
 use super::batch_run::{BatchArgs, run_batch};
 use super::render;
+use super::visible;
 
 #[derive(Args, Debug)]
 pub struct ExecArgs {
@@ -134,8 +136,9 @@ fn print_event_for_people(event: &Event, streamed: &mut HashSet<String>) {
         Event::Output(output) => {
             streamed.insert(output.body.call_id.clone());
             let stream = render::stream_name(output.body.stream);
+            let call_id = visible::line(&output.body.call_id);
             for line in output.body.data.lines() {
-                print_line(&format!("  {} {stream}: {line}", output.body.call_id));
+                print_line(&format!("  {call_id} {stream}: {}", visible::block(line)));
             }
         }
         Event::Result(ended) => {
@@ -144,7 +147,7 @@ fn print_event_for_people(event: &Event, streamed: &mut HashSet<String>) {
             }
             if !streamed.contains(&ended.body.call_id) {
                 for line in ended.body.result.content.lines() {
-                    print_line(&format!("    {line}"));
+                    print_line(&format!("    {}", visible::block(line)));
                 }
             }
         }

@@ -1,6 +1,8 @@
 //! What the client subcommands print for people: a result's status line, one line per session
-//! event, and the tables of `tools` and `sessions`.
+//! event, and the tables of `tools` and `sessions`, with everything that came from the daemon
+//! or the model made visible (`visible`).
 
+use super::visible;
 use toold_protocol::{
     ApprovalDecision, Event, OutputStream, ResolvedBy, SessionMode, SessionSnapshot,
     ToolDefinition, ToolResult,
@@ -18,16 +20,17 @@ pub fn print_out(text: &str) {
 
 /// `✓ read_file ok (3 ms)` or `✗ run_command command_failed: exit code 1`.
 pub fn status_line(result: &ToolResult, elapsed_ms: u64) -> String {
+    let tool = visible::line(&result.tool);
     if result.ok {
-        return format!("✓ {} ok ({elapsed_ms} ms)", result.tool);
+        return format!("✓ {tool} ok ({elapsed_ms} ms)");
     }
     let error_type = result
         .error_type
         .as_ref()
         .map_or("failed", |error_type| error_type.as_str());
     match result.error.as_deref().filter(|error| !error.is_empty()) {
-        Some(error) => format!("✗ {} {error_type}: {error}", result.tool),
-        None => format!("✗ {} {error_type}", result.tool),
+        Some(error) => format!("✗ {tool} {error_type}: {}", visible::line(error)),
+        None => format!("✗ {tool} {error_type}"),
     }
 }
 
@@ -37,36 +40,36 @@ pub fn event_line(event: &Event) -> Option<String> {
     match event {
         Event::BatchStart(start) => Some(format!(
             "batch {} started: {} call(s), runs {:?}",
-            start.batch_id,
+            visible::line(&start.batch_id),
             start.body.call_ids.len(),
             start.body.plan
         )),
         Event::CallStart(start) => Some(format!(
             "▶ {} {} {}",
-            start.body.call.id,
-            start.body.call.name,
-            compact_json(&start.body.call.arguments)
+            visible::line(&start.body.call.id),
+            visible::line(&start.body.call.name),
+            visible::line(&compact_json(&start.body.call.arguments))
         )),
         Event::Output(output) => Some(format!(
             "  {} {}: {}",
-            output.body.call_id,
+            visible::line(&output.body.call_id),
             stream_name(output.body.stream),
-            output.body.data.trim_end_matches('\n')
+            visible::line(output.body.data.trim_end_matches('\n'))
         )),
         Event::Result(ended) => Some(format!(
             "{} {}",
-            ended.body.call_id,
+            visible::line(&ended.body.call_id),
             status_line(&ended.body.result, ended.body.elapsed_ms)
         )),
         Event::CallDone(_) => None,
         Event::ApprovalResolved(resolved) => Some(format!(
             "approval {} for {}: {} by {}",
-            resolved.body.approval_id,
-            resolved.body.call_id,
+            visible::line(&resolved.body.approval_id),
+            visible::line(&resolved.body.call_id),
             resolved.body.decision.map_or("no decision", decision_name),
             resolved_by_name(resolved.body.by)
         )),
-        Event::BatchDone(done) => Some(format!("batch {} done", done.batch_id)),
+        Event::BatchDone(done) => Some(format!("batch {} done", visible::line(&done.batch_id))),
     }
 }
 
@@ -125,8 +128,14 @@ pub fn tools_table(tools: &[ToolDefinition]) -> String {
             } else {
                 source
             };
-            let description = first_sentence(&tool.description, DESCRIPTION_CHARS);
-            [tool.name.clone(), safety, source, description]
+            let description =
+                visible::line(&first_sentence(&tool.description, DESCRIPTION_CHARS)).into_owned();
+            [
+                visible::line(&tool.name).into_owned(),
+                safety,
+                source,
+                description,
+            ]
         })
         .collect();
     table(["TOOL", "SAFETY", "SOURCE", "DESCRIPTION"], &rows)
@@ -156,12 +165,12 @@ pub fn sessions_table(sessions: &[SessionSnapshot]) -> String {
         .iter()
         .map(|session| {
             [
-                session.session_id.clone(),
+                visible::line(&session.session_id).into_owned(),
                 mode_name(session.mode),
                 session.attached.to_string(),
                 session.running_batches.len().to_string(),
-                session.cwd.display().to_string(),
-                session.title.clone().unwrap_or_default(),
+                visible::line(&session.cwd.display().to_string()).into_owned(),
+                visible::line(session.title.as_deref().unwrap_or_default()).into_owned(),
             ]
         })
         .collect();

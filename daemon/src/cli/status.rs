@@ -13,6 +13,7 @@ use toold_client::{Client, ClientOptions};
 use super::Outcome;
 use super::address::DaemonAddress;
 use super::render;
+use super::visible;
 
 #[derive(Args, Debug)]
 pub struct StatusArgs {
@@ -91,7 +92,7 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<Outcome> {
         });
         render::print_out(&format!("{}\n", serde_json::to_string_pretty(&report)?));
     } else {
-        render::print_out(&describe(&socket, &up));
+        render::print_out(&visible::block(&describe(&socket, &up)));
     }
     Ok(Outcome::Success)
 }
