@@ -16,8 +16,9 @@ use crate::daemon::{Client, Daemon};
 use crate::report::{Figure, Section, output_line, ratio};
 use crate::stats::{self, Samples, Summary};
 
-/// Large enough that no comparison is ever cut: the corpus has far fewer matching lines.
-const UNLIMITED_RESULTS: u64 = 100_000_000;
+/// Large enough that no comparison is ever cut: the corpus has far fewer matching lines. The
+/// most a call may ask for (`MAX_RESULTS` of the tools).
+const UNLIMITED_RESULTS: u64 = 1_000_000;
 /// The most a session's results may hold (the daemon's ceiling): no answer here is cut.
 const MAX_OUTPUT_BYTES: u64 = 1 << 30;
 /// The ratio toold should stay within against rg and fd.
@@ -93,7 +94,10 @@ pub fn search_section(
     .len();
     let daemon = Daemon::start()?;
     let mut client = daemon.client()?;
-    let session = client.create_session(corpus, json!({"max_output_bytes": MAX_OUTPUT_BYTES}))?;
+    let session = client.create_session(
+        corpus,
+        json!({"max_output_bytes": MAX_OUTPUT_BYTES, "max_read_bytes": MAX_OUTPUT_BYTES}),
+    )?;
     // The search figures time the search, not the events: the tool/result event would send
     // the whole answer a second time (the round-trip figure measures the events' cost).
     client.call("session/detach", json!({"session_id": session}))?;

@@ -13,8 +13,10 @@ pub mod defaults {
     pub const MAX_COMMAND_TIMEOUT_MS: u64 = 600_000;
     /// What a command's output is cut to (head and tail kept) in its result.
     pub const MAX_OUTPUT_BYTES: usize = 30_000;
-    /// The most `read_file` returns of one file.
+    /// The most `read_file` returns of one file, and `find_files` and `search_code` of a listing.
     pub const MAX_READ_BYTES: usize = 256 * 1024;
+    /// The largest `max_output_bytes` or `max_read_bytes` a session or the config may set.
+    pub const SIZE_LIMIT_CEILING: u64 = 1 << 30;
 }
 
 /// Where and within which limits a call runs. A session owns one; every call gets a snapshot.

@@ -222,13 +222,23 @@ impl TestDaemon {
 
     /// The daemon's resident set size now, in bytes (`VmRSS`).
     pub fn rss_bytes(&self) -> u64 {
+        self.status_bytes("VmRSS:")
+    }
+
+    /// The most the daemon's resident set has been since it started, in bytes (`VmHWM`).
+    pub fn peak_rss_bytes(&self) -> u64 {
+        self.status_bytes("VmHWM:")
+    }
+
+    /// A size from the daemon's `/proc/PID/status`, in bytes.
+    fn status_bytes(&self, field: &str) -> u64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()))
             .expect("the daemon's /proc status");
         let kib: u64 = status
             .lines()
-            .find_map(|line| line.strip_prefix("VmRSS:"))
+            .find_map(|line| line.strip_prefix(field))
             .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
-            .expect("a VmRSS line");
+            .unwrap_or_else(|| panic!("no {field} line in the daemon's status"));
         kib * 1024
     }
 

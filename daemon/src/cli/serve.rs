@@ -41,7 +41,7 @@ pub fn serve(
         .enable_all()
         .build()
         .context("cannot start the runtime")?;
-    runtime.block_on(async move {
+    let served = runtime.block_on(async move {
         // Before the socket exists: a SIGTERM that comes as soon as a client could see the
         // daemon (systemd's stop right after start, a script's kill after its first answer)
         // must drain, not kill.
@@ -103,8 +103,15 @@ pub fn serve(
         }
         tracing::info!("toold stopped");
         Ok(())
-    })
+    });
+    // Blocking work that a stopped call left behind (a tool past its grace, which no one
+    // awaits) must not hold the exit: dropping the runtime would wait for it.
+    runtime.shutdown_timeout(ABANDONED_WORK_GRACE);
+    served
 }
+
+/// How long the daemon's exit waits for blocking work no call awaits any more.
+const ABANDONED_WORK_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// Before the socket is reachable: the temporary files of writes a killed daemon left behind
 /// are removed, and this daemon's writes are journaled from now on.

@@ -49,7 +49,7 @@ const MESSAGE_BYTES: Bounds = Bounds {
 };
 const OUTPUT_BYTES: Bounds = Bounds {
     min: 1,
-    max: GIB,
+    max: crate::env::defaults::SIZE_LIMIT_CEILING,
     unit: Unit::Bytes,
 };
 /// 0 is allowed: a call then streams no live output, only its one `truncated` event.

@@ -412,6 +412,12 @@ fn apply_env_fields(
         }
     };
     let size = |field: &str, value: u64| {
+        let ceiling = crate::env::defaults::SIZE_LIMIT_CEILING;
+        if value > ceiling {
+            return Err(ErrorObject::invalid_params(format!(
+                "{field} is at most {ceiling} (1 GiB)"
+            )));
+        }
         usize::try_from(positive(field, value)?)
             .map_err(|_| ErrorObject::invalid_params(format!("{field} is too large")))
     };

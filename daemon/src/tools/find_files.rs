@@ -9,16 +9,21 @@
 //! chose bounded work over a deterministic prefix (which would need the whole tree walked, for
 //! a home directory many seconds): a truncated listing is a sign to narrow the pattern, and
 //! the model is told so in the tool description.
+//!
+//! **Bounds.** `max_results` is at most [`MAX_RESULTS`], and the listing at most the session's
+//! `max_read_bytes` (cut at a whole path, `truncated: true`), so one call holds a bounded amount
+//! whatever the tree. A name with a control character is escaped in the text (a newline would
+//! forge a line) and given exactly in the metadata's `escaped_paths`.
 
+use std::borrow::Cow;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use ignore::WalkState;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use toold_protocol::{ErrorType, Safety, ToolDefinition, ToolSource};
 
-use super::walk::{self, FileFilter, ThreadResults};
+use super::walk::{self, Budget, FileFilter, MAX_RESULTS, ThreadResults};
 use super::{Tool, ToolContext, ToolFailure, ToolFuture, ToolOutcome, ToolOutput, parse_args};
 
 /// How many paths a call lists when it does not say.
@@ -67,6 +72,7 @@ impl Tool for FindFiles {
                     "max_results": {
                         "type": "integer",
                         "minimum": 1,
+                        "maximum": MAX_RESULTS,
                         "description": "Most paths to list (default 1000)."
                     }
                 },
@@ -92,16 +98,20 @@ fn find_files(args: &FindArgs, ctx: &ToolContext) -> ToolOutcome {
     let filter = FileFilter::new(Some(&args.pattern))?.hiding(ctx.hidden.clone());
     let root = walk::locate_directory(ctx, args.path.as_deref(), "find_files")?;
     let cancel = &ctx.cancel;
-    // One more than asked for, so that a full answer and a cut one can be told apart.
-    let wanted = args.max_results.saturating_add(1);
-    let found = AtomicUsize::new(0);
+    let budget = Budget::new(args.max_results, ctx.env.max_read_bytes);
     let shared = Mutex::new(Vec::new());
     walk::walk_files(&root, &filter, cancel, || {
         let mut results = ThreadResults::new(&shared);
-        let found = &found;
+        let budget = &budget;
         move |_path, relative| {
-            results.local.push(walk::shown_path(relative));
-            if found.fetch_add(1, Ordering::Relaxed) + 1 >= wanted {
+            let shown = walk::shown_path(relative);
+            let full = budget.take(1, shown.len() + 1);
+            let exact = match &shown {
+                Cow::Owned(shown) => walk::exact_name(relative, shown),
+                Cow::Borrowed(_) => None,
+            };
+            results.local.push((shown.into_owned(), exact));
+            if full {
                 WalkState::Quit
             } else {
                 WalkState::Continue
@@ -111,20 +121,43 @@ fn find_files(args: &FindArgs, ctx: &ToolContext) -> ToolOutcome {
     let mut paths = shared
         .into_inner()
         .unwrap_or_else(|poison| poison.into_inner());
-    paths.sort_unstable_by(|left, right| walk::path_order(left, right));
-    let truncated = paths.len() > args.max_results;
-    paths.truncate(args.max_results);
-    let output = ToolOutput::new(paths.join("\n"))
-        .with_meta("count", paths.len())
+    paths.sort_unstable_by(|(left, _), (right, _)| walk::path_order(left, right));
+    let found = paths.len();
+    paths.truncate(listed(&paths, &budget));
+    let truncated = found > paths.len();
+    let escaped: Map<String, Value> = paths
+        .iter()
+        .filter_map(|(shown, exact)| Some((shown.clone(), Value::from(exact.clone()?))))
+        .collect();
+    let shown: Vec<String> = paths.into_iter().map(|(shown, _)| shown).collect();
+    let mut output = ToolOutput::new(shown.join("\n"))
+        .with_meta("count", shown.len())
         .with_meta("truncated", truncated);
+    if !escaped.is_empty() {
+        output = output.with_meta("escaped_paths", escaped);
+    }
     if cancel.is_cancelled() {
         // The registry reports this as `canceled` or `timeout`, keeping what was found.
         return Err(
             ToolFailure::new(ErrorType::Canceled, "the search was stopped")
                 .with_content(output.content)
-                .with_meta("count", paths.len())
+                .with_meta("count", shown.len())
                 .with_meta("truncated", true),
         );
     }
     Ok(output)
+}
+
+/// How many of the sorted `paths` the answer lists: at most the budget's items, and as many
+/// as fit its bytes (one path a line).
+fn listed(paths: &[(String, Option<String>)], budget: &Budget) -> usize {
+    let mut bytes = 0;
+    paths
+        .iter()
+        .take(budget.max_items())
+        .take_while(|(shown, _)| {
+            bytes += shown.len() + usize::from(bytes > 0);
+            bytes <= budget.max_bytes()
+        })
+        .count()
 }

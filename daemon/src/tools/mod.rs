@@ -239,6 +239,41 @@ where
     }
 }
 
+/// A reader that fails once its call is stopped (canceled or past its deadline), so that
+/// blocking work reading a large file ends with the call instead of running on unseen. The
+/// token is looked at only after the first [`STOP_CHECK_AFTER_BYTES`]: it takes a lock that
+/// the walker threads of a search would otherwise contend on for every small file (which the
+/// walk's own per-file check covers).
+pub struct StopReading<'a, R> {
+    inner: R,
+    stop: &'a CancellationToken,
+    read: u64,
+}
+
+/// Bytes a [`StopReading`] reads before it looks at its token on every read.
+pub const STOP_CHECK_AFTER_BYTES: u64 = 1024 * 1024;
+
+impl<'a, R> StopReading<'a, R> {
+    pub fn new(inner: R, stop: &'a CancellationToken) -> Self {
+        Self {
+            inner,
+            stop,
+            read: 0,
+        }
+    }
+}
+
+impl<R: std::io::Read> std::io::Read for StopReading<'_, R> {
+    fn read(&mut self, buffer: &mut [u8]) -> std::io::Result<usize> {
+        if self.read >= STOP_CHECK_AFTER_BYTES && self.stop.is_cancelled() {
+            return Err(std::io::Error::other("the call was stopped"));
+        }
+        let read = self.inner.read(buffer)?;
+        self.read += read as u64;
+        Ok(read)
+    }
+}
+
 /// The six builtin tools.
 pub fn builtins() -> Vec<Arc<dyn Tool>> {
     vec![

@@ -19,7 +19,9 @@ use toold_protocol::{ErrorType, Safety, ToolDefinition, ToolSource};
 
 use crate::paths::ResolvedPath;
 
-use super::{Tool, ToolContext, ToolFailure, ToolFuture, ToolOutput, blocking, parse_args};
+use super::{
+    StopReading, Tool, ToolContext, ToolFailure, ToolFuture, ToolOutput, blocking, parse_args,
+};
 
 /// How much of a file's start is checked for NUL bytes to tell binary from text, as git does.
 pub(crate) const BINARY_SNIFF_BYTES: usize = 8 * 1024;
@@ -84,7 +86,9 @@ impl Tool for ReadFile {
                     .seek(SeekFrom::Start(0))
                     .map_err(|err| ToolFailure::io(&target.resolved, "read", &err))?;
             }
-            blocking(move || read_output(file, &target, &window)).await
+            // Counting the lines of a large file takes long: it stops with the call.
+            let stop = ctx.cancel.clone();
+            blocking(move || read_output(StopReading::new(file, &stop), &target, &window)).await
         })
     }
 }
@@ -168,11 +172,18 @@ fn read_window(file: impl Read, path: &Path, window: &Window) -> Result<WindowRe
     let mut line: Vec<u8> = Vec::new();
     while last_line.is_none_or(|last| line_number < last) {
         line.clear();
-        if reader.read_until(b'\n', &mut line).map_err(fail)? == 0 {
+        // A line is read only as far as it can fit, plus one byte to tell that it does not:
+        // a file of one long line must not be read into memory whole.
+        let room = window.max_bytes - kept.len();
+        let read = (&mut reader)
+            .take(room as u64 + 1)
+            .read_until(b'\n', &mut line)
+            .map_err(fail)?;
+        if read == 0 {
             break;
         }
         line_number += 1;
-        if kept.len() + line.len() <= window.max_bytes {
+        if line.len() <= room {
             kept.extend_from_slice(&line);
             continue;
         }
@@ -182,6 +193,10 @@ fn read_window(file: impl Read, path: &Path, window: &Window) -> Result<WindowRe
             next_offset = Some(line_number + 1);
         } else {
             next_offset = Some(line_number);
+        }
+        if !line.ends_with(b"\n") {
+            // The rest of the cut line, which the count below must not take for a line.
+            skip_lines(&mut reader, 1).map_err(fail)?;
         }
         break;
     }
@@ -218,11 +233,7 @@ fn skip_lines<R: BufRead>(reader: &mut R, count: u64) -> io::Result<u64> {
             return Ok(skipped);
         }
         let mut consumed = buffer.len();
-        for (index, _) in buffer
-            .iter()
-            .enumerate()
-            .filter(|(_, byte)| **byte == b'\n')
-        {
+        for index in memchr::memchr_iter(b'\n', buffer) {
             skipped += 1;
             if skipped == count {
                 consumed = index + 1;
@@ -247,7 +258,7 @@ fn count_lines_to_end<R: BufRead>(reader: &mut R) -> io::Result<u64> {
         let Some(&last) = buffer.last() else {
             return Ok(lines + u64::from(last_byte != b'\n'));
         };
-        lines += buffer.iter().filter(|&&byte| byte == b'\n').count() as u64;
+        lines += memchr::memchr_iter(b'\n', buffer).count() as u64;
         last_byte = last;
         let consumed = buffer.len();
         reader.consume(consumed);
@@ -264,12 +275,33 @@ pub(crate) fn binary_file(path: &Path) -> ToolFailure {
     )
 }
 
-/// Reads a whole text file for editing: refuses directories, binary files and invalid UTF-8.
+/// The largest file `edit_file` reads whole to edit. An edit holds the file, its new text and
+/// a diff at once; past this, a file is not one an exact-string edit is meant for.
+pub const MAX_EDIT_BYTES: u64 = 16 * 1024 * 1024;
+
+/// Reads a whole text file for editing: refuses directories, binary files, invalid UTF-8, and
+/// files over [`MAX_EDIT_BYTES`] (also one that grows past it while it is read).
 pub(crate) fn read_text(path: &Path) -> Result<String, ToolFailure> {
     let fail = |err: io::Error| ToolFailure::io(path, "read", &err);
-    let (mut file, _) = open_regular_file(path)?;
+    let (file, size) = open_regular_file(path)?;
+    let too_large = || {
+        ToolFailure::invalid_arguments(format!(
+            "{} is larger than {} MiB, the most edit_file edits; write_file can replace it, \
+             or run_command can edit it with a stream editor",
+            path.display(),
+            MAX_EDIT_BYTES / (1024 * 1024)
+        ))
+    };
+    if size > MAX_EDIT_BYTES {
+        return Err(too_large());
+    }
     let mut bytes = Vec::new();
-    file.read_to_end(&mut bytes).map_err(fail)?;
+    file.take(MAX_EDIT_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(fail)?;
+    if bytes.len() as u64 > MAX_EDIT_BYTES {
+        return Err(too_large());
+    }
     if bytes.iter().take(BINARY_SNIFF_BYTES).any(|&byte| byte == 0) {
         return Err(binary_file(path));
     }

@@ -23,6 +23,7 @@
 //! bounded work over a deterministic prefix, which would need every file searched: a cut
 //! answer is a sign to narrow the search, as the tool description tells the model.
 
+use std::borrow::Cow;
 use std::fmt::Write as _;
 use std::io;
 use std::path::Path;
@@ -36,8 +37,10 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use toold_protocol::{ErrorType, Safety, ToolDefinition, ToolSource};
 
-use super::walk::{self, CancelCheck, FileFilter, Start, ThreadResults};
-use super::{Tool, ToolContext, ToolFailure, ToolFuture, ToolOutcome, ToolOutput, parse_args};
+use super::walk::{self, Budget, CancelCheck, FileFilter, MAX_RESULTS, Start, ThreadResults};
+use super::{
+    StopReading, Tool, ToolContext, ToolFailure, ToolFuture, ToolOutcome, ToolOutput, parse_args,
+};
 
 /// How many matching lines a call returns when it does not say.
 pub const DEFAULT_MAX_RESULTS: usize = 500;
@@ -46,6 +49,10 @@ pub const MAX_LINE_BYTES: usize = 1000;
 /// The most context lines a call may ask for on each side of a match: beyond this the output
 /// is mostly context, and `read_file` is the better tool.
 pub const MAX_CONTEXT_LINES: usize = 50;
+/// The most memory one walker thread's searcher may take for its buffer. Lines are searched
+/// whole, so a file of one 4 GiB line would otherwise be read into memory whole; past this the
+/// file is skipped (counted in `skipped`), as ripgrep skips a file it cannot read.
+pub const SEARCH_HEAP_LIMIT: usize = 32 * 1024 * 1024;
 
 pub struct SearchCode;
 
@@ -112,6 +119,7 @@ impl Tool for SearchCode {
                     "max_results": {
                         "type": "integer",
                         "minimum": 1,
+                        "maximum": MAX_RESULTS,
                         "description": "Most matching lines to return (default 500)."
                     }
                 },
@@ -136,6 +144,8 @@ impl Tool for SearchCode {
 /// What one file contributed: its output text, ready to be concatenated.
 struct FileHits {
     shown: String,
+    /// The file's name as it is, when `shown` had to escape it.
+    exact: Option<String>,
     text: String,
     /// The end offset in `text` of each matching line (after its newline), where the output
     /// may be cut.
@@ -161,11 +171,11 @@ fn search_code(args: &SearchArgs, ctx: &ToolContext) -> ToolOutcome {
         .binary_detection(BinaryDetection::quit(b'\x00'))
         .before_context(args.context)
         .after_context(args.context)
+        .heap_limit(Some(SEARCH_HEAP_LIMIT))
         .build();
     let start = walk::locate(ctx, args.path.as_deref())?;
-    // One more than asked for, so that a full answer and a cut one can be told apart.
-    let wanted = args.max_results.saturating_add(1);
-    let found = AtomicUsize::new(0);
+    let budget = Budget::new(args.max_results, ctx.env.max_read_bytes);
+    let skipped = AtomicUsize::new(0);
     let mut hits = match start {
         // A file that a deny rule hides is searched no more when named than when walked.
         Start::File { path, .. } if filter.denies(&path) => Vec::new(),
@@ -173,13 +183,16 @@ fn search_code(args: &SearchArgs, ctx: &ToolContext) -> ToolOutcome {
             let mut searcher = searcher;
             let mut cancel = CancelCheck::new(&ctx.cancel);
             let mut hits = Vec::new();
+            let named = Path::new(&shown);
             if let Some(file_hits) = search_file(
                 &mut searcher,
                 &matcher,
                 &path,
-                &shown,
-                &found,
-                wanted,
+                named,
+                &Shared {
+                    budget: &budget,
+                    skipped: &skipped,
+                },
                 &mut cancel,
             ) {
                 hits.push(file_hits);
@@ -193,23 +206,22 @@ fn search_code(args: &SearchArgs, ctx: &ToolContext) -> ToolOutcome {
                 let mut searcher = searcher.clone();
                 let matcher = matcher.clone();
                 let mut cancel = CancelCheck::new(&ctx.cancel);
-                let found = &found;
+                let shared = Shared {
+                    budget: &budget,
+                    skipped: &skipped,
+                };
                 move |path, relative| {
-                    // Borrowed for the UTF-8 paths that nearly all are: most files match
-                    // nothing, and their search should cost no allocation.
-                    let shown = relative.to_string_lossy();
                     if let Some(file_hits) = search_file(
                         &mut searcher,
                         &matcher,
                         path,
-                        &shown,
-                        found,
-                        wanted,
+                        relative,
+                        &shared,
                         &mut cancel,
                     ) {
                         results.local.push(file_hits);
                     }
-                    if found.load(Ordering::Relaxed) >= wanted {
+                    if shared.budget.is_full() {
                         WalkState::Quit
                     } else {
                         WalkState::Continue
@@ -222,7 +234,8 @@ fn search_code(args: &SearchArgs, ctx: &ToolContext) -> ToolOutcome {
         }
     };
     hits.sort_unstable_by(|left, right| walk::path_order(&left.shown, &right.shown));
-    let assembled = assemble(hits, args.max_results, args.context > 0);
+    let assembled = assemble(hits, &budget, args.context > 0);
+    let skipped = skipped.into_inner();
     if ctx.cancel.is_cancelled() {
         // The registry reports this as `canceled` or `timeout`, keeping what was found.
         return Err(
@@ -233,53 +246,80 @@ fn search_code(args: &SearchArgs, ctx: &ToolContext) -> ToolOutcome {
                 .with_meta("truncated", true),
         );
     }
-    Ok(ToolOutput::new(assembled.content)
+    let mut output = ToolOutput::new(assembled.content)
         .with_meta("matches", assembled.matches)
         .with_meta("files", assembled.files)
-        .with_meta("truncated", assembled.truncated))
+        .with_meta("truncated", assembled.truncated);
+    if skipped > 0 {
+        output = output.with_meta("skipped", skipped);
+    }
+    if !assembled.escaped.is_empty() {
+        output = output.with_meta("escaped_paths", assembled.escaped);
+    }
+    Ok(output)
 }
 
-/// Searches one file; `None` when nothing matched or it could not be read (skipped, as
-/// ripgrep skips it with a warning).
+/// What every file's search shares: the answer's budget, and the count of files that could not
+/// be searched (unreadable, or a line over [`SEARCH_HEAP_LIMIT`]).
+struct Shared<'a> {
+    budget: &'a Budget,
+    skipped: &'a AtomicUsize,
+}
+
+/// Searches one file, shown as `name`; `None` when nothing matched or it could not be read
+/// (skipped and counted, as ripgrep skips it with a warning).
 fn search_file(
     searcher: &mut Searcher,
     matcher: &RegexMatcher,
     path: &Path,
-    shown: &str,
-    found: &AtomicUsize,
-    wanted: usize,
+    name: &Path,
+    shared: &Shared<'_>,
     cancel: &mut CancelCheck<'_>,
 ) -> Option<FileHits> {
+    // Borrowed for the UTF-8 paths that nearly all are: most files match nothing, and their
+    // search should cost no allocation.
+    let shown = walk::shown_path(name);
     let mut sink = HitSink {
-        shown,
+        shown: &shown,
         text: String::new(),
         match_ends: Vec::new(),
-        found,
-        wanted,
+        budget: shared.budget,
         cancel,
     };
-    let searched = searcher.search_path(matcher, path, &mut sink);
+    // A large file is read only while the call goes on (`StopReading`).
+    let searched = std::fs::File::open(path).and_then(|file| {
+        let reader = StopReading::new(file, sink.cancel.token());
+        searcher.search_reader(matcher, reader, &mut sink)
+    });
     let HitSink {
         text, match_ends, ..
     } = sink;
-    if searched.is_err() || match_ends.is_empty() {
+    if searched.is_err() {
+        shared.skipped.fetch_add(1, Ordering::Relaxed);
         return None;
     }
+    if match_ends.is_empty() {
+        return None;
+    }
+    let exact = match &shown {
+        Cow::Owned(shown) => walk::exact_name(name, shown),
+        Cow::Borrowed(_) => None,
+    };
     Some(FileHits {
-        shown: shown.to_owned(),
+        shown: shown.into_owned(),
+        exact,
         text,
         match_ends,
     })
 }
 
 /// Writes one file's matches and context lines in ripgrep's format, and counts matching lines
-/// into the search-wide total so that every file stops once the search has enough.
+/// and bytes into the search-wide budget so that every file stops once the search has enough.
 struct HitSink<'a, 'c> {
     shown: &'a str,
     text: String,
     match_ends: Vec<usize>,
-    found: &'a AtomicUsize,
-    wanted: usize,
+    budget: &'a Budget,
     cancel: &'a mut CancelCheck<'c>,
 }
 
@@ -288,6 +328,7 @@ impl Sink for HitSink<'_, '_> {
 
     fn matched(&mut self, _searcher: &Searcher, found: &SinkMatch<'_>) -> Result<bool, io::Error> {
         let first_line = found.line_number().unwrap_or(0);
+        let before = self.text.len();
         let mut lines = 0;
         // Without multi-line search a match is one line; a multi-line one is shown line by line.
         for line in found.lines() {
@@ -296,22 +337,20 @@ impl Sink for HitSink<'_, '_> {
             lines += 1;
         }
         let lines = usize::try_from(lines).unwrap_or(usize::MAX);
-        let total = self
-            .found
-            .fetch_add(lines, Ordering::Relaxed)
-            .saturating_add(lines);
-        Ok(total < self.wanted && !self.cancel.is_cancelled())
+        let full = self.budget.take(lines, self.text.len() - before);
+        Ok(!full && !self.cancel.is_cancelled())
     }
 
     fn context(&mut self, _searcher: &Searcher, line: &SinkContext<'_>) -> Result<bool, io::Error> {
         let line_number = line.line_number().unwrap_or(0);
+        let before = self.text.len();
         write_line(&mut self.text, self.shown, b'-', line_number, line.bytes());
-        Ok(true)
+        Ok(!self.budget.take(0, self.text.len() - before))
     }
 
     fn context_break(&mut self, _searcher: &Searcher) -> Result<bool, io::Error> {
         self.text.push_str("--\n");
-        Ok(true)
+        Ok(!self.budget.take(0, 3))
     }
 }
 
@@ -351,35 +390,61 @@ fn push_lossy(out: &mut String, bytes: &[u8]) {
     }
 }
 
-/// The final output: files in order, cut after the `max_results`-th matching line.
+/// The final output: files in order, cut after the `max_results`-th matching line, or after
+/// the last matching line that keeps it within the budget's bytes.
 struct Assembled {
     content: String,
     matches: usize,
     files: usize,
     truncated: bool,
+    /// Escaped names shown → the names as they are.
+    escaped: Map<String, Value>,
 }
 
-fn assemble(hits: Vec<FileHits>, max_results: usize, separate_files: bool) -> Assembled {
+fn assemble(hits: Vec<FileHits>, budget: &Budget, separate_files: bool) -> Assembled {
     let total: usize = hits.iter().map(|file| file.match_ends.len()).sum();
-    let mut content = String::with_capacity(hits.iter().map(|file| file.text.len() + 3).sum());
+    let mut content = String::new();
     let mut matches = 0;
     let mut files = 0;
+    let mut escaped = Map::new();
+    let mut cut = false;
     for file in hits {
-        if matches == max_results {
+        let separator = if separate_files && files > 0 {
+            "--\n"
+        } else {
+            ""
+        };
+        let room_items = budget.max_items() - matches;
+        let room_bytes = budget
+            .max_bytes()
+            .saturating_sub(content.len() + separator.len());
+        let fitting = file
+            .match_ends
+            .iter()
+            .take(room_items)
+            .take_while(|&&end| end <= room_bytes)
+            .count();
+        if fitting == 0 {
             break;
         }
-        if separate_files && files > 0 {
-            content.push_str("--\n");
-        }
-        let room = max_results - matches;
-        if file.match_ends.len() <= room {
-            content.push_str(&file.text);
-            matches += file.match_ends.len();
+        content.push_str(separator);
+        // A whole file that fits keeps its trailing context lines; else the cut is after a
+        // matching line.
+        let end = if fitting == file.match_ends.len() && file.text.len() <= room_bytes {
+            file.text.len()
         } else {
-            content.push_str(&file.text[..file.match_ends[room - 1]]);
-            matches += room;
-        }
+            file.match_ends[fitting - 1]
+        };
+        cut |= end < file.text.len();
+        content.push_str(&file.text[..end]);
+        matches += fitting;
         files += 1;
+        if let Some(exact) = file.exact {
+            escaped.insert(file.shown, Value::from(exact));
+        }
+        if fitting < file.match_ends.len() {
+            break;
+        }
     }
     // The lines are newline-terminated as they are built; the answer's last one is not.
     if content.ends_with('\n') {
@@ -389,7 +454,8 @@ fn assemble(hits: Vec<FileHits>, max_results: usize, separate_files: bool) -> As
         content,
         matches,
         files,
-        truncated: total > max_results,
+        truncated: total > matches || cut,
+        escaped,
     }
 }
 

@@ -12,11 +12,13 @@
 //! skipped unless the glob names one, in which case they are walked, except `.git` directories
 //! unless the glob names `.git` itself: nobody searching for `.github/**` wants git's object store.
 
+use std::borrow::Cow;
 use std::cmp::Ordering;
 use std::ffi::OsStr;
 use std::num::NonZeroUsize;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{self, AtomicUsize};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use ignore::overrides::{Override, OverrideBuilder};
@@ -264,6 +266,10 @@ impl<'a> CancelCheck<'a> {
         }
     }
 
+    pub fn token(&self) -> &'a CancellationToken {
+        self.token
+    }
+
     pub fn is_cancelled(&mut self) -> bool {
         if self.countdown == 0 {
             self.countdown = CANCEL_CHECK_EVERY;
@@ -310,14 +316,120 @@ pub fn path_order(left: &str, right: &str) -> Ordering {
         .cmp(right.as_bytes().iter().map(key))
 }
 
-/// A path relative to the walk's root as shown to the model (non-UTF-8 bytes replaced).
-pub fn shown_path(relative: &Path) -> String {
-    relative.to_string_lossy().into_owned()
+/// A path relative to the walk's root as the text output shows it: non-UTF-8 bytes replaced,
+/// and control characters escaped (`\n`, `\r`, `\t`, `\x1b`), since a newline in a file name
+/// would otherwise forge a line of the output. Borrowed for the names that need neither.
+pub fn shown_path(relative: &Path) -> Cow<'_, str> {
+    let lossy = relative.to_string_lossy();
+    if !lossy.chars().any(char::is_control) {
+        return lossy;
+    }
+    let mut shown = String::with_capacity(lossy.len() + 8);
+    for c in lossy.chars() {
+        match c {
+            '\n' => shown.push_str("\\n"),
+            '\r' => shown.push_str("\\r"),
+            '\t' => shown.push_str("\\t"),
+            // Every control character is at most U+009F.
+            c if c.is_control() => shown.push_str(&format!("\\x{:02x}", u32::from(c))),
+            c => shown.push(c),
+        }
+    }
+    Cow::Owned(shown)
+}
+
+/// The name as it is (non-UTF-8 bytes replaced) when `shown` differs from it, for the
+/// metadata that gives escaped names exactly.
+pub fn exact_name(relative: &Path, shown: &str) -> Option<String> {
+    let lossy = relative.to_string_lossy();
+    (lossy != shown).then(|| lossy.into_owned())
+}
+
+/// The most results (`max_results`) a call of `find_files` or `search_code` may ask for. With
+/// the byte budget ([`Budget`]) it bounds what one call holds.
+pub const MAX_RESULTS: usize = 1_000_000;
+
+/// What a listing may still take, shared by the walk's threads: it counts items (paths,
+/// matching lines) and bytes of output, and is full once either passes its maximum (the extra
+/// item or byte proves the answer is cut), so that every thread stops.
+pub struct Budget {
+    items: AtomicUsize,
+    bytes: AtomicUsize,
+    max_items: usize,
+    max_bytes: usize,
+}
+
+impl Budget {
+    pub fn new(max_items: usize, max_bytes: usize) -> Self {
+        Self {
+            items: AtomicUsize::new(0),
+            bytes: AtomicUsize::new(0),
+            max_items,
+            max_bytes,
+        }
+    }
+
+    /// Records `items` and `bytes` more; whether the budget is now full.
+    pub fn take(&self, items: usize, bytes: usize) -> bool {
+        let items = self
+            .items
+            .fetch_add(items, atomic::Ordering::Relaxed)
+            .saturating_add(items);
+        let bytes = self
+            .bytes
+            .fetch_add(bytes, atomic::Ordering::Relaxed)
+            .saturating_add(bytes);
+        items > self.max_items || bytes > self.max_bytes
+    }
+
+    pub fn is_full(&self) -> bool {
+        self.take(0, 0)
+    }
+
+    pub fn max_items(&self) -> usize {
+        self.max_items
+    }
+
+    pub fn max_bytes(&self) -> usize {
+        self.max_bytes
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_with_control_characters_are_escaped() {
+        assert!(matches!(
+            shown_path(Path::new("src/a b.rs")),
+            Cow::Borrowed(_)
+        ));
+        assert_eq!(
+            shown_path(Path::new("evil\nx.rs:1:fake")),
+            "evil\\nx.rs:1:fake"
+        );
+        assert_eq!(
+            shown_path(Path::new("a\r\t\x1b\u{85}")),
+            "a\\r\\t\\x1b\\x85"
+        );
+        let escaped = shown_path(Path::new("a\nb"));
+        assert_eq!(
+            exact_name(Path::new("a\nb"), &escaped).as_deref(),
+            Some("a\nb")
+        );
+    }
+
+    #[test]
+    fn a_budget_is_full_past_either_maximum() {
+        let budget = Budget::new(2, 100);
+        assert!(!budget.take(2, 100));
+        assert!(budget.take(1, 0));
+        let budget = Budget::new(10, 100);
+        assert!(!budget.take(1, 60));
+        assert!(budget.take(1, 41));
+        assert!(budget.is_full());
+    }
 
     #[test]
     fn hidden_is_named_only_by_a_component_starting_with_a_dot() {
