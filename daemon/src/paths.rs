@@ -63,8 +63,13 @@ pub fn resolve(raw: &str, cwd: &Path, roots: &[PathBuf]) -> ResolvedPath {
 /// submodule's `.git/modules/…`, a worktree's `.git/worktrees/…`, or a directory a `.git`
 /// file in `git_dirs` names), and a `.git` entry itself (a `.git` file says which directory git
 /// reads). `git_dirs` are the git directories named by `.git` files ([`git_dirs_named_by_files`]).
+///
+/// Also any path in toold's own directories ([`protect_daemon_dirs`]): its config (rules and
+/// hooks it runs), its state (the saved sessions' rules) and its runtime directory (the socket
+/// every client trusts).
 pub fn makes_code_run(path: &ResolvedPath, git_dirs: &[PathBuf]) -> bool {
     [&path.lexical, &path.resolved].into_iter().any(|form| {
+        daemon_dirs().iter().any(|dir| form.starts_with(dir)) ||
         // Without a `HEAD` no directory is a repository to git: guarding it keeps a directory
         // made to look like one (`config` with `core.pager`, `objects/`, `refs/`, then
         // `cd dir && git log`) from ever becoming one.
@@ -74,6 +79,30 @@ pub fn makes_code_run(path: &ResolvedPath, git_dirs: &[PathBuf]) -> bool {
                 .iter()
                 .any(|dir| form.strip_prefix(dir).is_ok_and(runs_code_in_git_dir))
     })
+}
+
+/// toold's own configuration, state and runtime directories, as given and resolved, set once
+/// by the daemon at start ([`protect_daemon_dirs`]).
+static DAEMON_DIRS: std::sync::OnceLock<Vec<PathBuf>> = std::sync::OnceLock::new();
+
+/// Protects `dirs` (toold's config, state and runtime directories) for the life of the
+/// process: a write into any of them asks as a write to `.git/config` does. The first call
+/// wins; the daemon makes it once, before it serves.
+pub fn protect_daemon_dirs(dirs: impl IntoIterator<Item = PathBuf>) {
+    let mut protected = Vec::new();
+    for dir in dirs {
+        let lexical = normalize_lexically(&dir);
+        let resolved = resolve_symlinks(&lexical);
+        if resolved != lexical {
+            protected.push(resolved);
+        }
+        protected.push(lexical);
+    }
+    let _ = DAEMON_DIRS.set(protected);
+}
+
+fn daemon_dirs() -> &'static [PathBuf] {
+    DAEMON_DIRS.get().map_or(&[], Vec::as_slice)
 }
 
 /// The part of `path` after its last git directory component, judged.

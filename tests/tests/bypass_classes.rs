@@ -1133,3 +1133,84 @@ async fn grants_and_rules_cover_the_directory_a_command_runs_in() {
     no_effect(&approver, &session, &workspace, &calls, &[]).await;
     assert!(workspace.outside.join("build/artifact").exists());
 }
+
+/// toold's own config, state and runtime directories, under a root that holds them all (a
+/// root of `$HOME`): no file tool or command line writes there without an approval, in any
+/// mode but bypass, and after a restart the daemon trusts nothing a call planted.
+#[tokio::test]
+async fn toolds_own_files_are_protected_like_git_config() {
+    let mut daemon = TestDaemon::start_with_config(Some("# the user's config\n"));
+    let root = daemon.root().to_owned();
+    let config = root.join("config/toold/config.toml");
+    let config_before = std::fs::read(&config).unwrap();
+    let sessions = root.join("state/toold/sessions");
+    // The journal of writes in flight, which the daemon keeps from its start.
+    let journal = root.join("state/toold/writes-in-flight");
+    assert!(journal.exists());
+    let marker = root.join("work/HOOK_RAN");
+    let planted_hook = format!(
+        "[[hooks.pre_tool_use]]\nmatcher = \"*\"\ncommand = \"touch {}\"\n",
+        marker.display()
+    );
+    std::fs::write(root.join("work/evil.toml"), &planted_hook).unwrap();
+    std::os::unix::fs::symlink(root.join("config/toold"), root.join("work/link")).unwrap();
+    let client = daemon.connect(json!({}), no_answers()).await;
+    let allowed: Vec<String> = ["echo", "tee", "cp", "mv", "rm", "sed", "dd", "truncate"]
+        .iter()
+        .map(|program| format!("run_command({program} *)"))
+        .collect();
+    let write = |path: &str, content: &str| json!({"id": "c", "name": "write_file", "arguments": {"path": path, "content": content}});
+    let calls = [
+        write("config/toold/config.toml", &planted_hook),
+        write("./config/../config/toold/config.toml", &planted_hook),
+        write("work/link/config.toml", &planted_hook),
+        write("state/toold/sessions/s_planted.json", "{}"),
+        json!({"id": "c", "name": "edit_file", "arguments": {"path": "config/toold/config.toml",
+            "old_string": "# the user's config", "new_string": planted_hook}}),
+        command(&format!(
+            "echo '{planted_hook}' >> config/toold/config.toml"
+        )),
+        command(&format!("echo '{planted_hook}' >> work/link/config.toml")),
+        command("tee -a config/toold/config.toml < work/evil.toml"),
+        command("cp work/evil.toml config/toold/config.toml"),
+        command("dd if=work/evil.toml of=config/toold/config.toml"),
+        command("sed -i 's/^#.*//' config/toold/config.toml"),
+        command("truncate -s 0 config/toold/config.toml"),
+        command("rm -rf state/toold"),
+        command("rm config/toold/config.toml"),
+        command("mv state/toold/sessions work/moved"),
+        command("mv config/toold work/moved-config"),
+        command("echo x > run/toold/planted"),
+    ];
+    for mode in ["accept_edits", "default", "dont_ask"] {
+        let session = client
+            .create_session(&root, json!({"mode": mode, "rules": {"allow": allowed}}))
+            .await;
+        for call in &calls {
+            let response = execute(&client, &session, call.clone()).await;
+            let result = &response["results"][0]["result"];
+            assert_ne!(result["ok"], true, "{mode}: {call} was allowed: {result}");
+            assert_eq!(
+                std::fs::read(&config).unwrap(),
+                config_before,
+                "{mode}: {call}"
+            );
+            assert!(journal.exists(), "{mode}: {call}");
+            assert!(!sessions.join("s_planted.json").exists(), "{mode}: {call}");
+            assert!(!root.join("run/toold/planted").exists(), "{mode}: {call}");
+        }
+        // Elsewhere under the same root, the same tools and lines still work.
+        let response = execute(&client, &session, command("echo fine > work/fine.txt")).await;
+        assert_eq!(
+            response["results"][0]["result"]["ok"], true,
+            "{mode}: {response}"
+        );
+    }
+    client.disconnect();
+    // Restarted, the daemon runs no planted hook.
+    daemon.restart();
+    let client = daemon.connect(json!({}), no_answers()).await;
+    let session = client.create_session(&root, json!({})).await;
+    execute(&client, &session, command("true")).await;
+    assert!(!marker.exists(), "a planted hook ran");
+}

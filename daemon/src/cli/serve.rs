@@ -13,7 +13,7 @@ use crate::session::manager::{SessionDefaults, SessionManager};
 use crate::session::store::SessionStore;
 use crate::shell::isolated::ShellParser;
 use crate::tools::write_journal;
-use crate::{Registry, permission, process_tree};
+use crate::{Registry, paths, permission, process_tree};
 use anyhow::Context;
 use tokio_util::sync::CancellationToken;
 
@@ -64,6 +64,22 @@ pub fn serve(
                 (listener, path.display().to_string(), Some(bound))
             }
         };
+        // Writes into toold's own files would change what it trusts: its config (rules and
+        // hooks), its saved sessions, its socket.
+        let socket_path = listener
+            .local_addr()
+            .ok()
+            .and_then(|address| address.as_pathname().map(PathBuf::from));
+        paths::protect_daemon_dirs(
+            [
+                config_path.clone().or_else(crate::config::default_path),
+                SessionStore::default_dir(),
+                socket_path,
+            ]
+            .into_iter()
+            .flatten()
+            .map(toold_dir_of),
+        );
         let mut executor = Executor::new(
             Arc::new(Registry::with_builtins()),
             Arc::new(ShellParser::of_this_binary()),
@@ -112,6 +128,22 @@ pub fn serve(
 
 /// How long the daemon's exit waits for blocking work no call awaits any more.
 const ABANDONED_WORK_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// toold's own directory holding `path` (`…/toold/config.toml`, `…/toold/sessions`,
+/// `…/toold-1000/toold.sock`), or `path` alone when it lies elsewhere (`--socket /tmp/x.sock`
+/// must not protect all of `/tmp`).
+fn toold_dir_of(path: PathBuf) -> PathBuf {
+    match path.parent() {
+        Some(parent)
+            if parent
+                .file_name()
+                .is_some_and(|name| name.to_string_lossy().starts_with("toold")) =>
+        {
+            parent.to_path_buf()
+        }
+        _ => path,
+    }
+}
 
 /// Before the socket is reachable: the temporary files of writes a killed daemon left behind
 /// are removed, and this daemon's writes are journaled from now on.

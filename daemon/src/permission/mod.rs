@@ -640,7 +640,8 @@ fn protected_write(
     }
     Some(Decision::Ask {
         reason: "the call writes a file that makes code run later (git runs what .git/config \
-                 and .git/hooks name), which only an approval or an allow rule naming it permits"
+                 and .git/hooks name; toold trusts its own config and state), which only an \
+                 approval or an allow rule naming .git permits"
             .to_owned(),
         suggestion: suggestion.to_owned(),
     })

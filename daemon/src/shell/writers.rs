@@ -17,11 +17,23 @@ pub fn files_written(name: &str, args: &[String]) -> Vec<(usize, String)> {
         // harmless but `touch .git/HEAD` is not), cut (`truncate`) or made executable (`chmod
         // +x .git/hooks/…`): the mode word is judged too, harmlessly.
         "tee" | "touch" | "truncate" | "chmod" | "chown" | "chgrp" => operands(args),
+        // Removing is writing: `rm` of toold's config takes its deny rules away, `rm` of
+        // `.git/HEAD` unmakes a repository.
+        "rm" | "rmdir" | "unlink" | "shred" => operands(args),
+        // `mv` removes its sources as it writes the destination.
+        "mv" => {
+            let mut written = option_values(args, &["-t"], &["--target-directory"]);
+            written.extend(operands(args));
+            // `-t DIR`'s value is also taken for an operand: once is enough.
+            written.sort_by_key(|(at, _)| *at);
+            written.dedup_by_key(|(at, _)| *at);
+            written
+        }
         // `sed -i` edits its file operands in place (the script is judged too, harmlessly).
         "sed" if args.iter().any(|arg| is_in_place(arg)) => operands(args),
         "perl" | "ruby" if args.iter().any(|arg| is_in_place(arg)) => operands(args),
         // The destination: the last operand, or the directory of `-t`/`--target-directory`.
-        "cp" | "mv" | "install" | "ln" | "rsync" => {
+        "cp" | "install" | "ln" | "rsync" => {
             let mut written = option_values(args, &["-t"], &["--target-directory"]);
             written.extend(operands(args).pop());
             written
@@ -130,7 +142,10 @@ mod tests {
         assert_eq!(written("sed -ni.bak p f"), ["p", "f"]);
         assert!(written("sed s/a/b/ f").is_empty());
         assert_eq!(written("cp -r src /outside/dest"), ["/outside/dest"]);
-        assert_eq!(written("mv -t /outside a b"), ["/outside", "b"]);
+        assert_eq!(written("mv -t /outside a b"), ["/outside", "a", "b"]);
+        assert_eq!(written("mv a/config b"), ["a/config", "b"]);
+        assert_eq!(written("rm -rf state/toold x"), ["state/toold", "x"]);
+        assert_eq!(written("unlink .git/HEAD"), [".git/HEAD"]);
         let words = ["-a".to_owned(), "$f".to_owned()];
         assert_eq!(files_written("tee", &words), [(1, "$f".to_owned())]);
         assert_eq!(written("dd if=x of=/dev/sda"), ["/dev/sda"]);
