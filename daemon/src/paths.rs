@@ -35,7 +35,10 @@ impl ResolvedPath {
     }
 }
 
-/// Resolves `raw` against `cwd` and judges both forms against `roots`.
+/// Resolves `raw` against `cwd` and judges both forms against `roots`. The roots are taken as
+/// they are, never resolved again: a session's roots are made canonical once, when the session
+/// is created or updated, so that a root repointed later (a symlink swapped in for it or for a
+/// directory above it) cannot move what counts as inside.
 pub fn resolve(raw: &str, cwd: &Path, roots: &[PathBuf]) -> ResolvedPath {
     let absolute = absolute(raw, cwd);
     let lexical = normalize_lexically(&absolute);
@@ -43,9 +46,7 @@ pub fn resolve(raw: &str, cwd: &Path, roots: &[PathBuf]) -> ResolvedPath {
     let lexical_inside_roots = roots
         .iter()
         .any(|root| lexical.starts_with(normalize_lexically(root)));
-    let resolved_inside_roots = roots
-        .iter()
-        .any(|root| resolved.starts_with(resolve_symlinks(root)));
+    let resolved_inside_roots = roots.iter().any(|root| resolved.starts_with(root));
     ResolvedPath {
         raw: raw.to_owned(),
         lexical,
@@ -351,14 +352,21 @@ mod tests {
     }
 
     #[test]
-    fn roots_are_compared_resolved_too() {
+    fn roots_are_taken_as_given_never_resolved_again() {
         let (_keep, base) = tree();
         std::fs::create_dir_all(base.join("real")).unwrap();
         symlink(base.join("real"), base.join("alias")).unwrap();
         let alias = base.join("alias");
-        let judged = resolve("file", &alias, std::slice::from_ref(&alias));
+        let real = base.join("real");
+        // A canonical root (what sessions hold) covers paths reached through a link to it.
+        let judged = resolve("file", &alias, std::slice::from_ref(&real));
         assert_eq!(judged.resolved, base.join("real/file"));
+        assert!(judged.resolved_inside_roots);
+        let judged = resolve("file", &real, std::slice::from_ref(&real));
         assert!(judged.inside_roots());
+        // A root that is a link is not followed at judging time: where it points could change.
+        let judged = resolve("file", &alias, std::slice::from_ref(&alias));
+        assert!(!judged.resolved_inside_roots);
     }
 
     #[test]

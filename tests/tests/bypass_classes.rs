@@ -1214,3 +1214,80 @@ async fn toolds_own_files_are_protected_like_git_config() {
     execute(&client, &session, command("true")).await;
     assert!(!marker.exists(), "a planted hook ran");
 }
+
+/// A root given through a symlink is made canonical when the session is created: repointing
+/// the link (or a directory above the root) later moves nothing the session may write.
+#[tokio::test]
+async fn a_root_is_resolved_once_when_the_session_is_made() {
+    let daemon = TestDaemon::start();
+    let base = daemon.work();
+    for dir in ["real", "elsewhere", "above/proj", "other/proj"] {
+        std::fs::create_dir_all(base.join(dir)).unwrap();
+    }
+    let link = base.join("link");
+    std::os::unix::fs::symlink(base.join("real"), &link).unwrap();
+    let client = daemon.connect(json!({}), no_answers()).await;
+    let rules = json!({"allow": ["run_command(echo *)"]});
+    let session = client
+        .create_session(&link, json!({"mode": "accept_edits", "rules": rules}))
+        .await;
+    let nested = client
+        .create_session(
+            &base.join("above/proj"),
+            json!({"mode": "accept_edits", "rules": rules}),
+        )
+        .await;
+    let snapshot = client
+        .request("session/get", json!({"session_id": session}))
+        .await
+        .unwrap();
+    assert_eq!(snapshot["cwd"], base.join("real").display().to_string());
+    assert_eq!(snapshot["roots"], json!([base.join("real")]));
+
+    // The link now points outside; `above` is now a link to `other`.
+    std::fs::remove_file(&link).unwrap();
+    std::os::unix::fs::symlink(base.join("elsewhere"), &link).unwrap();
+    std::fs::rename(base.join("above"), base.join("above-moved")).unwrap();
+    std::os::unix::fs::symlink(base.join("other"), base.join("above")).unwrap();
+
+    let write = |path: String| json!({"id": "w", "name": "write_file", "arguments": {"path": path, "content": "x"}});
+    let through_link = format!("{}/f.txt", link.display());
+    for call in [
+        write(through_link.clone()),
+        command(&format!("echo x > {through_link}")),
+        write(base.join("elsewhere/g.txt").display().to_string()),
+    ] {
+        let response = execute(&client, &session, call.clone()).await;
+        assert_ne!(
+            response["results"][0]["result"]["ok"], true,
+            "{call}: {response}"
+        );
+    }
+    let in_moved_root = format!("{}/above/proj/f.txt", base.display());
+    for call in [
+        write(in_moved_root.clone()),
+        command(&format!("echo x > {in_moved_root}")),
+    ] {
+        let response = execute(&client, &nested, call.clone()).await;
+        assert_ne!(
+            response["results"][0]["result"]["ok"], true,
+            "{call}: {response}"
+        );
+    }
+    assert_eq!(
+        std::fs::read_dir(base.join("elsewhere")).unwrap().count(),
+        0,
+        "nothing was written through the repointed link"
+    );
+    assert!(!base.join("other/proj/f.txt").exists());
+
+    // Relative paths still go to the directory the session was made in.
+    for call in [write("a.txt".to_owned()), command("echo x > b.txt")] {
+        let response = execute(&client, &session, call.clone()).await;
+        assert_eq!(
+            response["results"][0]["result"]["ok"], true,
+            "{call}: {response}"
+        );
+    }
+    assert!(base.join("real/a.txt").exists() && base.join("real/b.txt").exists());
+}

@@ -381,8 +381,10 @@ fn existing_dir(field: &str, path: &Path) -> Result<PathBuf, ErrorObject> {
             path.display()
         )));
     }
-    match std::fs::metadata(path) {
-        Ok(meta) if meta.is_dir() => Ok(path.to_path_buf()),
+    // Canonical once, here: every later call judges paths against this directory, whatever
+    // its name comes to point to.
+    match std::fs::metadata(path).and_then(|meta| Ok((meta, std::fs::canonicalize(path)?))) {
+        Ok((meta, canonical)) if meta.is_dir() => Ok(canonical),
         Ok(_) => Err(ErrorObject::invalid_params(format!(
             "{field}: {} is not a directory",
             path.display()
