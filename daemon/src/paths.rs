@@ -82,6 +82,28 @@ pub fn makes_code_run(path: &ResolvedPath, git_dirs: &[PathBuf]) -> bool {
     })
 }
 
+/// `path` as text that names it exactly, for keys such as a session's grants: as it is when it
+/// is UTF-8 without a backslash; else each backslash written `\\` and each byte that is not
+/// UTF-8 `\xHH`. Two paths never share a text, which a lossy display cannot promise (every
+/// invalid byte shows as U+FFFD).
+pub fn exact_text(path: &Path) -> std::borrow::Cow<'_, str> {
+    use std::fmt::Write as _;
+    let bytes = path.as_os_str().as_encoded_bytes();
+    match std::str::from_utf8(bytes) {
+        Ok(text) if !text.contains('\\') => text.into(),
+        _ => {
+            let mut exact = String::with_capacity(bytes.len() + 8);
+            for chunk in bytes.utf8_chunks() {
+                exact.push_str(&chunk.valid().replace('\\', "\\\\"));
+                for byte in chunk.invalid() {
+                    let _ = write!(exact, "\\x{byte:02x}");
+                }
+            }
+            exact.into()
+        }
+    }
+}
+
 /// toold's own configuration, state and runtime directories, as given and resolved, set once
 /// by the daemon at start ([`protect_daemon_dirs`]).
 static DAEMON_DIRS: std::sync::OnceLock<Vec<PathBuf>> = std::sync::OnceLock::new();
@@ -349,6 +371,19 @@ mod tests {
         symlink(base.join("loop1"), base.join("loop2")).unwrap();
         let judged = resolve("loop1", &base, std::slice::from_ref(&base));
         assert!(judged.resolved.starts_with(&base));
+    }
+
+    #[test]
+    fn exact_text_names_one_path_only() {
+        use std::os::unix::ffi::OsStrExt;
+        let of =
+            |bytes: &[u8]| exact_text(Path::new(std::ffi::OsStr::from_bytes(bytes))).into_owned();
+        assert_eq!(of(b"/a/b c"), "/a/b c");
+        assert_eq!(of(b"/a\xff"), "/a\\xff");
+        assert_eq!(of(b"/a\xfe"), "/a\\xfe");
+        // A backslash is escaped too, so a name spelling `\xff` is not the byte.
+        assert_eq!(of(b"/a\\xff"), "/a\\\\xff");
+        assert_eq!(of(b"/\xc3\xa9\xc3"), "/\u{e9}\\xc3");
     }
 
     #[test]

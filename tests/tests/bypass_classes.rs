@@ -1291,3 +1291,56 @@ async fn a_root_is_resolved_once_when_the_session_is_made() {
     }
     assert!(base.join("real/a.txt").exists() && base.join("real/b.txt").exists());
 }
+
+/// A grant is keyed on the exact bytes of the path it was given for: two files outside the
+/// roots whose names differ only in bytes that are not UTF-8 (and so display the same) need
+/// two approvals, for a read and for a command's `cwd`.
+#[tokio::test]
+async fn a_grant_covers_the_exact_bytes_it_was_given_for() {
+    use std::os::unix::ffi::OsStrExt;
+    let daemon = TestDaemon::start();
+    let outside = daemon.root().join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    let named = |byte: u8| outside.join(std::ffi::OsStr::from_bytes(&[b'n', byte]));
+    for (byte, link) in [(0xff, "first"), (0xfe, "second")] {
+        std::fs::create_dir(named(byte)).unwrap();
+        std::fs::write(named(byte).join("f.txt"), format!("{link}\n")).unwrap();
+        std::os::unix::fs::symlink(named(byte), outside.join(link)).unwrap();
+    }
+    let asked = Arc::new(Mutex::new(Vec::new()));
+    let client = daemon
+        .connect(
+            json!({"approvals": true}),
+            toold_tests::daemon::always(json!({"decision": "allow_session"}), asked.clone()),
+        )
+        .await;
+    let session = client
+        .create_session(
+            &daemon.work(),
+            json!({"rules": {"allow": ["run_command(cat *)"]}}),
+        )
+        .await;
+    let read = |link: &str| {
+        json!({"id": "r", "name": "read_file",
+            "arguments": {"path": format!("{}/{link}/f.txt", outside.display())}})
+    };
+    let cat_in = |link: &str| {
+        json!({"id": "c", "name": "run_command",
+            "arguments": {"command": "cat f.txt", "cwd": format!("{}/{link}", outside.display())}})
+    };
+    for (first, second) in [
+        (read("first"), read("second")),
+        (cat_in("first"), cat_in("second")),
+    ] {
+        let before = asked.lock().unwrap().len();
+        for call in [&first, &second, &first] {
+            let response = execute(&client, &session, call.clone()).await;
+            assert_eq!(
+                response["results"][0]["result"]["ok"], true,
+                "{call}: {response}"
+            );
+        }
+        // Asked for each file once; the third call is the first file's grant at work.
+        assert_eq!(asked.lock().unwrap().len() - before, 2, "{first}");
+    }
+}

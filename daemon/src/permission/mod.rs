@@ -12,7 +12,7 @@ use globset::{GlobBuilder, GlobMatcher};
 use serde_json::{Map, Value};
 use toold_protocol::{Rules, Safety, SessionMode as Mode};
 
-use crate::paths::ResolvedPath;
+use crate::paths::{self, ResolvedPath};
 use crate::shell::CommandLine;
 use crate::tools::HiddenPaths;
 
@@ -649,7 +649,8 @@ fn protected_write(
 
 /// The exact form a session grant records and matches: the command line (after the call's
 /// `env` as `NAME=value` words) for `run_command`, the resolved path for file tools, the tool
-/// alone otherwise.
+/// alone otherwise. Paths are written by [`paths::exact_text`], so a grant covers the bytes
+/// it was given for and no other file that merely displays the same.
 pub fn canonical_form(call: &CallFacts<'_>) -> String {
     if let Some(command) = call.command {
         // A grant for a `cwd` covers that directory only: the same line elsewhere runs
@@ -657,7 +658,7 @@ pub fn canonical_form(call: &CallFacts<'_>) -> String {
         let line = match &command.cwd {
             Some(cwd) => format!(
                 "cd {} && {}",
-                facts::shell_quoted(&cwd.resolved.to_string_lossy()),
+                facts::shell_quoted(&paths::exact_text(&cwd.resolved)),
                 command.line
             ),
             None => command.line.clone(),
@@ -666,7 +667,7 @@ pub fn canonical_form(call: &CallFacts<'_>) -> String {
     }
     match call.paths {
         [only] if FILE_TOOLS.contains(&call.tool) => {
-            format!("{}(/{})", call.tool, only.resolved.display())
+            format!("{}(/{})", call.tool, paths::exact_text(&only.resolved))
         }
         _ => call.tool.to_owned(),
     }
