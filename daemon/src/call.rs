@@ -10,9 +10,9 @@ use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use toold_protocol::{
-    ApprovalDecision, ApprovalRequestParams, ApprovalResolved, CallEnded, CallOutcome, CallStart,
-    ErrorType, PostToolUseParams, PreToolUseDecision, PreToolUseParams, ResolvedBy, ToolCall,
-    ToolOutput as OutputEvent, ToolResult,
+    ApprovalDecision, ApprovalRequestParams, ApprovalResolved, ArgumentsReplaced, CallEnded,
+    CallOutcome, CallStart, ErrorType, PostToolUseParams, PreToolUseDecision, PreToolUseParams,
+    ReplacedBy, ResolvedBy, ToolCall, ToolOutput as OutputEvent, ToolResult,
 };
 
 use crate::approval::ApprovalReply;
@@ -160,6 +160,7 @@ async fn step_pre_hooks(
     }
     if let Some(arguments) = verdict.arguments {
         resolved.replace_arguments(arguments)?;
+        arguments_replaced(scope, call, &resolved.arguments, ReplacedBy::Hook);
     }
     Ok(match verdict.decision {
         PreToolUseDecision::Allow => HookVerdict::Allow,
@@ -310,6 +311,7 @@ async fn step_approval(
             let replaced = answer.arguments.is_some();
             if let Some(arguments) = answer.arguments {
                 resolved.replace_arguments(arguments)?;
+                arguments_replaced(scope, call, &resolved.arguments, ReplacedBy::Approver);
                 *analysed = analyse_command(scope, resolved).await;
             }
             // The deny rules are judged again on the session as it is now, whatever the answer
@@ -530,6 +532,21 @@ async fn step_post_hooks(
             .insert("additional_context".into(), Value::String(context));
     }
     result
+}
+
+/// `tool/arguments_replaced`: what the call goes on with, for everyone who saw its start.
+fn arguments_replaced(
+    scope: &CallScope,
+    call: &ToolCall,
+    arguments: &Map<String, Value>,
+    by: ReplacedBy,
+) {
+    scope.emit(EventBody::ArgumentsReplaced(ArgumentsReplaced {
+        iteration: scope.iteration,
+        call: current_call(call, arguments),
+        by,
+        elided_bytes: 0,
+    }));
 }
 
 fn current_call(call: &ToolCall, arguments: &Map<String, Value>) -> ToolCall {

@@ -7,7 +7,8 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 
 use toold_protocol::{
-    ApprovalResolved, BatchDone, BatchStart, CallEnded, CallStart, Event, EventParams, ToolOutput,
+    ApprovalResolved, ArgumentsReplaced, BatchDone, BatchStart, CallEnded, CallStart, Event,
+    EventParams, ToolOutput,
 };
 
 /// The body of an event, before the sink stamps it.
@@ -15,6 +16,7 @@ use toold_protocol::{
 pub enum EventBody {
     BatchStart(BatchStart),
     CallStart(CallStart),
+    ArgumentsReplaced(ArgumentsReplaced),
     Output(ToolOutput),
     Result(CallEnded),
     CallDone(CallEnded),
@@ -80,6 +82,7 @@ impl EventSink {
         let event = match body {
             EventBody::BatchStart(body) => Event::BatchStart(stamp(header, body)),
             EventBody::CallStart(body) => Event::CallStart(stamp(header, body)),
+            EventBody::ArgumentsReplaced(body) => Event::ArgumentsReplaced(stamp(header, body)),
             EventBody::Output(body) => Event::Output(stamp(header, body)),
             EventBody::Result(body) => Event::Result(stamp(header, body)),
             EventBody::CallDone(body) => Event::CallDone(stamp(header, body)),

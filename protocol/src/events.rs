@@ -43,6 +43,30 @@ pub struct CallStart {
     pub elided_bytes: u64,
 }
 
+/// `tool/arguments_replaced`: a PreToolUse hook or an approver replaced a call's arguments
+/// after its `tool/call_start`; `call.arguments` are the ones the call goes on with (judged,
+/// and run if it runs), so that observers see what runs, not only what the model asked.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ArgumentsReplaced {
+    pub iteration: u64,
+    pub call: ToolCall,
+    pub by: ReplacedBy,
+    /// As in [`CallStart`]: set only on a replayed event whose arguments the log no longer
+    /// keeps.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub elided_bytes: u64,
+}
+
+/// Who replaced a call's arguments.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReplacedBy {
+    /// A PreToolUse hook's `arguments`.
+    Hook,
+    /// An approver's answer with `arguments`.
+    Approver,
+}
+
 /// Which stream of a command an output chunk came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -124,6 +148,7 @@ pub struct BatchDone {}
 pub enum Event {
     BatchStart(EventParams<BatchStart>),
     CallStart(EventParams<CallStart>),
+    ArgumentsReplaced(EventParams<ArgumentsReplaced>),
     Output(EventParams<ToolOutput>),
     Result(EventParams<CallEnded>),
     CallDone(EventParams<CallEnded>),
@@ -137,6 +162,7 @@ impl Event {
         match self {
             Event::BatchStart(_) => methods::BATCH_START,
             Event::CallStart(_) => methods::TOOL_CALL_START,
+            Event::ArgumentsReplaced(_) => methods::TOOL_ARGUMENTS_REPLACED,
             Event::Output(_) => methods::TOOL_OUTPUT,
             Event::Result(_) => methods::TOOL_RESULT,
             Event::CallDone(_) => methods::TOOL_CALL_DONE,
@@ -152,6 +178,7 @@ impl Event {
         match self {
             Event::BatchStart(params) => render_notification_as(method, params),
             Event::CallStart(params) => render_notification_as(method, params),
+            Event::ArgumentsReplaced(params) => render_notification_as(method, params),
             Event::Output(params) => render_notification_as(method, params),
             Event::Result(params) => render_notification_as(method, params),
             Event::CallDone(params) => render_notification_as(method, params),
@@ -165,6 +192,7 @@ impl Event {
         match self {
             Event::BatchStart(params) => serde_json::to_value(params),
             Event::CallStart(params) => serde_json::to_value(params),
+            Event::ArgumentsReplaced(params) => serde_json::to_value(params),
             Event::Output(params) => serde_json::to_value(params),
             Event::Result(params) => serde_json::to_value(params),
             Event::CallDone(params) => serde_json::to_value(params),
@@ -188,6 +216,7 @@ impl Event {
         match method {
             methods::BATCH_START => parse(params, Event::BatchStart),
             methods::TOOL_CALL_START => parse(params, Event::CallStart),
+            methods::TOOL_ARGUMENTS_REPLACED => parse(params, Event::ArgumentsReplaced),
             methods::TOOL_OUTPUT => parse(params, Event::Output),
             methods::TOOL_RESULT => parse(params, Event::Result),
             methods::TOOL_CALL_DONE => parse(params, Event::CallDone),
@@ -199,6 +228,18 @@ impl Event {
 
     pub fn session_id(&self) -> &str {
         self.header().0
+    }
+
+    /// The call the event is about; `None` for the batch's own events.
+    pub fn call_id(&self) -> Option<&str> {
+        match self {
+            Event::CallStart(params) => Some(&params.body.call.id),
+            Event::ArgumentsReplaced(params) => Some(&params.body.call.id),
+            Event::Output(params) => Some(&params.body.call_id),
+            Event::Result(params) | Event::CallDone(params) => Some(&params.body.call_id),
+            Event::ApprovalResolved(params) => Some(&params.body.call_id),
+            Event::BatchStart(_) | Event::BatchDone(_) => None,
+        }
     }
 
     pub fn seq(&self) -> u64 {
@@ -216,6 +257,7 @@ impl Event {
         match self {
             Event::BatchStart(params) => of(params),
             Event::CallStart(params) => of(params),
+            Event::ArgumentsReplaced(params) => of(params),
             Event::Output(params) => of(params),
             Event::Result(params) => of(params),
             Event::CallDone(params) => of(params),
@@ -256,6 +298,11 @@ mod tests {
                 methods::TOOL_CALL_START,
                 header(json!({"iteration":3,
                     "call":{"id":"call_a","name":"read_file","arguments":{"path":"A"}}})),
+            ),
+            (
+                methods::TOOL_ARGUMENTS_REPLACED,
+                header(json!({"iteration":3,"by":"hook",
+                    "call":{"id":"call_a","name":"read_file","arguments":{"path":"B"}}})),
             ),
             (
                 methods::TOOL_OUTPUT,

@@ -32,8 +32,8 @@ mod test_support;
 
 pub use approval::{ApprovalAnswer, ApprovalDecision, ApprovalRequestParams};
 pub use events::{
-    ApprovalResolved, BatchDone, BatchStart, CallEnded, CallStart, Event, EventParams,
-    OutputStream, ResolvedBy, ToolOutput,
+    ApprovalResolved, ArgumentsReplaced, BatchDone, BatchStart, CallEnded, CallStart, Event,
+    EventParams, OutputStream, ReplacedBy, ResolvedBy, ToolOutput,
 };
 pub use execute::{
     CallOutcome, CancelParams, CancelRequestParams, CancelResult, ExecuteParams, ExecuteResult,

@@ -6,7 +6,7 @@ use serde::de::DeserializeOwned;
 
 use crate::approval::{ApprovalAnswer, ApprovalRequestParams};
 use crate::events::{
-    ApprovalResolved as ApprovalResolvedBody, BatchDone as BatchDoneBody,
+    ApprovalResolved as ApprovalResolvedBody, ArgumentsReplaced, BatchDone as BatchDoneBody,
     BatchStart as BatchStartBody, CallEnded, CallStart, EventParams, ToolOutput,
 };
 use crate::execute::{
@@ -52,6 +52,7 @@ pub const TOOL_INVOKE: &str = "tool/invoke";
 // Daemon → client notifications.
 pub const BATCH_START: &str = "batch/start";
 pub const TOOL_CALL_START: &str = "tool/call_start";
+pub const TOOL_ARGUMENTS_REPLACED: &str = "tool/arguments_replaced";
 pub const TOOL_OUTPUT: &str = "tool/output";
 pub const TOOL_RESULT: &str = "tool/result";
 pub const TOOL_CALL_DONE: &str = "tool/call_done";
@@ -126,6 +127,7 @@ notification_methods! {
     CancelRequest = CANCEL_REQUEST: CancelRequestParams;
     BatchStart = BATCH_START: EventParams<BatchStartBody>;
     ToolCallStart = TOOL_CALL_START: EventParams<CallStart>;
+    ToolArgumentsReplaced = TOOL_ARGUMENTS_REPLACED: EventParams<ArgumentsReplaced>;
     ToolOutputEvent = TOOL_OUTPUT: EventParams<ToolOutput>;
     ToolResultEvent = TOOL_RESULT: EventParams<CallEnded>;
     ToolCallDone = TOOL_CALL_DONE: EventParams<CallEnded>;

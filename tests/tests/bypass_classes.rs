@@ -1344,3 +1344,118 @@ async fn a_grant_covers_the_exact_bytes_it_was_given_for() {
         assert_eq!(asked.lock().unwrap().len() - before, 2, "{first}");
     }
 }
+
+/// Arguments a PreToolUse hook or an approver replaced are in the session's events
+/// (`tool/arguments_replaced`, between `tool/call_start` and `tool/result`), so that an
+/// observer sees the command that runs, not only the one the model asked for.
+#[tokio::test]
+async fn replaced_arguments_are_in_the_events() {
+    use toold_tests::daemon::answer_with;
+    let daemon = TestDaemon::start();
+    let submitter = daemon.connect(json!({}), no_answers()).await;
+    let session = submitter
+        .create_session(
+            &daemon.work(),
+            json!({"rules": {"allow": ["run_command(echo hooked-*)"]}}),
+        )
+        .await;
+    let asked = Arc::new(Mutex::new(Vec::new()));
+    let helper = daemon
+        .connect(
+            json!({"hooks": ["pre_tool_use"], "approvals": true}),
+            answer_with(asked.clone(), |request| {
+                let params = request.params.clone().unwrap_or_default();
+                match (request.method.as_str(), params["call"]["id"].as_str()) {
+                    ("hook/pre_tool_use", Some("hooked")) => Reply::result(json!({
+                        "decision": "continue",
+                        "arguments": {"command": "echo hooked-REPLACED"}})),
+                    ("hook/pre_tool_use", _) => Reply::result(json!({"decision": "continue"})),
+                    _ => Reply::result(json!({"decision": "allow_once",
+                        "arguments": {"command": "echo APPROVER-REPLACED"}})),
+                }
+            }),
+        )
+        .await;
+    helper
+        .request("session/attach", json!({"session_id": session}))
+        .await
+        .unwrap();
+    let mut observer = daemon.connect(json!({}), no_answers()).await;
+    observer
+        .request("session/attach", json!({"session_id": session}))
+        .await
+        .unwrap();
+    let response = submitter
+        .request(
+            "tools/execute",
+            json!({"session_id": session, "calls": [
+                {"id": "hooked", "name": "run_command", "arguments": {"command": "echo hooked-innocent"}},
+                {"id": "approved", "name": "run_command", "arguments": {"command": "echo asked"}},
+            ]}),
+        )
+        .await
+        .unwrap();
+    let contents: Vec<&Value> = response["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|outcome| &outcome["result"]["content"])
+        .collect();
+    assert_eq!(
+        contents,
+        [&json!("hooked-REPLACED\n"), &json!("APPROVER-REPLACED\n")]
+    );
+    let events = observer
+        .session_events_until(|event| event.method == "batch/done")
+        .await;
+    for (call_id, original, replaced, by) in [
+        (
+            "hooked",
+            "echo hooked-innocent",
+            "echo hooked-REPLACED",
+            "hook",
+        ),
+        (
+            "approved",
+            "echo asked",
+            "echo APPROVER-REPLACED",
+            "approver",
+        ),
+    ] {
+        let of_call: Vec<(&str, Value)> = events
+            .iter()
+            .filter_map(|event| {
+                let params = event.params.clone()?;
+                let id = params["call"]["id"]
+                    .as_str()
+                    .or(params["call_id"].as_str())?
+                    .to_owned();
+                (id == call_id).then_some((event.method.as_str(), params))
+            })
+            .collect();
+        let methods: Vec<&str> = of_call.iter().map(|(method, _)| *method).collect();
+        let start = methods
+            .iter()
+            .position(|m| *m == "tool/call_start")
+            .unwrap();
+        let swapped = methods
+            .iter()
+            .position(|m| *m == "tool/arguments_replaced")
+            .unwrap_or_else(|| panic!("{call_id}: no tool/arguments_replaced in {methods:?}"));
+        let result = methods.iter().position(|m| *m == "tool/result").unwrap();
+        assert!(start < swapped && swapped < result, "{methods:?}");
+        assert_eq!(of_call[start].1["call"]["arguments"]["command"], original);
+        assert_eq!(of_call[swapped].1["call"]["arguments"]["command"], replaced);
+        assert_eq!(of_call[swapped].1["by"], by);
+    }
+    // The approver was asked about the call as it stood when it asked.
+    let requests = asked.lock().unwrap();
+    let approval = requests
+        .iter()
+        .find(|request| request.method == "approval/request")
+        .expect("an approval request");
+    assert_eq!(
+        approval.params.as_ref().unwrap()["call"]["arguments"]["command"],
+        "echo asked"
+    );
+}

@@ -261,11 +261,8 @@ async fn events_arrive_in_order() {
     for call_id in ["read", "say"] {
         let kinds: Vec<&str> = received
             .iter()
-            .filter(|event| match event {
-                Event::CallStart(start) => start.body.call.id == call_id,
-                Event::Output(output) => output.body.call_id == call_id,
-                Event::Result(ended) | Event::CallDone(ended) => ended.body.call_id == call_id,
-                Event::BatchStart(_) | Event::BatchDone(_) | Event::ApprovalResolved(_) => false,
+            .filter(|event| {
+                event.call_id() == Some(call_id) && !matches!(event, Event::ApprovalResolved(_))
             })
             .map(Event::method)
             .filter(|method| *method != "tool/output")

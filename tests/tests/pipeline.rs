@@ -263,13 +263,7 @@ impl Harness {
             .events()
             .iter()
             .map(|event| {
-                let call_id = match event {
-                    Event::CallStart(params) => params.body.call.id.clone(),
-                    Event::Output(params) => params.body.call_id.clone(),
-                    Event::Result(params) | Event::CallDone(params) => params.body.call_id.clone(),
-                    Event::ApprovalResolved(params) => params.body.call_id.clone(),
-                    Event::BatchStart(_) | Event::BatchDone(_) => String::new(),
-                };
+                let call_id = event.call_id().unwrap_or_default().to_owned();
                 (event.method().to_owned(), call_id)
             })
             .collect()

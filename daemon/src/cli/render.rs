@@ -4,7 +4,7 @@
 
 use super::visible;
 use toold_protocol::{
-    ApprovalDecision, Event, OutputStream, ResolvedBy, SessionMode, SessionSnapshot,
+    ApprovalDecision, Event, OutputStream, ReplacedBy, ResolvedBy, SessionMode, SessionSnapshot,
     ToolDefinition, ToolResult,
 };
 
@@ -49,6 +49,16 @@ pub fn event_line(event: &Event) -> Option<String> {
             visible::line(&start.body.call.id),
             visible::line(&start.body.call.name),
             visible::line(&compact_json(&start.body.call.arguments))
+        )),
+        Event::ArgumentsReplaced(replaced) => Some(format!(
+            "↻ {} {} arguments replaced by {}: {}",
+            visible::line(&replaced.body.call.id),
+            visible::line(&replaced.body.call.name),
+            match replaced.body.by {
+                ReplacedBy::Hook => "a hook",
+                ReplacedBy::Approver => "an approver",
+            },
+            visible::line(&compact_json(&replaced.body.call.arguments))
         )),
         Event::Output(output) => Some(format!(
             "  {} {}: {}",

@@ -4,7 +4,9 @@
 //! `elided_bytes`.
 
 use serde_json::{Map, Value};
-use toold_protocol::{CallEnded, CallStart, Event, EventParams, ToolCall, ToolOutput, ToolResult};
+use toold_protocol::{
+    ArgumentsReplaced, CallEnded, CallStart, Event, EventParams, ToolCall, ToolOutput, ToolResult,
+};
 
 /// What every retained event costs besides its strings: the `Event` itself and its `Arc`.
 const EVENT_OVERHEAD: usize = std::mem::size_of::<Event>() + 16;
@@ -33,6 +35,7 @@ pub(super) fn weight(event: &Event) -> usize {
             ids + plan
         }
         Event::CallStart(params) => call_weight(&params.body.call),
+        Event::ArgumentsReplaced(params) => call_weight(&params.body.call),
         Event::Output(params) => params.body.call_id.len() + params.body.data.len(),
         Event::Result(params) | Event::CallDone(params) => {
             params.body.call_id.len() + result_weight(&params.body.result)
@@ -78,10 +81,29 @@ pub(super) fn slim(event: &Event) -> Option<Event> {
                 },
             }))
         }
+        Event::ArgumentsReplaced(params) if !is_empty_object(&params.body.call.arguments) => {
+            let call = &params.body.call;
+            Some(Event::ArgumentsReplaced(EventParams {
+                session_id: params.session_id.clone(),
+                seq: params.seq,
+                batch_id: params.batch_id.clone(),
+                body: ArgumentsReplaced {
+                    iteration: params.body.iteration,
+                    call: ToolCall::new(
+                        call.id.clone(),
+                        call.name.clone(),
+                        Value::Object(Map::new()),
+                    ),
+                    by: params.body.by,
+                    elided_bytes: json_text_len(&call.arguments),
+                },
+            }))
+        }
         Event::Result(params) => slim_result(params).map(Event::Result),
         Event::CallDone(params) => slim_result(params).map(Event::CallDone),
         Event::Output(_)
         | Event::CallStart(_)
+        | Event::ArgumentsReplaced(_)
         | Event::BatchStart(_)
         | Event::ApprovalResolved(_)
         | Event::BatchDone(_) => None,
