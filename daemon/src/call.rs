@@ -328,10 +328,16 @@ async fn step_approval(
                 };
                 return Err(failure(call, ErrorType::PermissionDenied, reason));
             }
-            if answer.decision == ApprovalDecision::AllowSession {
-                scope
+            if answer.decision == ApprovalDecision::AllowSession
+                && !scope
                     .session
-                    .add_grant(grant_for(&state, resolved, analysed.as_ref()));
+                    .add_grant(grant_for(&state, resolved, analysed.as_ref()))
+            {
+                tracing::warn!(
+                    session = scope.session.id(),
+                    call = %call.id,
+                    "the session's grants are full: the call runs once and no grant is recorded"
+                );
             }
             Ok(replaced.then_some(paths))
         }

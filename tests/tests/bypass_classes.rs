@@ -1459,3 +1459,108 @@ async fn replaced_arguments_are_in_the_events() {
         "echo asked"
     );
 }
+
+/// What `session/create` and `session/update` accept can be saved and loaded: a request that
+/// would make the session's record too large to load is refused with the reason, grants stop
+/// being recorded before the record fills, and after a restart every accepted session is back
+/// with its deny rules.
+#[tokio::test]
+async fn what_a_session_accepts_survives_a_restart() {
+    let mut daemon = TestDaemon::start();
+    let work = daemon.work();
+    std::fs::write(work.join("marker.txt"), "kept\n").unwrap();
+    let asked = Arc::new(Mutex::new(Vec::new()));
+    let client = daemon
+        .connect(
+            json!({"approvals": true}),
+            toold_tests::daemon::always(json!({"decision": "allow_session"}), asked.clone()),
+        )
+        .await;
+    let refused = |error: Result<Value, RequestError>, what: &str| match error {
+        Err(RequestError::Rpc(error)) => {
+            assert_eq!(error.code, -32602, "{what}: {error:?}");
+            error.message
+        }
+        other => panic!("{what} was accepted: {other:?}"),
+    };
+    let create = |extra: Value| {
+        let mut params = json!({"cwd": work});
+        for (key, value) in extra.as_object().unwrap() {
+            params[key] = value.clone();
+        }
+        client.request("session/create", params)
+    };
+    let message = refused(
+        create(json!({"title": "t".repeat(5 << 20)})).await,
+        "a 5 MB title",
+    );
+    assert!(message.contains("title"), "{message}");
+    let many_rules: Vec<String> = (0..4000)
+        .map(|index| format!("run_command(rm {index}-{})", "x".repeat(1000)))
+        .collect();
+    let message = refused(
+        create(json!({"rules": {"deny": many_rules}})).await,
+        "4 MB of rules",
+    );
+    assert!(message.contains("bytes to save"), "{message}");
+    let big_env: serde_json::Map<String, Value> = (0..5000)
+        .map(|index| (format!("V{index}"), json!("e".repeat(1000))))
+        .collect();
+    refused(
+        create(json!({"command_env": big_env})).await,
+        "5 MB of command_env",
+    );
+
+    // Accepted at the edge of what fits: 2 MB of deny rules, a long title, then updates.
+    let kept_rules: Vec<String> = (0..2000)
+        .map(|index| format!("run_command(rm {index}-{})", "x".repeat(1000)))
+        .chain(["run_command(rm *)".to_owned()])
+        .collect();
+    let session = client
+        .create_session(
+            &work,
+            json!({"title": "t".repeat(1024), "rules": {"deny": kept_rules.clone()}}),
+        )
+        .await;
+    let too_much: Vec<String> = (0..1500)
+        .map(|index| format!("run_command(echo {index}-{})", "y".repeat(1000)))
+        .collect();
+    let message = refused(
+        client
+            .request(
+                "session/update",
+                json!({"session_id": session, "rules": {"deny": kept_rules, "allow": too_much}}),
+            )
+            .await,
+        "an update past the budget",
+    );
+    assert!(message.contains("bytes to save"), "{message}");
+    // Grants of long lines, approved for the session, until the grants are full.
+    for index in 0..12 {
+        let line = format!("echo {index}-{}", "z".repeat(100 * 1024));
+        let response = execute(&client, &session, command(&line)).await;
+        assert_eq!(response["results"][0]["result"]["ok"], true, "{index}");
+    }
+    let snapshot = client
+        .request("session/get", json!({"session_id": session}))
+        .await
+        .unwrap();
+    let grants = snapshot["grants"].as_array().unwrap().len();
+    assert!((1..12).contains(&grants), "{grants} grants recorded");
+    client.disconnect();
+
+    daemon.restart();
+    let client = daemon.connect(json!({}), no_answers()).await;
+    let restored = client
+        .request("session/get", json!({"session_id": session}))
+        .await
+        .expect("the session came back after the restart");
+    assert_eq!(restored["rules"]["deny"].as_array().unwrap().len(), 2001);
+    assert_eq!(restored["grants"].as_array().unwrap().len(), grants);
+    let response = execute(&client, &session, command("rm marker.txt")).await;
+    assert_eq!(
+        response["results"][0]["result"]["error_type"], "permission_denied",
+        "{response}"
+    );
+    assert!(work.join("marker.txt").exists());
+}

@@ -13,7 +13,7 @@ use toold_protocol::{ErrorObject, Rules, SessionCreateParams, SessionMode, Sessi
 use super::approvals::ApprovalBoard;
 use super::log::EventLog;
 use super::managed::{ManagedSession, Meta, SaveState};
-use super::store::{SessionRecord, SessionStore};
+use super::store::{MAX_REQUESTED_RECORD_BYTES, MAX_TITLE_BYTES, SessionRecord, SessionStore};
 use super::{Session, SessionState};
 use crate::env::Env;
 use crate::rpc::connection::Connection;
@@ -105,6 +105,7 @@ impl SessionManager {
         )
         .map_err(|err| ErrorObject::invalid_params(format!("rules: {err}")))?;
         state.allowed_tools = params.allowed_tools;
+        check_record(&state, params.title.as_deref())?;
         let session_id = self.new_session_id();
         let managed = self.insert(
             session_id,
@@ -165,6 +166,11 @@ impl SessionManager {
             Some(allowed) => allowed,
             None => current.allowed_tools.clone(),
         };
+        let title = match &params.title {
+            Some(title) => title.clone(),
+            None => managed.lock().title.clone(),
+        };
+        check_record(&next, title.as_deref())?;
         // Grants recorded while this update was prepared are kept.
         managed.session.update(|state| {
             next.grants = state.grants.clone();
@@ -371,6 +377,27 @@ impl SessionManager {
         }
         Ok(())
     }
+}
+
+/// What a session keeps is checked when it is asked for, so that everything accepted can be
+/// saved and loaded again: the title's length, and the record's size without its grants.
+fn check_record(state: &SessionState, title: Option<&str>) -> Result<(), ErrorObject> {
+    if let Some(title) = title
+        && title.len() > MAX_TITLE_BYTES
+    {
+        return Err(ErrorObject::invalid_params(format!(
+            "title is {} bytes long; a title is at most {MAX_TITLE_BYTES} bytes",
+            title.len()
+        )));
+    }
+    let bytes = SessionRecord::requested_bytes(state, title);
+    if bytes > MAX_REQUESTED_RECORD_BYTES {
+        return Err(ErrorObject::invalid_params(format!(
+            "the session would take {bytes} bytes to save (its rules, roots, allowed_tools, \
+             command_env and title); a session takes at most {MAX_REQUESTED_RECORD_BYTES}"
+        )));
+    }
+    Ok(())
 }
 
 /// A path parameter that must be an absolute, existing directory; canonical afterwards.

@@ -153,11 +153,24 @@ impl Session {
     }
 
     /// Records an `allow_session` grant (once).
-    pub fn add_grant(&self, grant: String) {
+    /// Records a grant; `false` when the session's grants have no room for it
+    /// ([`store::MAX_GRANT_BYTES`]), so that its record can always be saved and loaded.
+    pub fn add_grant(&self, grant: String) -> bool {
         let mut state = write(&self.state);
-        if !state.grants.contains(&grant) {
-            state.grants.push(grant);
+        if state.grants.contains(&grant) {
+            return true;
         }
+        let taken: usize = state
+            .grants
+            .iter()
+            .map(|grant| store::SessionRecord::grant_bytes(grant))
+            .sum();
+        if taken.saturating_add(store::SessionRecord::grant_bytes(&grant)) > store::MAX_GRANT_BYTES
+        {
+            return false;
+        }
+        state.grants.push(grant);
+        true
     }
 
     pub fn peers(&self) -> SessionPeers {

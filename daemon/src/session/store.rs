@@ -34,6 +34,18 @@ pub const MAX_SESSION_ID_LEN: usize = 128;
 /// A record is a few kilobytes; anything this large is not one, and is not read into memory.
 const MAX_RECORD_BYTES: u64 = 4 * 1024 * 1024;
 
+/// The most a record may take without its grants: `session/create` and `session/update` are
+/// refused past it, so that whatever they accept can be saved and loaded again.
+pub const MAX_REQUESTED_RECORD_BYTES: usize = 3 * 1024 * 1024;
+
+/// The most a record's grants may take (their JSON text): an `allow_session` answer past it
+/// allows its call once and records no grant. With [`MAX_REQUESTED_RECORD_BYTES`] this keeps
+/// every record under [`MAX_RECORD_BYTES`].
+pub const MAX_GRANT_BYTES: usize = 768 * 1024;
+
+/// The longest session title, in bytes: a title is a label for lists, not storage.
+pub const MAX_TITLE_BYTES: usize = 1024;
+
 /// Session files hold rules and grants: only the user may read them.
 const FILE_MODE: u32 = 0o600;
 const DIR_MODE: u32 = 0o700;
@@ -154,6 +166,21 @@ impl SessionRecord {
         self.rules.clone_from(&state.rules);
         self.grants.clone_from(&state.grants);
         self.allowed_tools.clone_from(&state.allowed_tools);
+    }
+
+    /// How many bytes a grant takes in a saved record: its JSON string on a line of its own.
+    pub fn grant_bytes(grant: &str) -> usize {
+        serde_json::to_string(grant).map_or(usize::MAX, |json| json.len() + "    ,\n".len())
+    }
+
+    /// How many bytes of JSON a record of `state` (without its grants) and `title` takes.
+    pub fn requested_bytes(state: &SessionState, title: Option<&str>) -> usize {
+        let mut record = Self::new("s".repeat(MAX_SESSION_ID_LEN), state.env.cwd.clone());
+        record.capture(state);
+        record.grants.clear();
+        record.title = title.map(str::to_owned);
+        // As the store writes it.
+        serde_json::to_vec_pretty(&record).map_or(usize::MAX, |json| json.len())
     }
 
     /// The Env the record describes; `max_command_timeout_ms` is the config's, not the session's.
