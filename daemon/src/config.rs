@@ -60,6 +60,9 @@ pub struct Config {
     pub rules: Rules,
     /// `[[hooks.pre_tool_use]]` and `[[hooks.post_tool_use]]`, in file order.
     pub hooks: Vec<ConfiguredHook>,
+    /// Valid values that are most likely not what was meant (a rule that can never match),
+    /// each with its place in the file: `check-config` prints them, the daemon logs them.
+    pub warnings: Vec<ConfigError>,
 }
 
 impl Default for Config {
@@ -83,6 +86,7 @@ impl Default for Config {
             allow_bypass: false,
             rules: Rules::default(),
             hooks: Vec::new(),
+            warnings: Vec::new(),
         }
     }
 }
@@ -123,12 +127,14 @@ impl Config {
             reason: format!("invalid TOML: {}", error.message()),
             line_column: error.span().map(|span| line_column(text, span.start)),
         })?;
-        let mut config = read::read_document(document.get_ref()).map_err(|fault| ConfigError {
+        let at = |fault: read::Fault| ConfigError {
             path: path.to_owned(),
             key: Some(fault.key),
             reason: fault.reason,
             line_column: Some(line_column(text, fault.span.start)),
-        })?;
+        };
+        let (mut config, warnings) = read::read_document(document.get_ref()).map_err(at)?;
+        config.warnings = warnings.into_iter().map(at).collect();
         config.source = Some(path.to_owned());
         Ok(config)
     }
@@ -235,7 +241,11 @@ pub fn check_config(path: Option<&Path>) -> Result<String, ConfigError> {
                 .to_owned()
         }
     };
-    Ok(format!("{heading}\n{}", config.summary()))
+    let mut report = format!("{heading}\n{}", config.summary());
+    for warning in &config.warnings {
+        report.push_str(&format!("\nwarning: {warning}"));
+    }
+    Ok(report)
 }
 
 /// `$XDG_CONFIG_HOME/toold/config.toml`, else `~/.config/toold/config.toml`; `None` when

@@ -1564,3 +1564,69 @@ async fn what_a_session_accepts_survives_a_restart() {
     );
     assert!(work.join("marker.txt").exists());
 }
+
+/// Session rules that can never match what they name are refused with the reason, at create
+/// and at update: a deny rule that protects nothing must not look as if it did. A rule for a
+/// tool not registered yet (a client's, an MCP server's) is still accepted.
+#[tokio::test]
+async fn rules_that_can_never_match_are_refused() {
+    let daemon = TestDaemon::start();
+    let work = daemon.work();
+    std::fs::create_dir_all(work.join("secrets")).unwrap();
+    std::fs::write(work.join("secrets/key.txt"), format!("{SECRET}\n")).unwrap();
+    let client = daemon.connect(json!({}), no_answers()).await;
+    let never = [
+        ("READ_FILE(secrets/**)", "did you mean \"read_file\""),
+        ("Run_Command(cat *)", "did you mean \"run_command\""),
+        ("read_flie(secrets/**)", "did you mean \"read_file\""),
+        ("read_file(secrets/)", "paths never end in '/'"),
+        ("read_file(secrets)", "write \"secrets/**\""),
+        ("read_file(./secrets)", "acts on files only"),
+        ("read_file(/etc/hostname)", "write \"//etc/hostname\""),
+        ("run command(cat *)", "no tool can be named"),
+    ];
+    let session = client.create_session(&work, json!({})).await;
+    for (rule, reason) in never {
+        for kind in ["deny", "ask", "allow"] {
+            let created = client
+                .request(
+                    "session/create",
+                    json!({"cwd": work, "rules": {kind: [rule]}}),
+                )
+                .await;
+            let updated = client
+                .request(
+                    "session/update",
+                    json!({"session_id": session, "rules": {kind: [rule]}}),
+                )
+                .await;
+            for answer in [created, updated] {
+                match answer {
+                    Err(RequestError::Rpc(error)) => {
+                        assert_eq!(error.code, -32602);
+                        assert!(error.message.contains(reason), "{rule}: {}", error.message);
+                    }
+                    other => panic!("{kind} {rule} was accepted: {other:?}"),
+                }
+            }
+        }
+    }
+    // What they meant is accepted, and denies; so is a rule for a tool registered later.
+    let meant = client
+        .create_session(
+            &work,
+            json!({"rules": {"deny": ["read_file(secrets/**)", "read_file(//etc/hostname)",
+                "deploy_to_production"]}}),
+        )
+        .await;
+    let response = execute(
+        &client,
+        &meant,
+        json!({"id": "r", "name": "read_file", "arguments": {"path": "secrets/key.txt"}}),
+    )
+    .await;
+    assert_eq!(
+        response["results"][0]["result"]["error_type"], "permission_denied",
+        "{response}"
+    );
+}

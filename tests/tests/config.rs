@@ -558,6 +558,56 @@ fn check_config_summarises_what_differs() {
 }
 
 #[test]
+fn check_config_warns_of_rules_that_can_never_match() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.toml");
+    std::fs::write(
+        &path,
+        "[permissions]\n\
+         deny = [\"READ_FILE(secrets/**)\", \"read_file(secrets/)\",\n  \"read_file(/etc/hostname)\", \
+         \"run_command(rm *)\"]\n\
+         allow = [\"Run_Command(ls)\", \"deploy_tool\", \"read_file(//etc/hostname)\"]\n",
+    )
+    .unwrap();
+    let report = check_config(Some(&path)).unwrap();
+    let warnings: Vec<&str> = report
+        .lines()
+        .filter(|line| line.starts_with("warning: "))
+        .collect();
+    let at = |line: usize, column: usize, key: &str| {
+        format!("{}:{line}:{column}: {key}:", path.display())
+    };
+    for (place, wanted) in [
+        (
+            at(2, 9, "permissions.deny[0]"),
+            "did you mean \"read_file\"",
+        ),
+        (at(2, 34, "permissions.deny[1]"), "paths never end in '/'"),
+        (at(3, 3, "permissions.deny[2]"), "write \"//etc/hostname\""),
+        (
+            at(4, 10, "permissions.allow[0]"),
+            "did you mean \"run_command\"",
+        ),
+        (
+            at(4, 29, "permissions.allow[1]"),
+            "no builtin tool is named \"deploy_tool\"",
+        ),
+    ] {
+        assert!(
+            warnings
+                .iter()
+                .any(|warning| warning.contains(&place) && warning.contains(wanted)),
+            "{place} {wanted}: {report}"
+        );
+    }
+    assert_eq!(warnings.len(), 5, "{report}");
+    assert!(
+        report.contains(": valid"),
+        "warnings do not refuse the file: {report}"
+    );
+}
+
+#[test]
 fn every_example_config_loads() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../config");
     let mut checked = 0;
@@ -567,8 +617,9 @@ fn every_example_config_loads() {
             .extension()
             .is_some_and(|extension| extension == "toml")
         {
-            if let Err(error) = Config::from_file(&path) {
-                panic!("{error}");
+            match Config::from_file(&path) {
+                Ok(config) => assert!(config.warnings.is_empty(), "{:?}", config.warnings),
+                Err(error) => panic!("{error}"),
             }
             checked += 1;
         }

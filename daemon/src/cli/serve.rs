@@ -35,6 +35,9 @@ pub fn serve(
     socket::refuse_root(allow_root)?;
     let config = Config::load(config_path.as_deref())?;
     init_logging();
+    for warning in &config.warnings {
+        tracing::warn!(%warning, "config");
+    }
     // Before the runtime's threads exist: only then can the LISTEN_* variables be removed.
     let inherited = systemd::take_inherited_listener()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -18,7 +18,7 @@ use toold_protocol::{HookEvent, Rules};
 
 use super::{Config, DAY_SECS, GIB, KIB, MIB, show_duration};
 use crate::hooks::ConfiguredHook;
-use crate::permission::{Rule, home_dir};
+use crate::permission::{Rule, home_dir, lint};
 
 /// The longest socket path the kernel takes: `sun_path` is 108 bytes with its final NUL.
 const MAX_SOCKET_PATH_BYTES: usize = 107;
@@ -104,9 +104,11 @@ const TOP_LEVEL_KEYS: [&str; 16] = [
     "hooks",
 ];
 
-/// The settings a parsed file gives, every key checked; the first fault in file order.
-pub(super) fn read_document(document: &DeTable<'_>) -> Result<Config, Fault> {
+/// The settings a parsed file gives, every key checked; the first fault in file order. The
+/// warnings are values that are valid but most likely not what was meant.
+pub(super) fn read_document(document: &DeTable<'_>) -> Result<(Config, Vec<Fault>), Fault> {
     let mut config = Config::default();
+    let mut warnings = Vec::new();
     for field in fields(document, None) {
         match field.name {
             "socket" => config.socket = Some(socket(&field)?),
@@ -125,12 +127,12 @@ pub(super) fn read_document(document: &DeTable<'_>) -> Result<Config, Fault> {
             "hook_timeout_ms" => config.hook_timeout_ms = field.integer(TIMEOUT_MS)?,
             "frame_timeout_ms" => config.frame_timeout_ms = field.integer(TIMEOUT_MS)?,
             "allow_bypass" => config.allow_bypass = field.boolean()?,
-            "permissions" => config.rules = permissions(&field)?,
+            "permissions" => config.rules = permissions(&field, &mut warnings)?,
             "hooks" => config.hooks = hooks(&field)?,
             _ => return Err(field.unknown(&TOP_LEVEL_KEYS)),
         }
     }
-    Ok(config)
+    Ok((config, warnings))
 }
 
 fn socket(field: &Field<'_, '_>) -> Result<PathBuf, Fault> {
@@ -198,8 +200,14 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs(seconds))
 }
 
-fn permissions(field: &Field<'_, '_>) -> Result<Rules, Fault> {
+/// `[permissions]`; a rule that can never match (`permission::lint`), or names no builtin
+/// tool, is a warning: the config is read before any client registers its tools.
+fn permissions(field: &Field<'_, '_>, warnings: &mut Vec<Fault>) -> Result<Rules, Fault> {
     let home = home_dir();
+    let builtins: Vec<String> = crate::tools::builtins()
+        .iter()
+        .map(|tool| tool.definition().name)
+        .collect();
     let mut rules = Rules::default();
     for list in field.entries()? {
         let target = match list.name {
@@ -213,6 +221,12 @@ fn permissions(field: &Field<'_, '_>) -> Result<Rules, Fault> {
             // Syntax errors do not depend on the cwd: rules are compiled again per session.
             Rule::parse(text, Path::new("/"), &home)
                 .map_err(|error| item.fault(format!("invalid rule: {error}")))?;
+            if let Some(reason) = lint::never_matches(text, &builtins, None, &home)
+                .map(|reason| format!("{text:?} can never match: {reason}"))
+                .or_else(|| lint::names_an_unknown_tool(text, &builtins, &home))
+            {
+                warnings.push(item.fault(reason));
+            }
             target.push(text.to_owned());
         }
     }

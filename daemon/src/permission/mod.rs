@@ -17,6 +17,7 @@ use crate::shell::CommandLine;
 use crate::tools::HiddenPaths;
 
 pub mod facts;
+pub mod lint;
 
 /// The tools whose rule specifier is a path glob on their `path` argument.
 pub const FILE_TOOLS: &[&str] = &[

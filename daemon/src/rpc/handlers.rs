@@ -81,7 +81,9 @@ pub fn session_create(
     connection: &Arc<Connection>,
     params: SessionCreateParams,
 ) -> Reply<SessionSnapshot> {
-    let managed = daemon.sessions.create(params, connection)?;
+    let managed = daemon
+        .sessions
+        .create(params, connection, &known_tools(daemon))?;
     tracing::info!(
         session = managed.id(),
         connection = connection.id(),
@@ -118,7 +120,20 @@ pub fn session_detach(
 }
 
 pub fn session_update(daemon: &Daemon, params: SessionUpdateParams) -> Reply<SessionSnapshot> {
-    Ok(daemon.sessions.update(params)?.snapshot())
+    Ok(daemon
+        .sessions
+        .update(params, &known_tools(daemon))?
+        .snapshot())
+}
+
+/// The tools a session's rules may name: every tool registered now.
+fn known_tools(daemon: &Daemon) -> Vec<String> {
+    daemon
+        .registry
+        .definitions()
+        .into_iter()
+        .map(|definition| definition.name)
+        .collect()
 }
 
 pub fn session_get(daemon: &Daemon, params: SessionIdParams) -> Reply<SessionSnapshot> {

@@ -16,6 +16,7 @@ use super::managed::{ManagedSession, Meta, SaveState};
 use super::store::{MAX_REQUESTED_RECORD_BYTES, MAX_TITLE_BYTES, SessionRecord, SessionStore};
 use super::{Session, SessionState};
 use crate::env::Env;
+use crate::permission::lint;
 use crate::rpc::connection::Connection;
 
 /// What new sessions get unless their creator says otherwise, and what bounds them.
@@ -70,10 +71,12 @@ impl SessionManager {
     }
 
     /// `session/create`: validates everything, then creates, persists and attaches.
+    /// `known_tools` are the tools the session's rules may name.
     pub fn create(
         &self,
         params: SessionCreateParams,
         creator: &Arc<Connection>,
+        known_tools: &[String],
     ) -> Result<Arc<ManagedSession>, ErrorObject> {
         let cwd = existing_dir("cwd", &params.cwd)?;
         let roots = match &params.roots {
@@ -85,6 +88,9 @@ impl SessionManager {
         };
         let mode = params.mode.unwrap_or_default();
         self.check_mode(mode)?;
+        if let Some(rules) = &params.rules {
+            self.check_rules_can_match(rules, known_tools, &cwd)?;
+        }
         let mut env = self.defaults.env.clone();
         env.cwd = cwd;
         env.roots = roots;
@@ -126,10 +132,18 @@ impl SessionManager {
     }
 
     /// `session/update`: every field given replaces the old value; the session is persisted.
-    pub fn update(&self, params: SessionUpdateParams) -> Result<Arc<ManagedSession>, ErrorObject> {
+    pub fn update(
+        &self,
+        params: SessionUpdateParams,
+        known_tools: &[String],
+    ) -> Result<Arc<ManagedSession>, ErrorObject> {
         let managed = self.get(&params.session_id)?;
         if let Some(mode) = params.mode {
             self.check_mode(mode)?;
+        }
+        if let Some(rules) = &params.rules {
+            let cwd = managed.session.state().env.cwd.clone();
+            self.check_rules_can_match(rules, known_tools, &cwd)?;
         }
         let roots = match &params.roots {
             Some(roots) => Some(
@@ -374,6 +388,34 @@ impl SessionManager {
             return Err(ErrorObject::invalid_params(
                 "mode bypass is refused: the daemon's config does not set allow_bypass = true",
             ));
+        }
+        Ok(())
+    }
+}
+
+impl SessionManager {
+    /// A session rule that can never match what it names (`permission::lint`) is refused: a
+    /// deny rule that protects nothing must not look as if it did.
+    fn check_rules_can_match(
+        &self,
+        rules: &Rules,
+        known_tools: &[String],
+        cwd: &Path,
+    ) -> Result<(), ErrorObject> {
+        for (kind, list) in [
+            ("allow", &rules.allow),
+            ("ask", &rules.ask),
+            ("deny", &rules.deny),
+        ] {
+            for text in list {
+                if let Some(reason) =
+                    lint::never_matches(text, known_tools, Some(cwd), &self.defaults.home)
+                {
+                    return Err(ErrorObject::invalid_params(format!(
+                        "rules.{kind}: {text:?} can never match: {reason}"
+                    )));
+                }
+            }
         }
         Ok(())
     }

@@ -1,0 +1,202 @@
+//! Rules that parse but can never match what they name: a tool name no tool can have, or one a
+//! letter or two (or only its case) away from a tool that exists, a path no file can have (`secrets/`, `/etc/hostname`, which is relative: an
+//! absolute pattern starts with `//`), or a directory given to a tool that acts on files only
+//! (`read_file(secrets)` covers no file inside). A deny rule like these protects nothing while
+//! looking as if it did, so session rules are refused with the reason and the config's are
+//! warned about (`toold check-config`).
+
+use std::path::{Path, PathBuf};
+
+use super::{FILE_TOOLS, Rule};
+use crate::tools::registry::is_valid_tool_name;
+
+/// The tools that act on one file, never a directory.
+const ONE_FILE_TOOLS: &[&str] = &["read_file", "write_file", "edit_file"];
+
+/// Why the rule `text` (already parsed) can never match, if it cannot. `known_tools` are the
+/// tools registered now; a rule may name another tool (one a client or an MCP server may
+/// register later, denied ahead of time), unless no tool can have that name or it is a near
+/// miss of a known one. `cwd` and `home`, when known, let a pattern be checked on disk.
+pub fn never_matches(
+    text: &str,
+    known_tools: &[String],
+    cwd: Option<&Path>,
+    home: &Path,
+) -> Option<String> {
+    let rule = Rule::parse(text, cwd.unwrap_or(Path::new("/")), home).ok()?;
+    if !is_valid_tool_name(&rule.tool) {
+        return Some(format!(
+            "no tool can be named {:?}: tool names are 1 to 64 ASCII letters, digits, '_', '.' \
+             or '-'",
+            rule.tool
+        ));
+    }
+    if !known_tools.contains(&rule.tool) {
+        return near_miss(&rule.tool, known_tools).map(|near| {
+            format!(
+                "no tool is named {:?} (names are exact); did you mean {near:?}?",
+                rule.tool
+            )
+        });
+    }
+    if !FILE_TOOLS.contains(&rule.tool.as_str()) {
+        return None;
+    }
+    let pattern = path_pattern(&rule)?;
+    if pattern.ends_with('/') {
+        return Some(format!(
+            "paths never end in '/', so {pattern:?} matches nothing; write \"{pattern}**\" for \
+             everything inside"
+        ));
+    }
+    if pattern.starts_with('/') && !pattern.starts_with("//") {
+        return Some(format!(
+            "a pattern starting with one '/' is relative to the session's directory, so \
+             {pattern:?} matches nothing; write \"/{pattern}\" for the absolute path"
+        ));
+    }
+    let literal = !pattern.contains(['*', '?', '[', '{']);
+    if literal
+        && ONE_FILE_TOOLS.contains(&rule.tool.as_str())
+        && let Some(directory) = on_disk(pattern, cwd, home).filter(|path| path.is_dir())
+    {
+        return Some(format!(
+            "{} is a directory and {} acts on files only, so {pattern:?} covers no file in \
+             it; write \"{}/**\" for the files inside",
+            directory.display(),
+            rule.tool,
+            pattern.trim_end_matches('/')
+        ));
+    }
+    None
+}
+
+/// The path pattern of a file tool's rule, as written (`path=` dropped).
+fn path_pattern(rule: &Rule) -> Option<&str> {
+    let inner = rule.text.split_once('(')?.1.strip_suffix(')')?.trim();
+    Some(inner.strip_prefix("path=").unwrap_or(inner).trim())
+}
+
+/// Where a literal pattern points when it names one place: `//x`, `~/x`, or `x/y` under the
+/// cwd. A bare name (`secrets`) matches that name in any directory; it is looked for in the
+/// cwd, where it most often means something.
+fn on_disk(pattern: &str, cwd: Option<&Path>, home: &Path) -> Option<PathBuf> {
+    if let Some(absolute) = pattern.strip_prefix("//") {
+        return Some(PathBuf::from(format!("/{absolute}")));
+    }
+    if let Some(in_home) = pattern.strip_prefix("~/") {
+        return Some(home.join(in_home));
+    }
+    Some(cwd?.join(pattern.strip_prefix("./").unwrap_or(pattern)))
+}
+
+/// For the config, whose rules may name tools that clients register later: a note when `text`
+/// names none of `known_tools`.
+pub fn names_an_unknown_tool(text: &str, known_tools: &[String], home: &Path) -> Option<String> {
+    let rule = Rule::parse(text, Path::new("/"), home).ok()?;
+    (!known_tools.contains(&rule.tool)).then(|| {
+        format!(
+            "no builtin tool is named {:?}; the rule covers only a tool a client or an MCP \
+             server registers under that exact name",
+            rule.tool
+        )
+    })
+}
+
+/// A known tool `tool` is most likely a misspelling of: the same letters in another case, or
+/// at most two edits away.
+fn near_miss<'a>(tool: &str, known_tools: &'a [String]) -> Option<&'a String> {
+    let lower = tool.to_ascii_lowercase();
+    known_tools
+        .iter()
+        .find(|known| edit_distance(&known.to_ascii_lowercase(), &lower) <= 2)
+}
+
+/// Levenshtein distance, for "did you mean".
+fn edit_distance(left: &str, right: &str) -> usize {
+    let right: Vec<char> = right.chars().collect();
+    let mut previous: Vec<usize> = (0..=right.len()).collect();
+    for (row, left_char) in left.chars().enumerate() {
+        let mut current = vec![row + 1];
+        for (column, right_char) in right.iter().enumerate() {
+            let substitution = previous[column] + usize::from(left_char != *right_char);
+            current.push(
+                substitution
+                    .min(previous[column + 1] + 1)
+                    .min(current[column] + 1),
+            );
+        }
+        previous = current;
+    }
+    previous[right.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn builtins() -> Vec<String> {
+        crate::tools::builtins()
+            .iter()
+            .map(|tool| tool.definition().name)
+            .collect()
+    }
+
+    #[test]
+    fn rules_that_can_never_match_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let cwd = dir.path().canonicalize().unwrap();
+        std::fs::create_dir_all(cwd.join("secrets/deep")).unwrap();
+        std::fs::write(cwd.join("secrets/key"), "k").unwrap();
+        let home = cwd.join("home");
+        std::fs::create_dir_all(home.join(".ssh")).unwrap();
+        let tools = builtins();
+        let judged = |text: &str| never_matches(text, &tools, Some(&cwd), &home);
+        for (text, wanted) in [
+            ("READ_FILE(secrets/**)", "did you mean \"read_file\""),
+            ("Run_Command(rm *)", "did you mean \"run_command\""),
+            ("raed_file", "did you mean \"read_file\""),
+            ("run command(ls)", "no tool can be named"),
+            ("run\u{200b}_command(ls)", "no tool can be named"),
+            ("read_file(secrets/)", "paths never end in '/'"),
+            ("read_file(path=secrets/deep/)", "paths never end in '/'"),
+            ("read_file(/etc/hostname)", "write \"//etc/hostname\""),
+            ("read_file(secrets)", "write \"secrets/**\""),
+            ("edit_file(./secrets/deep)", "acts on files only"),
+            ("write_file(~/.ssh)", "acts on files only"),
+            ("read_file(//tmp)", "acts on files only"),
+        ] {
+            let reason = judged(text).unwrap_or_else(|| panic!("{text} was let through"));
+            assert!(reason.contains(wanted), "{text}: {reason}");
+        }
+        for text in [
+            "read_file(secrets/**)",
+            "read_file(secrets/key)",
+            "read_file(//etc/hostname)",
+            "read_file(.env)",
+            "search_code(secrets)",
+            "find_files(//tmp)",
+            "read_file(secrets/*)",
+            "run_command(rm *)",
+            "write_file",
+            "read_file(~/.ssh/**)",
+            // A tool registered later may be denied ahead of time.
+            "control_plane",
+            "deploy_to_production(*)",
+        ] {
+            assert_eq!(judged(text), None, "{text}");
+        }
+        // Without a cwd nothing is looked for on disk.
+        assert_eq!(
+            never_matches("read_file(secrets)", &tools, None, &home),
+            None
+        );
+    }
+
+    #[test]
+    fn distances() {
+        assert_eq!(edit_distance("read_file", "raed_file"), 2);
+        assert_eq!(edit_distance("", "abc"), 3);
+        assert_eq!(edit_distance("same", "same"), 0);
+    }
+}
