@@ -79,7 +79,7 @@ pub fn permission_section(rounds: usize) -> anyhow::Result<Section> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let in_worker = runtime.block_on(parser.analyze(LINE));
+    let in_worker = runtime.block_on(parser.analyze("bench", LINE));
     anyhow::ensure!(
         in_worker == *parsed.analysis,
         "the worker's analysis differs from the in-process one"
@@ -97,7 +97,7 @@ pub fn permission_section(rounds: usize) -> anyhow::Result<Section> {
             for _ in 0..PER_ROUND {
                 let analysed = AnalysedLine {
                     line: LINE.to_owned(),
-                    analysis: Arc::new(parser.analyze(LINE).await),
+                    analysis: Arc::new(parser.analyze("bench", LINE).await),
                 };
                 let facts = command_facts("run_command", &arguments, &env, Some(&analysed))
                     .ok_or_else(|| anyhow::anyhow!("no command facts"))?;
@@ -109,7 +109,7 @@ pub fn permission_section(rounds: usize) -> anyhow::Result<Section> {
         let started = Instant::now();
         runtime.block_on(async {
             for _ in 0..PER_ROUND {
-                std::hint::black_box(parser.analyze(std::hint::black_box(LINE)).await);
+                std::hint::black_box(parser.analyze("bench", std::hint::black_box(LINE)).await);
             }
         });
         worker_only.push(started.elapsed() / PER_ROUND);

@@ -224,7 +224,7 @@ fn judged_for(state: &SessionState, resolved: &ResolvedCall, paths: Vec<Resolved
 /// A `run_command` line analysed by the daemon's parser workers, before it is judged.
 async fn analyse_command(scope: &CallScope, resolved: &ResolvedCall) -> Option<AnalysedLine> {
     let line = command_line(&resolved.definition().name, &resolved.arguments)?;
-    let analysis = scope.executor.shell.analyze(line).await;
+    let analysis = scope.executor.shell.analyze(scope.session.id(), line).await;
     Some(AnalysedLine {
         line: line.to_owned(),
         analysis: Arc::new(analysis),

@@ -980,8 +980,9 @@ async fn stopping_the_daemon_leaves_no_process_it_started() {
 
 /// A shell parser worker that stops answering (stopped here with SIGSTOP; a line the parser
 /// loops on does the same) delays only the call whose line it holds: that call is answered
-/// after the 1 s deadline, its line unreadable (it asks; with no approver, denied), another
-/// client is served all the while, the stuck worker is killed, and the next line parses.
+/// after the 1 s deadline, its line unreadable (it asks; with no approver, denied, and the line
+/// is remembered so), another client is served all the while, the stuck worker is killed, and
+/// the next line parses.
 #[tokio::test]
 async fn a_stuck_shell_parser_delays_only_the_call_it_holds() {
     let daemon = TestDaemon::start();
@@ -1044,8 +1045,15 @@ async fn a_stuck_shell_parser_delays_only_the_call_it_holds() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    // The line that missed its deadline is remembered as unreadable; another one parses.
     let again = execute(&client, &session_id, command("again", "echo parsed")).await;
-    assert_eq!(result_of(&again, "again")["ok"], true, "{again}");
+    assert_eq!(
+        result_of(&again, "again")["error_type"],
+        "permission_denied",
+        "{again}"
+    );
+    let other_line = execute(&client, &session_id, command("other", "echo parsed too")).await;
+    assert_eq!(result_of(&other_line, "other")["ok"], true, "{other_line}");
 
     // Canceled while its line waits on a stuck worker: the call ends at once, not at the
     // deadline.

@@ -67,7 +67,11 @@ async fn workers_analyse_lines_as_the_daemon_s_own_code_does() {
         long.as_str(),
     ];
     for line in lines {
-        assert_eq!(parser.analyze(line).await, shell::analyze(line), "{line:?}");
+        assert_eq!(
+            parser.analyze("tests", line).await,
+            shell::analyze(line),
+            "{line:?}"
+        );
     }
 }
 
@@ -75,12 +79,12 @@ async fn workers_analyse_lines_as_the_daemon_s_own_code_does() {
 async fn a_worker_that_died_while_idle_is_replaced_without_losing_the_line() {
     let _alone = alone_with_our_workers().await;
     let parser = parser(DEFAULT_DEADLINE);
-    assert!(parser.analyze("true").await.unreadable.is_none());
+    assert!(parser.analyze("tests", "true").await.unreadable.is_none());
     let started = workers();
     assert_eq!(started.len(), 1, "{started:?}");
     send_signal(started[0], nix::sys::signal::Signal::SIGKILL);
     wait_for_workers(0).await;
-    let analysis = parser.analyze("git status").await;
+    let analysis = parser.analyze("tests", "git status").await;
     assert_eq!(analysis, shell::analyze("git status"));
     let replaced = workers();
     assert_eq!(replaced.len(), 1, "{replaced:?}");
@@ -96,7 +100,8 @@ async fn no_more_workers_run_than_the_cap() {
             let parser = parser.clone();
             tokio::spawn(async move {
                 let line = format!("echo {n} | grep {n} && sh -c 'ls -la {n}'");
-                (parser.analyze(&line).await, shell::analyze(&line))
+                let owner = format!("session_{}", n % 8);
+                (parser.analyze(&owner, &line).await, shell::analyze(&line))
             })
         })
         .collect();
@@ -117,7 +122,7 @@ async fn no_more_workers_run_than_the_cap() {
 async fn workers_end_with_their_parser() {
     let _alone = alone_with_our_workers().await;
     let parser = parser(DEFAULT_DEADLINE);
-    parser.analyze("true").await;
+    parser.analyze("tests", "true").await;
     assert_eq!(workers().len(), 1);
     drop(parser);
     wait_for_workers(0).await;
@@ -139,13 +144,13 @@ async fn a_worker_that_misses_the_deadline_is_killed_and_its_line_is_unreadable(
     let _alone = alone_with_our_workers().await;
     let deadline = Duration::from_millis(300);
     let parser = parser(deadline);
-    parser.analyze("true").await;
+    parser.analyze("tests", "true").await;
     let stuck = workers();
     assert_eq!(stuck.len(), 1, "{stuck:?}");
     send_signal(stuck[0], nix::sys::signal::Signal::SIGSTOP);
 
     let started = Instant::now();
-    let analysis = parser.analyze("git status").await;
+    let analysis = parser.analyze("tests", "git status").await;
     let waited = started.elapsed();
     assert_eq!(analysis.unreadable, Some(late(deadline)));
     assert!(analysis.commands.is_empty(), "{analysis:?}");
@@ -155,9 +160,17 @@ async fn a_worker_that_misses_the_deadline_is_killed_and_its_line_is_unreadable(
     );
     wait_for_workers(0).await;
 
+    // The line is remembered: it is unreadable at once, without a worker.
+    let started = Instant::now();
+    let again = parser.analyze("tests", "git status").await;
+    assert!(started.elapsed() < deadline, "{:?}", started.elapsed());
+    let reason = again.unreadable.expect("remembered as unreadable");
+    assert!(reason.starts_with(&late(deadline)), "{reason}");
+    assert!(workers().is_empty());
+    // The next line gets a fresh worker.
     assert_eq!(
-        parser.analyze("git status").await,
-        shell::analyze("git status")
+        parser.analyze("tests", "git log").await,
+        shell::analyze("git log")
     );
     assert_eq!(workers().len(), 1);
 }
@@ -198,18 +211,76 @@ async fn workers_die_with_a_killed_daemon_even_mid_parse() {
 async fn a_worker_that_ends_or_cannot_start_leaves_the_line_unreadable() {
     let _alone = alone_with_our_workers().await;
     let ended = ShellParser::new("/bin/true", DEFAULT_DEADLINE)
-        .analyze("git status")
+        .analyze("tests", "git status")
         .await;
     let why = ended.unreadable.expect("unreadable");
     assert!(why.starts_with("the shell parser failed on it ("), "{why}");
     assert!(ended.commands.is_empty());
 
     let missing = ShellParser::new("/nonexistent/toold", DEFAULT_DEADLINE)
-        .analyze("git status")
+        .analyze("tests", "git status")
         .await;
     let why = missing.unreadable.expect("unreadable");
     assert!(
         why.starts_with("the shell parser failed on it (it could not start: "),
         "{why}"
     );
+}
+
+/// A program that says it is ready and then never answers: a worker on which every line
+/// misses its deadline, as a line the parser loops on would.
+fn never_answering_program(dir: &std::path::Path) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let program = dir.join("never-answers");
+    std::fs::write(&program, "#!/bin/sh\nprintf R\nexec sleep 600\n").unwrap();
+    std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
+    program
+}
+
+/// One session flooding the parser with lines that each hold a worker for the whole deadline
+/// takes at most its share of the workers: another session's line is taken at once, not after
+/// the flood. The same slow line sent again is answered at once from memory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_session_cannot_hold_every_worker() {
+    let _alone = alone_with_our_workers().await;
+    let dir = tempfile::tempdir().unwrap();
+    let deadline = Duration::from_millis(300);
+    let parser = std::sync::Arc::new(ShellParser::new(
+        never_answering_program(dir.path()),
+        deadline,
+    ));
+    let flood: Vec<_> = (0..20)
+        .map(|n| {
+            let parser = parser.clone();
+            tokio::spawn(async move { parser.analyze("flooder", &format!("echo {n}")).await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let started = Instant::now();
+    let other = parser.analyze("other", "git status").await;
+    let waited = started.elapsed();
+    assert!(other.unreadable.is_some(), "{other:?}");
+    // Its own deadline and a worker's start, not the flood's 20 / 4 deadlines.
+    assert!(waited < deadline * 3, "the other session waited {waited:?}");
+    let unfinished = flood.iter().filter(|task| !task.is_finished()).count();
+    assert!(
+        unfinished > 10,
+        "the flood was not still going: {unfinished} left"
+    );
+    for task in flood {
+        assert!(task.await.unwrap().unreadable.is_some());
+    }
+
+    // The same slow line forty times: one deadline, then answered from memory.
+    let started = Instant::now();
+    let repeats: Vec<_> = (0..40)
+        .map(|_| {
+            let parser = parser.clone();
+            tokio::spawn(async move { parser.analyze("flooder", "echo the same").await })
+        })
+        .collect();
+    for task in repeats {
+        assert!(task.await.unwrap().unreadable.is_some());
+    }
+    assert!(started.elapsed() < deadline * 4, "{:?}", started.elapsed());
 }

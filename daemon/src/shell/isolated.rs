@@ -11,17 +11,22 @@
 //!
 //! Workers are kept between lines (a round trip costs tens of microseconds more than the parse
 //! itself, mostly wake-ups; starting a worker costs milliseconds), at most [`MAX_WORKERS`] at a
-//! time. A worker is the daemon's child but no command's: it is registered with
+//! time, and at most [`MAX_WORKERS_PER_OWNER`] for one owner (a session): a session whose lines
+//! each hold a worker for the whole deadline slows itself, not the others. A line that missed
+//! its deadline, or killed its worker, is remembered (by a keyed hash) and answered unreadable
+//! at once when it comes again, without a worker. A worker is the daemon's child but no command's: it is registered with
 //! `process_tree`, so that the fast end of a command still applies.
 //!
 //! Wire format: the worker first says it is ready ([`READY`]); then, both ways, a 4-byte
 //! little-endian length and that many bytes: the request is the line (UTF-8), the answer the
 //! [`CommandLine`] as JSON.
 
+use std::collections::{HashMap, VecDeque};
+use std::hash::BuildHasher;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{ExitCode, Stdio};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -36,6 +41,14 @@ pub const WORKER_ARGUMENT: &str = "__shell-parser-worker";
 
 /// How many workers may parse at once; more lines wait for one.
 pub const MAX_WORKERS: usize = 4;
+
+/// How many workers one owner (a session) may hold at once; its other lines wait for one of
+/// its own, not in the queue every session shares.
+pub const MAX_WORKERS_PER_OWNER: usize = MAX_WORKERS / 2;
+
+/// How many unreadable lines (deadline missed, worker killed) are remembered; the oldest is
+/// forgotten first.
+const REMEMBERED_LINES: usize = 4096;
 
 /// How long a line may take. A real line parses in microseconds (a 64 KiB script in
 /// milliseconds); the slow shapes found by fuzzing take minutes to hours.
@@ -61,6 +74,57 @@ pub struct ShellParser {
     deadline: Duration,
     idle: Mutex<Vec<Worker>>,
     running: Semaphore,
+    /// Each owner's own share of the workers, while it has lines in flight.
+    owners: Mutex<HashMap<String, Arc<Semaphore>>>,
+    remembered: Mutex<Remembered>,
+}
+
+/// Lines that were unreadable for want of time or a worker, by a hash keyed per daemon (so no
+/// one can craft a readable line that collides with one remembered), with their reasons.
+struct Remembered {
+    keys: std::hash::RandomState,
+    reasons: HashMap<u64, String>,
+    order: VecDeque<u64>,
+}
+
+impl Remembered {
+    fn key(&self, line: &str) -> u64 {
+        self.keys.hash_one(line)
+    }
+
+    fn remember(&mut self, key: u64, reason: &str) {
+        if self.reasons.insert(key, reason.to_owned()).is_none() {
+            self.order.push_back(key);
+        }
+        while self.order.len() > REMEMBERED_LINES {
+            if let Some(oldest) = self.order.pop_front() {
+                self.reasons.remove(&oldest);
+            }
+        }
+    }
+}
+
+/// An owner's share of the workers, given back (and forgotten when no one else of the owner
+/// waits) when the line is done or its caller goes away.
+struct OwnerShare<'a> {
+    parser: &'a ShellParser,
+    owner: &'a str,
+    semaphore: Arc<Semaphore>,
+}
+
+impl Drop for OwnerShare<'_> {
+    fn drop(&mut self) {
+        let mut owners = lock(&self.parser.owners);
+        // The map's reference and this one: nobody else of this owner holds or waits.
+        if Arc::strong_count(&self.semaphore) == 2 {
+            owners.remove(self.owner);
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Each holder replaces or pushes whole values: a panic elsewhere leaves nothing half-done.
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl ShellParser {
@@ -71,6 +135,12 @@ impl ShellParser {
             deadline,
             idle: Mutex::new(Vec::new()),
             running: Semaphore::new(MAX_WORKERS),
+            owners: Mutex::new(HashMap::new()),
+            remembered: Mutex::new(Remembered {
+                keys: std::hash::RandomState::new(),
+                reasons: HashMap::new(),
+                order: VecDeque::new(),
+            }),
         }
     }
 
@@ -80,20 +150,43 @@ impl ShellParser {
         Self::new("/proc/self/exe", DEFAULT_DEADLINE)
     }
 
-    /// Analyses a line; a line the worker cannot analyse in time, or at all, is unreadable.
-    pub async fn analyze(&self, line: &str) -> CommandLine {
+    /// Analyses a line for `owner` (a session id); a line the worker cannot analyse in time,
+    /// or at all, is unreadable, and is remembered as such.
+    pub async fn analyze(&self, owner: &str, line: &str) -> CommandLine {
         if line.len() > MAX_LINE_BYTES {
             // Not worth a round trip: the worker would say the same.
             return analyze(line);
         }
+        let key = lock(&self.remembered).key(line);
+        if let Some(known) = self.remembered_unreadable(key) {
+            return known;
+        }
+        let share = OwnerShare {
+            parser: self,
+            owner,
+            semaphore: Arc::clone(
+                lock(&self.owners)
+                    .entry(owner.to_owned())
+                    .or_insert_with(|| Arc::new(Semaphore::new(MAX_WORKERS_PER_OWNER))),
+            ),
+        };
+        let _own_permit = share
+            .semaphore
+            .acquire()
+            .await
+            .expect("the semaphore is never closed");
         let _permit = self
             .running
             .acquire()
             .await
             .expect("the semaphore is never closed");
+        // The same line may have missed its deadline while this one waited for a worker.
+        if let Some(known) = self.remembered_unreadable(key) {
+            return known;
+        }
         // A pooled worker may have died while idle (killed by hand, or by the OOM killer): its
         // failure says nothing about the line, which gets one more try on a fresh worker.
-        let pooled = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let pooled = lock(&self.idle).pop();
         let asked = match pooled {
             Some(worker) => match self.ask(worker, line).await {
                 Asked::Failed(err) => {
@@ -104,11 +197,11 @@ impl ShellParser {
             },
             None => self.ask_fresh(line).await,
         };
-        match asked {
-            Asked::Answered(analysis) => analysis,
+        let reason = match asked {
+            Asked::Answered(analysis) => return analysis,
             Asked::Failed(err) => {
                 tracing::warn!(%err, bytes = line.len(), "the shell parser worker failed on a command line");
-                CommandLine::unreadable(format!("the shell parser failed on it ({err})"))
+                format!("the shell parser failed on it ({err})")
             }
             Asked::Late => {
                 let limit = self.deadline.as_millis();
@@ -117,11 +210,20 @@ impl ShellParser {
                     limit_ms = limit,
                     "the shell parser worker missed its deadline and was killed"
                 );
-                CommandLine::unreadable(format!(
-                    "the shell parser did not finish within {limit} ms"
-                ))
+                format!("the shell parser did not finish within {limit} ms")
             }
-        }
+        };
+        lock(&self.remembered).remember(key, &reason);
+        CommandLine::unreadable(reason)
+    }
+
+    /// The answer for a line remembered as unreadable, if it is.
+    fn remembered_unreadable(&self, key: u64) -> Option<CommandLine> {
+        let remembered = lock(&self.remembered);
+        let reason = remembered.reasons.get(&key)?;
+        Some(CommandLine::unreadable(format!(
+            "{reason} (when it came before)"
+        )))
     }
 
     async fn ask_fresh(&self, line: &str) -> Asked {
@@ -139,10 +241,7 @@ impl ShellParser {
     async fn ask(&self, mut worker: Worker, line: &str) -> Asked {
         match tokio::time::timeout(self.deadline, worker.analyze(line)).await {
             Ok(Ok(analysis)) => {
-                self.idle
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .push(worker);
+                lock(&self.idle).push(worker);
                 Asked::Answered(analysis)
             }
             Ok(Err(err)) => Asked::Failed(err),
