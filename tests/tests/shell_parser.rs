@@ -284,3 +284,82 @@ async fn one_session_cannot_hold_every_worker() {
     }
     assert!(started.elapsed() < deadline * 4, "{:?}", started.elapsed());
 }
+
+/// A line that passes the parser's guards yet takes it minutes: each `${a[` inside an array
+/// subscript multiplies brush-parser's work by about twenty, and a `}` it reads as text keeps
+/// the bracket count low. `name` makes each line distinct, so none is answered from memory.
+fn slow_line(name: &str) -> String {
+    format!(
+        "echo {}0{}",
+        format!("${{{name}[}}").repeat(6),
+        "]}".repeat(6)
+    )
+}
+
+/// On the real daemon: a session that floods the parser with lines that each hold a worker for
+/// the whole deadline delays only itself: another session's commands are judged and run
+/// meanwhile within a fraction of the deadline, and every flooding line ends unreadable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_sending_slow_lines_delays_only_itself() {
+    let daemon = TestDaemon::start();
+    let flooder = std::sync::Arc::new(daemon.connect(json!({}), no_answers()).await);
+    let flooding = flooder
+        .create_session(&daemon.work(), json!({"rules": {"allow": ["run_command"]}}))
+        .await;
+    let batches: Vec<_> = (0..12)
+        .map(|n| {
+            let (flooder, flooding) = (flooder.clone(), flooding.clone());
+            tokio::spawn(async move {
+                flooder
+                    .request(
+                        "tools/execute",
+                        json!({"session_id": flooding, "calls": [{"id": "slow",
+                            "name": "run_command",
+                            "arguments": {"command": slow_line(&format!("a{n}"))}}]}),
+                    )
+                    .await
+                    .unwrap()
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let other = daemon.connect(json!({}), no_answers()).await;
+    let session = other
+        .create_session(&daemon.work(), json!({"rules": {"allow": ["run_command"]}}))
+        .await;
+    let mut slowest = Duration::ZERO;
+    for _ in 0..5 {
+        let started = Instant::now();
+        let response = other
+            .request(
+                "tools/execute",
+                json!({"session_id": session, "calls": [
+                    {"id": "t", "name": "run_command", "arguments": {"command": "true"}}]}),
+            )
+            .await
+            .unwrap();
+        assert_eq!(response["results"][0]["result"]["ok"], true, "{response}");
+        slowest = slowest.max(started.elapsed());
+    }
+    let unfinished = batches.iter().filter(|batch| !batch.is_finished()).count();
+    eprintln!("the other session's slowest `true`: {slowest:?}; {unfinished} flood batches left");
+    assert!(
+        slowest < DEFAULT_DEADLINE,
+        "the other session waited {slowest:?}"
+    );
+    assert!(
+        unfinished > 0,
+        "the flood was over before the other session was measured"
+    );
+    for batch in batches {
+        let response = batch.await.unwrap();
+        let error = response["results"][0]["result"]["error"]
+            .as_str()
+            .unwrap_or("")
+            .to_owned();
+        assert!(
+            error.contains("the shell parser did not finish"),
+            "{response}"
+        );
+    }
+}
