@@ -70,7 +70,9 @@ pub fn resolve(raw: &str, cwd: &Path, roots: &[PathBuf]) -> ResolvedPath {
 /// every client trusts).
 pub fn makes_code_run(path: &ResolvedPath, git_dirs: &[PathBuf]) -> bool {
     [&path.lexical, &path.resolved].into_iter().any(|form| {
-        daemon_dirs().iter().any(|dir| form.starts_with(dir)) ||
+        // In one of them, or one of them is inside: a directory above them, written by a
+        // recursive copy or removed, changes them too.
+        daemon_dirs().iter().any(|dir| form.starts_with(dir) || dir.starts_with(form)) ||
         // Without a `HEAD` no directory is a repository to git: guarding it keeps a directory
         // made to look like one (`config` with `core.pager`, `objects/`, `refs/`, then
         // `cd dir && git log`) from ever becoming one.

@@ -354,8 +354,8 @@ async fn the_env_argument_is_judged_as_leading_words() {
     assert_eq!(result["error_type"], "permission_denied", "{result}");
     let message = result["error"].as_str().unwrap_or_default().to_owned();
     assert!(
-        message.contains("GIT_CONFIG_COUNT=1"),
-        "the reason names the env as words: {message}"
+        message.contains(r#""GIT_CONFIG_COUNT":"1""#),
+        "the reason names the env: {message}"
     );
     assert!(!p.exists());
 }
@@ -1153,12 +1153,20 @@ async fn toolds_own_files_are_protected_like_git_config() {
         marker.display()
     );
     std::fs::write(root.join("work/evil.toml"), &planted_hook).unwrap();
+    // A directory to copy over toold's, and a repository's `.git` to copy into the work tree.
+    for dir in ["work/evil/toold", "work/evil/.git/hooks"] {
+        std::fs::create_dir_all(root.join(dir)).unwrap();
+    }
+    std::fs::write(root.join("work/evil/toold/config.toml"), &planted_hook).unwrap();
+    std::fs::write(root.join("work/evil/.git/config"), "[core]\n").unwrap();
     std::os::unix::fs::symlink(root.join("config/toold"), root.join("work/link")).unwrap();
     let client = daemon.connect(json!({}), no_answers()).await;
-    let allowed: Vec<String> = ["echo", "tee", "cp", "mv", "rm", "sed", "dd", "truncate"]
-        .iter()
-        .map(|program| format!("run_command({program} *)"))
-        .collect();
+    let allowed: Vec<String> = [
+        "echo", "tee", "cp", "mv", "rm", "sed", "dd", "truncate", "ln", "rsync", "cat",
+    ]
+    .iter()
+    .map(|program| format!("run_command({program} *)"))
+    .collect();
     let write = |path: &str, content: &str| json!({"id": "c", "name": "write_file", "arguments": {"path": path, "content": content}});
     let calls = [
         write("config/toold/config.toml", &planted_hook),
@@ -1181,6 +1189,24 @@ async fn toolds_own_files_are_protected_like_git_config() {
         command("mv state/toold/sessions work/moved"),
         command("mv config/toold work/moved-config"),
         command("echo x > run/toold/planted"),
+        // Into a directory above toold's, whose copies land inside it.
+        command("cp -r work/evil/toold config/"),
+        command("cp -r work/evil/toold config"),
+        command("cp -rT work/evil config"),
+        command("rsync -a work/evil/ config/"),
+        command("cp -r work/evil/.git work/"),
+        // A second name for toold's files, made and used in one line or kept for later.
+        command("cp -l config/toold/config.toml work/hard"),
+        command("ln config/toold/config.toml work/hard"),
+        command(&format!(
+            "cp -s {} work/soft; echo '{planted_hook}' >> work/soft",
+            config.display()
+        )),
+        command(&format!(
+            "ln -s {} work/dir; cat work/evil.toml >> work/dir/config.toml",
+            root.join("config/toold").display()
+        )),
+        command("rm -rf config"),
     ];
     for mode in ["accept_edits", "default", "dont_ask"] {
         let session = client
@@ -1198,6 +1224,10 @@ async fn toolds_own_files_are_protected_like_git_config() {
             assert!(journal.exists(), "{mode}: {call}");
             assert!(!sessions.join("s_planted.json").exists(), "{mode}: {call}");
             assert!(!root.join("run/toold/planted").exists(), "{mode}: {call}");
+            assert!(!root.join("work/.git").exists(), "{mode}: {call}");
+            for name in ["hard", "soft", "dir"] {
+                let _ = std::fs::remove_file(root.join("work").join(name));
+            }
         }
         // Elsewhere under the same root, the same tools and lines still work.
         let response = execute(&client, &session, command("echo fine > work/fine.txt")).await;
@@ -1628,5 +1658,60 @@ async fn rules_that_can_never_match_are_refused() {
     assert_eq!(
         response["results"][0]["result"]["error_type"], "permission_denied",
         "{response}"
+    );
+}
+
+/// The call's `env` reaches every command of its line, an assignment written in the line only
+/// its own command: a grant for `PATH=/evil true; git --version` (the real git runs) must not
+/// cover `true; git --version` with `env` `PATH=/evil` (a fake git runs).
+#[tokio::test]
+async fn a_grant_for_an_assignment_never_covers_the_env_argument() {
+    use std::os::unix::fs::PermissionsExt;
+    let daemon = TestDaemon::start();
+    let evil_bin = daemon.root().join("evilbin");
+    std::fs::create_dir_all(&evil_bin).unwrap();
+    let marker = daemon.root().join("FAKE_GIT_RAN");
+    let fake = evil_bin.join("git");
+    std::fs::write(&fake, format!("#!/bin/sh\ntouch {}\n", marker.display())).unwrap();
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let asked = Arc::new(Mutex::new(Vec::new()));
+    let client = daemon
+        .connect(
+            json!({"approvals": true}),
+            toold_tests::daemon::always(json!({"decision": "allow_session"}), asked.clone()),
+        )
+        .await;
+    let session = client.create_session(&daemon.work(), json!({})).await;
+    let path = evil_bin.display().to_string();
+    let inline = command(&format!("PATH={path} true; git --version"));
+    execute(&client, &session, inline.clone()).await;
+    execute(&client, &session, inline).await;
+    assert_eq!(
+        asked.lock().unwrap().len(),
+        1,
+        "the grant covers the same line"
+    );
+    let with_env = json!({"id": "e", "name": "run_command",
+        "arguments": {"command": "true; git --version", "env": {"PATH": path}}});
+    execute(&client, &session, with_env).await;
+    assert_eq!(
+        asked.lock().unwrap().len(),
+        2,
+        "the env call was asked about, not run on the inline line's grant"
+    );
+    let snapshot = client
+        .request("session/get", json!({"session_id": session}))
+        .await
+        .unwrap();
+    assert!(
+        snapshot["grants"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|grant| grant
+                .as_str()
+                .unwrap()
+                .ends_with(&format!(r#"with env {{"PATH":"{path}"}}"#))),
+        "{snapshot}"
     );
 }

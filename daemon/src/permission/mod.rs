@@ -648,8 +648,8 @@ fn protected_write(
     })
 }
 
-/// The exact form a session grant records and matches: the command line (after the call's
-/// `env` as `NAME=value` words) for `run_command`, the resolved path for file tools, the tool
+/// The exact form a session grant records and matches: the command line (followed by the
+/// call's `env` as JSON, when it has one) for `run_command`, the resolved path for file tools, the tool
 /// alone otherwise. Paths are written by [`paths::exact_text`], so a grant covers the bytes
 /// it was given for and no other file that merely displays the same.
 pub fn canonical_form(call: &CallFacts<'_>) -> String {
@@ -664,7 +664,23 @@ pub fn canonical_form(call: &CallFacts<'_>) -> String {
             ),
             None => command.line.clone(),
         };
-        return format!("{}({})", call.tool, command.with_env(&line));
+        let form = format!("{}({line})", call.tool);
+        if command.env.is_empty() {
+            return form;
+        }
+        // The call's `env` reaches every command of the line, an assignment written in the
+        // line only its own command: `PATH=/x true; git` and `true; git` with `PATH=/x` must
+        // not share a grant. The env follows as JSON after the `)` that ends every form
+        // without one; a quote inside a JSON string is escaped, so no other split of a form
+        // reads as a line and an env.
+        let env: std::collections::BTreeMap<&String, &serde_json::Value> = call
+            .arguments
+            .get("env")
+            .and_then(serde_json::Value::as_object)
+            .map(|env| env.iter().collect())
+            .unwrap_or_default();
+        let env = serde_json::to_string(&env).unwrap_or_default();
+        return format!("{form} with env {env}");
     }
     match call.paths {
         [only] if FILE_TOOLS.contains(&call.tool) => {

@@ -738,13 +738,13 @@ fn the_env_argument_is_part_of_the_command() {
         with_env("git status", json!({"B": "x y", "A": "it's"})),
     ) {
         Decision::Ask { suggestion, .. } => assert_eq!(
-            suggestion, r"run_command(A='it'\''s' B='x y' git status)",
-            "sorted, quoted so that no value reads as another word"
+            suggestion, r#"run_command(git status) with env {"A":"it's","B":"x y"}"#,
+            "the env after the line, as JSON: no value reads as part of the line"
         ),
         other => panic!("{other:?}"),
     }
     let mut granted = Check::new(&world, CaseRules::default());
-    granted.grants = vec!["run_command(PATH=/x git status)".to_owned()];
+    granted.grants = vec![r#"run_command(git status) with env {"PATH":"/x"}"#.to_owned()];
     assert_eq!(
         granted.outcome("run_command", with_env("git status", json!({"PATH": "/x"}))),
         "allow"
@@ -754,6 +754,18 @@ fn the_env_argument_is_part_of_the_command() {
         "ask"
     );
     assert_eq!(granted.command("git status"), "ask");
+    // An assignment in the line reaches its own command only; the call's env every command:
+    // the grant of one never covers the other.
+    granted.grants = vec!["run_command(PATH=/x true; git status)".to_owned()];
+    assert_eq!(
+        granted.outcome(
+            "run_command",
+            with_env("true; git status", json!({"PATH": "/x"}))
+        ),
+        "ask"
+    );
+    granted.grants = vec![r#"run_command(true; git status) with env {"PATH":"/x"}"#.to_owned()];
+    assert_eq!(granted.command("PATH=/x true; git status"), "ask");
 }
 
 /// What a line reads (`<`, `<>`, `$(< f)`, `xargs -a f`) is judged as `read_file` would be.

@@ -450,6 +450,9 @@ struct Progress {
     directory_changed: bool,
     /// `HOME` is assigned or unset in the line: a `~` is not the home the engine knows.
     home_changed: bool,
+    /// A link is made in the line (`ln`, `cp -s`): a path may lead through it, made after the
+    /// judgment. How many written paths the linking commands themselves gave.
+    links_made: Option<usize>,
 }
 
 impl Progress {
@@ -470,6 +473,15 @@ impl Progress {
             analysis
                 .opaque
                 .push("a `~` path in a line that changes `HOME`".to_owned());
+        }
+        if let Some(linking) = self.links_made
+            && analysis.written_paths.len() + analysis.read_paths.len() > linking
+        {
+            analysis.opaque.push(
+                "a path written or read in a line that makes a link (`ln`, `cp -s`, `cp -l`): \
+                 it may lead through the new link"
+                    .to_owned(),
+            );
         }
     }
 }
@@ -1004,9 +1016,14 @@ impl Walker<'_> {
                 match_forms.push(format!("{} {joined}", allow_assignments.join(" ")));
             }
             self.nested_commands(name, layer);
+            let written_before = self.out.written_paths.len();
             for (at, path) in writers::files_written(name, &layer[1..]) {
                 let computed_word = computed.get(position + 1 + at).copied().unwrap_or(true);
                 self.written_path(Expanded::from_argument(path, computed_word));
+            }
+            if writers::makes_links(name, &layer[1..]) {
+                let linking = self.out.written_paths.len() - written_before;
+                self.progress.links_made = Some(self.progress.links_made.unwrap_or(0) + linking);
             }
             self.names_taken(
                 name,

@@ -20,24 +20,10 @@ pub fn files_written(name: &str, args: &[String]) -> Vec<(usize, String)> {
         // Removing is writing: `rm` of toold's config takes its deny rules away, `rm` of
         // `.git/HEAD` unmakes a repository.
         "rm" | "rmdir" | "unlink" | "shred" => operands(args),
-        // `mv` removes its sources as it writes the destination.
-        "mv" => {
-            let mut written = option_values(args, &["-t"], &["--target-directory"]);
-            written.extend(operands(args));
-            // `-t DIR`'s value is also taken for an operand: once is enough.
-            written.sort_by_key(|(at, _)| *at);
-            written.dedup_by_key(|(at, _)| *at);
-            written
-        }
+        "cp" | "mv" | "install" | "ln" | "link" | "rsync" => copied(name, args),
         // `sed -i` edits its file operands in place (the script is judged too, harmlessly).
         "sed" if args.iter().any(|arg| is_in_place(arg)) => operands(args),
         "perl" | "ruby" if args.iter().any(|arg| is_in_place(arg)) => operands(args),
-        // The destination: the last operand, or the directory of `-t`/`--target-directory`.
-        "cp" | "install" | "ln" | "rsync" => {
-            let mut written = option_values(args, &["-t"], &["--target-directory"]);
-            written.extend(operands(args).pop());
-            written
-        }
         "dd" => args
             .iter()
             .enumerate()
@@ -59,6 +45,67 @@ pub fn files_written(name: &str, args: &[String]) -> Vec<(usize, String)> {
         ),
         _ => Vec::new(),
     }
+}
+
+/// What a copy, move or link writes. Its destination (the last operand, or `-t DIR`); inside
+/// it, the name each source takes there (`cp -r evil/.git .` writes `./.git`, `cp -r x/toold
+/// config/` writes `config/toold`), and, when a source's contents land there instead (`rsync
+/// src/ dst`, `cp -T`, `cp src/. dst`), a `.git` that may be among them. Also the sources of
+/// `mv` (it takes them away) and of a link (`ln`, `cp -s`/`-l`): a second name for a file is a
+/// way to write it later, so linking a protected file asks as writing it does.
+fn copied(name: &str, args: &[String]) -> Vec<(usize, String)> {
+    let targets = option_values(args, &["-t"], &["--target-directory"]);
+    let mut sources = operands(args);
+    // `-t DIR`'s value is also taken for an operand.
+    sources.retain(|(at, _)| !targets.iter().any(|(target, _)| target == at));
+    let destination = match targets.into_iter().next() {
+        Some(target) => target,
+        None => match sources.pop() {
+            Some(last) => last,
+            None => return Vec::new(),
+        },
+    };
+    let links = makes_links(name, args);
+    let contents = match name {
+        "rsync" => sources.iter().any(|(_, source)| source.ends_with('/')),
+        "cp" | "mv" => {
+            has_short_flag(args, &['T'])
+                || args.iter().any(|arg| arg == "--no-target-directory")
+                || sources.iter().any(|(_, source)| source.ends_with("/."))
+        }
+        _ => false,
+    };
+    let inside = destination.1.trim_end_matches('/');
+    let mut written = vec![destination.clone()];
+    for (at, source) in &sources {
+        if let Some(base) = std::path::Path::new(source).file_name() {
+            written.push((*at, format!("{inside}/{}", base.to_string_lossy())));
+        }
+        if links || name == "mv" {
+            written.push((*at, source.clone()));
+        }
+    }
+    if contents {
+        written.push((destination.0, format!("{inside}/.git")));
+    }
+    written
+}
+
+/// Whether the command makes links (`ln`, `link`, `cp -s`/`-l`/`--link`/`--symbolic-link`):
+/// a path written after it in the same line may lead through one made a moment before.
+pub fn makes_links(name: &str, args: &[String]) -> bool {
+    matches!(name, "ln" | "link")
+        || (name == "cp"
+            && (has_short_flag(args, &['s', 'l'])
+                || args
+                    .iter()
+                    .any(|arg| arg == "--link" || arg == "--symbolic-link")))
+}
+
+/// Whether a short-option word (`-rs`) holds one of `flags`.
+fn has_short_flag(args: &[String], flags: &[char]) -> bool {
+    args.iter()
+        .any(|arg| arg.starts_with('-') && !arg.starts_with("--") && arg[1..].contains(flags))
 }
 
 /// `-i`, `-i.bak`, `--in-place[=SUFFIX]`, or `-i` bundled with other short options (`-ni`):
@@ -141,9 +188,34 @@ mod tests {
         );
         assert_eq!(written("sed -ni.bak p f"), ["p", "f"]);
         assert!(written("sed s/a/b/ f").is_empty());
-        assert_eq!(written("cp -r src /outside/dest"), ["/outside/dest"]);
-        assert_eq!(written("mv -t /outside a b"), ["/outside", "a", "b"]);
-        assert_eq!(written("mv a/config b"), ["a/config", "b"]);
+        assert_eq!(
+            written("cp -r src /outside/dest"),
+            ["/outside/dest", "/outside/dest/src"]
+        );
+        assert_eq!(
+            written("mv -t /outside a b"),
+            ["/outside", "/outside/a", "a", "/outside/b", "b"]
+        );
+        assert_eq!(written("mv a/config b"), ["b", "b/config", "a/config"]);
+        // Into a directory: the names the sources take there.
+        assert_eq!(written("cp -r /tmp/evil/.git ."), [".", "./.git"]);
+        assert_eq!(
+            written("cp -r /tmp/evil/toold config/"),
+            ["config/", "config/toold"]
+        );
+        // Contents into a directory: a `.git` may be among them.
+        assert_eq!(written("rsync -a evil/ ."), [".", "./evil", "./.git"]);
+        assert_eq!(written("cp -rT evil ."), [".", "./evil", "./.git"]);
+        // A link is a second name for its source.
+        assert_eq!(
+            written("ln config/toold/config.toml work/h"),
+            ["work/h", "work/h/config.toml", "config/toold/config.toml"]
+        );
+        assert_eq!(
+            written("cp -s config/toold/config.toml work/l"),
+            ["work/l", "work/l/config.toml", "config/toold/config.toml"]
+        );
+        assert_eq!(written("cp -al a b"), ["b", "b/a", "a"]);
         assert_eq!(written("rm -rf state/toold x"), ["state/toold", "x"]);
         assert_eq!(written("unlink .git/HEAD"), [".git/HEAD"]);
         let words = ["-a".to_owned(), "$f".to_owned()];
