@@ -20,6 +20,7 @@ pub mod confined;
 pub mod env;
 pub mod events;
 pub mod hooks;
+pub mod logging;
 pub mod paths;
 pub mod permission;
 pub mod process_tree;

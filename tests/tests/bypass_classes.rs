@@ -1614,6 +1614,16 @@ async fn rules_that_can_never_match_are_refused() {
         ("read_file(./secrets)", "acts on files only"),
         ("read_file(/etc/hostname)", "write \"//etc/hostname\""),
         ("run command(cat *)", "no tool can be named"),
+        ("read_file(file_path=secrets/**)", "no string argument"),
+        ("read_file(offset=1)", "no string argument"),
+        ("run_command(cmd=cat *)", "no string argument"),
+        ("run_command(command=)", "an empty command pattern"),
+        ("run_command( cat *)", "starts or ends with blanks"),
+        (
+            "read_file(secrets/../secrets/key.txt)",
+            "matched normalized",
+        ),
+        ("read_file(secrets//key.txt)", "matched normalized"),
     ];
     let session = client.create_session(&work, json!({})).await;
     for (rule, reason) in never {

@@ -84,6 +84,10 @@ fn the_approval_prompt_shows_the_call_that_would_run() {
         disguised("\u{9b}2J\u{9d}0;x\u{9c}"),
         // Padding that pushes the rest off the screen or to where the terminal wraps.
         disguised(&format!("{}ls -la", " ".repeat(4000))),
+        disguised(&format!(
+            "{}ls -la",
+            "\u{3000}\u{2003}\u{a0}\u{2800}".repeat(100)
+        )),
     ];
     for command in variants {
         let Finished { status, screen, .. } = prompt_for(&daemon, &command);
@@ -98,6 +102,12 @@ fn the_approval_prompt_shows_the_call_that_would_run() {
             "{screen}"
         );
         assert!(screen.contains("[a] abort? n\r\n"), "{screen}");
+        if command.contains(&" ".repeat(9)) || command.contains("\u{3000}") {
+            assert!(
+                screen.contains("blanks⟩ls -la"),
+                "padding is counted: {screen}"
+            );
+        }
         assert!(victim.join("keep.txt").exists(), "{command:?} ran");
     }
 
@@ -260,4 +270,50 @@ fn run_piped(mut command: Command) -> String {
     let stdout = read_all_on_a_thread(child.stdout.take().expect("piped stdout"));
     child.wait().expect("wait for toold");
     String::from_utf8_lossy(&stdout.join().expect("stdout")).into_owned()
+}
+
+/// The daemon's own log (stderr, the journal under systemd) quotes call ids, tool and method
+/// names and errors a client or model sent: none of them forges a log line or writes a
+/// control sequence to whoever reads the log.
+#[test]
+fn the_daemon_log_shows_what_clients_sent_safely() {
+    let log_dir = tempfile::tempdir().unwrap();
+    let log = log_dir.path().join("daemon.log");
+    let wrapper = [
+        "sh".to_owned(),
+        "-c".to_owned(),
+        format!("exec \"$@\" 2>>{}", log.display()),
+        "sh".to_owned(),
+    ];
+    let daemon = TestDaemon::start_under(&wrapper, &[]);
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    runtime.block_on(async {
+        let client = daemon.connect(json!({}), no_answers()).await;
+        let session = client.create_session(&daemon.work(), json!({})).await;
+        let calls = json!([
+            {"id": "id\u{1b}[2J\nFAKE LOG LINE", "name": "read_file\u{1b}[31m", "arguments": {}},
+            {"id": "b\u{1b}]0;x\u{7}", "name": "read_file",
+             "arguments": {"path": "no\nsuch\u{1b}[2J"}},
+        ]);
+        client
+            .request(
+                "tools/execute",
+                json!({"session_id": session, "calls": calls}),
+            )
+            .await
+            .expect("tools/execute");
+        let _ = client
+            .request("no/such\nFAKE METHOD\u{1b}[2J", json!({}))
+            .await;
+    });
+    drop(daemon);
+    let shown = std::fs::read_to_string(&log).expect("the daemon's log");
+    assert!(shown.contains("read_file\\u{1b}[31m"), "{shown}");
+    for line in shown.lines() {
+        assert!(!line.starts_with("FAKE"), "a forged log line: {line:?}");
+        assert!(
+            !line.chars().any(|c| c.is_control()),
+            "a control character reached the log: {line:?}"
+        );
+    }
 }

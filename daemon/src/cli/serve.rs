@@ -34,7 +34,7 @@ pub fn serve(
     process_tree::keep_out_of_reach();
     socket::refuse_root(allow_root)?;
     let config = Config::load(config_path.as_deref())?;
-    init_logging();
+    crate::logging::init();
     for warning in &config.warnings {
         tracing::warn!(%warning, "config");
     }
@@ -208,16 +208,4 @@ impl StopSignals {
         let _ = systemd::notify_stopping();
         shutdown.cancel();
     }
-}
-
-/// Logs to stderr (the journal under systemd), filtered by `TOOLD_LOG` (default `info`).
-fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("TOOLD_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    use std::io::IsTerminal;
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr)
-        .init();
 }

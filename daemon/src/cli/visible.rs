@@ -12,7 +12,12 @@ pub const RESET_BEFORE_PROMPT: &str = "\x1b\\\x1b[0m";
 
 /// Blanks shown as they are; a longer run is shown as `⟨N blanks⟩`, so that padding cannot
 /// push a command's start off the screen or fake the start of a line where the terminal wraps.
+/// Any blank counts: spaces, ideographic and other Unicode spaces, the braille blank.
 const BLANK_RUN_SHOWN: usize = 8;
+
+fn is_blank(c: char) -> bool {
+    (c.is_whitespace() && !c.is_control()) || c == '\u{2800}'
+}
 
 /// One field on one line (an id, a reason, a title, a path, JSON): every control character,
 /// newlines and tabs included, is escaped, and long runs of blanks are counted.
@@ -34,15 +39,15 @@ enum Shape {
 
 fn escape(text: &str, shape: Shape) -> Cow<'_, str> {
     let needs_work = text.chars().any(|c| is_hidden(c, shape))
-        || (shape == Shape::Line && text.contains(&" ".repeat(BLANK_RUN_SHOWN + 1)));
+        || (shape == Shape::Line && has_long_blank_run(text));
     if !needs_work {
         return Cow::Borrowed(text);
     }
     let mut shown = String::with_capacity(text.len() + 16);
-    let mut blanks = 0;
+    let mut blanks = String::new();
     for c in text.chars() {
-        if shape == Shape::Line && c == ' ' {
-            blanks += 1;
+        if shape == Shape::Line && is_blank(c) && !is_hidden(c, shape) {
+            blanks.push(c);
             continue;
         }
         push_blanks(&mut shown, &mut blanks);
@@ -56,13 +61,22 @@ fn escape(text: &str, shape: Shape) -> Cow<'_, str> {
     Cow::Owned(shown)
 }
 
-fn push_blanks(shown: &mut String, blanks: &mut usize) {
-    if *blanks > BLANK_RUN_SHOWN {
-        shown.push_str(&format!("⟨{blanks} blanks⟩"));
+fn has_long_blank_run(text: &str) -> bool {
+    let mut run = 0;
+    text.chars().any(|c| {
+        run = if is_blank(c) { run + 1 } else { 0 };
+        run > BLANK_RUN_SHOWN
+    })
+}
+
+fn push_blanks(shown: &mut String, blanks: &mut String) {
+    let count = blanks.chars().count();
+    if count > BLANK_RUN_SHOWN {
+        shown.push_str(&format!("⟨{count} blanks⟩"));
     } else {
-        shown.extend(std::iter::repeat_n(' ', *blanks));
+        shown.push_str(blanks);
     }
-    *blanks = 0;
+    blanks.clear();
 }
 
 fn push_escaped(shown: &mut String, c: char) {
@@ -153,6 +167,10 @@ mod tests {
         assert_eq!(line(&padded), "rm -rf victim #⟨300 blanks⟩ls -la");
         assert_eq!(line("a        b"), "a        b");
         assert_eq!(line(&" ".repeat(9)), "⟨9 blanks⟩");
+        // Any blank: ideographic, em and no-break spaces, the braille blank.
+        let padded = format!("rm -rf ~ #{}x", "\u{3000}\u{2003}\u{a0}\u{2800}".repeat(50));
+        assert_eq!(line(&padded), "rm -rf ~ #⟨200 blanks⟩x");
+        assert_eq!(line("a\u{3000}b"), "a\u{3000}b");
         // A block keeps its indentation.
         let indented = format!("{}x", " ".repeat(20));
         assert_eq!(block(&indented), indented);

@@ -204,9 +204,9 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
 /// tool, is a warning: the config is read before any client registers its tools.
 fn permissions(field: &Field<'_, '_>, warnings: &mut Vec<Fault>) -> Result<Rules, Fault> {
     let home = home_dir();
-    let builtins: Vec<String> = crate::tools::builtins()
+    let builtins: Vec<_> = crate::tools::builtins()
         .iter()
-        .map(|tool| tool.definition().name)
+        .map(|tool| tool.definition())
         .collect();
     let mut rules = Rules::default();
     for list in field.entries()? {

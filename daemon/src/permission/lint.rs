@@ -1,5 +1,7 @@
 //! Rules that parse but can never match what they name: a tool name no tool can have, or one a
-//! letter or two (or only its case) away from a tool that exists, a path no file can have (`secrets/`, `/etc/hostname`, which is relative: an
+//! letter or two (or only its case) away from a tool that exists, an argument the tool has
+//! not (or not as a string), a command pattern no command's words can spell, a path no
+//! normalized path can have (`a/../b`, `./x/./y`, `a//b`), a path no file can have (`secrets/`, `/etc/hostname`, which is relative: an
 //! absolute pattern starts with `//`), or a directory given to a tool that acts on files only
 //! (`read_file(secrets)` covers no file inside). A deny rule like these protects nothing while
 //! looking as if it did, so session rules are refused with the reason and the config's are
@@ -7,7 +9,10 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{FILE_TOOLS, Rule};
+use serde_json::Value;
+use toold_protocol::ToolDefinition;
+
+use super::{FILE_TOOLS, Rule, Specifier};
 use crate::tools::registry::is_valid_tool_name;
 
 /// The tools that act on one file, never a directory.
@@ -19,11 +24,13 @@ const ONE_FILE_TOOLS: &[&str] = &["read_file", "write_file", "edit_file"];
 /// miss of a known one. `cwd` and `home`, when known, let a pattern be checked on disk.
 pub fn never_matches(
     text: &str,
-    known_tools: &[String],
+    tools: &[ToolDefinition],
     cwd: Option<&Path>,
     home: &Path,
 ) -> Option<String> {
     let rule = Rule::parse(text, cwd.unwrap_or(Path::new("/")), home).ok()?;
+    let known_tools: Vec<String> = tools.iter().map(|tool| tool.name.clone()).collect();
+    let known_tools = known_tools.as_slice();
     if !is_valid_tool_name(&rule.tool) {
         return Some(format!(
             "no tool can be named {:?}: tool names are 1 to 64 ASCII letters, digits, '_', '.' \
@@ -39,10 +46,34 @@ pub fn never_matches(
             )
         });
     }
+    let definition = tools.iter().find(|tool| tool.name == rule.tool)?;
+    match &rule.specifier {
+        Specifier::Argument { name, .. } if !name.is_empty() => {
+            return no_such_string_argument(definition, name);
+        }
+        Specifier::Command(_) => {
+            let pattern = inner_text(&rule)?;
+            let pattern = pattern.strip_prefix("command=").unwrap_or(pattern);
+            if pattern.is_empty() {
+                return Some("an empty command pattern matches no command".to_owned());
+            }
+            if pattern.trim() != pattern {
+                return Some(format!(
+                    "{pattern:?} starts or ends with blanks, which no command does: a command \
+                     is matched as its words joined by single spaces"
+                ));
+            }
+            return None;
+        }
+        _ => {}
+    }
     if !FILE_TOOLS.contains(&rule.tool.as_str()) {
         return None;
     }
     let pattern = path_pattern(&rule)?;
+    if let Some(reason) = not_normalized(pattern) {
+        return Some(reason);
+    }
     if pattern.ends_with('/') {
         return Some(format!(
             "paths never end in '/', so {pattern:?} matches nothing; write \"{pattern}**\" for \
@@ -71,10 +102,62 @@ pub fn never_matches(
     None
 }
 
+/// The text between a rule's parentheses, as written.
+fn inner_text(rule: &Rule) -> Option<&str> {
+    rule.text.split_once('(')?.1.strip_suffix(')')
+}
+
 /// The path pattern of a file tool's rule, as written (`path=` dropped).
 fn path_pattern(rule: &Rule) -> Option<&str> {
-    let inner = rule.text.split_once('(')?.1.strip_suffix(')')?.trim();
+    let inner = inner_text(rule)?.trim();
     Some(inner.strip_prefix("path=").unwrap_or(inner).trim())
+}
+
+/// `tool(name=glob)` matches a string argument `name`: one the tool's schema does not have as
+/// a string is never there to match.
+fn no_such_string_argument(definition: &ToolDefinition, name: &str) -> Option<String> {
+    let properties = definition.input_schema.get("properties")?.as_object()?;
+    let is_string = |schema: &Value| match schema.get("type") {
+        Some(Value::String(kind)) => kind == "string",
+        Some(Value::Array(kinds)) => kinds.iter().any(|kind| kind == "string"),
+        // No type: any value, strings included.
+        None => true,
+        Some(_) => false,
+    };
+    if properties.get(name).is_some_and(is_string) {
+        return None;
+    }
+    let strings: Vec<&str> = properties
+        .iter()
+        .filter(|(_, schema)| is_string(schema))
+        .map(|(name, _)| name.as_str())
+        .collect();
+    Some(format!(
+        "{} has no string argument {name:?}, so the rule matches no call; its string \
+         arguments are: {}",
+        definition.name,
+        strings.join(", ")
+    ))
+}
+
+/// Paths are matched normalized (made absolute, `.` and `..` resolved, no `//`): a pattern
+/// with such a component matches none.
+fn not_normalized(pattern: &str) -> Option<String> {
+    let body = pattern
+        .strip_prefix("//")
+        .or_else(|| pattern.strip_prefix("~/"))
+        .or_else(|| pattern.strip_prefix("./"))
+        .unwrap_or(pattern);
+    let odd = body.contains("//")
+        || body
+            .split('/')
+            .any(|component| component == "." || component == "..");
+    odd.then(|| {
+        format!(
+            "paths are matched normalized (no '.', '..' or '//' in them), so {pattern:?} \
+             matches nothing; write the path as it is once normalized"
+        )
+    })
 }
 
 /// Where a literal pattern points when it names one place: `//x`, `~/x`, or `x/y` under the
@@ -91,10 +174,10 @@ fn on_disk(pattern: &str, cwd: Option<&Path>, home: &Path) -> Option<PathBuf> {
 }
 
 /// For the config, whose rules may name tools that clients register later: a note when `text`
-/// names none of `known_tools`.
-pub fn names_an_unknown_tool(text: &str, known_tools: &[String], home: &Path) -> Option<String> {
+/// names none of `tools`.
+pub fn names_an_unknown_tool(text: &str, tools: &[ToolDefinition], home: &Path) -> Option<String> {
     let rule = Rule::parse(text, Path::new("/"), home).ok()?;
-    (!known_tools.contains(&rule.tool)).then(|| {
+    (!tools.iter().any(|tool| tool.name == rule.tool)).then(|| {
         format!(
             "no builtin tool is named {:?}; the rule covers only a tool a client or an MCP \
              server registers under that exact name",
@@ -135,10 +218,10 @@ fn edit_distance(left: &str, right: &str) -> usize {
 mod tests {
     use super::*;
 
-    fn builtins() -> Vec<String> {
+    fn builtins() -> Vec<ToolDefinition> {
         crate::tools::builtins()
             .iter()
-            .map(|tool| tool.definition().name)
+            .map(|tool| tool.definition())
             .collect()
     }
 
@@ -165,6 +248,19 @@ mod tests {
             ("edit_file(./secrets/deep)", "acts on files only"),
             ("write_file(~/.ssh)", "acts on files only"),
             ("read_file(//tmp)", "acts on files only"),
+            (
+                "read_file(file_path=secrets/**)",
+                "no string argument \"file_path\"",
+            ),
+            ("read_file(offset=1)", "no string argument \"offset\""),
+            ("run_command(cmd=cat *)", "no string argument \"cmd\""),
+            ("run_command(command=)", "an empty command pattern"),
+            ("run_command( cat *)", "starts or ends with blanks"),
+            ("read_file(secrets/../secrets/key)", "matched normalized"),
+            ("read_file(./secrets/./key)", "matched normalized"),
+            ("read_file(secrets//key)", "matched normalized"),
+            ("read_file(../work/secrets/**)", "matched normalized"),
+            ("read_file(//tmp/a/../b)", "matched normalized"),
         ] {
             let reason = judged(text).unwrap_or_else(|| panic!("{text} was let through"));
             assert!(reason.contains(wanted), "{text}: {reason}");
@@ -183,6 +279,9 @@ mod tests {
             // A tool registered later may be denied ahead of time.
             "control_plane",
             "deploy_to_production(*)",
+            "run_command(command=cat *)",
+            "search_code(pattern=*password*)",
+            "read_file(./secrets/key)",
         ] {
             assert_eq!(judged(text), None, "{text}");
         }

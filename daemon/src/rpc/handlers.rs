@@ -126,14 +126,9 @@ pub fn session_update(daemon: &Daemon, params: SessionUpdateParams) -> Reply<Ses
         .snapshot())
 }
 
-/// The tools a session's rules may name: every tool registered now.
-fn known_tools(daemon: &Daemon) -> Vec<String> {
-    daemon
-        .registry
-        .definitions()
-        .into_iter()
-        .map(|definition| definition.name)
-        .collect()
+/// The tools a session's rules are checked on: every tool registered now.
+fn known_tools(daemon: &Daemon) -> Vec<toold_protocol::ToolDefinition> {
+    daemon.registry.definitions()
 }
 
 pub fn session_get(daemon: &Daemon, params: SessionIdParams) -> Reply<SessionSnapshot> {

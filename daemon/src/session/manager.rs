@@ -8,7 +8,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use toold_protocol::{ErrorObject, Rules, SessionCreateParams, SessionMode, SessionUpdateParams};
+use toold_protocol::{
+    ErrorObject, Rules, SessionCreateParams, SessionMode, SessionUpdateParams, ToolDefinition,
+};
 
 use super::approvals::ApprovalBoard;
 use super::log::EventLog;
@@ -71,12 +73,12 @@ impl SessionManager {
     }
 
     /// `session/create`: validates everything, then creates, persists and attaches.
-    /// `known_tools` are the tools the session's rules may name.
+    /// `known_tools` are the tools registered now, which the session's rules are checked on.
     pub fn create(
         &self,
         params: SessionCreateParams,
         creator: &Arc<Connection>,
-        known_tools: &[String],
+        known_tools: &[ToolDefinition],
     ) -> Result<Arc<ManagedSession>, ErrorObject> {
         let cwd = existing_dir("cwd", &params.cwd)?;
         let roots = match &params.roots {
@@ -135,7 +137,7 @@ impl SessionManager {
     pub fn update(
         &self,
         params: SessionUpdateParams,
-        known_tools: &[String],
+        known_tools: &[ToolDefinition],
     ) -> Result<Arc<ManagedSession>, ErrorObject> {
         let managed = self.get(&params.session_id)?;
         if let Some(mode) = params.mode {
@@ -399,7 +401,7 @@ impl SessionManager {
     fn check_rules_can_match(
         &self,
         rules: &Rules,
-        known_tools: &[String],
+        known_tools: &[ToolDefinition],
         cwd: &Path,
     ) -> Result<(), ErrorObject> {
         for (kind, list) in [

@@ -332,7 +332,7 @@ impl SessionStore {
                 source,
             })?;
         bytes.push(b'\n');
-        write_atomically(&path, &bytes).map_err(|failure| StoreError::Write {
+        write_atomically(&path, &bytes, None).map_err(|failure| StoreError::Write {
             id: id.clone(),
             message: failure.message,
         })?;

@@ -321,7 +321,7 @@ pub fn path_order(left: &str, right: &str) -> Ordering {
 /// would otherwise forge a line of the output. Borrowed for the names that need neither.
 pub fn shown_path(relative: &Path) -> Cow<'_, str> {
     let lossy = relative.to_string_lossy();
-    if !lossy.chars().any(char::is_control) {
+    if !lossy.chars().any(breaks_a_line) {
         return lossy;
     }
     let mut shown = String::with_capacity(lossy.len() + 8);
@@ -332,17 +332,25 @@ pub fn shown_path(relative: &Path) -> Cow<'_, str> {
             '\t' => shown.push_str("\\t"),
             // Every control character is at most U+009F.
             c if c.is_control() => shown.push_str(&format!("\\x{:02x}", u32::from(c))),
+            c if breaks_a_line(c) => shown.push_str(&format!("\\u{{{:x}}}", u32::from(c))),
             c => shown.push(c),
         }
     }
     Cow::Owned(shown)
 }
 
-/// The name as it is (non-UTF-8 bytes replaced) when `shown` differs from it, for the
-/// metadata that gives escaped names exactly.
+/// Control characters, and the line and paragraph separators that JSON readers and many
+/// languages' line splitting treat as line breaks.
+fn breaks_a_line(c: char) -> bool {
+    c.is_control() || matches!(c, '\u{2028}' | '\u{2029}')
+}
+
+/// The name exactly ([`crate::paths::exact_text`]: a byte that is not UTF-8 as `\xHH`, a
+/// backslash then as `\\`) when `shown` differs from it, for the metadata that gives escaped
+/// names exactly.
 pub fn exact_name(relative: &Path, shown: &str) -> Option<String> {
-    let lossy = relative.to_string_lossy();
-    (lossy != shown).then(|| lossy.into_owned())
+    let exact = crate::paths::exact_text(relative);
+    (exact != shown).then(|| exact.into_owned())
 }
 
 /// The most results (`max_results`) a call of `find_files` or `search_code` may ask for. With

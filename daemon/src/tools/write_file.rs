@@ -22,7 +22,8 @@ use nix::unistd::{UnlinkatFlags, unlinkat};
 
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
-use toold_protocol::{Safety, ToolDefinition, ToolSource};
+use tokio_util::sync::CancellationToken;
+use toold_protocol::{ErrorType, Safety, ToolDefinition, ToolSource};
 
 use super::write_journal;
 use super::{Tool, ToolContext, ToolFailure, ToolFuture, ToolOutput, blocking, parse_args};
@@ -65,8 +66,10 @@ impl Tool for WriteFile {
         Box::pin(async move {
             let args: Args = parse_args(args)?;
             let target = ctx.resolve_path(&args.path);
+            let stop = ctx.cancel.clone();
             blocking(move || {
-                let created = !write_atomically(&target.resolved, args.content.as_bytes())?;
+                let created =
+                    !write_atomically(&target.resolved, args.content.as_bytes(), Some(&stop))?;
                 Ok(ToolOutput::new(format!(
                     "{} {} ({} bytes)",
                     if created { "created" } else { "wrote" },
@@ -85,8 +88,14 @@ impl Tool for WriteFile {
 /// Replaces the judged `path` with `bytes` atomically, creating parent directories; returns
 /// whether a file was there before. An existing file keeps its mode; a new one gets the mode a
 /// plain `open(O_CREAT, 0666)` would give under the umask. The temporary file, the rename and
-/// the directory's fsync all go through one descriptor of the parent directory.
-pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<bool, ToolFailure> {
+/// the directory's fsync all go through one descriptor of the parent directory. When `stop`
+/// (the call's stop signal) has fired by the time the new content is ready, nothing replaces
+/// the file: a call answered "stopped" must not change it afterwards.
+pub(crate) fn write_atomically(
+    path: &Path,
+    bytes: &[u8],
+    stop: Option<&CancellationToken>,
+) -> Result<bool, ToolFailure> {
     let fail = |err: io::Error| ToolFailure::io(path, "write", &err);
     let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
         return Err(ToolFailure::invalid_arguments(format!(
@@ -108,7 +117,15 @@ pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<bool, ToolFa
     };
     let mode = existing_mode.unwrap_or(0o666 & !process_umask());
     let (temp_name, temp, _in_flight) = create_temp(&dir, parent).map_err(fail)?;
-    let written = fill_temp(temp, bytes, mode)
+    let filled = fill_temp(temp, bytes, mode);
+    if filled.is_ok() && stop.is_some_and(CancellationToken::is_cancelled) {
+        let _ = unlinkat(&dir, temp_name.as_str(), UnlinkatFlags::NoRemoveDir);
+        return Err(ToolFailure::new(
+            ErrorType::Canceled,
+            "the call was stopped before the file was replaced; it is unchanged",
+        ));
+    }
+    let written = filled
         .and_then(|()| renameat(&dir, temp_name.as_str(), &dir, name).map_err(io::Error::from));
     if let Err(err) = written {
         // Best effort: the error that matters is the write's.
