@@ -434,7 +434,9 @@ fn check_record(state: &SessionState, title: Option<&str>) -> Result<(), ErrorOb
             title.len()
         )));
     }
-    let bytes = SessionRecord::requested_bytes(state, title);
+    let bytes = SessionRecord::requested_bytes(state, title).map_err(|error| {
+        ErrorObject::invalid_params(format!("the session could not be saved: {error}"))
+    })?;
     if bytes > MAX_REQUESTED_RECORD_BYTES {
         return Err(ErrorObject::invalid_params(format!(
             "the session would take {bytes} bytes to save (its rules, roots, allowed_tools, \

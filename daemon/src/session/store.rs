@@ -173,14 +173,17 @@ impl SessionRecord {
         serde_json::to_string(grant).map_or(usize::MAX, |json| json.len() + "    ,\n".len())
     }
 
-    /// How many bytes of JSON a record of `state` (without its grants) and `title` takes.
-    pub fn requested_bytes(state: &SessionState, title: Option<&str>) -> usize {
+    /// How many bytes of JSON a record of `state` (without its grants) and `title` takes, or
+    /// why it cannot be written at all.
+    pub fn requested_bytes(state: &SessionState, title: Option<&str>) -> Result<usize, String> {
         let mut record = Self::new("s".repeat(MAX_SESSION_ID_LEN), state.env.cwd.clone());
         record.capture(state);
         record.grants.clear();
         record.title = title.map(str::to_owned);
         // As the store writes it.
-        serde_json::to_vec_pretty(&record).map_or(usize::MAX, |json| json.len())
+        serde_json::to_vec_pretty(&record)
+            .map(|json| json.len())
+            .map_err(|error| error.to_string())
     }
 
     /// The Env the record describes; `max_command_timeout_ms` is the config's, not the session's.
