@@ -103,6 +103,21 @@ pub fn keep_out_of_reach() {
     }
 }
 
+/// Marks every descriptor this process inherited above 2 close-on-exec, so that no command,
+/// parser worker or hook the daemon starts gets one: whatever started the daemon may have left
+/// it a pipe or a socket (a listening socket passed by systemd included) that a command could
+/// write to or accept on. Descriptors the daemon opens itself are close-on-exec already.
+#[allow(unsafe_code)]
+pub fn inherit_no_descriptors() {
+    // SAFETY: close_range takes plain integers and touches no memory of ours.
+    let marked =
+        unsafe { nix::libc::close_range(3, u32::MAX, nix::libc::CLOSE_RANGE_CLOEXEC as i32) };
+    if marked != 0 {
+        let err = std::io::Error::last_os_error();
+        tracing::warn!(%err, "cannot mark inherited descriptors close-on-exec; commands may inherit them");
+    }
+}
+
 /// A value for [`RUN_TAG_VAR`] unique to one call: unique within the daemon by the counter,
 /// across daemons by the pid and the clock.
 pub fn new_run_tag() -> String {

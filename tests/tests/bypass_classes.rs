@@ -1725,3 +1725,51 @@ async fn a_grant_for_an_assignment_never_covers_the_env_argument() {
         "{snapshot}"
     );
 }
+
+/// Whatever started the daemon may have left it descriptors (a pipe, a socket): no command or
+/// parser worker gets them.
+#[tokio::test]
+async fn commands_inherit_no_descriptor_the_daemon_was_given() {
+    let wrapper = [
+        "sh".to_owned(),
+        "-c".to_owned(),
+        // fd 9 is a pipe's write end, as a launcher's log pipe would be.
+        "exec 9>&1; exec \"$@\"".to_owned(),
+        "sh".to_owned(),
+    ];
+    let daemon = TestDaemon::start_under(&wrapper, &[]);
+    let inherited = std::fs::read_link(format!("/proc/{}/fd/9", daemon.pid()));
+    assert!(inherited.is_ok(), "the daemon was given fd 9");
+    let client = daemon.connect(json!({}), no_answers()).await;
+    let session = client
+        .create_session(&daemon.work(), json!({"rules": {"allow": ["run_command"]}}))
+        .await;
+    let response = execute(
+        &client,
+        &session,
+        command("ls /proc/self/fd; ls /proc/$$/fd"),
+    )
+    .await;
+    let result = &response["results"][0]["result"];
+    assert_eq!(result["ok"], true, "{result}");
+    let listed: Vec<&str> = result["content"]
+        .as_str()
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    assert!(
+        listed.iter().all(|fd| matches!(*fd, "0" | "1" | "2" | "3")),
+        "a command holds more than its standard streams: {listed:?}"
+    );
+    for worker in toold_tests::daemon::shell_parser_workers(daemon.pid()) {
+        let held: Vec<String> = std::fs::read_dir(format!("/proc/{worker}/fd"))
+            .unwrap()
+            .flatten()
+            .map(|entry| entry.file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(
+            !held.contains(&"9".to_owned()),
+            "a parser worker holds fd 9: {held:?}"
+        );
+    }
+}

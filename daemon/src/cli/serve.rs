@@ -35,6 +35,8 @@ pub fn serve(
     socket::refuse_root(allow_root)?;
     let config = Config::load(config_path.as_deref())?;
     crate::logging::init();
+    // Before any process is started: none may inherit what started the daemon left open.
+    process_tree::inherit_no_descriptors();
     for warning in &config.warnings {
         tracing::warn!(%warning, "config");
     }
