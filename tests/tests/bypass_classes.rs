@@ -104,6 +104,18 @@ async fn execute(client: &TestClient, session: &str, call: Value) -> Value {
         .expect("tools/execute")
 }
 
+/// A client that approves every request for the session, and the requests it was sent.
+async fn approving_for_the_session(daemon: &TestDaemon) -> (TestClient, Arc<Mutex<Vec<Request>>>) {
+    let asked = Arc::new(Mutex::new(Vec::new()));
+    let client = daemon
+        .connect(
+            json!({"approvals": true}),
+            toold_tests::daemon::always(json!({"decision": "allow_session"}), asked.clone()),
+        )
+        .await;
+    (client, asked)
+}
+
 fn command(line: &str) -> Value {
     json!({"id": "c", "name": "run_command", "arguments": {"command": line}})
 }
@@ -1337,13 +1349,7 @@ async fn a_grant_covers_the_exact_bytes_it_was_given_for() {
         std::fs::write(named(byte).join("f.txt"), format!("{link}\n")).unwrap();
         std::os::unix::fs::symlink(named(byte), outside.join(link)).unwrap();
     }
-    let asked = Arc::new(Mutex::new(Vec::new()));
-    let client = daemon
-        .connect(
-            json!({"approvals": true}),
-            toold_tests::daemon::always(json!({"decision": "allow_session"}), asked.clone()),
-        )
-        .await;
+    let (client, asked) = approving_for_the_session(&daemon).await;
     let session = client
         .create_session(
             &daemon.work(),
@@ -1499,13 +1505,7 @@ async fn what_a_session_accepts_survives_a_restart() {
     let mut daemon = TestDaemon::start();
     let work = daemon.work();
     std::fs::write(work.join("marker.txt"), "kept\n").unwrap();
-    let asked = Arc::new(Mutex::new(Vec::new()));
-    let client = daemon
-        .connect(
-            json!({"approvals": true}),
-            toold_tests::daemon::always(json!({"decision": "allow_session"}), asked.clone()),
-        )
-        .await;
+    let (client, _asked) = approving_for_the_session(&daemon).await;
     let refused = |error: Result<Value, RequestError>, what: &str| match error {
         Err(RequestError::Rpc(error)) => {
             assert_eq!(error.code, -32602, "{what}: {error:?}");
@@ -1684,13 +1684,7 @@ async fn a_grant_for_an_assignment_never_covers_the_env_argument() {
     let fake = evil_bin.join("git");
     std::fs::write(&fake, format!("#!/bin/sh\ntouch {}\n", marker.display())).unwrap();
     std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let asked = Arc::new(Mutex::new(Vec::new()));
-    let client = daemon
-        .connect(
-            json!({"approvals": true}),
-            toold_tests::daemon::always(json!({"decision": "allow_session"}), asked.clone()),
-        )
-        .await;
+    let (client, asked) = approving_for_the_session(&daemon).await;
     let session = client.create_session(&daemon.work(), json!({})).await;
     let path = evil_bin.display().to_string();
     let inline = command(&format!("PATH={path} true; git --version"));

@@ -73,6 +73,20 @@ async fn with_another_session<T>(
     tokio::join!(load, reads)
 }
 
+/// A daemon under the [`DATA_LIMIT`] memory cap.
+fn daemon_under_a_memory_cap() -> TestDaemon {
+    TestDaemon::start_under(&["prlimit".to_owned(), DATA_LIMIT.to_owned()], &[])
+}
+
+/// Fails unless another session's slowest read stayed within [`OTHER_SESSION_LATENCY`].
+fn assert_other_session_served(slowest: Duration) {
+    eprintln!("another session's slowest read: {slowest:?}");
+    assert!(
+        slowest < OTHER_SESSION_LATENCY,
+        "another session's read waited {slowest:?}"
+    );
+}
+
 fn assert_peak_within_bound(daemon: &TestDaemon, what: &str) {
     let peak_mib = daemon.peak_rss_bytes() / (1024 * 1024);
     eprintln!("{what}: the daemon's peak RSS was {peak_mib} MiB");
@@ -84,7 +98,7 @@ fn assert_peak_within_bound(daemon: &TestDaemon, what: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_long_line_is_never_read_whole() {
-    let daemon = TestDaemon::start_under(&["prlimit".to_owned(), DATA_LIMIT.to_owned()], &[]);
+    let daemon = daemon_under_a_memory_cap();
     // 2 GiB with no newline: 16 KiB of text (no NUL where binary files are told), then a hole.
     let sparse = daemon.work().join("one_line.txt");
     let mut file = std::fs::File::create(&sparse).expect("one_line.txt");
@@ -146,16 +160,12 @@ async fn one_long_line_is_never_read_whole() {
         );
     }
     assert_peak_within_bound(&daemon, "one long line");
-    eprintln!("another session's slowest read: {slowest:?}");
-    assert!(
-        slowest < OTHER_SESSION_LATENCY,
-        "another session's read waited {slowest:?}"
-    );
+    assert_other_session_served(slowest);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn answers_and_counts_are_bounded() {
-    let daemon = TestDaemon::start_under(&["prlimit".to_owned(), DATA_LIMIT.to_owned()], &[]);
+    let daemon = daemon_under_a_memory_cap();
     // 20 files of 10,000 matching lines of 100 bytes: 20 MB of answer for `match`.
     let corpus = daemon.work().join("corpus");
     std::fs::create_dir(&corpus).expect("corpus");
@@ -188,11 +198,7 @@ async fn answers_and_counts_are_bounded() {
         assert!(content.contains(":match y"), "{content:.200}");
     }
     assert_peak_within_bound(&daemon, "90 searches of 20 MB answers");
-    eprintln!("another session's slowest read: {slowest:?}");
-    assert!(
-        slowest < OTHER_SESSION_LATENCY,
-        "another session's read waited {slowest:?}"
-    );
+    assert_other_session_served(slowest);
 
     // Counts past their maximum are refused; the listing is bounded in bytes too.
     let refused = execute(

@@ -375,7 +375,7 @@ impl<'a, 'i> Field<'a, 'i> {
     fn unknown(&self, known: &[&str]) -> Fault {
         let nearest = known
             .iter()
-            .map(|candidate| (edit_distance(self.name, candidate), candidate))
+            .map(|candidate| (lint::edit_distance(self.name, candidate), candidate))
             .min();
         let reason = match nearest {
             Some((distance, candidate)) if distance <= 2 => {
@@ -478,21 +478,6 @@ impl<'a, 'i> Field<'a, 'i> {
     }
 }
 
-/// Levenshtein distance, for "did you mean" on short key names.
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut previous: Vec<usize> = (0..=b.len()).collect();
-    for (i, a_char) in a.chars().enumerate() {
-        let mut current = vec![i + 1];
-        for (j, b_char) in b.iter().enumerate() {
-            let substitution = previous[j] + usize::from(a_char != *b_char);
-            current.push(substitution.min(previous[j + 1] + 1).min(current[j] + 1));
-        }
-        previous = current;
-    }
-    previous[b.len()]
-}
-
 /// A bound as a number, with its size in a friendlier unit where that helps.
 fn show_bound(value: u64, unit: Unit) -> String {
     let friendly = match unit {
@@ -540,9 +525,7 @@ mod tests {
 
     #[test]
     fn near_misses_are_suggested() {
-        assert_eq!(edit_distance("max_paralel", "max_parallel"), 1);
-        assert_eq!(edit_distance("", "abc"), 3);
-        assert_eq!(edit_distance("kitten", "sitting"), 3);
+        assert_eq!(lint::edit_distance("max_paralel", "max_parallel"), 1);
     }
 
     #[test]

@@ -29,8 +29,6 @@ pub fn never_matches(
     home: &Path,
 ) -> Option<String> {
     let rule = Rule::parse(text, cwd.unwrap_or(Path::new("/")), home).ok()?;
-    let known_tools: Vec<String> = tools.iter().map(|tool| tool.name.clone()).collect();
-    let known_tools = known_tools.as_slice();
     if !is_valid_tool_name(&rule.tool) {
         return Some(format!(
             "no tool can be named {:?}: tool names are 1 to 64 ASCII letters, digits, '_', '.' \
@@ -38,15 +36,14 @@ pub fn never_matches(
             rule.tool
         ));
     }
-    if !known_tools.contains(&rule.tool) {
-        return near_miss(&rule.tool, known_tools).map(|near| {
+    let Some(definition) = tools.iter().find(|tool| tool.name == rule.tool) else {
+        return near_miss(&rule.tool, tools).map(|near| {
             format!(
                 "no tool is named {:?} (names are exact); did you mean {near:?}?",
                 rule.tool
             )
         });
-    }
-    let definition = tools.iter().find(|tool| tool.name == rule.tool)?;
+    };
     match &rule.specifier {
         Specifier::Argument { name, .. } if !name.is_empty() => {
             return no_such_string_argument(definition, name);
@@ -188,15 +185,16 @@ pub fn names_an_unknown_tool(text: &str, tools: &[ToolDefinition], home: &Path) 
 
 /// A known tool `tool` is most likely a misspelling of: the same letters in another case, or
 /// at most two edits away.
-fn near_miss<'a>(tool: &str, known_tools: &'a [String]) -> Option<&'a String> {
+fn near_miss<'a>(tool: &str, tools: &'a [ToolDefinition]) -> Option<&'a str> {
     let lower = tool.to_ascii_lowercase();
-    known_tools
+    tools
         .iter()
+        .map(|known| known.name.as_str())
         .find(|known| edit_distance(&known.to_ascii_lowercase(), &lower) <= 2)
 }
 
-/// Levenshtein distance, for "did you mean".
-fn edit_distance(left: &str, right: &str) -> usize {
+/// Levenshtein distance, for "did you mean" (also on the config's key names).
+pub(crate) fn edit_distance(left: &str, right: &str) -> usize {
     let right: Vec<char> = right.chars().collect();
     let mut previous: Vec<usize> = (0..=right.len()).collect();
     for (row, left_char) in left.chars().enumerate() {
@@ -297,5 +295,6 @@ mod tests {
         assert_eq!(edit_distance("read_file", "raed_file"), 2);
         assert_eq!(edit_distance("", "abc"), 3);
         assert_eq!(edit_distance("same", "same"), 0);
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
     }
 }

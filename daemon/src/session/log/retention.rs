@@ -65,37 +65,29 @@ pub(super) fn slim(event: &Event) -> Option<Event> {
             },
         })),
         Event::CallStart(params) if !is_empty_object(&params.body.call.arguments) => {
-            let call = &params.body.call;
+            let (call, elided_bytes) = slim_call(&params.body.call);
             Some(Event::CallStart(EventParams {
                 session_id: params.session_id.clone(),
                 seq: params.seq,
                 batch_id: params.batch_id.clone(),
                 body: CallStart {
                     iteration: params.body.iteration,
-                    call: ToolCall::new(
-                        call.id.clone(),
-                        call.name.clone(),
-                        Value::Object(Map::new()),
-                    ),
-                    elided_bytes: json_text_len(&call.arguments),
+                    call,
+                    elided_bytes,
                 },
             }))
         }
         Event::ArgumentsReplaced(params) if !is_empty_object(&params.body.call.arguments) => {
-            let call = &params.body.call;
+            let (call, elided_bytes) = slim_call(&params.body.call);
             Some(Event::ArgumentsReplaced(EventParams {
                 session_id: params.session_id.clone(),
                 seq: params.seq,
                 batch_id: params.batch_id.clone(),
                 body: ArgumentsReplaced {
                     iteration: params.body.iteration,
-                    call: ToolCall::new(
-                        call.id.clone(),
-                        call.name.clone(),
-                        Value::Object(Map::new()),
-                    ),
+                    call,
                     by: params.body.by,
-                    elided_bytes: json_text_len(&call.arguments),
+                    elided_bytes,
                 },
             }))
         }
@@ -108,6 +100,16 @@ pub(super) fn slim(event: &Event) -> Option<Event> {
         | Event::ApprovalResolved(_)
         | Event::BatchDone(_) => None,
     }
+}
+
+/// A call without its arguments (`{}`), and how many bytes of JSON they were.
+fn slim_call(call: &ToolCall) -> (ToolCall, u64) {
+    let slim = ToolCall::new(
+        call.id.clone(),
+        call.name.clone(),
+        Value::Object(Map::new()),
+    );
+    (slim, json_text_len(&call.arguments))
 }
 
 fn slim_result(params: &EventParams<CallEnded>) -> Option<EventParams<CallEnded>> {
