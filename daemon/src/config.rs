@@ -17,6 +17,7 @@ use toold_protocol::{HookEvent, Rules};
 use crate::batch::Limits;
 use crate::env::{Env, defaults};
 use crate::hooks::ConfiguredHook;
+use crate::sandbox::SandboxConfig;
 
 /// How many connections the daemon serves at once unless the config says otherwise.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 256;
@@ -60,6 +61,8 @@ pub struct Config {
     pub rules: Rules,
     /// `[[hooks.pre_tool_use]]` and `[[hooks.post_tool_use]]`, in file order.
     pub hooks: Vec<ConfiguredHook>,
+    /// `[sandbox]`.
+    pub sandbox: SandboxConfig,
     /// Valid values that are most likely not what was meant (a rule that can never match),
     /// each with its place in the file: `check-config` prints them, the daemon logs them.
     pub warnings: Vec<ConfigError>,
@@ -86,6 +89,7 @@ impl Default for Config {
             allow_bypass: false,
             rules: Rules::default(),
             hooks: Vec::new(),
+            sandbox: SandboxConfig::default(),
             warnings: Vec::new(),
         }
     }
@@ -156,6 +160,7 @@ impl Config {
             max_command_timeout_ms: self.max_command_timeout_ms,
             max_output_bytes: self.max_output_bytes,
             max_read_bytes: self.max_read_bytes,
+            sandbox: self.sandbox.for_commands(),
             ..Env::new(cwd)
         }
     }
@@ -221,6 +226,7 @@ impl Config {
             count(HookEvent::PreToolUse),
             count(HookEvent::PostToolUse)
         ));
+        lines.push(self.sandbox.summary());
         lines.join("\n")
     }
 }

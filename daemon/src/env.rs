@@ -1,9 +1,10 @@
-//! The Env a call runs in: working directory, roots, timeouts and output limits.
+//! The Env a call runs in: working directory, roots, timeouts, output limits and the sandbox.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use crate::paths::{self, ResolvedPath};
+use crate::sandbox::CommandSandbox;
 
 /// Defaults for every limit, used until a session or the config sets its own.
 pub mod defaults {
@@ -32,6 +33,8 @@ pub struct Env {
     pub max_read_bytes: usize,
     /// Extra environment variables for commands, set after the inherited ones.
     pub command_env: BTreeMap<String, String>,
+    /// The sandbox commands run in.
+    pub sandbox: CommandSandbox,
 }
 
 impl Env {
@@ -46,6 +49,7 @@ impl Env {
             max_output_bytes: defaults::MAX_OUTPUT_BYTES,
             max_read_bytes: defaults::MAX_READ_BYTES,
             command_env: BTreeMap::new(),
+            sandbox: CommandSandbox::default(),
         }
     }
 

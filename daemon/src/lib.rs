@@ -24,6 +24,7 @@ pub mod logging;
 pub mod paths;
 pub mod permission;
 pub mod process_tree;
+pub mod sandbox;
 pub mod rpc;
 pub mod server;
 pub mod session;

@@ -511,6 +511,10 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// The known children that are shells of sandboxed commands: no process of their trees may
+/// talk to the daemon ([`descends_from_a_confined_command`]).
+static CONFINED_SHELLS: Mutex<Vec<u32>> = Mutex::new(Vec::new());
+
 /// A child recorded by [`spawn_known`]; dropping it forgets the child, which must have been
 /// waited for by then (or be about to be, as `kill_on_drop` does).
 #[derive(Debug)]
@@ -519,6 +523,7 @@ pub struct KnownChild(u32);
 impl Drop for KnownChild {
     fn drop(&mut self) {
         lock(&KNOWN_CHILDREN).retain(|known| *known != self.0);
+        lock(&CONFINED_SHELLS).retain(|known| *known != self.0);
     }
 }
 
@@ -529,13 +534,69 @@ pub fn spawn_known<C>(
     spawn: impl FnOnce() -> std::io::Result<C>,
     pid: impl FnOnce(&C) -> Option<u32>,
 ) -> std::io::Result<(C, Option<KnownChild>)> {
+    spawn_known_as(false, spawn, pid)
+}
+
+/// [`spawn_known`] for a command's shell; `confined`: it runs sandboxed, and neither it nor
+/// anything it starts may connect to the daemon. Recorded before any peer check can look.
+pub fn spawn_known_as<C>(
+    confined: bool,
+    spawn: impl FnOnce() -> std::io::Result<C>,
+    pid: impl FnOnce(&C) -> Option<u32>,
+) -> std::io::Result<(C, Option<KnownChild>)> {
     let _spawning = SPAWNING.read().unwrap_or_else(|e| e.into_inner());
     let child = spawn()?;
     let known = pid(&child).map(|pid| {
         lock(&KNOWN_CHILDREN).push(pid);
+        if confined {
+            lock(&CONFINED_SHELLS).push(pid);
+        }
         KnownChild(pid)
     });
     Ok((child, known))
+}
+
+/// How far up a peer's ancestry the check looks: deeper chains are refused.
+const MAX_ANCESTRY: usize = 4096;
+
+/// Whether the process `pid` (the peer of a connection to the daemon's socket, from
+/// `SO_PEERCRED`) may be part of a sandboxed command, and must not talk to the daemon. With
+/// the daemon a child subreaper, every process a command started descends from the daemon: by
+/// its shell (a known child), or as an orphan reparented to it (an unknown child). So the
+/// peer's ancestry is followed up to the daemon: reached through a sandboxed shell or an
+/// orphan, it is a command's; through a hook, a parser worker or an unsandboxed shell, it is
+/// not; never reached (the user's own clients), it is not. A peer whose ancestry cannot be
+/// read (it exited) is taken for a command's: a connection nobody can vouch for is refused.
+/// `pid` 0 (a peer in a PID namespace the daemon cannot see into) is not a command's: every
+/// command is visible from the daemon's namespace.
+pub fn descends_from_a_confined_command(pid: i32) -> bool {
+    if pid == 0 {
+        return false;
+    }
+    let daemon = i32::try_from(std::process::id()).unwrap_or(i32::MAX);
+    // No child is being spawned and recorded while we look.
+    let _no_spawning = SPAWNING.write().unwrap_or_else(|e| e.into_inner());
+    let known = lock(&KNOWN_CHILDREN).clone();
+    let confined = lock(&CONFINED_SHELLS).clone();
+    let mut current = pid;
+    for _ in 0..MAX_ANCESTRY {
+        if current == daemon {
+            // The daemon's own connections (none today) are its own business.
+            return false;
+        }
+        let Some(stat) = read_stat(current) else {
+            return true;
+        };
+        if stat.ppid == daemon {
+            let shell = current as u32;
+            return confined.contains(&shell) || !known.contains(&shell);
+        }
+        if stat.ppid <= 1 {
+            return false;
+        }
+        current = stat.ppid;
+    }
+    true
 }
 
 /// Reaps every zombie child of the daemon that it did not start: orphans reparented to it (a

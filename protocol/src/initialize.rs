@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::hooks::HookEvent;
+use crate::sandbox::SandboxReport;
 use crate::session::SessionMode;
 
 /// The only protocol version this crate speaks.
@@ -76,6 +77,9 @@ pub struct InitializeResult {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_at: Option<String>,
     pub capabilities: ServerCapabilities,
+    /// What the daemon can enforce on commands (probed at its start).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<SandboxReport>,
 }
 
 /// The `data` of the `-32602` error for an unsupported `protocol_version`.

@@ -5,7 +5,7 @@
 //! internal types convert at the daemon's dispatch layer. One module per area:
 //! [`rpc`] (envelope, ids, error codes), [`methods`] (names and typed method markers),
 //! [`initialize`], [`session`], [`tools_api`], [`execute`], [`events`], [`approval`],
-//! [`hooks`], [`invoke`], [`tool`] (definitions, calls, results), [`framing`]
+//! [`hooks`], [`invoke`], [`sandbox`], [`tool`] (definitions, calls, results), [`framing`]
 //! (NDJSON or LSP-style frames, detected per connection) and [`peer`] (the bidirectional
 //! JSON-RPC connection both the daemon and the client run on), [`socket_path`] (where the
 //! socket is, resolved the same way by the daemon and its clients) and [`time`] (RFC 3339
@@ -21,6 +21,7 @@ pub mod invoke;
 pub mod methods;
 pub mod peer;
 pub mod rpc;
+pub mod sandbox;
 pub mod session;
 pub mod socket_path;
 pub mod time;
@@ -58,6 +59,7 @@ pub use peer::{
 pub use rpc::{
     Empty, ErrorObject, Id, InvalidMessage, Message, Notification, Request, Response, error_code,
 };
+pub use sandbox::{SandboxMode, SandboxReport, SandboxRequest, SandboxSettings};
 pub use session::{
     OnDisconnect, Rules, SessionAttachParams, SessionCreateParams, SessionEnv, SessionIdParams,
     SessionListParams, SessionListResult, SessionMode, SessionSnapshot, SessionUpdateParams,

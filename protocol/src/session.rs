@@ -6,6 +6,8 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Deserializer, Serialize};
 
+use crate::sandbox::{SandboxRequest, SandboxSettings};
+
 /// The permission mode of a session (docs/protocol.md section 7).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -80,6 +82,10 @@ pub struct SessionCreateParams {
     pub title: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_disconnect: Option<OnDisconnect>,
+    /// The sandbox for the session's commands, over the config's: tighter always, looser
+    /// only when the config allows it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<SandboxRequest>,
 }
 
 impl SessionCreateParams {
@@ -96,6 +102,7 @@ impl SessionCreateParams {
             command_env: None,
             title: None,
             on_disconnect: None,
+            sandbox: None,
         }
     }
 }
@@ -137,6 +144,9 @@ pub struct SessionUpdateParams {
     pub title: Option<Option<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_disconnect: Option<OnDisconnect>,
+    /// Replaces the session's sandbox request whole (members not given: the config's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<SandboxRequest>,
 }
 
 impl SessionUpdateParams {
@@ -154,6 +164,7 @@ impl SessionUpdateParams {
             command_env: None,
             title: None,
             on_disconnect: None,
+            sandbox: None,
         }
     }
 }
@@ -222,6 +233,10 @@ pub struct SessionSnapshot {
     /// RFC 3339.
     pub created_at: String,
     pub on_disconnect: OnDisconnect,
+    /// The sandbox the session's commands run in. Optional when read, so that a newer client
+    /// still understands a daemon that did not send it.
+    #[serde(default)]
+    pub sandbox: SandboxSettings,
     /// Set on `session/attach` when events after `after_seq` were no longer retained.
     #[serde(default, skip_serializing_if = "is_false")]
     pub replay_truncated: bool,

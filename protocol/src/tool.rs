@@ -140,6 +140,9 @@ pub enum ErrorType {
     IsDirectory,
     /// `read_file` or `edit_file` was given a file that is not text.
     BinaryFile,
+    /// `run_command` did not run: the sandbox its session asks for cannot be enforced here
+    /// and the config says `on_unsupported = "refuse"`.
+    SandboxUnavailable,
     /// An error type this crate does not know, such as one a client tool returned.
     Other(String),
 }
@@ -162,6 +165,7 @@ impl ErrorType {
             ErrorType::IoError => "io_error",
             ErrorType::IsDirectory => "is_directory",
             ErrorType::BinaryFile => "binary_file",
+            ErrorType::SandboxUnavailable => "sandbox_unavailable",
             ErrorType::Other(other) => other,
         }
     }
@@ -187,6 +191,7 @@ impl FromStr for ErrorType {
             "io_error" => ErrorType::IoError,
             "is_directory" => ErrorType::IsDirectory,
             "binary_file" => ErrorType::BinaryFile,
+            "sandbox_unavailable" => ErrorType::SandboxUnavailable,
             other => ErrorType::Other(other.to_owned()),
         })
     }

@@ -106,6 +106,11 @@ impl TestDaemon {
         Self::start_with_wrapper(None, env, wrapper.to_vec())
     }
 
+    /// Starts a daemon with `config`, run by `wrapper` (see [`Self::start_under`]).
+    pub fn start_under_with_config(wrapper: &[String], config: &str) -> Self {
+        Self::start_with_wrapper(Some(config), &[], wrapper.to_vec())
+    }
+
     fn start_with(config: Option<&str>, env: &[(&str, &str)]) -> Self {
         Self::start_with_wrapper(config, env, Vec::new())
     }

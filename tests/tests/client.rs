@@ -791,8 +791,9 @@ async fn a_request_without_an_answerer_is_method_not_found() {
                     version: None,
                 },
                 instance_id: "i_stand_in".to_owned(),
-                // As a daemon from before `started_at` answers.
+                // As a daemon from before `started_at` and `sandbox` answers.
                 started_at: None,
+                sandbox: None,
                 capabilities: ServerCapabilities {
                     modes: Vec::new(),
                     hooks: Vec::new(),

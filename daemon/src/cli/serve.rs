@@ -75,6 +75,15 @@ pub fn serve(
             .local_addr()
             .ok()
             .and_then(|address| address.as_pathname().map(PathBuf::from));
+        if let Some(socket) = &socket_path {
+            let own_dir = toold_dir_of(socket.clone()) != *socket;
+            crate::sandbox::kernel::keep_commands_from(socket, own_dir);
+        }
+        // Once, before any command: what `initialize` reports is what commands get.
+        let kernel = tokio::task::spawn_blocking(crate::sandbox::kernel::probe).await.context("the sandbox probe failed")?;
+        if !kernel.report().degraded.is_empty() {
+            tracing::warn!(degraded = ?kernel.report().degraded, "this kernel cannot enforce every part of the command sandbox");
+        }
         paths::protect_daemon_dirs(
             [
                 config_path.clone().or_else(crate::config::default_path),
@@ -97,6 +106,7 @@ pub fn serve(
             env: config.env_for(PathBuf::from("/")),
             config_rules: config.rules.clone(),
             allow_bypass: config.allow_bypass,
+            allow_unsandboxed: config.sandbox.allow_unsandboxed,
             home: permission::home_dir(),
             log_capacity: EVENT_LOG_CAPACITY,
         };

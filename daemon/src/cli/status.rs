@@ -89,6 +89,7 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<Outcome> {
             "started_at": up.initialized.started_at,
             "uptime_seconds": up.uptime().map(|uptime| uptime.as_secs()),
             "pid": up.pid,
+            "sandbox": up.initialized.sandbox,
         });
         render::print_out(&format!("{}\n", serde_json::to_string_pretty(&report)?));
     } else {
@@ -117,12 +118,37 @@ fn describe(socket: &Path, up: &Up) -> String {
         .map_or_else(|| "unknown".to_owned(), |pid| pid.to_string());
     format!(
         "toold is up\n  socket:    {}\n  version:   {version} (protocol {})\n  instance:  {}\n  \
-         pid:       {process}\n  sessions:  {} ({} running a batch)\n  uptime:    {uptime}\n",
+         pid:       {process}\n  sessions:  {} ({} running a batch)\n  uptime:    {uptime}\n  \
+         sandbox:   {}\n",
         socket.display(),
         info.protocol_version,
         info.instance_id,
         up.sessions,
         up.running,
+        describe_sandbox(info.sandbox.as_ref()),
+    )
+}
+
+/// What the daemon's kernel enforces on commands, in a line or two.
+fn describe_sandbox(report: Option<&toold_protocol::SandboxReport>) -> String {
+    let Some(report) = report else {
+        return "not reported by the daemon (older than this toold)".to_owned();
+    };
+    let landlock = match report.landlock_abi {
+        Some(abi) => format!("Landlock ABI {abi}"),
+        None => "no Landlock".to_owned(),
+    };
+    let degraded = if report.degraded.is_empty() {
+        "every protection enforced".to_owned()
+    } else {
+        format!(
+            "NOT enforced here: {} (see [sandbox] on_unsupported)",
+            report.degraded.join(", ")
+        )
+    };
+    format!(
+        "{landlock}; daemon socket kept out by {}\n             {degraded}",
+        report.daemon_socket
     )
 }
 

@@ -14,11 +14,12 @@ use std::time::Duration;
 use regex::Regex;
 use toml::Spanned;
 use toml::de::{DeTable, DeValue};
-use toold_protocol::{HookEvent, Rules};
+use toold_protocol::{HookEvent, Rules, SandboxMode};
 
 use super::{Config, DAY_SECS, GIB, KIB, MIB, show_duration};
 use crate::hooks::ConfiguredHook;
 use crate::permission::{Rule, home_dir, lint};
+use crate::sandbox::{OnUnsupported, SandboxConfig};
 
 /// The longest socket path the kernel takes: `sun_path` is 108 bytes with its final NUL.
 const MAX_SOCKET_PATH_BYTES: usize = 107;
@@ -85,7 +86,7 @@ pub(super) struct Fault {
 }
 
 /// The keys of the top level, for "unknown key" errors.
-const TOP_LEVEL_KEYS: [&str; 16] = [
+const TOP_LEVEL_KEYS: [&str; 17] = [
     "socket",
     "max_message_bytes",
     "max_connections",
@@ -102,6 +103,7 @@ const TOP_LEVEL_KEYS: [&str; 16] = [
     "allow_bypass",
     "permissions",
     "hooks",
+    "sandbox",
 ];
 
 /// The settings a parsed file gives, every key checked; the first fault in file order. The
@@ -129,6 +131,7 @@ pub(super) fn read_document(document: &DeTable<'_>) -> Result<(Config, Vec<Fault
             "allow_bypass" => config.allow_bypass = field.boolean()?,
             "permissions" => config.rules = permissions(&field, &mut warnings)?,
             "hooks" => config.hooks = hooks(&field)?,
+            "sandbox" => config.sandbox = sandbox(&field, &mut warnings)?,
             _ => return Err(field.unknown(&TOP_LEVEL_KEYS)),
         }
     }
@@ -231,6 +234,74 @@ fn permissions(field: &Field<'_, '_>, warnings: &mut Vec<Fault>) -> Result<Rules
         }
     }
     Ok(rules)
+}
+
+/// `[sandbox]`: the mode and network of every session's commands unless a session tightens
+/// them, the extra writable directories, and what to do where the kernel cannot enforce them.
+fn sandbox(field: &Field<'_, '_>, warnings: &mut Vec<Fault>) -> Result<SandboxConfig, Fault> {
+    let mut sandbox = SandboxConfig::default();
+    for entry in field.entries()? {
+        match entry.name {
+            "mode" => {
+                sandbox.settings.mode = match entry.string()? {
+                    "off" => SandboxMode::Off,
+                    "read_only" => SandboxMode::ReadOnly,
+                    "workspace_write" => SandboxMode::WorkspaceWrite,
+                    other => {
+                        return Err(entry.fault(format!(
+                            "unknown mode {other:?}: expected \"workspace_write\", \"read_only\" or \"off\""
+                        )));
+                    }
+                }
+            }
+            "network" => sandbox.settings.network = entry.boolean()?,
+            "writable" => {
+                let home = home_dir();
+                for item in entry.elements("an array of directory paths")? {
+                    let text = item.string()?;
+                    let path = match text.strip_prefix("~/") {
+                        Some(rest) => home.join(rest),
+                        None if text == "~" => home.clone(),
+                        None => PathBuf::from(text),
+                    };
+                    if !path.is_absolute() {
+                        return Err(item.fault(format!(
+                            "{text:?} is not an absolute path (or one that starts with ~/)"
+                        )));
+                    }
+                    if !path.is_dir() {
+                        warnings.push(item.fault(format!(
+                            "{} is not an existing directory: commands cannot write there until it is",
+                            path.display()
+                        )));
+                    }
+                    sandbox.writable.push(path);
+                }
+            }
+            "on_unsupported" => {
+                sandbox.on_unsupported = match entry.string()? {
+                    "warn" => OnUnsupported::Warn,
+                    "refuse" => OnUnsupported::Refuse,
+                    other => {
+                        return Err(entry.fault(format!(
+                            "unknown value {other:?}: expected \"warn\" or \"refuse\""
+                        )));
+                    }
+                }
+            }
+            "allow_unsandboxed" => sandbox.allow_unsandboxed = entry.boolean()?,
+            _ => {
+                return Err(entry.unknown(&[
+                    "mode",
+                    "network",
+                    "writable",
+                    "on_unsupported",
+                    "allow_unsandboxed",
+                ]));
+            }
+        }
+    }
+    Ok(sandbox)
 }
 
 fn hooks(field: &Field<'_, '_>) -> Result<Vec<ConfiguredHook>, Fault> {

@@ -73,6 +73,7 @@ pub fn initialize(
             client_tools: true,
             max_message_bytes: daemon.settings.max_message_bytes as u64,
         },
+        sandbox: Some(crate::sandbox::kernel::probe().report()),
     })
 }
 

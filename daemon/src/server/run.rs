@@ -23,6 +23,7 @@ use toold_protocol::{ErrorObject, JsonText, Notification, Request, methods};
 
 use super::socket::peer_allowed;
 use crate::rpc::connection::{Connection, Handshake, Outbound, OutboundError, OutboundFuture};
+use crate::process_tree;
 use crate::rpc::{Daemon, dispatch, handlers};
 
 /// How the server runs.
@@ -152,6 +153,18 @@ const ANSWER_GRACE: Duration = Duration::from_secs(5);
 
 static NEXT_CONNECTION: AtomicU64 = AtomicU64::new(1);
 
+/// Whether the peer of a new connection is (or descends from) a sandboxed command: whichever
+/// tier keeps commands from the socket, this check backs it (a hard link to the socket made
+/// outside the sandbox, a tier the kernel lacks). Refused before a byte is read.
+async fn from_a_sandboxed_command(stream: &UnixStream) -> bool {
+    let Ok(pid) = crate::server::socket::peer_pid(stream) else {
+        return true;
+    };
+    tokio::task::spawn_blocking(move || process_tree::descends_from_a_confined_command(pid))
+        .await
+        .unwrap_or(true)
+}
+
 /// One accepted connection in the count of open ones, given back when it is dropped.
 struct OpenSlot {
     count: Arc<AtomicUsize>,
@@ -192,6 +205,10 @@ async fn serve_connection(_slot: OpenSlot, stream: UnixStream, shared: Shared, o
         frame_timeout,
         closing,
     } = shared;
+    if from_a_sandboxed_command(&stream).await {
+        tracing::warn!("refused a connection from a sandboxed command");
+        return;
+    }
     let (reader, writer) = stream.into_split();
     let options = PeerOptions {
         max_message_bytes,

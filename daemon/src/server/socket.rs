@@ -366,6 +366,12 @@ pub fn peer_uid(stream: &impl AsFd) -> io::Result<u32> {
     Ok(credentials.uid())
 }
 
+/// The pid of the process at the other end of a connected Unix socket, as it was when it
+/// connected (SO_PEERCRED; 0 when it lives in a PID namespace this one cannot see).
+pub fn peer_pid(stream: &impl AsFd) -> io::Result<i32> {
+    Ok(getsockopt(stream, PeerCredentials)?.pid())
+}
+
 /// Whether the peer may talk to this daemon: only the daemon's own user may. A peer whose
 /// credentials cannot be read is refused.
 pub fn peer_allowed(stream: &impl AsFd) -> bool {

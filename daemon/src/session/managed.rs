@@ -135,6 +135,7 @@ impl ManagedSession {
             last_seq: self.log.last_seq(),
             created_at: meta.created_at.clone(),
             on_disconnect: meta.on_disconnect,
+            sandbox: state.env.sandbox.settings,
             replay_truncated: false,
         }
     }

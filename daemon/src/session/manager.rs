@@ -9,7 +9,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use toold_protocol::{
-    ErrorObject, Rules, SessionCreateParams, SessionMode, SessionUpdateParams, ToolDefinition,
+    ErrorObject, Rules, SandboxRequest, SandboxSettings, SessionCreateParams, SessionMode,
+    SessionUpdateParams, ToolDefinition,
 };
 
 use super::approvals::ApprovalBoard;
@@ -28,6 +29,8 @@ pub struct SessionDefaults {
     pub env: Env,
     pub config_rules: Rules,
     pub allow_bypass: bool,
+    /// `[sandbox] allow_unsandboxed`: may a session loosen the config's sandbox?
+    pub allow_unsandboxed: bool,
     pub home: PathBuf,
     /// Events each session retains for replay.
     pub log_capacity: usize,
@@ -88,6 +91,7 @@ impl SessionManager {
                 .collect::<Result<Vec<_>, _>>()?,
             None => vec![cwd.clone()],
         };
+        check_roots_keep_out_the_socket(&roots)?;
         let mode = params.mode.unwrap_or_default();
         self.check_mode(mode)?;
         if let Some(rules) = &params.rules {
@@ -96,6 +100,7 @@ impl SessionManager {
         let mut env = self.defaults.env.clone();
         env.cwd = cwd;
         env.roots = roots;
+        env.sandbox.settings = self.sandbox_for(params.sandbox.unwrap_or_default())?;
         apply_env_fields(
             &mut env,
             params.timeout_ms,
@@ -156,10 +161,16 @@ impl SessionManager {
             ),
             None => None,
         };
+        if let Some(roots) = &roots {
+            check_roots_keep_out_the_socket(roots)?;
+        }
         let current = managed.session.state();
         let mut env = (*current.env).clone();
         if let Some(roots) = roots {
             env.roots = roots;
+        }
+        if let Some(request) = params.sandbox {
+            env.sandbox.settings = self.sandbox_for(request)?;
         }
         apply_env_fields(
             &mut env,
@@ -270,7 +281,18 @@ impl SessionManager {
     }
 
     fn restore_one(&self, record: SessionRecord) -> Result<(), String> {
-        let env = record.env(self.defaults.env.max_command_timeout_ms);
+        let mut env = record.env(self.defaults.env.max_command_timeout_ms);
+        env.sandbox = self.defaults.env.sandbox.clone();
+        if let Some(saved) = record.sandbox {
+            if saved.is_looser_than(env.sandbox.settings) && !self.defaults.allow_unsandboxed {
+                tracing::warn!(
+                    session = %record.session_id,
+                    "the session's sandbox is looser than the config now allows: restored with the config's"
+                );
+            } else {
+                env.sandbox.settings = saved;
+            }
+        }
         let mode = if record.mode == SessionMode::Bypass && !self.defaults.allow_bypass {
             tracing::warn!(
                 session = %record.session_id,
@@ -385,6 +407,25 @@ impl SessionManager {
         format!("s_{number}_{nanos:08x}")
     }
 
+    /// The sandbox a session asking for `request` gets: the config's with the request's
+    /// members; looser than the config only when the config allows it.
+    fn sandbox_for(&self, request: SandboxRequest) -> Result<SandboxSettings, ErrorObject> {
+        let config = self.defaults.env.sandbox.settings;
+        let asked = config.overlaid(request);
+        if asked.is_looser_than(config) && !self.defaults.allow_unsandboxed {
+            return Err(ErrorObject::invalid_params(format!(
+                "sandbox: mode {} with network {} is looser than the config's (mode {}, network \
+                 {}); a session may only tighten it unless the config sets [sandbox] \
+                 allow_unsandboxed = true",
+                asked.mode.as_str(),
+                if asked.network { "on" } else { "off" },
+                config.mode.as_str(),
+                if config.network { "on" } else { "off" },
+            )));
+        }
+        Ok(asked)
+    }
+
     fn check_mode(&self, mode: SessionMode) -> Result<(), ErrorObject> {
         if mode == SessionMode::Bypass && !self.defaults.allow_bypass {
             return Err(ErrorObject::invalid_params(
@@ -444,6 +485,23 @@ fn check_record(state: &SessionState, title: Option<&str>) -> Result<(), ErrorOb
         )));
     }
     Ok(())
+}
+
+/// A root that holds the daemon's socket would let the session's file tools write next to
+/// it and its commands reach what the sandbox hides: refused.
+fn check_roots_keep_out_the_socket(roots: &[PathBuf]) -> Result<(), ErrorObject> {
+    let Some(socket) = crate::sandbox::kernel::daemon_socket() else {
+        return Ok(());
+    };
+    let socket_dir = socket.path.parent().unwrap_or(Path::new("/"));
+    match roots.iter().find(|root| socket_dir.starts_with(root)) {
+        Some(root) => Err(ErrorObject::invalid_params(format!(
+            "roots: {} holds the daemon's socket directory {}; give a root that does not",
+            root.display(),
+            socket_dir.display()
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// A path parameter that must be an absolute, existing directory; canonical afterwards.

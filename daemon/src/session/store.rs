@@ -18,7 +18,7 @@ use std::time::UNIX_EPOCH;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value};
 use toold_protocol::time::{now_rfc3339, rfc3339};
-use toold_protocol::{OnDisconnect, Rules, SessionMode, SessionSnapshot};
+use toold_protocol::{OnDisconnect, Rules, SandboxSettings, SessionMode, SessionSnapshot};
 
 use super::SessionState;
 use crate::env::{Env, defaults};
@@ -92,6 +92,9 @@ pub struct SessionRecord {
     /// event log continues after it.
     #[serde(default)]
     pub last_seq: u64,
+    /// The session's sandbox; `None` (a record from before sandboxes): the config's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<SandboxSettings>,
     /// Fields written by a newer daemon, kept so that saving here does not erase them.
     #[serde(flatten)]
     pub unknown_fields: Map<String, Value>,
@@ -147,6 +150,7 @@ impl SessionRecord {
             on_disconnect: OnDisconnect::default(),
             created_at: now_rfc3339(),
             last_seq: 0,
+            sandbox: None,
             unknown_fields: Map::new(),
         }
     }
@@ -166,6 +170,7 @@ impl SessionRecord {
         self.rules.clone_from(&state.rules);
         self.grants.clone_from(&state.grants);
         self.allowed_tools.clone_from(&state.allowed_tools);
+        self.sandbox = Some(env.sandbox.settings);
     }
 
     /// How many bytes a grant takes in a saved record: its JSON string on a line of its own.
@@ -219,6 +224,7 @@ impl SessionRecord {
             on_disconnect: snapshot.on_disconnect,
             created_at: snapshot.created_at.clone(),
             last_seq: snapshot.last_seq,
+            sandbox: Some(snapshot.sandbox),
             unknown_fields: Map::new(),
         }
     }
@@ -520,6 +526,10 @@ mod tests {
         record.on_disconnect = OnDisconnect::Continue;
         record.created_at = "2026-11-30T09:00:00Z".into();
         record.last_seq = 4242;
+        record.sandbox = Some(SandboxSettings {
+            mode: toold_protocol::SandboxMode::ReadOnly,
+            network: false,
+        });
         record
     }
 
@@ -621,6 +631,7 @@ mod tests {
             last_seq: record.last_seq,
             created_at: record.created_at.clone(),
             on_disconnect: record.on_disconnect,
+            sandbox: record.sandbox.unwrap(),
             replay_truncated: false,
         };
         assert_eq!(SessionRecord::from_snapshot(&snapshot), record);

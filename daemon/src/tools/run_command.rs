@@ -58,6 +58,7 @@ use super::{Tool, ToolContext, ToolFailure, ToolFuture, ToolOutcome, ToolOutput,
 use crate::env::Env;
 use crate::paths;
 use crate::process_tree::{self, ProcessTree, RUN_TAG_VAR, SweepReport};
+use crate::sandbox::Confinement;
 
 /// SIGTERM to SIGKILL. Stopping must finish well within the registry's `STOP_GRACE` (1 s),
 /// which also has to cover the sweeps, [`KILL_DRAIN`] and a loaded machine's scheduling.
@@ -169,18 +170,26 @@ async fn run_command(mut args: Map<String, Value>, ctx: ToolContext) -> ToolOutc
     check_arguments(&args)?;
     let cwd = working_directory(&ctx.env, args.cwd.as_deref())?;
 
+    let confinement = Confinement::prepare(&ctx.env.sandbox, &ctx.env.roots, &cwd)?;
     process_tree::ensure_subreaper();
     let tag = process_tree::new_run_tag();
-    let mut command = shell_command(&args, &cwd, &ctx.env, &tag);
-    let (mut child, _known) =
-        process_tree::spawn_known(|| command.spawn(), tokio::process::Child::id).map_err(
-            |err| {
-                ToolFailure::new(
-                    ErrorType::IoError,
-                    format!("cannot start {BASH} in {}: {err}", cwd.display()),
-                )
-            },
-        )?;
+    let mut command = shell_command(&args, &cwd, &ctx.env, &tag, &confinement);
+    let (mut child, _known) = process_tree::spawn_known_as(
+        confinement.is_confined(),
+        || command.spawn(),
+        tokio::process::Child::id,
+    )
+    .map_err(|err| {
+        let sandboxed = if confinement.is_confined() {
+            " in its sandbox"
+        } else {
+            ""
+        };
+        ToolFailure::new(
+            ErrorType::IoError,
+            format!("cannot start {BASH}{sandboxed} in {}: {err}", cwd.display()),
+        )
+    })?;
     // `id()` is `None` only after the child has been waited for, which has not happened yet.
     let Some(shell_pid) = child.id() else {
         return Err(ToolFailure::new(
@@ -275,6 +284,14 @@ async fn run_command(mut args: Map<String, Value>, ctx: ToolContext) -> ToolOutc
     if halt.is_none() && swept.signaled > 0 {
         metadata.insert("killed_background_processes".into(), json!(swept.signaled));
     }
+    let failed = halt.is_none() && !status.is_some_and(|status| status.success());
+    let denial_hint = failed
+        .then(|| confinement.denial_hint(&content))
+        .flatten();
+    metadata.insert(
+        "sandbox".into(),
+        confinement.metadata(denial_hint.as_deref()),
+    );
 
     let failure = match (halt, status) {
         (Some(Halt::Canceled), _) => Some((
@@ -286,7 +303,13 @@ async fn run_command(mut args: Map<String, Value>, ctx: ToolContext) -> ToolOutc
             "the command timed out; all its processes were killed".to_owned(),
         )),
         (None, Some(status)) if status.success() => None,
-        (None, Some(status)) => Some((ErrorType::CommandFailed, exit_message(status))),
+        (None, Some(status)) => Some((
+            ErrorType::CommandFailed,
+            match &denial_hint {
+                Some(hint) => format!("{}; {hint}", exit_message(status)),
+                None => exit_message(status),
+            },
+        )),
         (None, None) => Some((
             ErrorType::CommandFailed,
             "the command's exit status could not be read".to_owned(),
@@ -375,7 +398,13 @@ fn shell_reads_it(name: &[u8]) -> bool {
         )
 }
 
-fn shell_command(args: &Args, cwd: &Path, env: &Env, tag: &str) -> Command {
+fn shell_command(
+    args: &Args,
+    cwd: &Path,
+    env: &Env,
+    tag: &str,
+    confinement: &Confinement,
+) -> Command {
     use std::os::unix::ffi::OsStrExt;
     let passed = |(name, _): &(&String, &String)| !shell_reads_it(name.as_bytes());
     let inherited =
@@ -389,7 +418,12 @@ fn shell_command(args: &Args, cwd: &Path, env: &Env, tag: &str) -> Command {
         .envs(inherited)
         .env("PWD", cwd)
         .envs(env.command_env.iter().filter(passed))
-        .envs(args.env.iter().filter(passed))
+        .envs(args.env.iter().filter(passed));
+    if let Some(tmp) = confinement.private_tmp() {
+        // The only place a `read_only` command may write.
+        command.env("TMPDIR", tmp);
+    }
+    command
         .env(RUN_TAG_VAR, tag)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -397,6 +431,7 @@ fn shell_command(args: &Args, cwd: &Path, env: &Env, tag: &str) -> Command {
         .process_group(0)
         // If this future is dropped mid-run, the shell dies at once; `TreeGuard` kills the rest.
         .kill_on_drop(true);
+    confinement.configure(&mut command);
     command
 }
 

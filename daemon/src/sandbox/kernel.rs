@@ -1,0 +1,174 @@
+//! What this kernel lets the daemon enforce, probed once by trying each layer on a real child
+//! (`/bin/true`), and the daemon socket commands are kept from.
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+
+use toold_protocol::SandboxReport;
+
+use super::{Protection, landlock, namespace, seccomp};
+
+/// The layers that work here.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Kernel {
+    pub landlock_abi: Option<u32>,
+    /// A Landlock ruleset could be applied.
+    landlock: bool,
+    /// A user + mount namespace with the sandbox's mounts could be made.
+    pub namespaces: bool,
+    /// A seccomp filter could be installed.
+    pub seccomp: bool,
+}
+
+impl Kernel {
+    pub fn landlock_fs(&self) -> bool {
+        self.landlock
+    }
+
+    /// Landlock's signal and abstract-socket scopes: ABI 6 and later.
+    pub fn landlock_scopes(&self) -> bool {
+        self.landlock && self.landlock_abi.is_some_and(|abi| abi >= 6)
+    }
+
+    /// How commands are kept from the daemon's socket: the first tier that works.
+    pub fn daemon_socket_tier(&self) -> &'static str {
+        if self.namespaces {
+            "mount_namespace"
+        } else {
+            "peer_check"
+        }
+    }
+
+    /// The report of `initialize` and `toold status`.
+    pub fn report(&self) -> SandboxReport {
+        let mut degraded = Vec::new();
+        for (protection, works) in [
+            (Protection::Filesystem, self.landlock_fs()),
+            (Protection::Network, self.seccomp),
+            (Protection::IoUring, self.seccomp),
+            (Protection::Signals, self.landlock_scopes()),
+            (Protection::GitMetadata, self.namespaces),
+        ] {
+            if !works {
+                degraded.push(protection.as_str().to_owned());
+            }
+        }
+        SandboxReport {
+            landlock_abi: self.landlock_abi,
+            fs: self.landlock_fs(),
+            network: self.seccomp,
+            daemon_socket: self.daemon_socket_tier().to_owned(),
+            degraded,
+        }
+    }
+}
+
+/// What the kernel enforces, probed on first use (the daemon probes at start, before it
+/// reports anything).
+pub fn probe() -> &'static Kernel {
+    static KERNEL: OnceLock<Kernel> = OnceLock::new();
+    KERNEL.get_or_init(|| {
+        let kernel = Kernel {
+            landlock_abi: landlock::kernel_abi(),
+            landlock: works_in_a_child("landlock", |scratch| {
+                let ruleset = landlock::ruleset(&[scratch.to_owned()], false)
+                    .map_err(std::io::Error::other)?;
+                Ok(Box::new(move || landlock::restrict_self(&ruleset)))
+            }),
+            namespaces: works_in_a_child("user and mount namespaces", |scratch| {
+                let hidden = scratch.join("hidden");
+                let file = scratch.join("file");
+                std::fs::create_dir(&hidden)?;
+                std::fs::write(&file, "")?;
+                let socket = DaemonSocket {
+                    path: hidden.join("toold.sock"),
+                    hidden_dir: Some(hidden),
+                };
+                let mounts = namespace::Mounts::plan(
+                    Some(&socket),
+                    &[
+                        namespace::GitPath::Pinned(scratch.to_owned()),
+                        namespace::GitPath::ReadOnly(file),
+                    ],
+                );
+                Ok(Box::new(move || mounts.enter()))
+            }),
+            seccomp: works_in_a_child("seccomp", |_| {
+                let program = seccomp::program(false).ok_or_else(|| {
+                    std::io::Error::other("no filter for this architecture")
+                })?;
+                Ok(Box::new(move || seccomp::apply(program)))
+            }),
+        };
+        tracing::info!(?kernel, "command sandbox probed");
+        kernel
+    })
+}
+
+type ChildStep = Box<dyn Fn() -> std::io::Result<()> + Send + Sync>;
+
+/// Whether `/bin/true` runs with the layer `build` makes (given a scratch directory) applied
+/// in its `pre_exec`, as a command's would be.
+fn works_in_a_child(
+    layer: &str,
+    build: impl FnOnce(&Path) -> std::io::Result<ChildStep>,
+) -> bool {
+    let tried = tempfile::Builder::new()
+        .prefix("toold-probe-")
+        .tempdir()
+        .and_then(|scratch| {
+            let step = build(scratch.path())?;
+            let mut command = Command::new("/bin/true");
+            command
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
+            // SAFETY: every step makes only system calls on memory built before the fork.
+            #[allow(unsafe_code)]
+            unsafe {
+                command.pre_exec(step);
+            }
+            let (mut child, _known) =
+                crate::process_tree::spawn_known(|| command.spawn(), |child| Some(child.id()))?;
+            child.wait()
+        });
+    match tried {
+        Ok(status) if status.success() => true,
+        Ok(status) => {
+            tracing::warn!(layer, %status, "the sandbox probe's child failed");
+            false
+        }
+        Err(err) => {
+            tracing::warn!(layer, %err, "the kernel does not allow this sandbox layer here");
+            false
+        }
+    }
+}
+
+/// The daemon's socket, which commands must not reach.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DaemonSocket {
+    pub path: PathBuf,
+    /// toold's own directory holding the socket, covered whole; `None` when the socket lies
+    /// in a shared directory (`--socket /tmp/x.sock`), where only the socket is covered.
+    pub hidden_dir: Option<PathBuf>,
+}
+
+static DAEMON_SOCKET: OnceLock<DaemonSocket> = OnceLock::new();
+
+/// Records the socket the daemon listens on (once, at start). `own_dir`: the directory holding
+/// it is toold's own, and may be covered whole.
+pub fn keep_commands_from(socket: &Path, own_dir: bool) {
+    let hidden_dir = own_dir.then(|| socket.parent().map(Path::to_path_buf)).flatten();
+    let _ = DAEMON_SOCKET.set(DaemonSocket {
+        path: socket.to_owned(),
+        hidden_dir,
+    });
+}
+
+/// The socket commands are kept from, once the daemon has one.
+pub fn daemon_socket() -> Option<&'static DaemonSocket> {
+    DAEMON_SOCKET.get()
+}

@@ -1,0 +1,115 @@
+//! The Landlock ruleset of a confined command: read everywhere, write only under the writable
+//! directories and a few device files, no TCP when the network is off, and the signal and
+//! abstract-socket scopes. Built in the daemon; the child only calls `landlock_restrict_self`.
+
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use landlock::{
+    ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd,
+    Ruleset, RulesetAttr, RulesetCreatedAttr, Scope,
+};
+
+/// The newest Landlock ABI whose rights toold asks for; the crate uses what the kernel has
+/// of them. ABI 9 adds control of connecting to path Unix sockets, which would deny every
+/// socket outside the writable directories (a session bus, an agent's socket): toold keeps
+/// its own socket out by a mount namespace or the peer check instead, until it grants those
+/// precisely.
+const ABI_USED: ABI = ABI::V8;
+
+/// Device files a command may write to (and truncate: `> /dev/null` opens with `O_TRUNC`).
+const WRITABLE_DEVICES: [&str; 7] = [
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/random",
+    "/dev/urandom",
+    "/dev/tty",
+    "/dev/ptmx",
+];
+
+/// A Landlock ruleset as an open descriptor, ready for `landlock_restrict_self`.
+pub(super) fn ruleset(writable: &[PathBuf], network: bool) -> Result<OwnedFd, String> {
+    let every_fs_right = AccessFs::from_all(ABI_USED);
+    let mut ruleset = Ruleset::default()
+        .set_compatibility(CompatLevel::BestEffort)
+        .handle_access(every_fs_right)
+        .map_err(|err| err.to_string())?
+        .scope(Scope::from_all(ABI_USED))
+        .map_err(|err| err.to_string())?;
+    if !network {
+        ruleset = ruleset
+            .handle_access(AccessNet::from_all(ABI_USED))
+            .map_err(|err| err.to_string())?;
+    }
+    let device_rights = AccessFs::ReadFile
+        | AccessFs::WriteFile
+        | AccessFs::Truncate
+        | AccessFs::IoctlDev;
+    let mut created = ruleset
+        .create()
+        .map_err(|err| err.to_string())?
+        .add_rule(beneath(Path::new("/"), AccessFs::from_read(ABI_USED)).ok_or("cannot open /")?)
+        .map_err(|err| err.to_string())?;
+    let rules = writable
+        .iter()
+        .filter_map(|dir| beneath(dir, every_fs_right))
+        .chain(
+            WRITABLE_DEVICES
+                .iter()
+                .filter_map(|device| beneath(Path::new(device), device_rights)),
+        )
+        .chain(beneath(Path::new("/dev/pts"), device_rights));
+    for rule in rules {
+        created = created.add_rule(rule).map_err(|err| err.to_string())?;
+    }
+    Option::<OwnedFd>::from(created)
+        .ok_or_else(|| "the kernel enforces none of the ruleset's rights".to_owned())
+}
+
+/// A rule giving `rights` beneath `path`; `None` when `path` cannot be opened (it does not
+/// exist: nothing to grant). Rights a file cannot have (directory ones) are left out for one.
+fn beneath(path: &Path, rights: BitFlags<AccessFs>) -> Option<PathBeneath<PathFd>> {
+    let fd = PathFd::new(path).ok()?;
+    let rights = if path.is_dir() {
+        rights
+    } else {
+        rights & AccessFs::from_file(ABI_USED)
+    };
+    Some(PathBeneath::new(fd, rights))
+}
+
+/// In the child: no new privileges (Landlock requires it without `CAP_SYS_ADMIN`), then the
+/// ruleset. System calls only.
+#[allow(unsafe_code)]
+pub(super) fn restrict_self(ruleset: &OwnedFd) -> io::Result<()> {
+    use nix::libc;
+    // SAFETY: prctl and the Landlock system call take plain integers; the descriptor is open.
+    unsafe {
+        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if libc::syscall(libc::SYS_landlock_restrict_self, ruleset.as_raw_fd(), 0) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// The Landlock ABI version the kernel offers; `None` without Landlock (not built in, or not
+/// enabled at boot).
+#[allow(unsafe_code)]
+pub(super) fn kernel_abi() -> Option<u32> {
+    const LANDLOCK_CREATE_RULESET_VERSION: nix::libc::c_uint = 1;
+    // SAFETY: with a null attribute and the version flag, the call only returns a number.
+    let version = unsafe {
+        nix::libc::syscall(
+            nix::libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<u8>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    };
+    u32::try_from(version).ok().filter(|version| *version > 0)
+}

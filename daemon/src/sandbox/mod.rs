@@ -1,0 +1,437 @@
+//! The command sandbox (EXTENSIONS.md section C): what a `run_command` call's processes may
+//! write, whether they may use IP networking, and that they cannot reach the daemon.
+//!
+//! Everything is decided and built in the daemon before the fork ([`Confinement::prepare`]):
+//! the Landlock ruleset (an open descriptor), the seccomp program, the mounts of a private
+//! user + mount namespace (C strings). The child only applies them in its `pre_exec`
+//! ([`Confinement::apply_in_child`]), with system calls alone: no allocation, no lock, nothing
+//! that is not async-signal-safe. Layers, in the order the child applies them:
+//!
+//! - **Mount namespace** ([`namespace`]), where user namespaces work: an empty read-only tmpfs
+//!   over the daemon socket's directory, and the repositories' `.git/config`, `.git/hooks` and
+//!   `.git` files bound read-only over themselves (the `.git` directory itself bound over itself
+//!   too, so that it cannot be renamed away and replaced).
+//! - **Descriptors**: every descriptor above 2 is marked close-on-exec.
+//! - **Landlock** ([`landlock`]): read everywhere, write only where the mode allows; TCP when
+//!   the network is off; the signal and abstract-socket scopes, so the daemon cannot be
+//!   signalled. Landlock also forbids ptrace of processes outside the domain (the daemon).
+//! - **seccomp** ([`seccomp`]): `io_uring` always; IP sockets when the network is off.
+//!
+//! The daemon itself is non-dumpable (`process_tree::keep_out_of_reach`), and every connection
+//! to its socket is checked against the running commands' process trees
+//! (`process_tree::descends_from_a_confined_command`), whichever tier keeps the socket out.
+//! What the kernel offers is probed once ([`kernel`]); what a call asked for and could not get
+//! is named in `metadata.sandbox.degraded`, never silently dropped.
+
+pub mod kernel;
+mod landlock;
+mod namespace;
+mod seccomp;
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+use toold_protocol::{ErrorType, SandboxMode, SandboxSettings};
+
+use crate::tools::ToolFailure;
+
+/// What to do when the kernel cannot enforce part of what a session's sandbox asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnUnsupported {
+    /// Run with what can be enforced, and say what was not (`metadata.sandbox.degraded`).
+    #[default]
+    Warn,
+    /// Do not run: the result is `sandbox_unavailable`.
+    Refuse,
+}
+
+/// `[sandbox]` of the config.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct SandboxConfig {
+    /// Every session's sandbox unless it asks for another.
+    pub settings: SandboxSettings,
+    /// Extra directories commands may write under (absolute).
+    pub writable: Vec<PathBuf>,
+    pub on_unsupported: OnUnsupported,
+    /// Whether a session may ask for a looser sandbox than `settings`.
+    pub allow_unsandboxed: bool,
+}
+
+impl SandboxConfig {
+    /// The sandbox of a session that asked for nothing.
+    pub fn for_commands(&self) -> CommandSandbox {
+        CommandSandbox {
+            settings: self.settings,
+            writable: self.writable.clone().into(),
+            on_unsupported: self.on_unsupported,
+        }
+    }
+
+    /// One line for `toold check-config`.
+    pub fn summary(&self) -> String {
+        let writable = if self.writable.is_empty() {
+            String::new()
+        } else {
+            let dirs: Vec<String> = self
+                .writable
+                .iter()
+                .map(|dir| dir.display().to_string())
+                .collect();
+            format!(", also writable: {}", dirs.join(", "))
+        };
+        format!(
+            "sandbox: mode {}, network {}{writable}, on_unsupported {}{}",
+            self.settings.mode.as_str(),
+            if self.settings.network { "on" } else { "off" },
+            match self.on_unsupported {
+                OnUnsupported::Warn => "warn",
+                OnUnsupported::Refuse => "refuse",
+            },
+            if self.allow_unsandboxed {
+                ", sessions may loosen it"
+            } else {
+                ""
+            }
+        )
+    }
+}
+
+/// The sandbox of one session's commands: its settings and the config's parts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CommandSandbox {
+    pub settings: SandboxSettings,
+    pub writable: Arc<[PathBuf]>,
+    pub on_unsupported: OnUnsupported,
+}
+
+impl Default for CommandSandbox {
+    fn default() -> Self {
+        SandboxConfig::default().for_commands()
+    }
+}
+
+/// The protections a sandbox is made of, by the names `metadata.sandbox` and the start-up
+/// report use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protection {
+    /// Writes only where the mode allows (Landlock).
+    Filesystem,
+    /// No IP sockets (seccomp, and Landlock's TCP rules where the kernel has them).
+    Network,
+    /// `io_uring` refused (seccomp): it would bypass the filter.
+    IoUring,
+    /// The daemon cannot be signalled (Landlock's signal scope).
+    Signals,
+    /// `.git/config`, `.git/hooks` and `.git` files read-only inside the roots (mount
+    /// namespace).
+    GitMetadata,
+}
+
+impl Protection {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protection::Filesystem => "filesystem",
+            Protection::Network => "network",
+            Protection::IoUring => "io_uring",
+            Protection::Signals => "signals",
+            Protection::GitMetadata => "git_metadata",
+        }
+    }
+}
+
+/// Everything one command's sandbox is, built in the daemon before the fork.
+#[derive(Debug)]
+pub struct Confinement {
+    settings: SandboxSettings,
+    /// `None` with mode `off`.
+    plan: Option<Arc<ChildPlan>>,
+    enforced: Vec<&'static str>,
+    degraded: Vec<&'static str>,
+    /// Where the command may write, for the hint of a likely denial.
+    writable: Vec<PathBuf>,
+    /// `read_only`'s private temp directory, removed when the call ends.
+    private_tmp: Option<tempfile::TempDir>,
+}
+
+/// What the child applies, in order.
+#[derive(Debug)]
+struct ChildPlan {
+    namespace: Option<namespace::Mounts>,
+    landlock: Option<std::os::fd::OwnedFd>,
+    seccomp: Option<&'static seccomp::Program>,
+}
+
+impl Confinement {
+    /// The sandbox for a command of a session with `sandbox`, whose roots are `roots`. Under
+    /// `on_unsupported = "refuse"`, a sandbox the kernel cannot fully enforce is refused with
+    /// `sandbox_unavailable`, naming what is missing.
+    pub fn prepare(
+        sandbox: &CommandSandbox,
+        roots: &[PathBuf],
+        cwd: &Path,
+    ) -> Result<Self, ToolFailure> {
+        let settings = sandbox.settings;
+        if settings.mode == SandboxMode::Off {
+            return Ok(Self {
+                settings,
+                plan: None,
+                enforced: Vec::new(),
+                degraded: Vec::new(),
+                writable: Vec::new(),
+                private_tmp: None,
+            });
+        }
+        let kernel = kernel::probe();
+        let mut enforced = Vec::new();
+        let mut degraded = Vec::new();
+        let mut note = |protection: Protection, works: bool| {
+            if works {
+                enforced.push(protection.as_str());
+            } else {
+                degraded.push(protection.as_str());
+            }
+        };
+        note(Protection::Filesystem, kernel.landlock_fs());
+        if !settings.network {
+            note(Protection::Network, kernel.seccomp);
+        }
+        note(Protection::IoUring, kernel.seccomp);
+        note(Protection::Signals, kernel.landlock_scopes());
+        let protected_git = if settings.mode == SandboxMode::WorkspaceWrite {
+            namespace::git_metadata(roots, cwd)
+        } else {
+            // Nothing under the roots is writable at all.
+            Vec::new()
+        };
+        if settings.mode == SandboxMode::WorkspaceWrite {
+            note(Protection::GitMetadata, kernel.namespaces);
+        }
+        if sandbox.on_unsupported == OnUnsupported::Refuse && !degraded.is_empty() {
+            return Err(ToolFailure::new(
+                ErrorType::SandboxUnavailable,
+                format!(
+                    "the command did not run: its sandbox (mode {}{}) needs {} which this \
+                     kernel cannot enforce, and the config says on_unsupported = \"refuse\"; \
+                     `toold status` shows what the kernel offers",
+                    settings.mode.as_str(),
+                    if settings.network { "" } else { ", network off" },
+                    degraded.join(", "),
+                ),
+            ));
+        }
+
+        let private_tmp = match settings.mode {
+            SandboxMode::ReadOnly => Some(
+                tempfile::Builder::new()
+                    .prefix("toold-call-")
+                    .tempdir()
+                    .map_err(|err| {
+                        ToolFailure::new(
+                            ErrorType::IoError,
+                            format!("cannot create the command's private temp directory: {err}"),
+                        )
+                    })?,
+            ),
+            _ => None,
+        };
+        let writable: Vec<PathBuf> = match &private_tmp {
+            Some(dir) => vec![dir.path().to_owned()],
+            None => roots
+                .iter()
+                .cloned()
+                .chain(temp_dirs())
+                .chain(sandbox.writable.iter().cloned())
+                .collect(),
+        };
+        let namespace = if kernel.namespaces {
+            enforced.push("mount_namespace");
+            Some(namespace::Mounts::plan(kernel::daemon_socket(), &protected_git))
+        } else {
+            None
+        };
+        let landlock = if kernel.landlock_fs() {
+            Some(
+                landlock::ruleset(&writable, settings.network).map_err(|err| {
+                    ToolFailure::new(
+                        ErrorType::InternalError,
+                        format!("cannot build the command's Landlock ruleset: {err}"),
+                    )
+                })?,
+            )
+        } else {
+            None
+        };
+        let seccomp = kernel
+            .seccomp
+            .then(|| seccomp::program(settings.network))
+            .flatten();
+        enforced.push("peer_check");
+        Ok(Self {
+            settings,
+            plan: Some(Arc::new(ChildPlan {
+                namespace,
+                landlock,
+                seccomp,
+            })),
+            enforced,
+            degraded,
+            writable,
+            private_tmp,
+        })
+    }
+
+    /// Whether the command runs confined (any mode but `off`).
+    pub fn is_confined(&self) -> bool {
+        self.plan.is_some()
+    }
+
+    /// The command's `TMPDIR`, when the sandbox gives it a private one.
+    pub fn private_tmp(&self) -> Option<&Path> {
+        self.private_tmp.as_ref().map(tempfile::TempDir::path)
+    }
+
+    /// Sets the child's part on `command`: applied after the fork, before the exec.
+    pub fn configure(&self, command: &mut tokio::process::Command) {
+        let Some(plan) = &self.plan else { return };
+        let plan = Arc::clone(plan);
+        // SAFETY: the closure runs in the forked child before exec; `ChildPlan::apply` makes
+        // only async-signal-safe system calls on memory built before the fork.
+        #[allow(unsafe_code)]
+        unsafe {
+            command.pre_exec(move || plan.apply());
+        }
+    }
+
+    /// `metadata.sandbox` for the call's result; `denial_hint` from [`Self::denial_hint`] when
+    /// the command failed.
+    pub fn metadata(&self, denial_hint: Option<&str>) -> Value {
+        let mut metadata = json!({
+            "mode": self.settings.mode.as_str(),
+            "network": self.settings.network,
+            "enforced": self.enforced,
+            "degraded": self.degraded,
+        });
+        if let Some(hint) = denial_hint {
+            metadata["likely_denied"] = json!(true);
+            metadata["hint"] = json!(hint);
+        }
+        metadata
+    }
+
+    /// A hint for a command that failed with the marks of a denial, naming where it may
+    /// write; `None` when the output shows none or the command ran unconfined.
+    pub fn denial_hint(&self, output: &str) -> Option<String> {
+        if !self.is_confined() || !looks_denied(output) {
+            return None;
+        }
+        let dirs: Vec<String> = self
+            .writable
+            .iter()
+            .map(|dir| dir.display().to_string())
+            .collect();
+        let network = if self.settings.network {
+            ""
+        } else {
+            " IP networking is off for this session's commands."
+        };
+        Some(format!(
+            "the sandbox (mode {}) may have denied this: commands may write only under {}.{network} \
+             To allow more, add the directory to [sandbox] writable in the config, or ask the \
+             user for a session with a looser sandbox.",
+            self.settings.mode.as_str(),
+            dirs.join(", ")
+        ))
+    }
+}
+
+impl ChildPlan {
+    /// Applies the sandbox to the calling process: the forked child, before exec. System
+    /// calls only (async-signal-safe); errors are the kernel's.
+    fn apply(&self) -> io::Result<()> {
+        if let Some(mounts) = &self.namespace {
+            mounts.enter()?;
+        }
+        mark_descriptors_close_on_exec()?;
+        if let Some(ruleset) = &self.landlock {
+            landlock::restrict_self(ruleset)?;
+        }
+        if let Some(program) = self.seccomp {
+            seccomp::apply(program)?;
+        }
+        Ok(())
+    }
+}
+
+/// Every descriptor above 2 closes at exec: the command gets its stdio and nothing else, even
+/// a descriptor another thread of the daemon opened without `O_CLOEXEC` at the wrong moment.
+#[allow(unsafe_code)]
+fn mark_descriptors_close_on_exec() -> io::Result<()> {
+    // SAFETY: close_range takes plain integers and touches no memory.
+    let marked =
+        unsafe { nix::libc::close_range(3, u32::MAX, nix::libc::CLOSE_RANGE_CLOEXEC as i32) };
+    if marked == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// The temp directories every confined command may write: `/tmp`, `$TMPDIR` when it names
+/// another absolute directory, and `/dev/shm`.
+fn temp_dirs() -> Vec<PathBuf> {
+    let mut dirs = vec![PathBuf::from("/tmp"), PathBuf::from("/dev/shm")];
+    if let Some(tmpdir) = std::env::var_os("TMPDIR").map(PathBuf::from)
+        && tmpdir.is_absolute()
+        && !dirs.contains(&tmpdir)
+    {
+        dirs.push(tmpdir);
+    }
+    dirs
+}
+
+/// Whether a failed command's output carries the marks of a denied write or connect: the
+/// messages of `EACCES`, `EPERM` and `EROFS` as libc, Python, Rust and Node print them.
+fn looks_denied(output: &str) -> bool {
+    const MARKS: [&str; 6] = [
+        "Permission denied",
+        "Read-only file system",
+        "Operation not permitted",
+        "EACCES",
+        "EROFS",
+        "EPERM",
+    ];
+    MARKS.iter().any(|mark| output.contains(mark))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn denials_are_recognised_in_the_words_of_common_runtimes() {
+        assert!(looks_denied("touch: cannot touch '/x': Permission denied"));
+        assert!(looks_denied("OSError: [Errno 30] Read-only file system: '/x'"));
+        assert!(looks_denied("Error: EACCES: permission denied, open '/x'"));
+        assert!(!looks_denied("error[E0425]: cannot find value `x`"));
+    }
+
+    #[test]
+    fn mode_off_builds_nothing_and_hints_nothing() {
+        let sandbox = CommandSandbox {
+            settings: SandboxSettings {
+                mode: SandboxMode::Off,
+                network: true,
+            },
+            ..CommandSandbox::default()
+        };
+        let confinement = Confinement::prepare(&sandbox, &[], Path::new("/")).unwrap();
+        assert!(!confinement.is_confined());
+        assert_eq!(confinement.denial_hint("Permission denied"), None);
+        assert_eq!(
+            confinement.metadata(None),
+            json!({"mode": "off", "network": true, "enforced": [], "degraded": []})
+        );
+    }
+}

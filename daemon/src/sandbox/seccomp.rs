@@ -1,0 +1,76 @@
+//! The seccomp filter of a confined command: `io_uring` refused (its operations would pass the
+//! filter by), and, when the network is off, sockets of the IP families. Built once per
+//! variant, in the daemon; the child only installs it.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::sync::OnceLock;
+
+use nix::libc;
+use seccompiler::{
+    BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+    SeccompRule, TargetArch,
+};
+
+pub(super) type Program = BpfProgram;
+
+/// The filter for commands with (`network`) or without IP networking; `None` on an
+/// architecture the filter cannot be built for.
+pub(super) fn program(network: bool) -> Option<&'static Program> {
+    static WITH_NETWORK: OnceLock<Option<Program>> = OnceLock::new();
+    static WITHOUT_NETWORK: OnceLock<Option<Program>> = OnceLock::new();
+    let cell = if network {
+        &WITH_NETWORK
+    } else {
+        &WITHOUT_NETWORK
+    };
+    cell.get_or_init(|| match build(network) {
+        Ok(program) => Some(program),
+        Err(err) => {
+            tracing::error!(%err, "cannot build the commands' seccomp filter");
+            None
+        }
+    })
+    .as_ref()
+}
+
+fn build(network: bool) -> Result<Program, String> {
+    let arch = TargetArch::try_from(std::env::consts::ARCH).map_err(|err| err.to_string())?;
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
+    for call in [
+        libc::SYS_io_uring_setup,
+        libc::SYS_io_uring_enter,
+        libc::SYS_io_uring_register,
+    ] {
+        // No condition: every call of it.
+        rules.insert(call, Vec::new());
+    }
+    if !network {
+        let family = |value: i32| {
+            SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, value as u64)
+                .and_then(|condition| SeccompRule::new(vec![condition]))
+                .map_err(|err| err.to_string())
+        };
+        rules.insert(
+            libc::SYS_socket,
+            vec![family(libc::AF_INET)?, family(libc::AF_INET6)?],
+        );
+    }
+    let filter = SeccompFilter::new(
+        rules,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EACCES as u32),
+        arch,
+    )
+    .map_err(|err| err.to_string())?;
+    filter.try_into().map_err(|err: seccompiler::BackendError| err.to_string())
+}
+
+/// In the child: installs the filter (and no new privileges, which it requires). System calls
+/// only.
+pub(super) fn apply(program: &Program) -> io::Result<()> {
+    seccompiler::apply_filter(program).map_err(|err| match err {
+        seccompiler::Error::Prctl(err) | seccompiler::Error::Seccomp(err) => err,
+        _ => io::Error::from(io::ErrorKind::InvalidInput),
+    })
+}

@@ -1,0 +1,728 @@
+//! The command sandbox, end to end on the real daemon, real bash and the real kernel: what a
+//! command of each mode can and cannot write, reach on the network, do to the daemon (its
+//! socket, signals, tracing, environment), with every tier of the daemon socket's protection
+//! exercised (the lower ones on a kernel made to seem to lack user namespaces or Landlock by
+//! `without-kernel-features`). Each test checks effects — files unchanged, listeners that got
+//! nothing, sessions not created — not only the errors.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use toold_tests::daemon::{TestClient, TestDaemon, no_answers};
+use toold_tests::require;
+
+/// A project (the session's root, a git repository), a directory outside every writable
+/// place (under the build's own temp directory, not `/tmp`, which commands may write), and a
+/// symlink in the project that leads there.
+struct Places {
+    _project_dir: tempfile::TempDir,
+    _outside_dir: tempfile::TempDir,
+    project: PathBuf,
+    outside: PathBuf,
+}
+
+impl Places {
+    fn new() -> Self {
+        let project_dir = tempfile::tempdir().unwrap();
+        let project = project_dir.path().canonicalize().unwrap();
+        let outside_dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+        let outside = outside_dir.path().canonicalize().unwrap();
+        std::fs::write(outside.join("keep.txt"), "kept\n").unwrap();
+        std::fs::create_dir(outside.join("dir")).unwrap();
+        std::fs::write(project.join("keep.txt"), "kept\n").unwrap();
+        std::os::unix::fs::symlink(&outside, project.join("link")).unwrap();
+        Self {
+            _project_dir: project_dir,
+            _outside_dir: outside_dir,
+            project,
+            outside,
+        }
+    }
+
+    /// Every entry under `dir` with the content of each file: any change is an effect.
+    fn snapshot(dir: &Path) -> BTreeMap<PathBuf, String> {
+        let mut entries = BTreeMap::new();
+        let mut pending = vec![dir.to_owned()];
+        while let Some(current) = pending.pop() {
+            for entry in std::fs::read_dir(&current).unwrap().flatten() {
+                let path = entry.path();
+                let kind = entry.file_type().unwrap();
+                let content = if kind.is_dir() {
+                    pending.push(path.clone());
+                    "<dir>".to_owned()
+                } else if kind.is_symlink() {
+                    format!("-> {:?}", std::fs::read_link(&path).unwrap())
+                } else {
+                    std::fs::read_to_string(&path).unwrap_or_default()
+                };
+                entries.insert(path, content);
+            }
+        }
+        entries
+    }
+}
+
+/// Every `run_command` call is allowed: the sandbox alone bounds what they do.
+const ALLOW_COMMANDS: &str = r#"{"allow": ["run_command"]}"#;
+
+async fn session(client: &TestClient, project: &Path, sandbox: Value) -> String {
+    client
+        .create_session(
+            project,
+            json!({"rules": serde_json::from_str::<Value>(ALLOW_COMMANDS).unwrap(), "sandbox": sandbox}),
+        )
+        .await
+}
+
+/// Runs `line` as a one-call batch; returns the call's result.
+async fn run(client: &TestClient, session: &str, line: &str) -> Value {
+    let response = client
+        .request(
+            "tools/execute",
+            json!({"session_id": session, "calls": [
+                {"id": "c", "name": "run_command", "arguments": {"command": line, "timeout_ms": 60000}}]}),
+        )
+        .await
+        .expect("tools/execute");
+    response["results"][0]["result"].clone()
+}
+
+fn output(result: &Value) -> &str {
+    result["content"].as_str().unwrap_or_default()
+}
+
+fn quoted(path: &Path) -> String {
+    format!("'{}'", path.display())
+}
+
+async fn connected(daemon: &TestDaemon) -> TestClient {
+    daemon.connect(json!({}), no_answers()).await
+}
+
+#[tokio::test]
+async fn workspace_write_keeps_every_write_inside_the_roots_and_temp_dirs() {
+    let Some(git) = require::program(
+        "workspace_write_keeps_every_write_inside_the_roots_and_temp_dirs",
+        "git",
+        &[],
+        "apt-get install git",
+    ) else {
+        return;
+    };
+    let daemon = TestDaemon::start();
+    let client = connected(&daemon).await;
+    let places = Places::new();
+    let session = session(&client, &places.project, json!({})).await;
+    let out = quoted(&places.outside);
+    let link = quoted(&places.project.join("link"));
+    let before = Places::snapshot(&places.outside);
+
+    let attempts = [
+        format!("echo x > {out}/new"),
+        format!("echo x >> {out}/keep.txt"),
+        format!(": > {out}/keep.txt"),
+        format!("truncate -s 0 {out}/keep.txt"),
+        format!("mkdir {out}/made"),
+        format!("rm {out}/keep.txt"),
+        format!("rmdir {out}/dir"),
+        format!("mv {out}/keep.txt {out}/moved.txt"),
+        format!("mv {out}/keep.txt ./stolen.txt"),
+        format!("ln -s /etc/passwd {out}/symlink"),
+        format!("echo x > {link}/through-link"),
+        format!("rm {link}/keep.txt"),
+        format!("python3 -c \"open('{}/py', 'w').write('x')\"", places.outside.display()),
+        // A background child in its own session, waited for, and one left behind.
+        format!("setsid -w bash -c 'echo x > {out}/setsid'"),
+        format!("(setsid bash -c 'echo x > {out}/detached' &); sleep 0.5"),
+        // Another namespace of its own changes nothing.
+        format!("unshare -r bash -c 'echo x > {out}/unshared'"),
+    ];
+    let mut effects = Vec::new();
+    for line in &attempts {
+        let result = run(&client, &session, line).await;
+        // The detached child's failure is not its shell's: only the effect tells.
+        if result["ok"] == json!(true) && !line.contains("detached") {
+            effects.push(format!("{line} succeeded: {result}"));
+        }
+        assert_eq!(result["metadata"]["sandbox"]["mode"], "workspace_write");
+    }
+    assert!(effects.is_empty(), "{effects:#?}");
+    // The detached one had its time.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(Places::snapshot(&places.outside), before);
+
+    // Inside the root, in the temp directories and /dev/null: every kind of write works.
+    let inside = run(
+        &client,
+        &session,
+        "echo hi > a.txt && mkdir -p sub/deeper && mv a.txt sub/ && : > keep.txt && rm -r sub \
+         && f=$(mktemp) && echo x > \"$f\" && rm \"$f\" && echo x > /tmp/toold-sandbox-$$ \
+         && rm /tmp/toold-sandbox-$$ && echo x > /dev/shm/toold-sandbox-$$ \
+         && rm /dev/shm/toold-sandbox-$$ && echo x > /dev/null && echo done",
+    )
+    .await;
+    assert_eq!(inside["ok"], json!(true), "{inside}");
+    assert_eq!(output(&inside), "done\n");
+    // Reads anywhere.
+    let read = run(&client, &session, &format!("cat {out}/keep.txt /etc/hostname")).await;
+    assert_eq!(read["ok"], json!(true), "{read}");
+    assert!(output(&read).starts_with("kept\n"), "{read}");
+    // A repository made and committed to inside the root.
+    let git = git.display();
+    let git_line = format!(
+        "{git} init -q repo && cd repo && echo x > f && {git} add f && \
+         {git} -c user.name=t -c user.email=t@t commit -qm first && {git} log --oneline | wc -l"
+    );
+    let committed = run(&client, &session, &git_line).await;
+    assert_eq!(committed["ok"], json!(true), "{committed}");
+    assert_eq!(output(&committed).trim(), "1");
+}
+
+#[tokio::test]
+async fn a_denied_write_says_so_and_names_where_commands_may_write() {
+    let daemon = TestDaemon::start();
+    let client = connected(&daemon).await;
+    let places = Places::new();
+    let session = session(&client, &places.project, json!({})).await;
+    let result = run(
+        &client,
+        &session,
+        &format!("echo x > {}/new", quoted(&places.outside)),
+    )
+    .await;
+    assert_eq!(result["error_type"], "command_failed", "{result}");
+    let sandbox = &result["metadata"]["sandbox"];
+    assert_eq!(sandbox["likely_denied"], true, "{result}");
+    let hint = sandbox["hint"].as_str().unwrap();
+    assert!(hint.contains(&places.project.display().to_string()), "{hint}");
+    assert!(hint.contains("/tmp") && hint.contains("writable"), "{hint}");
+    assert!(result["error"].as_str().unwrap().contains(hint), "{result}");
+    assert_eq!(sandbox["degraded"], json!([]), "{result}");
+    // A failure that is not a denial carries no such claim.
+    let plain = run(&client, &session, "exit 3").await;
+    assert_eq!(plain["metadata"]["sandbox"].get("likely_denied"), None);
+}
+
+#[tokio::test]
+async fn git_metadata_inside_the_root_stays_read_only() {
+    let Some(git) = require::program(
+        "git_metadata_inside_the_root_stays_read_only",
+        "git",
+        &[],
+        "apt-get install git",
+    ) else {
+        return;
+    };
+    let daemon = TestDaemon::start();
+    let client = connected(&daemon).await;
+    let places = Places::new();
+    let init = std::process::Command::new(&git)
+        .args(["init", "-q"])
+        .current_dir(&places.project)
+        .status()
+        .unwrap();
+    assert!(init.success());
+    let git_dir = places.project.join(".git");
+    let session = session(&client, &places.project, json!({})).await;
+    let before = Places::snapshot(&git_dir);
+    for line in [
+        "echo '[core] hooksPath = /tmp' >> .git/config",
+        "git config core.hooksPath /tmp",
+        "echo 'touch /tmp/pwned' > .git/hooks/pre-commit",
+        "rm -r .git/hooks",
+        "mv .git/config .git/config.old",
+        "mv .git .git-old && mkdir .git",
+        "rm -rf .git",
+    ] {
+        let result = run(&client, &session, line).await;
+        assert_eq!(result["ok"], json!(false), "{line}: {result}");
+    }
+    assert_eq!(Places::snapshot(&git_dir), before);
+}
+
+#[tokio::test]
+async fn read_only_allows_no_write_but_its_private_temp_dir() {
+    let daemon = TestDaemon::start();
+    let client = connected(&daemon).await;
+    let places = Places::new();
+    let session = session(&client, &places.project, json!({"mode": "read_only"})).await;
+    let before = Places::snapshot(&places.project);
+    for line in [
+        "echo x > new.txt",
+        "echo x >> keep.txt",
+        ": > keep.txt",
+        "rm keep.txt",
+        "mkdir made",
+        "echo x > /tmp/toold-read-only-$$",
+        "echo x > /dev/shm/toold-read-only-$$",
+    ] {
+        let result = run(&client, &session, line).await;
+        assert_eq!(result["ok"], json!(false), "{line}: {result}");
+        assert_eq!(result["metadata"]["sandbox"]["mode"], "read_only");
+    }
+    assert_eq!(Places::snapshot(&places.project), before);
+    let private = run(
+        &client,
+        &session,
+        "echo x > \"$TMPDIR/f\" && cat \"$TMPDIR/f\" && echo y > /dev/null && cat keep.txt && echo $TMPDIR",
+    )
+    .await;
+    assert_eq!(private["ok"], json!(true), "{private}");
+    let printed = output(&private);
+    assert!(printed.starts_with("x\nkept\n"), "{printed}");
+    // Private to the call: gone once it ended.
+    let tmpdir = PathBuf::from(printed.lines().last().unwrap());
+    assert!(!tmpdir.exists(), "{} outlived its call", tmpdir.display());
+}
+
+/// A TCP listener and a UDP socket on 127.0.0.1, and a command that connects and sends to
+/// each.
+#[tokio::test]
+async fn network_off_refuses_ip_sockets_and_network_on_allows_them() {
+    let daemon = TestDaemon::start();
+    let client = connected(&daemon).await;
+    let places = Places::new();
+    let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    tcp.set_nonblocking(true).unwrap();
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    udp.set_nonblocking(true).unwrap();
+    let tcp_port = tcp.local_addr().unwrap().port();
+    let udp_port = udp.local_addr().unwrap().port();
+    let tcp_line = format!(
+        "python3 -c \"import socket; s=socket.create_connection(('127.0.0.1', {tcp_port})); s.sendall(b'tcp')\""
+    );
+    let udp_line = format!(
+        "python3 -c \"import socket; socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'udp', ('127.0.0.1', {udp_port}))\""
+    );
+    let bash_line = format!("echo tcp > /dev/tcp/127.0.0.1/{tcp_port}");
+
+    let offline = session(&client, &places.project, json!({"network": false})).await;
+    for line in [&tcp_line, &udp_line, &bash_line] {
+        let result = run(&client, &offline, line).await;
+        assert_eq!(result["ok"], json!(false), "{line}: {result}");
+        assert_eq!(result["metadata"]["sandbox"]["network"], false);
+        assert_eq!(result["metadata"]["sandbox"]["likely_denied"], true, "{result}");
+    }
+    assert!(tcp.accept().is_err(), "a connection reached the listener");
+    let mut buffer = [0u8; 16];
+    assert!(udp.recv_from(&mut buffer).is_err(), "a datagram arrived");
+    // Unix sockets stay usable: only IP is off.
+    let unix = run(
+        &client,
+        &offline,
+        "python3 -c \"import socket; a, b = socket.socketpair(); a.send(b'x'); print(b.recv(1))\"",
+    )
+    .await;
+    assert_eq!(output(&unix), "b'x'\n", "{unix}");
+
+    let online = session(&client, &places.project, json!({})).await;
+    for line in [&tcp_line, &udp_line] {
+        let result = run(&client, &online, line).await;
+        assert_eq!(result["ok"], json!(true), "{line}: {result}");
+    }
+    tcp.set_nonblocking(false).unwrap();
+    let (mut stream, _) = tcp.accept().unwrap();
+    let mut received = String::new();
+    std::io::Read::read_to_string(&mut stream, &mut received).unwrap();
+    assert_eq!(received, "tcp");
+    udp.set_nonblocking(false).unwrap();
+    udp.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let (size, _) = udp.recv_from(&mut buffer).unwrap();
+    assert_eq!(&buffer[..size], b"udp");
+}
+
+/// Lines that try to reach the daemon through its socket: Python directly and through
+/// `/proc/<daemon pid>/root`, `socat`, `toold status`, and Python through a hard link to the
+/// socket made outside the sandbox (only the peer check stops that one). Each writes
+/// `initialize` and a `session/create` and prints what it got back.
+fn lines_reaching_the_daemon(daemon: &TestDaemon, project: &Path, hard_link: &Path) -> Vec<String> {
+    let socket = daemon.socket();
+    let through_proc = PathBuf::from(format!("/proc/{}/root", daemon.pid()))
+        .join(socket.strip_prefix("/").unwrap());
+    let messages = project.join("messages.ndjson");
+    std::fs::write(
+        &messages,
+        "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{\"protocol_version\":1}}\n\
+         {\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"session/create\",\"params\":{\"cwd\":\"{}\"}}\n"
+            .replace("{}", &project.display().to_string()),
+    )
+    .unwrap();
+    let python = |path: &Path| {
+        format!(
+            "python3 -c \"import socket,time; s=socket.socket(socket.AF_UNIX); s.connect('{}'); \
+             s.sendall(open('{}','rb').read()); time.sleep(0.5); s.settimeout(5); \
+             print(s.recv(65536))\"",
+            path.display(),
+            messages.display()
+        )
+    };
+    let toold = toold_tests::daemon::toold_binary();
+    vec![
+        python(&socket),
+        python(&through_proc),
+        python(hard_link),
+        format!(
+            "socat -t 5 - UNIX-CONNECT:{} < {}",
+            socket.display(),
+            messages.display()
+        ),
+        format!(
+            "TOOLD_SOCKET={} {} status",
+            socket.display(),
+            toold.display()
+        ),
+    ]
+}
+
+/// What a command that reached the daemon would have made: another session.
+async fn session_count(client: &TestClient) -> usize {
+    let list = client.request("session/list", json!({})).await.unwrap();
+    list["sessions"].as_array().unwrap().len()
+}
+
+/// Runs every line of [`lines_reaching_the_daemon`] in a session with `sandbox`; returns
+/// the results, and whether any created a session.
+async fn reach_the_daemon(daemon: &TestDaemon, sandbox: Value) -> (Vec<Value>, bool) {
+    let client = connected(daemon).await;
+    let places = Places::new();
+    let hard_link = places.project.join("hard-link.sock");
+    std::fs::hard_link(daemon.socket(), &hard_link).unwrap();
+    let session = session(&client, &places.project, sandbox).await;
+    let sessions_before = session_count(&client).await;
+    let mut results = Vec::new();
+    for line in lines_reaching_the_daemon(daemon, &places.project, &hard_link) {
+        results.push(run(&client, &session, &line).await);
+    }
+    let created = session_count(&client).await != sessions_before;
+    (results, created)
+}
+
+/// Whether a line's output shows an answer from the daemon.
+fn answered(result: &Value) -> bool {
+    let printed = output(result);
+    printed.contains("protocol_version") || printed.contains("toold is up")
+}
+
+fn require_socat(test: &str) -> bool {
+    require::program(test, "socat", &[], "apt-get install socat").is_some()
+}
+
+#[tokio::test]
+async fn commands_cannot_reach_the_daemon_through_its_socket() {
+    let test = "commands_cannot_reach_the_daemon_through_its_socket";
+    if !require_socat(test) {
+        return;
+    }
+    let daemon = TestDaemon::start_with_config(Some("[sandbox]\nallow_unsandboxed = true\n"));
+    let (results, created) = reach_the_daemon(&daemon, json!({})).await;
+    for result in &results {
+        assert!(!answered(result), "the daemon answered a sandboxed command: {result}");
+    }
+    assert!(!created, "a sandboxed command created a session");
+
+    // The control: unsandboxed, the same lines reach it (the one through /proc only with
+    // the power to trace the non-dumpable daemon, which root has).
+    let (results, created) = reach_the_daemon(&daemon, json!({"mode": "off"})).await;
+    for (index, result) in results.iter().enumerate() {
+        assert!(index == 1 || answered(result), "{result}");
+    }
+    assert!(created);
+}
+
+#[tokio::test]
+async fn commands_cannot_signal_trace_or_read_the_daemon() {
+    let Some(strace) = require::program(
+        "commands_cannot_signal_trace_or_read_the_daemon",
+        "strace",
+        &[],
+        "apt-get install strace",
+    ) else {
+        return;
+    };
+    let daemon = TestDaemon::start();
+    let client = connected(&daemon).await;
+    let places = Places::new();
+    let session = session(&client, &places.project, json!({})).await;
+    let pid = daemon.pid();
+    for line in [
+        format!("kill -STOP {pid}"),
+        format!("kill -TERM {pid}"),
+        format!("kill -KILL {pid}"),
+        format!("timeout 5 {} -p {pid} -e trace=none", strace.display()),
+        format!("cat /proc/{pid}/environ"),
+        format!("cat /proc/{pid}/task/{pid}/environ"),
+        format!("readlink /proc/{pid}/fd/0"),
+        format!("ls /proc/{pid}/cwd/"),
+        format!("head -c 16 /proc/{pid}/mem"),
+    ] {
+        let result = run(&client, &session, &line).await;
+        assert_eq!(result["ok"], json!(false), "{line}: {result}");
+        assert!(!output(&result).contains("TOOLD"), "{line}: {result}");
+    }
+    // Every process it may signal, which is none outside its own sandbox.
+    run(&client, &session, "kill -KILL -1").await;
+    // Still serving, not stopped.
+    let status = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let state = status.rsplit_once(") ").unwrap().1.chars().next().unwrap();
+    assert!(matches!(state, 'S' | 'R'), "the daemon is in state {state}");
+    assert_eq!(run(&client, &session, "echo alive").await["ok"], true);
+}
+
+#[tokio::test]
+async fn the_session_may_tighten_the_sandbox_and_loosen_it_only_when_the_config_allows() {
+    let strict = TestDaemon::start_with_config(Some("[sandbox]\nnetwork = false\n"));
+    let client = connected(&strict).await;
+    let places = Places::new();
+    let tight = client
+        .request(
+            "session/create",
+            json!({"cwd": places.project, "sandbox": {"mode": "read_only"}}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        tight["sandbox"],
+        json!({"mode": "read_only", "network": false})
+    );
+    for loose in [json!({"mode": "off"}), json!({"network": true})] {
+        let refused = client
+            .request(
+                "session/create",
+                json!({"cwd": places.project, "sandbox": loose}),
+            )
+            .await
+            .unwrap_err();
+        let text = format!("{refused:?}");
+        assert!(text.contains("-32602") && text.contains("allow_unsandboxed"), "{text}");
+        let update = client
+            .request(
+                "session/update",
+                json!({"session_id": tight["session_id"], "sandbox": loose}),
+            )
+            .await
+            .unwrap_err();
+        assert!(format!("{update:?}").contains("allow_unsandboxed"));
+    }
+    // Back to the config's own: allowed.
+    let back = client
+        .request(
+            "session/update",
+            json!({"session_id": tight["session_id"], "sandbox": {}}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        back["sandbox"],
+        json!({"mode": "workspace_write", "network": false})
+    );
+
+    let lenient = TestDaemon::start_with_config(Some(
+        "[sandbox]\nnetwork = false\nallow_unsandboxed = true\n",
+    ));
+    let client = connected(&lenient).await;
+    let off = client
+        .request(
+            "session/create",
+            json!({"cwd": places.project, "sandbox": {"mode": "off", "network": true},
+                   "rules": {"allow": ["run_command"]}}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(off["sandbox"], json!({"mode": "off", "network": true}));
+    let result = run(&client, off["session_id"].as_str().unwrap(), "true").await;
+    assert_eq!(
+        result["metadata"]["sandbox"],
+        json!({"mode": "off", "network": true, "enforced": [], "degraded": []})
+    );
+}
+
+#[tokio::test]
+async fn a_root_holding_the_daemon_socket_is_refused() {
+    let daemon = TestDaemon::start();
+    let client = connected(&daemon).await;
+    let refused = client
+        .request(
+            "session/create",
+            json!({"cwd": daemon.root(), "roots": [daemon.root()]}),
+        )
+        .await
+        .unwrap_err();
+    assert!(format!("{refused:?}").contains("socket"), "{refused:?}");
+}
+
+#[tokio::test]
+async fn initialize_reports_what_this_kernel_enforces() {
+    let daemon = TestDaemon::start();
+    let client = connected(&daemon).await;
+    let result = client
+        .request("initialize", json!({"protocol_version": 1}))
+        .await;
+    // Already initialized: a fresh connection asks.
+    assert!(result.is_err());
+    let fresh = TestClient::connect_raw(
+        &daemon.socket(),
+        toold_protocol::Framing::Ndjson,
+        no_answers(),
+    )
+    .await;
+    let result = fresh
+        .request("initialize", json!({"protocol_version": 1}))
+        .await
+        .unwrap();
+    let report = &result["sandbox"];
+    assert_eq!(report["fs"], true, "{report}");
+    assert_eq!(report["network"], true, "{report}");
+    assert_eq!(report["daemon_socket"], "mount_namespace", "{report}");
+    assert_eq!(report["degraded"], json!([]), "{report}");
+    assert!(report["landlock_abi"].as_u64().unwrap() >= 6, "{report}");
+}
+
+fn without(features: &[&str]) -> Vec<String> {
+    let mut wrapper = vec![env!("CARGO_BIN_EXE_without-kernel-features").to_owned()];
+    wrapper.extend(features.iter().map(|feature| (*feature).to_owned()));
+    wrapper.push("--".to_owned());
+    wrapper
+}
+
+/// Without user namespaces the socket is kept out by the peer check alone, and the rest of
+/// the sandbox holds.
+#[tokio::test]
+async fn without_user_namespaces_the_peer_check_keeps_commands_out() {
+    let test = "without_user_namespaces_the_peer_check_keeps_commands_out";
+    if !require_socat(test) {
+        return;
+    }
+    let daemon = TestDaemon::start_under_with_config(
+        &without(&["--user-namespaces"]),
+        "[sandbox]\nallow_unsandboxed = true\n",
+    );
+    let fresh = TestClient::connect_raw(
+        &daemon.socket(),
+        toold_protocol::Framing::Ndjson,
+        no_answers(),
+    )
+    .await;
+    let report = fresh
+        .request("initialize", json!({"protocol_version": 1}))
+        .await
+        .unwrap()["sandbox"]
+        .clone();
+    assert_eq!(report["daemon_socket"], "peer_check", "{report}");
+    assert_eq!(report["degraded"], json!(["git_metadata"]), "{report}");
+
+    let (results, created) = reach_the_daemon(&daemon, json!({})).await;
+    for result in &results {
+        assert!(!answered(result), "the daemon answered a sandboxed command: {result}");
+        assert_eq!(
+            result["metadata"]["sandbox"]["degraded"],
+            json!(["git_metadata"])
+        );
+    }
+    assert!(!created, "a sandboxed command created a session");
+    let (results, created) = reach_the_daemon(&daemon, json!({"mode": "off"})).await;
+    assert!(answered(&results[0]), "{results:#?}");
+    assert!(created);
+
+    // Writes are still confined.
+    let client = connected(&daemon).await;
+    let places = Places::new();
+    let session = session(&client, &places.project, json!({})).await;
+    let before = Places::snapshot(&places.outside);
+    let result = run(
+        &client,
+        &session,
+        &format!("echo x > {}/new", quoted(&places.outside)),
+    )
+    .await;
+    assert_eq!(result["ok"], json!(false), "{result}");
+    assert_eq!(Places::snapshot(&places.outside), before);
+}
+
+/// Without Landlock, `warn` runs the command and says what was not enforced; `refuse` does
+/// not run it at all.
+#[tokio::test]
+async fn without_landlock_warn_says_so_and_refuse_does_not_run() {
+    let places = Places::new();
+    let marker = places.outside.join("ran");
+    let line = format!("echo x > {}", quoted(&marker));
+
+    let warn = TestDaemon::start_under_with_config(&without(&["--landlock"]), "");
+    let client = connected(&warn).await;
+    let session_id = session(&client, &places.project, json!({})).await;
+    let result = run(&client, &session_id, &line).await;
+    let sandbox = &result["metadata"]["sandbox"];
+    assert_eq!(
+        sandbox["degraded"],
+        json!(["filesystem", "signals"]),
+        "{result}"
+    );
+    // Honest: the write was not confined, and the result said so.
+    assert!(marker.exists());
+    std::fs::remove_file(&marker).unwrap();
+    // The daemon's socket is still out of reach (mount namespace and peer check).
+    let reach = run(
+        &client,
+        &session_id,
+        &format!(
+            "python3 -c \"import socket; s=socket.socket(socket.AF_UNIX); s.connect('{}')\"",
+            warn.socket().display()
+        ),
+    )
+    .await;
+    assert_eq!(reach["ok"], json!(false), "{reach}");
+
+    let refuse = TestDaemon::start_under_with_config(
+        &without(&["--landlock"]),
+        "[sandbox]\non_unsupported = \"refuse\"\n",
+    );
+    let client = connected(&refuse).await;
+    let session_id = session(&client, &places.project, json!({})).await;
+    let result = run(&client, &session_id, &line).await;
+    assert_eq!(result["error_type"], "sandbox_unavailable", "{result}");
+    let message = result["error"].as_str().unwrap();
+    assert!(message.contains("filesystem") && message.contains("refuse"), "{message}");
+    assert!(!marker.exists(), "the refused command ran");
+    let report = TestClient::connect_raw(
+        &refuse.socket(),
+        toold_protocol::Framing::Ndjson,
+        no_answers(),
+    )
+    .await
+    .request("initialize", json!({"protocol_version": 1}))
+    .await
+    .unwrap()["sandbox"]
+        .clone();
+    assert_eq!(report["fs"], false, "{report}");
+    assert_eq!(report["landlock_abi"], Value::Null, "{report}");
+}
+
+/// A small Rust project made and built inside the root, with the user's own toolchain: a
+/// build writes only its target directory (and the temp directories).
+#[tokio::test]
+async fn cargo_new_and_an_offline_build_work_inside_the_root() {
+    let Some(cargo) = require::program(
+        "cargo_new_and_an_offline_build_work_inside_the_root",
+        "cargo",
+        &[],
+        "install Rust with rustup",
+    ) else {
+        return;
+    };
+    let daemon = TestDaemon::start();
+    let client = connected(&daemon).await;
+    let places = Places::new();
+    let session = session(&client, &places.project, json!({})).await;
+    let cargo = cargo.display();
+    let result = run(
+        &client,
+        &session,
+        &format!(
+            "{cargo} new -q --vcs none hello && cd hello && {cargo} build -q --offline && ./target/debug/hello"
+        ),
+    )
+    .await;
+    assert_eq!(result["ok"], json!(true), "{result}");
+    assert_eq!(output(&result), "Hello, world!\n");
+}
