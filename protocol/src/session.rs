@@ -347,7 +347,7 @@ mod tests {
             "env":{"timeout_ms":120000,"max_output_bytes":65536,"max_read_bytes":262144},
             "command_env":{},"grants":["run_command(git status)"],"attached":1,
             "running_batches":["b_3"],"last_seq":17,"created_at":"2026-11-30T09:00:00Z",
-            "on_disconnect":"cancel"})
+            "on_disconnect":"cancel","sandbox":{"mode":"workspace_write","network":true}})
     }
 
     #[test]

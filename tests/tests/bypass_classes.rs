@@ -1220,9 +1220,17 @@ async fn toolds_own_files_are_protected_like_git_config() {
         )),
         command("rm -rf config"),
     ];
+    // Every directory of the daemon's tree but the socket's (a root holding it is refused).
+    let roots: Vec<PathBuf> = ["config", "state", "work"]
+        .iter()
+        .map(|dir| root.join(dir))
+        .collect();
     for mode in ["accept_edits", "default", "dont_ask"] {
         let session = client
-            .create_session(&root, json!({"mode": mode, "rules": {"allow": allowed}}))
+            .create_session(
+                &root,
+                json!({"mode": mode, "rules": {"allow": allowed}, "roots": roots}),
+            )
             .await;
         for call in &calls {
             let response = execute(&client, &session, call.clone()).await;
@@ -1252,7 +1260,7 @@ async fn toolds_own_files_are_protected_like_git_config() {
     // Restarted, the daemon runs no planted hook.
     daemon.restart();
     let client = daemon.connect(json!({}), no_answers()).await;
-    let session = client.create_session(&root, json!({})).await;
+    let session = client.create_session(&root, json!({"roots": roots})).await;
     execute(&client, &session, command("true")).await;
     assert!(!marker.exists(), "a planted hook ran");
 }

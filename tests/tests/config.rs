@@ -433,7 +433,7 @@ fn unknown_keys_are_refused_at_every_level() {
             ":1:1: colour: unknown key; the keys here are socket, max_message_bytes, \
              max_connections, max_parallel, max_stream_bytes, timeout_ms, max_command_timeout_ms, \
              max_output_bytes, max_read_bytes, session_idle_ttl, approval_timeout_ms, \
-             hook_timeout_ms, frame_timeout_ms, allow_bypass, permissions, hooks",
+             hook_timeout_ms, frame_timeout_ms, allow_bypass, permissions, hooks, sandbox",
         ),
         (
             "[permissions]\nallow = []\nalow = []",
@@ -544,7 +544,8 @@ fn check_config_summarises_what_differs() {
              max_parallel = 4 (default 8)\n  \
              session_idle_ttl = \"0s\" (default \"7d\")\n\
              permission rules: 2 allow, 0 ask, 1 deny\n\
-             hooks: 1 pre_tool_use, 0 post_tool_use",
+             hooks: 1 pre_tool_use, 0 post_tool_use\n\
+             sandbox: mode workspace_write, network on, on_unsupported warn",
             path.display()
         )
     );
@@ -656,4 +657,73 @@ fn the_annotated_example_lists_the_defaults() {
             "config/toold.toml does not mention {key}"
         );
     }
+}
+
+#[test]
+fn the_sandbox_section_is_checked_key_by_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.toml");
+    let refused = |text: &str| {
+        std::fs::write(&path, text).unwrap();
+        let error = check_config(Some(&path)).unwrap_err().to_string();
+        error
+            .strip_prefix(&path.display().to_string())
+            .unwrap_or(&error)
+            .to_owned()
+    };
+    for (text, error) in [
+        (
+            "[sandbox]\nmode = \"strict\"",
+            ":2:8: sandbox.mode: unknown mode \"strict\": expected \"workspace_write\", \"read_only\" or \"off\"",
+        ),
+        (
+            "[sandbox]\nnetwork = \"no\"",
+            ":2:11: sandbox.network: expected true or false, found a string",
+        ),
+        (
+            "[sandbox]\nwritable = [\"cache\"]",
+            ":2:13: sandbox.writable[0]: \"cache\" is not an absolute path (or one that starts with ~/)",
+        ),
+        (
+            "[sandbox]\non_unsupported = \"ignore\"",
+            ":2:18: sandbox.on_unsupported: unknown value \"ignore\": expected \"warn\" or \"refuse\"",
+        ),
+        (
+            "[sandbox]\nallow_unsandbox = true",
+            ":2:1: sandbox.allow_unsandbox: unknown key; did you mean `allow_unsandboxed`?",
+        ),
+    ] {
+        assert_eq!(refused(text), error, "for {text:?}");
+    }
+    let cache = dir.path().join("cache");
+    std::fs::write(
+        &path,
+        format!(
+            "[sandbox]\nmode = \"read_only\"\nnetwork = false\nwritable = [{:?}, \"~/.cargo/registry\"]\n\
+             on_unsupported = \"refuse\"\nallow_unsandboxed = true\n",
+            cache.display()
+        ),
+    )
+    .unwrap();
+    let summary = check_config(Some(&path)).unwrap();
+    assert!(
+        summary.contains(&format!(
+            "sandbox: mode read_only, network off, also writable: {}, ",
+            cache.display()
+        )),
+        "{summary}"
+    );
+    assert!(
+        summary.contains("on_unsupported refuse, sessions may loosen it"),
+        "{summary}"
+    );
+    // A writable directory that does not exist yet is a warning, not an error.
+    assert!(
+        summary.contains(&format!(
+            "warning: {}:4:13: sandbox.writable[0]: {} is not an existing directory",
+            path.display(),
+            cache.display()
+        )),
+        "{summary}"
+    );
 }

@@ -132,7 +132,10 @@ async fn workspace_write_keeps_every_write_inside_the_roots_and_temp_dirs() {
         format!("ln -s /etc/passwd {out}/symlink"),
         format!("echo x > {link}/through-link"),
         format!("rm {link}/keep.txt"),
-        format!("python3 -c \"open('{}/py', 'w').write('x')\"", places.outside.display()),
+        format!(
+            "python3 -c \"open('{}/py', 'w').write('x')\"",
+            places.outside.display()
+        ),
         // A background child in its own session, waited for, and one left behind.
         format!("setsid -w bash -c 'echo x > {out}/setsid'"),
         format!("(setsid bash -c 'echo x > {out}/detached' &); sleep 0.5"),
@@ -166,7 +169,12 @@ async fn workspace_write_keeps_every_write_inside_the_roots_and_temp_dirs() {
     assert_eq!(inside["ok"], json!(true), "{inside}");
     assert_eq!(output(&inside), "done\n");
     // Reads anywhere.
-    let read = run(&client, &session, &format!("cat {out}/keep.txt /etc/hostname")).await;
+    let read = run(
+        &client,
+        &session,
+        &format!("cat {out}/keep.txt /etc/hostname"),
+    )
+    .await;
     assert_eq!(read["ok"], json!(true), "{read}");
     assert!(output(&read).starts_with("kept\n"), "{read}");
     // A repository made and committed to inside the root.
@@ -196,7 +204,10 @@ async fn a_denied_write_says_so_and_names_where_commands_may_write() {
     let sandbox = &result["metadata"]["sandbox"];
     assert_eq!(sandbox["likely_denied"], true, "{result}");
     let hint = sandbox["hint"].as_str().unwrap();
-    assert!(hint.contains(&places.project.display().to_string()), "{hint}");
+    assert!(
+        hint.contains(&places.project.display().to_string()),
+        "{hint}"
+    );
     assert!(hint.contains("/tmp") && hint.contains("writable"), "{hint}");
     assert!(result["error"].as_str().unwrap().contains(hint), "{result}");
     assert_eq!(sandbox["degraded"], json!([]), "{result}");
@@ -303,7 +314,10 @@ async fn network_off_refuses_ip_sockets_and_network_on_allows_them() {
         let result = run(&client, &offline, line).await;
         assert_eq!(result["ok"], json!(false), "{line}: {result}");
         assert_eq!(result["metadata"]["sandbox"]["network"], false);
-        assert_eq!(result["metadata"]["sandbox"]["likely_denied"], true, "{result}");
+        assert_eq!(
+            result["metadata"]["sandbox"]["likely_denied"], true,
+            "{result}"
+        );
     }
     assert!(tcp.accept().is_err(), "a connection reached the listener");
     let mut buffer = [0u8; 16];
@@ -418,7 +432,10 @@ async fn commands_cannot_reach_the_daemon_through_its_socket() {
     let daemon = TestDaemon::start_with_config(Some("[sandbox]\nallow_unsandboxed = true\n"));
     let (results, created) = reach_the_daemon(&daemon, json!({})).await;
     for result in &results {
-        assert!(!answered(result), "the daemon answered a sandboxed command: {result}");
+        assert!(
+            !answered(result),
+            "the daemon answered a sandboxed command: {result}"
+        );
     }
     assert!(!created, "a sandboxed command created a session");
 
@@ -495,7 +512,10 @@ async fn the_session_may_tighten_the_sandbox_and_loosen_it_only_when_the_config_
             .await
             .unwrap_err();
         let text = format!("{refused:?}");
-        assert!(text.contains("-32602") && text.contains("allow_unsandboxed"), "{text}");
+        assert!(
+            text.contains("-32602") && text.contains("allow_unsandboxed"),
+            "{text}"
+        );
         let update = client
             .request(
                 "session/update",
@@ -614,7 +634,10 @@ async fn without_user_namespaces_the_peer_check_keeps_commands_out() {
 
     let (results, created) = reach_the_daemon(&daemon, json!({})).await;
     for result in &results {
-        assert!(!answered(result), "the daemon answered a sandboxed command: {result}");
+        assert!(
+            !answered(result),
+            "the daemon answered a sandboxed command: {result}"
+        );
         assert_eq!(
             result["metadata"]["sandbox"]["degraded"],
             json!(["git_metadata"])
@@ -682,7 +705,10 @@ async fn without_landlock_warn_says_so_and_refuse_does_not_run() {
     let result = run(&client, &session_id, &line).await;
     assert_eq!(result["error_type"], "sandbox_unavailable", "{result}");
     let message = result["error"].as_str().unwrap();
-    assert!(message.contains("filesystem") && message.contains("refuse"), "{message}");
+    assert!(
+        message.contains("filesystem") && message.contains("refuse"),
+        "{message}"
+    );
     assert!(!marker.exists(), "the refused command ran");
     let report = TestClient::connect_raw(
         &refuse.socket(),

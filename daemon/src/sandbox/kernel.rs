@@ -96,9 +96,8 @@ pub fn probe() -> &'static Kernel {
                 Ok(Box::new(move || mounts.enter()))
             }),
             seccomp: works_in_a_child("seccomp", |_| {
-                let program = seccomp::program(false).ok_or_else(|| {
-                    std::io::Error::other("no filter for this architecture")
-                })?;
+                let program = seccomp::program(false)
+                    .ok_or_else(|| std::io::Error::other("no filter for this architecture"))?;
                 Ok(Box::new(move || seccomp::apply(program)))
             }),
         };
@@ -111,10 +110,7 @@ type ChildStep = Box<dyn Fn() -> std::io::Result<()> + Send + Sync>;
 
 /// Whether `/bin/true` runs with the layer `build` makes (given a scratch directory) applied
 /// in its `pre_exec`, as a command's would be.
-fn works_in_a_child(
-    layer: &str,
-    build: impl FnOnce(&Path) -> std::io::Result<ChildStep>,
-) -> bool {
+fn works_in_a_child(layer: &str, build: impl FnOnce(&Path) -> std::io::Result<ChildStep>) -> bool {
     let tried = tempfile::Builder::new()
         .prefix("toold-probe-")
         .tempdir()
@@ -161,7 +157,9 @@ static DAEMON_SOCKET: OnceLock<DaemonSocket> = OnceLock::new();
 /// Records the socket the daemon listens on (once, at start). `own_dir`: the directory holding
 /// it is toold's own, and may be covered whole.
 pub fn keep_commands_from(socket: &Path, own_dir: bool) {
-    let hidden_dir = own_dir.then(|| socket.parent().map(Path::to_path_buf)).flatten();
+    let hidden_dir = own_dir
+        .then(|| socket.parent().map(Path::to_path_buf))
+        .flatten();
     let _ = DAEMON_SOCKET.set(DaemonSocket {
         path: socket.to_owned(),
         hidden_dir,

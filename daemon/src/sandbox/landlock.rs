@@ -43,10 +43,8 @@ pub(super) fn ruleset(writable: &[PathBuf], network: bool) -> Result<OwnedFd, St
             .handle_access(AccessNet::from_all(ABI_USED))
             .map_err(|err| err.to_string())?;
     }
-    let device_rights = AccessFs::ReadFile
-        | AccessFs::WriteFile
-        | AccessFs::Truncate
-        | AccessFs::IoctlDev;
+    let device_rights =
+        AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::Truncate | AccessFs::IoctlDev;
     let mut created = ruleset
         .create()
         .map_err(|err| err.to_string())?

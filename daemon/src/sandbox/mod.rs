@@ -216,7 +216,11 @@ impl Confinement {
                      kernel cannot enforce, and the config says on_unsupported = \"refuse\"; \
                      `toold status` shows what the kernel offers",
                     settings.mode.as_str(),
-                    if settings.network { "" } else { ", network off" },
+                    if settings.network {
+                        ""
+                    } else {
+                        ", network off"
+                    },
                     degraded.join(", "),
                 ),
             ));
@@ -247,7 +251,10 @@ impl Confinement {
         };
         let namespace = if kernel.namespaces {
             enforced.push("mount_namespace");
-            Some(namespace::Mounts::plan(kernel::daemon_socket(), &protected_git))
+            Some(namespace::Mounts::plan(
+                kernel::daemon_socket(),
+                &protected_git,
+            ))
         } else {
             None
         };
@@ -412,7 +419,9 @@ mod tests {
     #[test]
     fn denials_are_recognised_in_the_words_of_common_runtimes() {
         assert!(looks_denied("touch: cannot touch '/x': Permission denied"));
-        assert!(looks_denied("OSError: [Errno 30] Read-only file system: '/x'"));
+        assert!(looks_denied(
+            "OSError: [Errno 30] Read-only file system: '/x'"
+        ));
         assert!(looks_denied("Error: EACCES: permission denied, open '/x'"));
         assert!(!looks_denied("error[E0425]: cannot find value `x`"));
     }

@@ -118,7 +118,13 @@ impl Mounts {
             mount(None, c"/", None, libc::MS_REC | libc::MS_SLAVE, None)?;
             for dir in &self.hidden_dirs {
                 let flags = libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
-                mount(Some(c"tmpfs"), dir, Some(c"tmpfs"), flags, Some(c"mode=0500,size=4k"))?;
+                mount(
+                    Some(c"tmpfs"),
+                    dir,
+                    Some(c"tmpfs"),
+                    flags,
+                    Some(c"mode=0500,size=4k"),
+                )?;
             }
             for file in &self.hidden_files {
                 mount(Some(c"/dev/null"), file, None, libc::MS_BIND, None)?;

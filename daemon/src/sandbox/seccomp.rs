@@ -63,7 +63,9 @@ fn build(network: bool) -> Result<Program, String> {
         arch,
     )
     .map_err(|err| err.to_string())?;
-    filter.try_into().map_err(|err: seccompiler::BackendError| err.to_string())
+    filter
+        .try_into()
+        .map_err(|err: seccompiler::BackendError| err.to_string())
 }
 
 /// In the child: installs the filter (and no new privileges, which it requires). System calls

@@ -22,8 +22,8 @@ use toold_protocol::peer::{
 use toold_protocol::{ErrorObject, JsonText, Notification, Request, methods};
 
 use super::socket::peer_allowed;
-use crate::rpc::connection::{Connection, Handshake, Outbound, OutboundError, OutboundFuture};
 use crate::process_tree;
+use crate::rpc::connection::{Connection, Handshake, Outbound, OutboundError, OutboundFuture};
 use crate::rpc::{Daemon, dispatch, handlers};
 
 /// How the server runs.

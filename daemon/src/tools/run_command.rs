@@ -285,9 +285,7 @@ async fn run_command(mut args: Map<String, Value>, ctx: ToolContext) -> ToolOutc
         metadata.insert("killed_background_processes".into(), json!(swept.signaled));
     }
     let failed = halt.is_none() && !status.is_some_and(|status| status.success());
-    let denial_hint = failed
-        .then(|| confinement.denial_hint(&content))
-        .flatten();
+    let denial_hint = failed.then(|| confinement.denial_hint(&content)).flatten();
     metadata.insert(
         "sandbox".into(),
         confinement.metadata(denial_hint.as_deref()),
