@@ -13,8 +13,9 @@ use anyhow::{Context, bail, ensure};
 use serde_json::{Value, json};
 
 /// The config every figure's daemon runs with: live output is never cut short (the output
-/// figure streams 100 MB), everything else at its default.
-const CONFIG: &str = "max_stream_bytes = 1073741824\n";
+/// figure streams 100 MB), and a session may turn the sandbox off (the spawn figure compares
+/// commands with and without it); everything else at its default.
+const CONFIG: &str = "max_stream_bytes = 1073741824\n[sandbox]\nallow_unsandboxed = true\n";
 
 /// A private directory (0700) holding a daemon's socket, config and state, removed on drop.
 pub struct Place {

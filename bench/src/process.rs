@@ -90,17 +90,47 @@ pub fn process_section(settings: &Settings) -> anyhow::Result<Section> {
     let (toold_output, pipe_output) = (samples[0].summary(), samples[1].summary());
     let output_ratio = toold_output.median / pipe_output.median;
 
-    // `true`, many times a round: a spawn is short and noisy.
-    let spawn_request = json!({
-        "session_id": session,
-        "calls": [{"id": "t", "name": "run_command", "arguments": {"command": "true"}}]
-    });
-    crate::daemon::results_ok(client.call("tools/execute", spawn_request.clone())?)?;
+    // `true`, many times a round: a spawn is short and noisy. In the default sandbox
+    // (workspace_write) and in a session that turned it off.
+    let unsandboxed = client.create_session(
+        &root,
+        json!({"rules": {"allow": ["run_command(true)"]}, "sandbox": {"mode": "off"}}),
+    )?;
+    let true_in = |session: &str| {
+        json!({
+            "session_id": session,
+            "calls": [{"id": "t", "name": "run_command", "arguments": {"command": "true"}}]
+        })
+    };
+    let spawn_request = true_in(&session);
+    let unsandboxed_request = true_in(&unsandboxed);
+    let sandbox = crate::daemon::results_ok(client.call("tools/execute", spawn_request.clone())?)?;
+    ensure!(
+        sandbox[0]["metadata"]["sandbox"]["mode"] == "workspace_write",
+        "the spawn figure's command did not run sandboxed: {}",
+        sandbox[0]
+    );
+    crate::daemon::results_ok(client.call("tools/execute", unsandboxed_request.clone())?)?;
     let spawns = if settings.quick { 10 } else { 40 };
     let samples = {
+        let client = std::cell::RefCell::new(&mut client);
         let mut toold_true = || -> anyhow::Result<()> {
             for _ in 0..spawns {
-                crate::daemon::results_ok(client.call("tools/execute", spawn_request.clone())?)?;
+                crate::daemon::results_ok(
+                    client
+                        .borrow_mut()
+                        .call("tools/execute", spawn_request.clone())?,
+                )?;
+            }
+            Ok(())
+        };
+        let mut toold_unsandboxed_true = || -> anyhow::Result<()> {
+            for _ in 0..spawns {
+                crate::daemon::results_ok(
+                    client
+                        .borrow_mut()
+                        .call("tools/execute", unsandboxed_request.clone())?,
+                )?;
             }
             Ok(())
         };
@@ -114,18 +144,24 @@ pub fn process_section(settings: &Settings) -> anyhow::Result<Section> {
             }
             Ok(())
         };
-        stats::interleaved(settings.rounds, &mut [&mut toold_true, &mut bash_true])?
+        stats::interleaved(
+            settings.rounds,
+            &mut [&mut toold_true, &mut toold_unsandboxed_true, &mut bash_true],
+        )?
     };
     let per_spawn = |summary: stats::Summary| stats::Summary {
         median: summary.median / spawns as f64,
         q1: summary.q1 / spawns as f64,
         q3: summary.q3 / spawns as f64,
     };
-    let (toold_spawn, bash_spawn) = (
+    let (toold_spawn, unsandboxed_spawn, bash_spawn) = (
         per_spawn(samples[0].summary()),
         per_spawn(samples[1].summary()),
+        per_spawn(samples[2].summary()),
     );
     let spawn_ratio = toold_spawn.median / bash_spawn.median;
+    let unsandboxed_ratio = unsandboxed_spawn.median / bash_spawn.median;
+    let sandbox_cost = toold_spawn.median - unsandboxed_spawn.median;
     daemon.stop()?;
 
     let megabytes = bytes >> 20;
@@ -154,19 +190,35 @@ pub fn process_section(settings: &Settings) -> anyhow::Result<Section> {
     let _ = writeln!(
         markdown,
         "Spawn: `tools/execute` of `run_command` `true` (permission allowed by a session rule, \
-         so the round trip includes the shell parse and the process-tree cleanup) against \
-         spawning `bash -c true` directly and waiting for it; ms per call, median (IQR) over {} \
-         rounds of {spawns}.\n",
+         so the round trip includes the shell parse and the process-tree cleanup), in the \
+         default sandbox (`workspace_write`: Landlock, seccomp, a user and mount namespace) \
+         and in a session with the sandbox off, against spawning `bash -c true` directly and \
+         waiting for it; ms per call, median (IQR) over {} rounds of {spawns}, interleaved.\n",
         settings.rounds
     );
-    markdown.push_str("| | ms per call |\n|---|---:|\n");
+    markdown.push_str("| | ms per call | / bash |\n|---|---:|---:|\n");
     let _ = writeln!(
         markdown,
-        "| toold `run_command true` | {} |",
-        spawn_cell(toold_spawn)
+        "| toold `run_command true`, sandboxed | {} | {} |",
+        spawn_cell(toold_spawn),
+        ratio(spawn_ratio)
     );
-    let _ = writeln!(markdown, "| `bash -c true` | {} |", spawn_cell(bash_spawn));
-    let _ = writeln!(markdown, "| toold / bash | {} |", ratio(spawn_ratio));
+    let _ = writeln!(
+        markdown,
+        "| toold `run_command true`, sandbox off | {} | {} |",
+        spawn_cell(unsandboxed_spawn),
+        ratio(unsandboxed_ratio)
+    );
+    let _ = writeln!(
+        markdown,
+        "| `bash -c true` | {} | |",
+        spawn_cell(bash_spawn)
+    );
+    let _ = writeln!(
+        markdown,
+        "| what the sandbox adds | {} | |",
+        num(sandbox_cost)
+    );
 
     Ok(Section {
         figures: vec![
@@ -195,6 +247,19 @@ pub fn process_section(settings: &Settings) -> anyhow::Result<Section> {
                 ),
                 target: "≤ 1.3×",
                 met: spawn_ratio <= 1.3,
+            },
+            Figure {
+                id: "sandbox",
+                what: "the sandbox's cost on `run_command` of `true`".into(),
+                compared_with: "the same call with the sandbox off".into(),
+                result: format!(
+                    "{} ms vs {} ms (+{} ms)",
+                    spawn_cell(toold_spawn),
+                    spawn_cell(unsandboxed_spawn),
+                    num(sandbox_cost)
+                ),
+                target: "≤ +0.5 ms",
+                met: sandbox_cost <= 0.5,
             },
         ],
         markdown,

@@ -29,6 +29,7 @@ pub mod sandbox;
 pub mod server;
 pub mod session;
 pub mod shell;
+pub mod spawn;
 pub mod tools;
 
 pub use env::Env;

@@ -752,3 +752,62 @@ async fn cargo_new_and_an_offline_build_work_inside_the_root() {
     assert_eq!(result["ok"], json!(true), "{result}");
     assert_eq!(output(&result), "Hello, world!\n");
 }
+
+/// Whether any live process has `needle` on its command line.
+fn alive_with(needle: &str) -> bool {
+    std::fs::read_dir("/proc").unwrap().flatten().any(|entry| {
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let state = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        let zombie = state
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('Z'));
+        !zombie
+            && String::from_utf8_lossy(&cmdline)
+                .replace('\0', " ")
+                .contains(needle)
+    })
+}
+
+/// The escapes a command's processes try — background, `setsid`, a double fork, `env -i`
+/// (dropping the call's tag), all at once — leave nothing alive 2 s after the call ends,
+/// whether it ended by itself or by its deadline.
+#[tokio::test]
+async fn no_process_of_a_sandboxed_command_outlives_its_call() {
+    let daemon = TestDaemon::start();
+    let client = connected(&daemon).await;
+    let places = Places::new();
+    let session = session(&client, &places.project, json!({})).await;
+    for (round, ending) in ["exit 0", "sleep 30"].iter().enumerate() {
+        let marker = |index: u32| format!("4000.{:08}{round}{index}", std::process::id());
+        let line = format!(
+            "sleep {} & setsid sleep {} & (sleep {} &) ; (env -i setsid sh -c 'sleep {} &' &) ; \
+             nohup sleep {} >/dev/null 2>&1 & sleep 0.3; {ending}",
+            marker(1),
+            marker(2),
+            marker(3),
+            marker(4),
+            marker(5)
+        );
+        let response = client
+            .request(
+                "tools/execute",
+                json!({"session_id": session, "calls": [{"id": "c", "name": "run_command",
+                    "arguments": {"command": line, "timeout_ms": 2000}}]}),
+            )
+            .await
+            .unwrap();
+        let result = &response["results"][0]["result"];
+        assert_eq!(result["metadata"]["sandbox"]["mode"], "workspace_write");
+        if round == 1 {
+            assert_eq!(result["error_type"], "timeout", "{result}");
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        for index in 1..=5 {
+            assert!(
+                !alive_with(&marker(index)),
+                "{} outlived its call ({ending})",
+                marker(index)
+            );
+        }
+    }
+}

@@ -1,14 +1,15 @@
 //! What this kernel lets the daemon enforce, probed once by trying each layer on a real child
 //! (`/bin/true`), and the daemon socket commands are kept from.
 
-use std::os::unix::process::CommandExt;
+use std::io;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 
 use toold_protocol::SandboxReport;
 
-use super::{Protection, landlock, namespace, seccomp};
+use super::{ChildPlan, Protection, landlock, namespace, seccomp};
+use crate::spawn::{self, Launch};
 
 /// The layers that work here.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,35 +71,46 @@ impl Kernel {
 pub fn probe() -> &'static Kernel {
     static KERNEL: OnceLock<Kernel> = OnceLock::new();
     KERNEL.get_or_init(|| {
-        let kernel = Kernel {
-            landlock_abi: landlock::kernel_abi(),
-            landlock: works_in_a_child("landlock", |scratch| {
-                let ruleset = landlock::ruleset(&[scratch.to_owned()], false)
-                    .map_err(std::io::Error::other)?;
-                Ok(Box::new(move || landlock::restrict_self(&ruleset)))
-            }),
-            namespaces: works_in_a_child("user and mount namespaces", |scratch| {
+        let namespaces = || {
+            move |scratch: &Path| -> io::Result<ChildPlan> {
                 let hidden = scratch.join("hidden");
                 let file = scratch.join("file");
-                std::fs::create_dir(&hidden)?;
+                std::fs::create_dir_all(&hidden)?;
                 std::fs::write(&file, "")?;
                 let socket = DaemonSocket {
                     path: hidden.join("toold.sock"),
                     hidden_dir: Some(hidden),
                 };
-                let mounts = namespace::Mounts::plan(
-                    Some(&socket),
-                    &[
-                        namespace::GitPath::Pinned(scratch.to_owned()),
-                        namespace::GitPath::ReadOnly(file),
-                    ],
-                );
-                Ok(Box::new(move || mounts.enter()))
+                let git = [
+                    namespace::GitPath::Pinned(scratch.to_owned()),
+                    namespace::GitPath::ReadOnly(file),
+                ];
+                Ok(ChildPlan {
+                    namespace: Some(namespace::Mounts::plan(Some(&socket), &git)),
+                    ..ChildPlan::default()
+                })
+            }
+        };
+        let kernel = Kernel {
+            landlock_abi: landlock::kernel_abi(),
+            landlock: works_in_a_child("landlock", |scratch| {
+                Ok(ChildPlan {
+                    landlock: Some(
+                        landlock::ruleset(&[scratch.to_owned()], false)
+                            .map_err(io::Error::other)?,
+                    ),
+                    ..ChildPlan::default()
+                })
             }),
+            namespaces: works_in_a_child("user and mount namespaces", namespaces()),
             seccomp: works_in_a_child("seccomp", |_| {
-                let program = seccomp::program(false)
-                    .ok_or_else(|| std::io::Error::other("no filter for this architecture"))?;
-                Ok(Box::new(move || seccomp::apply(program)))
+                Ok(ChildPlan {
+                    seccomp: Some(
+                        seccomp::program(false)
+                            .ok_or_else(|| io::Error::other("no filter for this architecture"))?,
+                    ),
+                    ..ChildPlan::default()
+                })
             }),
         };
         tracing::info!(?kernel, "command sandbox probed");
@@ -106,29 +118,26 @@ pub fn probe() -> &'static Kernel {
     })
 }
 
-type ChildStep = Box<dyn Fn() -> std::io::Result<()> + Send + Sync>;
-
-/// Whether `/bin/true` runs with the layer `build` makes (given a scratch directory) applied
-/// in its `pre_exec`, as a command's would be.
-fn works_in_a_child(layer: &str, build: impl FnOnce(&Path) -> std::io::Result<ChildStep>) -> bool {
+/// Whether `/bin/true` runs with the layer `plan` makes (given a scratch directory) applied
+/// between its clone and its exec, as a command's would be.
+fn works_in_a_child(layer: &str, plan: impl FnOnce(&Path) -> io::Result<ChildPlan>) -> bool {
     let tried = tempfile::Builder::new()
         .prefix("toold-probe-")
         .tempdir()
         .and_then(|scratch| {
-            let step = build(scratch.path())?;
-            let mut command = Command::new("/bin/true");
-            command
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null());
-            // SAFETY: every step makes only system calls on memory built before the fork.
-            #[allow(unsafe_code)]
-            unsafe {
-                command.pre_exec(step);
-            }
-            let (mut child, _known) =
-                crate::process_tree::spawn_known(|| command.spawn(), |child| Some(child.id()))?;
-            child.wait()
+            let plan = plan(scratch.path())?;
+            let launch = Launch::new(Path::new("/bin/true"), [], [], Path::new("/"))?;
+            let null = OwnedFd::from(
+                std::fs::File::options()
+                    .read(true)
+                    .write(true)
+                    .open("/dev/null")?,
+            );
+            let (mut child, _known) = crate::process_tree::spawn_known(
+                || spawn::spawn(&launch, &plan, &null, &null, &null),
+                |child| Some(child.id()),
+            )?;
+            child.wait_blocking()
         });
     match tried {
         Ok(status) if status.success() => true,

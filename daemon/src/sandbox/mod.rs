@@ -1,16 +1,18 @@
 //! The command sandbox (EXTENSIONS.md section C): what a `run_command` call's processes may
 //! write, whether they may use IP networking, and that they cannot reach the daemon.
 //!
-//! Everything is decided and built in the daemon before the fork ([`Confinement::prepare`]):
-//! the Landlock ruleset (an open descriptor), the seccomp program, the mounts of a private
-//! user + mount namespace (C strings). The child only applies them in its `pre_exec`
-//! ([`Confinement::apply_in_child`]), with system calls alone: no allocation, no lock, nothing
-//! that is not async-signal-safe. Layers, in the order the child applies them:
+//! Everything is decided and built in the daemon before the child exists
+//! ([`Confinement::prepare`]): the Landlock ruleset (an open descriptor), the seccomp program,
+//! the mounts of private namespaces (C strings). The child ([`crate::spawn`]) only applies
+//! them between its clone and its exec ([`Confinement::child_setup`]), with system calls
+//! alone: no allocation, no lock, nothing that is not async-signal-safe. Layers, in the order
+//! the child applies them:
 //!
-//! - **Mount namespace** ([`namespace`]), where user namespaces work: an empty read-only tmpfs
-//!   over the daemon socket's directory, and the repositories' `.git/config`, `.git/hooks` and
-//!   `.git` files bound read-only over themselves (the `.git` directory itself bound over itself
-//!   too, so that it cannot be renamed away and replaced).
+//! - **Namespaces** ([`namespace`]), where user namespaces work: the child is born in a user
+//!   and mount namespace of its own; an empty read-only tmpfs covers the daemon socket's
+//!   directory, and the repositories' `.git/config`, `.git/hooks` and `.git` files are bound
+//!   read-only over themselves (the `.git` directory itself bound over itself too, so that it
+//!   cannot be renamed away and replaced).
 //! - **Descriptors**: every descriptor above 2 is marked close-on-exec.
 //! - **Landlock** ([`landlock`]): read everywhere, write only where the mode allows; TCP when
 //!   the network is off; the signal and abstract-socket scopes, so the daemon cannot be
@@ -35,6 +37,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 use toold_protocol::{ErrorType, SandboxMode, SandboxSettings};
 
+use crate::spawn::{ChildSetup, Plain};
 use crate::tools::ToolFailure;
 
 /// What to do when the kernel cannot enforce part of what a session's sandbox asks for.
@@ -156,7 +159,7 @@ pub struct Confinement {
 }
 
 /// What the child applies, in order.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct ChildPlan {
     namespace: Option<namespace::Mounts>,
     landlock: Option<std::os::fd::OwnedFd>,
@@ -299,15 +302,11 @@ impl Confinement {
         self.private_tmp.as_ref().map(tempfile::TempDir::path)
     }
 
-    /// Sets the child's part on `command`: applied after the fork, before the exec.
-    pub fn configure(&self, command: &mut tokio::process::Command) {
-        let Some(plan) = &self.plan else { return };
-        let plan = Arc::clone(plan);
-        // SAFETY: the closure runs in the forked child before exec; `ChildPlan::apply` makes
-        // only async-signal-safe system calls on memory built before the fork.
-        #[allow(unsafe_code)]
-        unsafe {
-            command.pre_exec(move || plan.apply());
+    /// What the child applies between its clone and its exec ([`crate::spawn`]).
+    pub fn child_setup(&self) -> &dyn ChildSetup {
+        match &self.plan {
+            Some(plan) => plan.as_ref(),
+            None => &Plain,
         }
     }
 
@@ -353,13 +352,23 @@ impl Confinement {
     }
 }
 
-impl ChildPlan {
-    /// Applies the sandbox to the calling process: the forked child, before exec. System
-    /// calls only (async-signal-safe); errors are the kernel's.
-    fn apply(&self) -> io::Result<()> {
-        if let Some(mounts) = &self.namespace {
-            mounts.enter()?;
+/// Applied in the child between its clone and its exec: system calls only; errors are the
+/// kernel's.
+impl ChildSetup for ChildPlan {
+    fn clone_flags(&self) -> nix::libc::c_int {
+        self.namespace
+            .as_ref()
+            .map_or(0, namespace::Mounts::clone_flags)
+    }
+
+    fn before_chdir(&self) -> io::Result<()> {
+        match &self.namespace {
+            Some(mounts) => mounts.enter(),
+            None => Ok(()),
         }
+    }
+
+    fn before_exec(&self) -> io::Result<()> {
         mark_descriptors_close_on_exec()?;
         if let Some(ruleset) = &self.landlock {
             landlock::restrict_self(ruleset)?;

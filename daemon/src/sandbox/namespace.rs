@@ -104,18 +104,23 @@ impl Mounts {
         mounts
     }
 
-    /// In the child: a new user and mount namespace, then the mounts. System calls only.
+    /// The namespaces the child is born in.
+    pub(super) fn clone_flags(&self) -> libc::c_int {
+        libc::CLONE_NEWUSER | libc::CLONE_NEWNS
+    }
+
+    /// In the child, born in the namespaces of [`Self::clone_flags`]: its uid and gid mapped to
+    /// themselves, then the mounts. System calls only.
     #[allow(unsafe_code)]
     pub(super) fn enter(&self) -> io::Result<()> {
-        // SAFETY: every pointer is to a NUL-terminated string or buffer built before the fork
+        // SAFETY: every pointer is to a NUL-terminated string or buffer built before the clone
         // and alive for the call; the calls take nothing else.
         unsafe {
-            check(libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS))?;
             write_file(c"/proc/self/setgroups", b"deny")?;
             write_file(c"/proc/self/uid_map", &self.uid_map)?;
             write_file(c"/proc/self/gid_map", &self.gid_map)?;
-            // Nothing mounted here may travel back to the daemon's namespace.
-            mount(None, c"/", None, libc::MS_REC | libc::MS_SLAVE, None)?;
+            // Nothing mounted here travels back to the daemon's namespace: a mount namespace
+            // made with a user namespace of its own gets the parent's shared mounts as slaves.
             for dir in &self.hidden_dirs {
                 let flags = libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
                 mount(

@@ -40,15 +40,18 @@ mod capture;
 mod pump;
 
 use std::collections::BTreeMap;
+use std::ffi::{OsStr, OsString};
 use std::io;
+use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{ExitStatus, Stdio};
+use std::process::ExitStatus;
 use std::time::Duration;
 
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
-use tokio::process::Command;
+use tokio::net::unix::pipe;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use toold_protocol::{ErrorType, Safety, ToolDefinition, ToolSource};
@@ -59,6 +62,7 @@ use crate::env::Env;
 use crate::paths;
 use crate::process_tree::{self, ProcessTree, RUN_TAG_VAR, SweepReport};
 use crate::sandbox::Confinement;
+use crate::spawn::{self, Launch};
 
 /// SIGTERM to SIGKILL. Stopping must finish well within the registry's `STOP_GRACE` (1 s),
 /// which also has to cover the sweeps, [`KILL_DRAIN`] and a loaded machine's scheduling.
@@ -173,13 +177,7 @@ async fn run_command(mut args: Map<String, Value>, ctx: ToolContext) -> ToolOutc
     let confinement = Confinement::prepare(&ctx.env.sandbox, &ctx.env.roots, &cwd)?;
     process_tree::ensure_subreaper();
     let tag = process_tree::new_run_tag();
-    let mut command = shell_command(&args, &cwd, &ctx.env, &tag, &confinement);
-    let (mut child, _known) = process_tree::spawn_known_as(
-        confinement.is_confined(),
-        || command.spawn(),
-        tokio::process::Child::id,
-    )
-    .map_err(|err| {
+    let cannot_start = |err: io::Error| {
         let sandboxed = if confinement.is_confined() {
             " in its sandbox"
         } else {
@@ -189,18 +187,29 @@ async fn run_command(mut args: Map<String, Value>, ctx: ToolContext) -> ToolOutc
             ErrorType::IoError,
             format!("cannot start {BASH}{sandboxed} in {}: {err}", cwd.display()),
         )
-    })?;
-    // `id()` is `None` only after the child has been waited for, which has not happened yet.
-    let Some(shell_pid) = child.id() else {
-        return Err(ToolFailure::new(
-            ErrorType::InternalError,
-            "the shell exited before its pid could be read",
-        ));
     };
+    let launch = shell_launch(&args, &cwd, &ctx.env, &tag, &confinement).map_err(cannot_start)?;
+    let pipes = ShellPipes::new().map_err(cannot_start)?;
+    let (mut child, _known) = process_tree::spawn_known_as(
+        confinement.is_confined(),
+        || {
+            spawn::spawn(
+                &launch,
+                confinement.child_setup(),
+                &pipes.stdin,
+                &pipes.stdout.1,
+                &pipes.stderr.1,
+            )
+        },
+        |child| Some(child.id()),
+    )
+    .map_err(cannot_start)?;
+    let shell_pid = child.id();
+    let (stdout, stderr) = pipes.into_readers().map_err(cannot_start)?;
     let mut tree = TreeGuard(Some(ProcessTree::new(shell_pid, &tag)));
     let mut pump = OutputPump::new(
-        child.stdout.take(),
-        child.stderr.take(),
+        Some(stdout),
+        Some(stderr),
         ctx.env.max_output_bytes,
         ctx.output.clone(),
     );
@@ -396,41 +405,63 @@ fn shell_reads_it(name: &[u8]) -> bool {
         )
 }
 
-fn shell_command(
+/// The shell's program, arguments, environment and working directory.
+fn shell_launch(
     args: &Args,
     cwd: &Path,
     env: &Env,
     tag: &str,
     confinement: &Confinement,
-) -> Command {
-    use std::os::unix::ffi::OsStrExt;
+) -> io::Result<Launch> {
     let passed = |(name, _): &(&String, &String)| !shell_reads_it(name.as_bytes());
+    let given = |(name, value): (&String, &String)| (OsString::from(name), OsString::from(value));
     let inherited =
         process_tree::inherited_env().filter(|(name, _)| !shell_reads_it(name.as_bytes()));
-    let mut command = Command::new(BASH);
-    command
-        .args(["--noprofile", "--norc", "-c"])
-        .arg(&args.command)
-        .current_dir(cwd)
-        .env_clear()
-        .envs(inherited)
-        .env("PWD", cwd)
-        .envs(env.command_env.iter().filter(passed))
-        .envs(args.env.iter().filter(passed));
-    if let Some(tmp) = confinement.private_tmp() {
+    // Later entries replace earlier ones.
+    let variables = inherited
+        .chain([(OsString::from("PWD"), cwd.as_os_str().to_owned())])
+        .chain(env.command_env.iter().filter(passed).map(given))
+        .chain(args.env.iter().filter(passed).map(given))
         // The only place a `read_only` command may write.
-        command.env("TMPDIR", tmp);
+        .chain(
+            confinement
+                .private_tmp()
+                .map(|tmp| (OsString::from("TMPDIR"), tmp.as_os_str().to_owned())),
+        )
+        .chain([(OsString::from(RUN_TAG_VAR), OsString::from(tag))]);
+    let shell_args = ["--noprofile", "--norc", "-c"]
+        .into_iter()
+        .map(OsStr::new)
+        .chain([OsStr::new(&args.command)]);
+    Launch::new(Path::new(BASH), shell_args, variables, cwd)
+}
+
+/// The shell's stdin (`/dev/null`) and the two pipes its output comes through, every
+/// descriptor close-on-exec (the child's copies on 0, 1 and 2 are not).
+struct ShellPipes {
+    stdin: OwnedFd,
+    stdout: (OwnedFd, OwnedFd),
+    stderr: (OwnedFd, OwnedFd),
+}
+
+impl ShellPipes {
+    fn new() -> io::Result<Self> {
+        let pipe = || nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io::Error::from);
+        Ok(Self {
+            stdin: OwnedFd::from(std::fs::File::open("/dev/null")?),
+            stdout: pipe()?,
+            stderr: pipe()?,
+        })
     }
-    command
-        .env(RUN_TAG_VAR, tag)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        // If this future is dropped mid-run, the shell dies at once; `TreeGuard` kills the rest.
-        .kill_on_drop(true);
-    confinement.configure(&mut command);
-    command
+
+    /// The read ends, for the runtime; the write ends are closed here, so that the pipes end
+    /// when the command's processes have all closed theirs.
+    fn into_readers(self) -> io::Result<(pipe::Receiver, pipe::Receiver)> {
+        Ok((
+            pipe::Receiver::from_owned_fd(self.stdout.0)?,
+            pipe::Receiver::from_owned_fd(self.stderr.0)?,
+        ))
+    }
 }
 
 /// Owns the call's process tree until it has been killed: if the tool's future is dropped

@@ -4,7 +4,7 @@
 use std::io;
 
 use tokio::io::AsyncReadExt;
-use tokio::process::{ChildStderr, ChildStdout};
+use tokio::net::unix::pipe::Receiver;
 use tokio::sync::mpsc;
 
 use super::capture::{HeadTail, Utf8Decoder};
@@ -19,8 +19,8 @@ const READ_BUFFER_BYTES: usize = 16 * 1024;
 /// Reads both pipes as output arrives and keeps it: decoded per stream, sent live, and cut to
 /// head and tail.
 pub struct OutputPump {
-    stdout: Option<ChildStdout>,
-    stderr: Option<ChildStderr>,
+    stdout: Option<Receiver>,
+    stderr: Option<Receiver>,
     stdout_buffer: Box<[u8]>,
     stderr_buffer: Box<[u8]>,
     stdout_text: Utf8Decoder,
@@ -33,8 +33,8 @@ pub struct OutputPump {
 
 impl OutputPump {
     pub fn new(
-        stdout: Option<ChildStdout>,
-        stderr: Option<ChildStderr>,
+        stdout: Option<Receiver>,
+        stderr: Option<Receiver>,
         max_output_bytes: usize,
         live: Option<mpsc::Sender<OutputChunk>>,
     ) -> Self {
