@@ -651,6 +651,10 @@ fn the_annotated_example_lists_the_defaults() {
         "[permissions]",
         "[[hooks.pre_tool_use]]",
         "[[hooks.post_tool_use]]",
+        "[sandbox]",
+        "writable",
+        "on_unsupported",
+        "allow_unsandboxed",
     ] {
         assert!(
             text.contains(key),
