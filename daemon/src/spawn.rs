@@ -23,6 +23,10 @@ use std::process::ExitStatus;
 use nix::libc;
 use tokio::io::unix::AsyncFd;
 
+/// The shell commands run in (`run_command`, and the sandbox's probe). An absolute path: the
+/// command's own `PATH` must not choose it.
+pub const SHELL: &str = "/bin/bash";
+
 /// What the child does between the clone and the exec, besides its standard steps. Every
 /// method runs in the vfork child: system calls only.
 pub trait ChildSetup: Sync {
@@ -264,14 +268,24 @@ fn child_steps(args: &ChildArgs<'_>) -> io::Result<std::convert::Infallible> {
         // The daemon's handlers must not run here, nor be inherited as ignored.
         let mut default: libc::sigaction = std::mem::zeroed();
         default.sa_sigaction = libc::SIG_DFL;
-        for signal in 1..libc::SIGRTMAX() {
+        for signal in 1..=libc::SIGRTMAX() {
             if signal != libc::SIGKILL && signal != libc::SIGSTOP {
                 libc::sigaction(signal, &default, std::ptr::null_mut());
             }
         }
         check(libc::setpgid(0, 0))?;
-        for (from, to) in [(args.stdin, 0), (args.stdout, 1), (args.stderr, 2)] {
-            check(libc::dup2(from, to))?;
+        // Copied above 2 first: a descriptor the daemon got as 0, 1 or 2 (started with one of
+        // them closed) must not be overwritten before it is copied, nor stay close-on-exec.
+        let mut copies = [0; 3];
+        for (copy, from) in copies
+            .iter_mut()
+            .zip([args.stdin, args.stdout, args.stderr])
+        {
+            *copy = libc::fcntl(from, libc::F_DUPFD_CLOEXEC, 3);
+            check(*copy)?;
+        }
+        for (to, from) in copies.into_iter().enumerate() {
+            check(libc::dup2(from, to as libc::c_int))?;
         }
         args.setup.before_chdir()?;
         check(libc::chdir(args.launch.cwd.as_ptr()))?;

@@ -696,6 +696,27 @@ async fn without_landlock_warn_says_so_and_refuse_does_not_run() {
     .await;
     assert_eq!(reach["ok"], json!(false), "{reach}");
 
+    // Without Landlock to forbid unmounting, the namespace's mounts still hold: not even a
+    // command run as root keeps the capability to remove them.
+    std::fs::create_dir_all(places.project.join(".git/hooks")).unwrap();
+    std::fs::write(places.project.join(".git/config"), "[core]\n").unwrap();
+    // In a script, which the permission engine cannot read (a line naming `.git` would not
+    // even run): only the sandbox stands in the way.
+    std::fs::write(
+        places.project.join("unmount.sh"),
+        "umount .git/config; umount -l .git/config; umount .git/hooks\n\
+         echo x >> .git/config; touch .git/hooks/pre-commit\n",
+    )
+    .unwrap();
+    let session_id = session(&client, &places.project, json!({})).await;
+    let unmounted = run(&client, &session_id, "bash unmount.sh").await;
+    assert_eq!(unmounted["ok"], json!(false), "{unmounted}");
+    assert_eq!(
+        std::fs::read_to_string(places.project.join(".git/config")).unwrap(),
+        "[core]\n"
+    );
+    assert!(!places.project.join(".git/hooks/pre-commit").exists());
+
     let refuse = TestDaemon::start_under_with_config(
         &without(&["--landlock"]),
         "[sandbox]\non_unsupported = \"refuse\"\n",

@@ -1,5 +1,5 @@
 //! What this kernel lets the daemon enforce, probed once by trying each layer on a real child
-//! (`/bin/true`), and the daemon socket commands are kept from.
+//! (the commands' shell), and the daemon socket commands are kept from.
 
 use std::io;
 use std::os::fd::OwnedFd;
@@ -118,15 +118,16 @@ pub fn probe() -> &'static Kernel {
     })
 }
 
-/// Whether `/bin/true` runs with the layer `plan` makes (given a scratch directory) applied
-/// between its clone and its exec, as a command's would be.
+/// Whether the commands' shell runs (`bash -c :`) with the layer `plan` makes (given a scratch
+/// directory) applied between its clone and its exec, as a command's would be.
 fn works_in_a_child(layer: &str, plan: impl FnOnce(&Path) -> io::Result<ChildPlan>) -> bool {
     let tried = tempfile::Builder::new()
         .prefix("toold-probe-")
         .tempdir()
         .and_then(|scratch| {
             let plan = plan(scratch.path())?;
-            let launch = Launch::new(Path::new("/bin/true"), [], [], Path::new("/"))?;
+            let args = ["--noprofile", "--norc", "-c", ":"].map(std::ffi::OsStr::new);
+            let launch = Launch::new(Path::new(spawn::SHELL), args, [], Path::new("/"))?;
             let null = OwnedFd::from(
                 std::fs::File::options()
                     .read(true)

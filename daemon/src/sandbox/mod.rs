@@ -35,10 +35,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde_json::{Value, json};
-use toold_protocol::{ErrorType, SandboxMode, SandboxSettings};
+use toold_protocol::{SandboxMode, SandboxSettings};
 
 use crate::spawn::{ChildSetup, Plain};
-use crate::tools::ToolFailure;
 
 /// What to do when the kernel cannot enforce part of what a session's sandbox asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -144,6 +143,18 @@ impl Protection {
     }
 }
 
+/// Why a command's sandbox could not be built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unbuildable {
+    /// The kernel cannot enforce what the sandbox needs, and the config says
+    /// `on_unsupported = "refuse"`: the command must not run.
+    #[error("{0}")]
+    Unavailable(String),
+    /// Building a part failed (the message says which and why).
+    #[error("{0}")]
+    Failed(String),
+}
+
 /// Everything one command's sandbox is, built in the daemon before the fork.
 #[derive(Debug)]
 pub struct Confinement {
@@ -174,7 +185,7 @@ impl Confinement {
         sandbox: &CommandSandbox,
         roots: &[PathBuf],
         cwd: &Path,
-    ) -> Result<Self, ToolFailure> {
+    ) -> Result<Self, Unbuildable> {
         let settings = sandbox.settings;
         if settings.mode == SandboxMode::Off {
             return Ok(Self {
@@ -212,21 +223,18 @@ impl Confinement {
             note(Protection::GitMetadata, kernel.namespaces);
         }
         if sandbox.on_unsupported == OnUnsupported::Refuse && !degraded.is_empty() {
-            return Err(ToolFailure::new(
-                ErrorType::SandboxUnavailable,
-                format!(
-                    "the command did not run: its sandbox (mode {}{}) needs {} which this \
+            return Err(Unbuildable::Unavailable(format!(
+                "the command did not run: its sandbox (mode {}{}) needs {} which this \
                      kernel cannot enforce, and the config says on_unsupported = \"refuse\"; \
                      `toold status` shows what the kernel offers",
-                    settings.mode.as_str(),
-                    if settings.network {
-                        ""
-                    } else {
-                        ", network off"
-                    },
-                    degraded.join(", "),
-                ),
-            ));
+                settings.mode.as_str(),
+                if settings.network {
+                    ""
+                } else {
+                    ", network off"
+                },
+                degraded.join(", "),
+            )));
         }
 
         let private_tmp = match settings.mode {
@@ -235,10 +243,9 @@ impl Confinement {
                     .prefix("toold-call-")
                     .tempdir()
                     .map_err(|err| {
-                        ToolFailure::new(
-                            ErrorType::IoError,
-                            format!("cannot create the command's private temp directory: {err}"),
-                        )
+                        Unbuildable::Failed(format!(
+                            "cannot create the command's private temp directory: {err}"
+                        ))
                     })?,
             ),
             _ => None,
@@ -264,10 +271,9 @@ impl Confinement {
         let landlock = if kernel.landlock_fs() {
             Some(
                 landlock::ruleset(&writable, settings.network).map_err(|err| {
-                    ToolFailure::new(
-                        ErrorType::InternalError,
-                        format!("cannot build the command's Landlock ruleset: {err}"),
-                    )
+                    Unbuildable::Failed(format!(
+                        "cannot build the command's Landlock ruleset: {err}"
+                    ))
                 })?,
             )
         } else {

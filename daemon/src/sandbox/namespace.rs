@@ -142,10 +142,17 @@ impl Mounts {
                 let flags = libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY | locked;
                 mount(None, path, None, flags, None)?;
             }
+            // A command run as root keeps root's capabilities in this namespace after its
+            // exec: without CAP_SYS_ADMIN it cannot unmount what covers the socket and `.git`,
+            // where Landlock (which forbids that too) is missing.
+            check(libc::prctl(libc::PR_CAPBSET_DROP, CAP_SYS_ADMIN, 0, 0, 0))?;
         }
         Ok(())
     }
 }
+
+/// `CAP_SYS_ADMIN` (linux/capability.h), which the libc crate does not name.
+const CAP_SYS_ADMIN: libc::c_ulong = 21;
 
 fn c_path(path: &Path) -> Option<CString> {
     CString::new(path.as_os_str().as_bytes()).ok()

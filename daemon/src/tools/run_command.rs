@@ -61,7 +61,7 @@ use super::{Tool, ToolContext, ToolFailure, ToolFuture, ToolOutcome, ToolOutput,
 use crate::env::Env;
 use crate::paths;
 use crate::process_tree::{self, ProcessTree, RUN_TAG_VAR, SweepReport};
-use crate::sandbox::Confinement;
+use crate::sandbox::{Confinement, Unbuildable};
 use crate::spawn::{self, Launch};
 
 /// SIGTERM to SIGKILL. Stopping must finish well within the registry's `STOP_GRACE` (1 s),
@@ -174,7 +174,15 @@ async fn run_command(mut args: Map<String, Value>, ctx: ToolContext) -> ToolOutc
     check_arguments(&args)?;
     let cwd = working_directory(&ctx.env, args.cwd.as_deref())?;
 
-    let confinement = Confinement::prepare(&ctx.env.sandbox, &ctx.env.roots, &cwd)?;
+    let confinement =
+        Confinement::prepare(&ctx.env.sandbox, &ctx.env.roots, &cwd).map_err(|unbuildable| {
+            match unbuildable {
+                Unbuildable::Unavailable(why) => {
+                    ToolFailure::new(ErrorType::SandboxUnavailable, why)
+                }
+                Unbuildable::Failed(why) => ToolFailure::new(ErrorType::InternalError, why),
+            }
+        })?;
     process_tree::ensure_subreaper();
     let tag = process_tree::new_run_tag();
     let cannot_start = |err: io::Error| {
@@ -392,8 +400,7 @@ fn working_directory(env: &Env, requested: Option<&str>) -> Result<PathBuf, Tool
     }
 }
 
-/// The shell commands run in. An absolute path: the command's own `PATH` must not choose it.
-const BASH: &str = "/bin/bash";
+use crate::spawn::SHELL as BASH;
 
 /// Variables bash reads at start that would run code or change how it reads the line before
 /// the line runs; no command gets them, from the daemon, the session or the call.
