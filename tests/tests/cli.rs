@@ -576,6 +576,21 @@ fn status_says_up_or_not() {
     assert_eq!(status["up"], true, "{status}");
     assert_eq!(status["sessions"], 0, "{status}");
     assert_eq!(status["pid"], daemon.pid(), "{status}");
+    // What the kernel enforces on commands, as `initialize` reports it.
+    assert_eq!(
+        status["sandbox"]["daemon_socket"], "mount_namespace",
+        "{status}"
+    );
+    assert_eq!(
+        status["sandbox"]["degraded"],
+        Value::Array(Vec::new()),
+        "{status}"
+    );
+    assert!(
+        stdout.contains("daemon socket kept out by mount_namespace\n")
+            && stdout.contains("every protection enforced"),
+        "{stdout}"
+    );
     // The uptime is the time since the daemon's `started_at`, to the second.
     let started_at = status["started_at"].as_str().expect("started_at");
     let started = parse_rfc3339(started_at).expect("an RFC 3339 started_at");

@@ -14,7 +14,9 @@
 //! `TOOLD_*`, plus the session's `command_env`, plus the call's `env`, plus `TOOLD_RUN_TAG`
 //! ([`RUN_TAG_VAR`]), the per-call tag the process-tree sweep finds escapees by (set last, so
 //! a call cannot forge another call's tag). `PWD` is set to
-//! the working directory.
+//! the working directory. The shell starts through [`crate::spawn`] (no copy of the daemon's
+//! memory), in the session's sandbox ([`crate::sandbox`]; `read_only` also gets a `TMPDIR` of
+//! the call's own), and is killed if this future is dropped before it was waited for.
 //!
 //! **Output.** stdout and stderr are read concurrently (`pump`); each read is decoded per
 //! stream without splitting characters, sent live to `ctx.output`, and appended to one
