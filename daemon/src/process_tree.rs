@@ -145,6 +145,9 @@ struct ProcStat {
     state: u8,
     ppid: i32,
     pgrp: i32,
+    /// Threads of the process (field 20): more than one in a process whose main thread has
+    /// exited, which `/proc` then shows as a zombie although it still runs.
+    threads: u32,
     start: u64,
 }
 
@@ -156,9 +159,11 @@ impl ProcStat {
         }
     }
 
-    /// Dead but not yet reaped: it cannot be killed and never runs again.
+    /// Dead but not yet reaped: it cannot be killed and never runs again. A process whose
+    /// main thread exited (`syscall(SYS_exit)`) shows `Z` while its other threads run on: it
+    /// is alive, killable, and its children still descend from it.
     fn is_zombie(&self) -> bool {
-        self.state == b'Z' || self.state == b'X'
+        (self.state == b'Z' || self.state == b'X') && self.threads <= 1
     }
 }
 
@@ -556,8 +561,10 @@ pub fn spawn_known_as<C>(
     Ok((child, known))
 }
 
-/// How far up a peer's ancestry the check looks: deeper chains are refused.
-const MAX_ANCESTRY: usize = 4096;
+/// How far up a peer's ancestry the check looks: deeper chains are refused (no client the
+/// user runs is hundreds of processes below init; a chain that deep was built to slow the
+/// check down).
+const MAX_ANCESTRY: usize = 256;
 
 /// Whether the process `pid` (the peer of a connection to the daemon's socket, from
 /// `SO_PEERCRED`) may be part of a sandboxed command, and must not talk to the daemon. With
@@ -565,38 +572,63 @@ const MAX_ANCESTRY: usize = 4096;
 /// its shell (a known child), or as an orphan reparented to it (an unknown child). So the
 /// peer's ancestry is followed up to the daemon: reached through a sandboxed shell or an
 /// orphan, it is a command's; through a hook, a parser worker or an unsandboxed shell, it is
-/// not; never reached (the user's own clients), it is not. A peer whose ancestry cannot be
-/// read (it exited) is taken for a command's: a connection nobody can vouch for is refused.
-/// `pid` 0 (a peer in a PID namespace the daemon cannot see into) is not a command's: every
-/// command is visible from the daemon's namespace.
-pub fn descends_from_a_confined_command(pid: i32) -> bool {
+/// not; never reached (the user's own clients), it is not.
+///
+/// A pid names a process only while it lives. `peer_alive` (the peer's pidfd, taken at
+/// accept) says whether the peer still does: checked after the walk, a peer alive then had
+/// its pid all along, so the walk looked at the peer and not at a process that got its pid
+/// after it exited (a command that connects, exits, and has its pid reused by one of the
+/// user's processes). Every parent on the way must have started before its child: one that
+/// did not is a reused pid. Any doubt — the peer gone, an unreadable or inconsistent chain, a
+/// chain too deep — is a refusal: a connection nobody can vouch for is not served. `pid` 0 (a
+/// peer in a PID namespace the daemon cannot see into) is not a command's: every command is
+/// visible from the daemon's namespace.
+pub fn descends_from_a_confined_command(pid: i32, peer_alive: impl Fn() -> bool) -> bool {
     if pid == 0 {
         return false;
     }
     let daemon = i32::try_from(std::process::id()).unwrap_or(i32::MAX);
-    // No child is being spawned and recorded while we look.
-    let _no_spawning = SPAWNING.write().unwrap_or_else(|e| e.into_inner());
-    let known = lock(&KNOWN_CHILDREN).clone();
-    let confined = lock(&CONFINED_SHELLS).clone();
     let mut current = pid;
-    for _ in 0..MAX_ANCESTRY {
-        if current == daemon {
-            // The daemon's own connections (none today) are its own business.
-            return false;
+    let mut child_start: Option<u64> = None;
+    let verdict = 'walk: {
+        for _ in 0..MAX_ANCESTRY {
+            if current == daemon {
+                // The daemon's own connections (none today) are its own business.
+                break 'walk false;
+            }
+            let Some(stat) = read_stat(current) else {
+                break 'walk true;
+            };
+            if child_start.is_some_and(|child| stat.start > child) {
+                // Younger than its child: the pid was reused.
+                break 'walk true;
+            }
+            if stat.ppid == daemon {
+                break 'walk is_confined_or_unknown_child(current as u32);
+            }
+            if stat.ppid <= 1 {
+                break 'walk false;
+            }
+            child_start = Some(stat.start);
+            current = stat.ppid;
         }
-        let Some(stat) = read_stat(current) else {
-            return true;
-        };
-        if stat.ppid == daemon {
-            let shell = current as u32;
-            return confined.contains(&shell) || !known.contains(&shell);
-        }
-        if stat.ppid <= 1 {
-            return false;
-        }
-        current = stat.ppid;
+        true
+    };
+    verdict || !peer_alive()
+}
+
+/// Whether the daemon's child `pid` is a sandboxed command's shell, or not a child the daemon
+/// started (an orphan of some command). A child being spawned right now is waited for: its
+/// registration comes with its spawn.
+fn is_confined_or_unknown_child(pid: u32) -> bool {
+    if lock(&CONFINED_SHELLS).contains(&pid) {
+        return true;
     }
-    true
+    if lock(&KNOWN_CHILDREN).contains(&pid) {
+        return false;
+    }
+    let _no_spawning = SPAWNING.write().unwrap_or_else(|e| e.into_inner());
+    lock(&CONFINED_SHELLS).contains(&pid) || !lock(&KNOWN_CHILDREN).contains(&pid)
 }
 
 /// Reaps every zombie child of the daemon that it did not start: orphans reparented to it (a
@@ -717,6 +749,7 @@ fn parse_stat(pid: i32, raw: &[u8]) -> Option<ProcStat> {
         state,
         ppid: fields.get(1)?.parse().ok()?,
         pgrp: fields.get(2)?.parse().ok()?,
+        threads: fields.get(17)?.parse().ok()?,
         start: fields.get(19)?.parse().ok()?,
     })
 }
@@ -768,9 +801,33 @@ mod tests {
                 state: b'S',
                 ppid: 1,
                 pgrp: 4242,
+                threads: 1,
                 start: 987654
             }
         );
+    }
+
+    /// A process whose main thread exited while others run shows `Z` with its threads
+    /// counted: alive. A real zombie has no thread but its dead leader.
+    #[test]
+    fn a_zombie_leader_with_threads_is_alive() {
+        let stat = |state: &str, threads: u32| {
+            let raw = format!("7 (x) {state} 1 7 7 0 -1 0 0 0 0 0 0 0 0 0 20 0 {threads} 0 5 1 2");
+            parse_stat(7, raw.as_bytes()).unwrap()
+        };
+        assert!(stat("Z", 1).is_zombie());
+        assert!(!stat("Z", 2).is_zombie());
+        assert!(!stat("S", 1).is_zombie());
+    }
+
+    /// The peer check: a peer that is gone when the walk ends is refused, whatever its pid
+    /// now names (here init, which no command descends from).
+    #[test]
+    fn a_peer_gone_by_the_end_of_the_walk_is_refused() {
+        assert!(!descends_from_a_confined_command(1, || true));
+        assert!(descends_from_a_confined_command(1, || false));
+        // A pid no process has: refused.
+        assert!(descends_from_a_confined_command(i32::MAX, || true));
     }
 
     #[test]

@@ -166,7 +166,8 @@ struct ChildArgs<'a> {
     error_pipe: RawFd,
 }
 
-/// Starts `launch` in its own process group with stdin, stdout and stderr on the given
+/// Starts `launch` in a session (and process group) of its own, without a controlling
+/// terminal, with stdin, stdout and stderr on the given
 /// descriptors, `setup` applied between the clone and the exec. Returns once the child has
 /// exec'd; a step that failed is the error (the child is reaped).
 #[allow(unsafe_code)]
@@ -273,7 +274,10 @@ fn child_steps(args: &ChildArgs<'_>) -> io::Result<std::convert::Infallible> {
                 libc::sigaction(signal, &default, std::ptr::null_mut());
             }
         }
-        check(libc::setpgid(0, 0))?;
+        // A session of its own, and so a process group led by the shell: no controlling
+        // terminal, so a command cannot type into (`TIOCSTI`) or read from the terminal the
+        // daemon was started from.
+        check(libc::setsid())?;
         // Copied above 2 first: a descriptor the daemon got as 0, 1 or 2 (started with one of
         // them closed) must not be overwritten before it is copied, nor stay close-on-exec.
         let mut copies = [0; 3];

@@ -6,6 +6,7 @@
 //! nothing, sessions not created — not only the errors.
 
 use std::collections::BTreeMap;
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -831,4 +832,144 @@ async fn no_process_of_a_sandboxed_command_outlives_its_call() {
             );
         }
     }
+}
+
+/// A command has no controlling terminal (it cannot type into, or read from, the terminal
+/// the daemon was started from), and cannot read or write another terminal either.
+#[tokio::test]
+async fn commands_reach_no_terminal() {
+    let daemon = TestDaemon::start();
+    let client = connected(&daemon).await;
+    let places = Places::new();
+    let session = session(&client, &places.project, json!({})).await;
+    // Session leader, no terminal: tty_nr (field 7 of stat) is 0.
+    let stat = run(&client, &session, "cut -d' ' -f6,7 /proc/$$/stat; echo $$").await;
+    let printed = output(&stat);
+    let mut lines = printed.lines();
+    let (session_id, tty) = lines.next().unwrap().split_once(' ').unwrap();
+    assert_eq!(tty, "0", "{stat}");
+    assert_eq!(session_id, lines.next().unwrap(), "{stat}");
+    let tty = run(&client, &session, "exec 3<>/dev/tty && echo opened-tty").await;
+    assert_eq!(tty["ok"], json!(false), "{tty}");
+
+    // Another terminal of the same user: neither written nor read.
+    let pty = nix::pty::openpty(None, None).unwrap();
+    let slave = std::fs::read_link(format!("/proc/self/fd/{}", pty.slave.as_raw_fd())).unwrap();
+    for line in [
+        format!("echo injected > {}", slave.display()),
+        format!("timeout 2 head -c 1 {}", slave.display()),
+    ] {
+        let result = run(&client, &session, &line).await;
+        assert_eq!(result["ok"], json!(false), "{line}: {result}");
+    }
+    let mut master = std::fs::File::from(pty.master);
+    nix::fcntl::fcntl(
+        &master,
+        nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
+    )
+    .unwrap();
+    let mut buffer = [0u8; 64];
+    let read = std::io::Read::read(&mut master, &mut buffer);
+    assert!(
+        !matches!(read, Ok(n) if n > 0),
+        "the terminal got {:?}",
+        read.map(|n| String::from_utf8_lossy(&buffer[..n]).into_owned())
+    );
+}
+
+/// A process whose main thread exits while another thread runs shows as a zombie in /proc;
+/// it is still alive, and still dies with its call (double-forked, in a session of its own).
+#[tokio::test]
+async fn a_process_whose_main_thread_exited_still_dies_with_its_call() {
+    let daemon = TestDaemon::start();
+    let client = connected(&daemon).await;
+    let places = Places::new();
+    let session = session(&client, &places.project, json!({})).await;
+    let beat = places.project.join("beat");
+    let script = format!(
+        "import ctypes, os, platform, threading, time\n\
+         if os.fork() == 0:\n\
+         \x20   os.setsid()\n\
+         \x20   if os.fork() == 0:\n\
+         \x20       def work():\n\
+         \x20           while True:\n\
+         \x20               open({beat:?}, 'w').write(str(time.time()))\n\
+         \x20               time.sleep(0.05)\n\
+         \x20       threading.Thread(target=work).start()\n\
+         \x20       time.sleep(0.2)\n\
+         \x20       ctypes.CDLL(None).syscall(60 if platform.machine() == 'x86_64' else 93, 0)\n\
+         \x20   os._exit(0)\n",
+        beat = beat.display().to_string()
+    );
+    std::fs::write(places.project.join("zombie_leader.py"), script).unwrap();
+    let result = run(&client, &session, "python3 zombie_leader.py; sleep 0.5").await;
+    assert_eq!(result["ok"], json!(true), "{result}");
+    assert!(beat.exists(), "the thread never ran: {result}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = std::fs::read_to_string(&beat).unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        std::fs::read_to_string(&beat).unwrap(),
+        before,
+        "the thread still runs after its call"
+    );
+}
+
+/// A command run as root cannot lift the read-only mounts with the new mount API either:
+/// `mount_setattr` to clear read-only, `open_tree` to reach what a mount covers.
+#[tokio::test]
+async fn the_mount_api_cannot_lift_what_covers_git_or_the_socket() {
+    let daemon = TestDaemon::start();
+    let client = connected(&daemon).await;
+    let places = Places::new();
+    std::fs::create_dir_all(places.project.join(".git/hooks")).unwrap();
+    std::fs::write(places.project.join(".git/config"), "[core]\n").unwrap();
+    let socket_parent = daemon
+        .socket()
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .to_owned();
+    // x86_64 and aarch64 share these numbers (the syscalls newer than 5.1 are numbered alike).
+    let script = format!(
+        "import ctypes, os, socket\n\
+         libc = ctypes.CDLL(None, use_errno=True)\n\
+         class Attr(ctypes.Structure):\n\
+         \x20   _fields_ = [('set', ctypes.c_uint64), ('clr', ctypes.c_uint64), ('prop', ctypes.c_uint64), ('userns', ctypes.c_uint64)]\n\
+         attr = Attr(0, 1, 0, 0)\n\
+         r = libc.syscall(442, -100, b'.git/config', 0, ctypes.byref(attr), ctypes.sizeof(attr))\n\
+         print('mount_setattr', r, ctypes.get_errno())\n\
+         try:\n\
+         \x20   open('.git/config', 'a').write('[core] fsmonitor = touch /tmp/pwned\\n')\n\
+         except OSError as e:\n\
+         \x20   print('write', e)\n\
+         fd = libc.syscall(428, -100, os.getcwd().encode(), 1 | 0o2000000)\n\
+         print('open_tree', fd, ctypes.get_errno())\n\
+         if fd >= 0:\n\
+         \x20   try:\n\
+         \x20       f = os.open('.git/config', os.O_WRONLY | os.O_APPEND, dir_fd=fd)\n\
+         \x20       os.write(f, b'[core] fsmonitor = touch /tmp/pwned\\n')\n\
+         \x20   except OSError as e:\n\
+         \x20       print('write through the clone', e)\n\
+         fd = libc.syscall(428, -100, {parent:?}.encode(), 1 | 0o2000000)\n\
+         print('open_tree socket', fd, ctypes.get_errno())\n\
+         if fd >= 0:\n\
+         \x20   s = socket.socket(socket.AF_UNIX)\n\
+         \x20   s.connect(f'/proc/self/fd/{{fd}}/toold/toold.sock')\n\
+         \x20   s.sendall(b'{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{{\"protocol_version\":1}}}}\\n')\n\
+         \x20   s.settimeout(3)\n\
+         \x20   print('reply', s.recv(4096))\n",
+        parent = socket_parent.display().to_string()
+    );
+    std::fs::write(places.project.join("lift.py"), script).unwrap();
+    let session = session(&client, &places.project, json!({})).await;
+    let result = run(&client, &session, "python3 lift.py").await;
+    let printed = output(&result);
+    assert!(!printed.contains("protocol_version"), "{result}");
+    assert_eq!(
+        std::fs::read_to_string(places.project.join(".git/config")).unwrap(),
+        "[core]\n",
+        "{result}"
+    );
 }

@@ -1,10 +1,12 @@
-//! The Landlock ruleset of a confined command: read everywhere, write only under the writable
-//! directories and a few device files, no TCP when the network is off, and the signal and
+//! The Landlock ruleset of a confined command: read everywhere but `/dev`, write only under
+//! the writable directories and a few device files, no TCP when the network is off, and the signal and
 //! abstract-socket scopes. Built in the daemon; the child only calls `landlock_restrict_self`.
 
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use landlock::{
     ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd,
@@ -18,16 +20,42 @@ use landlock::{
 /// precisely.
 const ABI_USED: ABI = ABI::V8;
 
-/// Device files a command may write to (and truncate: `> /dev/null` opens with `O_TRUNC`).
-const WRITABLE_DEVICES: [&str; 7] = [
+/// The device files a command may use (read, write, and truncate: `> /dev/null` opens with
+/// `O_TRUNC`). Nothing else under `/dev` is readable or writable: not the terminals (a
+/// command could read what is typed there, or write to it), not the disks. `/dev/shm` is a
+/// temp directory, writable as such; `/dev/stdin` and friends lead to `/proc/self/fd`.
+const DEVICES: [&str; 5] = [
     "/dev/null",
     "/dev/zero",
     "/dev/full",
     "/dev/random",
     "/dev/urandom",
-    "/dev/tty",
-    "/dev/ptmx",
 ];
+
+/// What "read everywhere" opens once: every entry of `/` but `/dev`, each with whether it is
+/// a directory.
+fn readable_everywhere() -> &'static [(OwnedFd, bool)] {
+    static READABLE: OnceLock<Vec<(OwnedFd, bool)>> = OnceLock::new();
+    READABLE.get_or_init(|| {
+        let Ok(entries) = std::fs::read_dir("/") else {
+            return Vec::new();
+        };
+        entries
+            .flatten()
+            .filter(|entry| entry.file_name() != "dev")
+            .filter_map(|entry| {
+                let path = entry.path();
+                let fd = std::fs::OpenOptions::new()
+                    .read(true)
+                    .custom_flags(nix::libc::O_PATH)
+                    .open(&path)
+                    .ok()?;
+                let fd = OwnedFd::from(fd);
+                Some((fd, path.is_dir()))
+            })
+            .collect()
+    })
+}
 
 /// A Landlock ruleset as an open descriptor, ready for `landlock_restrict_self`.
 pub(super) fn ruleset(writable: &[PathBuf], network: bool) -> Result<OwnedFd, String> {
@@ -45,20 +73,31 @@ pub(super) fn ruleset(writable: &[PathBuf], network: bool) -> Result<OwnedFd, St
     }
     let device_rights =
         AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::Truncate | AccessFs::IoctlDev;
+    let read = AccessFs::from_read(ABI_USED);
     let mut created = ruleset
         .create()
         .map_err(|err| err.to_string())?
-        .add_rule(beneath(Path::new("/"), AccessFs::from_read(ABI_USED)).ok_or("cannot open /")?)
+        // Listing `/` itself; what is below it, entry by entry.
+        .add_rule(beneath(Path::new("/"), AccessFs::ReadDir.into()).ok_or("cannot open /")?)
         .map_err(|err| err.to_string())?;
+    for (fd, is_dir) in readable_everywhere() {
+        let rights = if *is_dir {
+            read
+        } else {
+            read & AccessFs::from_file(ABI_USED)
+        };
+        created = created
+            .add_rule(PathBeneath::new(fd.as_fd(), rights))
+            .map_err(|err| err.to_string())?;
+    }
     let rules = writable
         .iter()
         .filter_map(|dir| beneath(dir, every_fs_right))
         .chain(
-            WRITABLE_DEVICES
+            DEVICES
                 .iter()
                 .filter_map(|device| beneath(Path::new(device), device_rights)),
-        )
-        .chain(beneath(Path::new("/dev/pts"), device_rights));
+        );
     for rule in rules {
         created = created.add_rule(rule).map_err(|err| err.to_string())?;
     }

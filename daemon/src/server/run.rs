@@ -157,12 +157,18 @@ static NEXT_CONNECTION: AtomicU64 = AtomicU64::new(1);
 /// tier keeps commands from the socket, this check backs it (a hard link to the socket made
 /// outside the sandbox, a tier the kernel lacks). Refused before a byte is read.
 async fn from_a_sandboxed_command(stream: &UnixStream) -> bool {
-    let Ok(pid) = crate::server::socket::peer_pid(stream) else {
+    use crate::server::socket::{peer_pid, peer_pidfd, pidfd_alive};
+    let (Ok(pid), Ok(pidfd)) = (peer_pid(stream), peer_pidfd(stream)) else {
         return true;
     };
-    tokio::task::spawn_blocking(move || process_tree::descends_from_a_confined_command(pid))
-        .await
-        .unwrap_or(true)
+    tokio::task::spawn_blocking(move || {
+        process_tree::descends_from_a_confined_command(pid, || {
+            // Without pidfds (before Linux 6.5) the walk's own checks are all there is.
+            pidfd.as_ref().is_none_or(pidfd_alive)
+        })
+    })
+    .await
+    .unwrap_or(true)
 }
 
 /// One accepted connection in the count of open ones, given back when it is dropped.

@@ -372,6 +372,52 @@ pub fn peer_pid(stream: &impl AsFd) -> io::Result<i32> {
     Ok(getsockopt(stream, PeerCredentials)?.pid())
 }
 
+/// A pidfd of the process at the other end of a connected Unix socket (`SO_PEERPIDFD`, Linux
+/// 6.5): it names that process and no other, whatever happens to its pid. `None` where the
+/// kernel does not offer it.
+#[allow(unsafe_code)]
+pub fn peer_pidfd(stream: &impl AsFd) -> io::Result<Option<std::os::fd::OwnedFd>> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    const SO_PEERPIDFD: nix::libc::c_int = 77;
+    let mut fd: nix::libc::c_int = -1;
+    let mut length = std::mem::size_of::<nix::libc::c_int>() as nix::libc::socklen_t;
+    // SAFETY: the kernel writes one int into `fd` and its size into `length`.
+    let got = unsafe {
+        nix::libc::getsockopt(
+            stream.as_fd().as_raw_fd(),
+            nix::libc::SOL_SOCKET,
+            SO_PEERPIDFD,
+            (&mut fd as *mut nix::libc::c_int).cast(),
+            &mut length,
+        )
+    };
+    if got != 0 {
+        let error = io::Error::last_os_error();
+        return match error.raw_os_error() {
+            Some(nix::libc::ENOPROTOOPT) => Ok(None),
+            _ => Err(error),
+        };
+    }
+    // SAFETY: a new descriptor the kernel just made for us.
+    Ok(Some(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }))
+}
+
+/// Whether the process a pidfd names is still alive (signal 0 through the pidfd).
+#[allow(unsafe_code)]
+pub fn pidfd_alive(pidfd: &impl AsFd) -> bool {
+    use std::os::fd::AsRawFd;
+    // SAFETY: signal 0 checks existence and permission, and sends nothing.
+    unsafe {
+        nix::libc::syscall(
+            nix::libc::SYS_pidfd_send_signal,
+            pidfd.as_fd().as_raw_fd(),
+            0,
+            std::ptr::null::<nix::libc::siginfo_t>(),
+            0,
+        ) == 0
+    }
+}
+
 /// Whether the peer may talk to this daemon: only the daemon's own user may. A peer whose
 /// credentials cannot be read is refused.
 pub fn peer_allowed(stream: &impl AsFd) -> bool {
