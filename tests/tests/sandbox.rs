@@ -973,3 +973,81 @@ async fn the_mount_api_cannot_lift_what_covers_git_or_the_socket() {
         "{result}"
     );
 }
+
+/// The daemon's socket directory under a directory commands may write (`/tmp` here, as for
+/// the `/tmp/toold-$UID` fallback): neither it nor a parent can be moved away or removed, so
+/// no decoy takes its place and the socket stays where clients find it.
+#[tokio::test]
+async fn the_socket_directory_cannot_be_moved_or_removed() {
+    let daemon = TestDaemon::start();
+    let client = connected(&daemon).await;
+    let places = Places::new();
+    let session = session(&client, &places.project, json!({})).await;
+    let socket_dir = daemon.socket().parent().unwrap().to_owned();
+    let run_dir = socket_dir.parent().unwrap().to_owned();
+    assert!(run_dir.starts_with("/tmp"), "{}", run_dir.display());
+    for (index, line) in [
+        format!("mv {} {}-moved", run_dir.display(), run_dir.display()),
+        format!("mv {} {}-moved", socket_dir.display(), socket_dir.display()),
+        format!("rm -rf {}", run_dir.display()),
+        format!("rm {}", daemon.socket().display()),
+    ]
+    .iter()
+    .enumerate()
+    {
+        // In a script, out of the permission engine's sight (it protects toold's directories
+        // from lines that name them): only the sandbox stands in the way.
+        let script = places.project.join(format!("move-{index}.sh"));
+        std::fs::write(&script, format!("{line}\n")).unwrap();
+        let result = run(&client, &session, &format!("bash {}", script.display())).await;
+        assert_eq!(result["ok"], json!(false), "{line}: {result}");
+    }
+    assert!(daemon.socket().exists());
+    // Still served where it was.
+    let again = connected(&daemon).await;
+    assert!(again.request("session/list", json!({})).await.is_ok());
+}
+
+/// What git reads but a mount cannot cover because it does not exist yet — a `commondir`
+/// that would move the repository's config and hooks elsewhere — is removed after the call,
+/// and the result says so; a missing `hooks` directory is made (empty) and covered.
+#[tokio::test]
+async fn git_metadata_made_where_git_would_read_it_is_undone() {
+    let Some(git) = require::program(
+        "git_metadata_made_where_git_would_read_it_is_undone",
+        "git",
+        &[],
+        "apt-get install git",
+    ) else {
+        return;
+    };
+    let daemon = TestDaemon::start();
+    let client = connected(&daemon).await;
+    let places = Places::new();
+    let init = std::process::Command::new(&git)
+        .args(["init", "-q"])
+        .current_dir(&places.project)
+        .status()
+        .unwrap();
+    assert!(init.success());
+    std::fs::remove_dir_all(places.project.join(".git/hooks")).unwrap();
+    // In a script, out of the permission engine's sight.
+    std::fs::write(
+        places.project.join("redirect.sh"),
+        "mkdir -p /tmp/evil-$$ && cp .git/config /tmp/evil-$$/config\n\
+         ln -s \"$PWD/.git/objects\" \"$PWD/.git/refs\" /tmp/evil-$$/\n\
+         echo /tmp/evil-$$ > .git/commondir\n\
+         mkdir -p .git/hooks; echo 'touch /tmp/pwned' > .git/hooks/pre-commit\n",
+    )
+    .unwrap();
+    let session = session(&client, &places.project, json!({})).await;
+    let result = run(&client, &session, "bash redirect.sh").await;
+    assert_eq!(
+        result["metadata"]["sandbox"]["removed"],
+        json!([places.project.join(".git/commondir")]),
+        "{result}"
+    );
+    assert!(!places.project.join(".git/commondir").exists());
+    assert!(places.project.join(".git/hooks").is_dir());
+    assert!(!places.project.join(".git/hooks/pre-commit").exists());
+}

@@ -86,7 +86,7 @@ pub fn probe() -> &'static Kernel {
                     namespace::GitPath::ReadOnly(file),
                 ];
                 Ok(ChildPlan {
-                    namespace: Some(namespace::Mounts::plan(Some(&socket), &git)),
+                    namespace: Some(namespace::Mounts::plan(Some(&socket), &git, &[])),
                     ..ChildPlan::default()
                 })
             }

@@ -167,6 +167,8 @@ pub struct Confinement {
     writable: Vec<PathBuf>,
     /// `read_only`'s private temp directory, removed when the call ends.
     private_tmp: Option<tempfile::TempDir>,
+    /// Repository metadata that did not exist and must not after the call.
+    must_not_appear: Vec<PathBuf>,
 }
 
 /// What the child applies, in order.
@@ -195,6 +197,7 @@ impl Confinement {
                 degraded: Vec::new(),
                 writable: Vec::new(),
                 private_tmp: None,
+                must_not_appear: Vec::new(),
             });
         }
         let kernel = kernel::probe();
@@ -264,10 +267,18 @@ impl Confinement {
             Some(namespace::Mounts::plan(
                 kernel::daemon_socket(),
                 &protected_git,
+                &writable,
             ))
         } else {
             None
         };
+        let must_not_appear = protected_git
+            .iter()
+            .filter_map(|path| match path {
+                namespace::GitPath::MustNotAppear(path) => Some(path.clone()),
+                _ => None,
+            })
+            .collect();
         let landlock = if kernel.landlock_fs() {
             Some(
                 landlock::ruleset(&writable, settings.network).map_err(|err| {
@@ -295,7 +306,41 @@ impl Confinement {
             degraded,
             writable,
             private_tmp,
+            must_not_appear,
         })
+    }
+
+    /// Removes what the command made where git would read it and a mount could not cover it
+    /// (`.git/commondir` where there was none: it would move the repository's config and
+    /// hooks to a place of the command's choosing); returns what was removed. Called once the
+    /// call's processes are gone.
+    pub fn undo_forbidden_creations(&self) -> Vec<PathBuf> {
+        let mut removed = Vec::new();
+        for path in &self.must_not_appear {
+            let Ok(meta) = std::fs::symlink_metadata(path) else {
+                continue;
+            };
+            let gone = if meta.is_dir() {
+                std::fs::remove_dir_all(path)
+            } else {
+                std::fs::remove_file(path)
+            };
+            match gone {
+                Ok(()) => removed.push(path.clone()),
+                Err(err) => tracing::error!(
+                    path = %path.display(),
+                    %err,
+                    "cannot remove what a sandboxed command made in a repository's metadata"
+                ),
+            }
+        }
+        if !removed.is_empty() {
+            tracing::warn!(
+                ?removed,
+                "removed what a sandboxed command made in a repository's metadata"
+            );
+        }
+        removed
     }
 
     /// Whether the command runs confined (any mode but `off`).
@@ -317,14 +362,17 @@ impl Confinement {
     }
 
     /// `metadata.sandbox` for the call's result; `denial_hint` from [`Self::denial_hint`] when
-    /// the command failed.
-    pub fn metadata(&self, denial_hint: Option<&str>) -> Value {
+    /// the command failed, `removed` from [`Self::undo_forbidden_creations`].
+    pub fn metadata(&self, denial_hint: Option<&str>, removed: &[PathBuf]) -> Value {
         let mut metadata = json!({
             "mode": self.settings.mode.as_str(),
             "network": self.settings.network,
             "enforced": self.enforced,
             "degraded": self.degraded,
         });
+        if !removed.is_empty() {
+            metadata["removed"] = json!(removed);
+        }
         if let Some(hint) = denial_hint {
             metadata["likely_denied"] = json!(true);
             metadata["hint"] = json!(hint);
@@ -454,7 +502,7 @@ mod tests {
         assert!(!confinement.is_confined());
         assert_eq!(confinement.denial_hint("Permission denied"), None);
         assert_eq!(
-            confinement.metadata(None),
+            confinement.metadata(None, &[]),
             json!({"mode": "off", "network": true, "enforced": [], "degraded": []})
         );
     }

@@ -32,16 +32,29 @@ pub(super) struct Mounts {
     read_only: Vec<(CString, libc::c_ulong)>,
 }
 
-/// A path under the roots that commands must not change: a `.git` directory is pinned (its
-/// `config` and `hooks` are `ReadOnly` entries of their own), a `.git` file is read-only.
+/// A path under the roots that commands must not change: a git directory is pinned (its
+/// `config`, `hooks` and the like are `ReadOnly` entries of their own), a `.git` file is
+/// read-only, and what git would read but does not exist yet must not appear.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum GitPath {
     Pinned(PathBuf),
     ReadOnly(PathBuf),
+    /// Absent, and to stay so: a mount cannot cover a path that does not exist, so one made
+    /// during the call is removed after it (`Confinement::undo_forbidden_creations`).
+    MustNotAppear(PathBuf),
 }
 
+/// What in a git directory git reads as configuration or runs as code: `config`, `hooks/`,
+/// `commondir` (which moves `config` and `hooks` elsewhere) and `config.worktree`.
+const GIT_DIR_CODE: [&str; 4] = ["config", "hooks", "commondir", "config.worktree"];
+
+/// How deep submodules' git directories (`modules/NAME/modules/…`) are looked for.
+const MAX_MODULE_DEPTH: usize = 4;
+
 /// The repository metadata to protect: the `.git` of each root, and of each directory from
-/// the working directory up to the root holding it (the repository git finds from there).
+/// the working directory up to the root holding it (the repositories git finds from there);
+/// for each, its git directory (followed from a `.git` file), its submodules' and its
+/// worktrees' git directories.
 pub(super) fn git_metadata(roots: &[PathBuf], cwd: &Path) -> Vec<GitPath> {
     let mut repositories: Vec<PathBuf> = roots.iter().map(|root| root.join(".git")).collect();
     if let Some(root) = roots.iter().find(|root| cwd.starts_with(root)) {
@@ -57,24 +70,92 @@ pub(super) fn git_metadata(roots: &[PathBuf], cwd: &Path) -> Vec<GitPath> {
     let mut protected = Vec::new();
     for git in repositories {
         match std::fs::symlink_metadata(&git) {
-            Ok(meta) if meta.is_dir() => {
-                protected.push(GitPath::Pinned(git.clone()));
-                for inside in ["config", "hooks"] {
-                    let path = git.join(inside);
-                    if std::fs::symlink_metadata(&path).is_ok_and(|meta| !meta.is_symlink()) {
-                        protected.push(GitPath::ReadOnly(path));
-                    }
+            Ok(meta) if meta.is_dir() => protect_git_dir(&git, 0, &mut protected),
+            Ok(meta) if meta.is_file() => {
+                protected.push(GitPath::ReadOnly(git.clone()));
+                if let Some(target) = git_file_target(&git) {
+                    protect_git_dir(&target, 0, &mut protected);
                 }
             }
-            Ok(meta) if meta.is_file() => protected.push(GitPath::ReadOnly(git)),
             _ => {}
         }
     }
     protected
 }
 
+/// The git directory a `.git` file names (`gitdir: PATH`, relative to the file's directory).
+fn git_file_target(file: &Path) -> Option<PathBuf> {
+    let text = std::fs::read_to_string(file).ok()?;
+    let named = text.lines().next()?.strip_prefix("gitdir:")?.trim();
+    let target = file.parent()?.join(named);
+    let target = std::fs::canonicalize(target).ok()?;
+    target.is_dir().then_some(target)
+}
+
+fn protect_git_dir(dir: &Path, depth: usize, protected: &mut Vec<GitPath>) {
+    if protected.contains(&GitPath::Pinned(dir.to_owned())) {
+        return;
+    }
+    protected.push(GitPath::Pinned(dir.to_owned()));
+    for name in GIT_DIR_CODE {
+        let path = dir.join(name);
+        match std::fs::symlink_metadata(&path) {
+            Ok(meta) if !meta.is_symlink() => protected.push(GitPath::ReadOnly(path)),
+            // A symlink is replaced by nothing a mount could cover; git follows it, so a
+            // command could change what it leads to only where it may write anyway.
+            Ok(_) => {}
+            // An empty hooks directory changes nothing for git, and can then be covered.
+            Err(_) if name == "hooks" && std::fs::create_dir(&path).is_ok() => {
+                protected.push(GitPath::ReadOnly(path));
+            }
+            Err(_) => protected.push(GitPath::MustNotAppear(path)),
+        }
+    }
+    for worktree in subdirectories(&dir.join("worktrees")) {
+        for name in ["commondir", "config.worktree"] {
+            let path = worktree.join(name);
+            if std::fs::symlink_metadata(&path).is_ok_and(|meta| !meta.is_symlink()) {
+                protected.push(GitPath::ReadOnly(path));
+            }
+        }
+    }
+    if depth < MAX_MODULE_DEPTH {
+        protect_modules(&dir.join("modules"), depth + 1, protected);
+    }
+}
+
+/// Submodules' git directories under `modules/`: a name may hold slashes, so a directory
+/// without `HEAD` is looked into.
+fn protect_modules(modules: &Path, depth: usize, protected: &mut Vec<GitPath>) {
+    for entry in subdirectories(modules) {
+        if entry.join("HEAD").exists() {
+            protect_git_dir(&entry, depth, protected);
+        } else if depth < MAX_MODULE_DEPTH {
+            protect_modules(&entry, depth + 1, protected);
+        }
+    }
+}
+
+fn subdirectories(dir: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter(|entry| entry.file_type().is_ok_and(|kind| kind.is_dir()))
+        .map(|entry| entry.path())
+        .collect()
+}
+
 impl Mounts {
-    pub(super) fn plan(socket: Option<&DaemonSocket>, git: &[GitPath]) -> Self {
+    /// `writable`: where the command may write; the socket's covered directory (or file) is
+    /// pinned with each of its parents inside one of them, so that none can be renamed away
+    /// (the cover would move with it, and a decoy take its place).
+    pub(super) fn plan(
+        socket: Option<&DaemonSocket>,
+        git: &[GitPath],
+        writable: &[PathBuf],
+    ) -> Self {
         let uid = nix::unistd::geteuid().as_raw();
         let gid = nix::unistd::getegid().as_raw();
         let mut mounts = Self {
@@ -86,10 +167,28 @@ impl Mounts {
             read_only: Vec::new(),
         };
         if let Some(socket) = socket {
-            match &socket.hidden_dir {
-                Some(dir) => mounts.hidden_dirs.extend(c_path(dir)),
-                None => mounts.hidden_files.extend(c_path(&socket.path)),
-            }
+            let covered = match &socket.hidden_dir {
+                Some(dir) => {
+                    mounts.hidden_dirs.extend(c_path(dir));
+                    dir
+                }
+                None => {
+                    mounts.hidden_files.extend(c_path(&socket.path));
+                    &socket.path
+                }
+            };
+            // Outermost first: a pin made later inside an earlier one is seen through it.
+            let mut parents: Vec<&Path> = covered
+                .ancestors()
+                .skip(1)
+                .filter(|parent| {
+                    writable
+                        .iter()
+                        .any(|dir| parent.starts_with(dir) && parent != dir)
+                })
+                .collect();
+            parents.reverse();
+            mounts.pinned.extend(parents.into_iter().filter_map(c_path));
         }
         for path in git {
             match path {
@@ -99,6 +198,7 @@ impl Mounts {
                         mounts.read_only.push((c, locked_flags(path)));
                     }
                 }
+                GitPath::MustNotAppear(_) => {}
             }
         }
         mounts
@@ -121,6 +221,11 @@ impl Mounts {
             write_file(c"/proc/self/gid_map", &self.gid_map)?;
             // Nothing mounted here travels back to the daemon's namespace: a mount namespace
             // made with a user namespace of its own gets the parent's shared mounts as slaves.
+            // Pins first, with what is mounted below them: a cover mounted before a pin of a
+            // directory above it would not be seen through the pin.
+            for path in &self.pinned {
+                mount(Some(path), path, None, libc::MS_BIND | libc::MS_REC, None)?;
+            }
             for dir in &self.hidden_dirs {
                 let flags = libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
                 mount(
@@ -133,9 +238,6 @@ impl Mounts {
             }
             for file in &self.hidden_files {
                 mount(Some(c"/dev/null"), file, None, libc::MS_BIND, None)?;
-            }
-            for path in &self.pinned {
-                mount(Some(path), path, None, libc::MS_BIND, None)?;
             }
             for (path, locked) in &self.read_only {
                 mount(Some(path), path, None, libc::MS_BIND, None)?;
@@ -234,15 +336,42 @@ mod tests {
         std::fs::write(root.join(".git/config"), "").unwrap();
         std::fs::create_dir_all(&nested).unwrap();
         std::fs::write(nested.join(".git"), "gitdir: ../../.git/modules/lib\n").unwrap();
+        std::fs::create_dir_all(root.join(".git/modules/lib/modules/deep/x")).unwrap();
+        std::fs::write(root.join(".git/modules/lib/HEAD"), "ref: refs/heads/main\n").unwrap();
+        std::fs::write(root.join(".git/modules/lib/config"), "").unwrap();
+        std::fs::write(root.join(".git/modules/lib/modules/deep/x/HEAD"), "").unwrap();
+        let root = root.canonicalize().unwrap();
+        let nested = root.join("vendor/lib");
+        let lib = root.join(".git/modules/lib");
+        let deep = lib.join("modules/deep/x");
         let protected = git_metadata(std::slice::from_ref(&root), &nested);
-        assert_eq!(
-            protected,
+        let must_not_appear = |dir: &Path| {
             [
-                GitPath::Pinned(root.join(".git")),
-                GitPath::ReadOnly(root.join(".git/config")),
-                GitPath::ReadOnly(root.join(".git/hooks")),
-                GitPath::ReadOnly(nested.join(".git")),
+                GitPath::MustNotAppear(dir.join("commondir")),
+                GitPath::MustNotAppear(dir.join("config.worktree")),
             ]
-        );
+        };
+        let mut expected = vec![
+            GitPath::Pinned(root.join(".git")),
+            GitPath::ReadOnly(root.join(".git/config")),
+            GitPath::ReadOnly(root.join(".git/hooks")),
+        ];
+        expected.extend(must_not_appear(&root.join(".git")));
+        expected.extend([
+            GitPath::Pinned(lib.clone()),
+            GitPath::ReadOnly(lib.join("config")),
+            // Made empty where it was missing, then covered.
+            GitPath::ReadOnly(lib.join("hooks")),
+        ]);
+        expected.extend(must_not_appear(&lib));
+        expected.extend([
+            GitPath::Pinned(deep.clone()),
+            GitPath::MustNotAppear(deep.join("config")),
+            GitPath::ReadOnly(deep.join("hooks")),
+        ]);
+        expected.extend(must_not_appear(&deep));
+        // The submodule's `.git` file, and the git directory it names (already protected).
+        expected.push(GitPath::ReadOnly(nested.join(".git")));
+        assert_eq!(protected, expected);
     }
 }

@@ -305,9 +305,10 @@ async fn run_command(mut args: Map<String, Value>, ctx: ToolContext) -> ToolOutc
     }
     let failed = halt.is_none() && !status.is_some_and(|status| status.success());
     let denial_hint = failed.then(|| confinement.denial_hint(&content)).flatten();
+    let removed = confinement.undo_forbidden_creations();
     metadata.insert(
         "sandbox".into(),
-        confinement.metadata(denial_hint.as_deref()),
+        confinement.metadata(denial_hint.as_deref(), &removed),
     );
 
     let failure = match (halt, status) {
