@@ -1051,3 +1051,36 @@ async fn git_metadata_made_where_git_would_read_it_is_undone() {
     assert!(places.project.join(".git/hooks").is_dir());
     assert!(!places.project.join(".git/hooks/pre-commit").exists());
 }
+
+/// The removal after the call touches only the git directory it looked at: a command that
+/// swaps its root for a symlink to another repository cannot make the daemon delete that
+/// repository's `commondir`.
+#[tokio::test]
+async fn undoing_a_commondir_follows_no_symlink() {
+    let daemon = TestDaemon::start();
+    let client = connected(&daemon).await;
+    let places = Places::new();
+    std::fs::create_dir_all(places.project.join(".git/hooks")).unwrap();
+    std::fs::write(places.project.join(".git/config"), "[core]\n").unwrap();
+    let victim = places.outside.join("victim");
+    std::fs::create_dir_all(victim.join(".git")).unwrap();
+    std::fs::write(victim.join(".git/commondir"), "../main/.git\n").unwrap();
+    let script = places.outside.join("swap.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "cd /\nmv {project} {project}-moved\nln -s {victim} {project}\n",
+            project = places.project.display(),
+            victim = victim.display()
+        ),
+    )
+    .unwrap();
+    let session = session(&client, &places.project, json!({})).await;
+    let result = run(&client, &session, &format!("bash {}", script.display())).await;
+    assert_eq!(result["ok"], json!(true), "{result}");
+    assert_eq!(result["metadata"]["sandbox"].get("removed"), None, "{result}");
+    assert_eq!(
+        std::fs::read_to_string(victim.join(".git/commondir")).unwrap(),
+        "../main/.git\n"
+    );
+}

@@ -168,7 +168,7 @@ pub struct Confinement {
     /// `read_only`'s private temp directory, removed when the call ends.
     private_tmp: Option<tempfile::TempDir>,
     /// Repository metadata that did not exist and must not after the call.
-    must_not_appear: Vec<PathBuf>,
+    must_not_appear: Vec<namespace::Forbidden>,
 }
 
 /// What the child applies, in order.
@@ -275,7 +275,7 @@ impl Confinement {
         let must_not_appear = protected_git
             .iter()
             .filter_map(|path| match path {
-                namespace::GitPath::MustNotAppear(path) => Some(path.clone()),
+                namespace::GitPath::MustNotAppear(path) => namespace::Forbidden::of(path),
                 _ => None,
             })
             .collect();
@@ -316,19 +316,12 @@ impl Confinement {
     /// call's processes are gone.
     pub fn undo_forbidden_creations(&self) -> Vec<PathBuf> {
         let mut removed = Vec::new();
-        for path in &self.must_not_appear {
-            let Ok(meta) = std::fs::symlink_metadata(path) else {
-                continue;
-            };
-            let gone = if meta.is_dir() {
-                std::fs::remove_dir_all(path)
-            } else {
-                std::fs::remove_file(path)
-            };
-            match gone {
-                Ok(()) => removed.push(path.clone()),
+        for forbidden in &self.must_not_appear {
+            match forbidden.remove() {
+                Ok(true) => removed.push(forbidden.path.clone()),
+                Ok(false) => {}
                 Err(err) => tracing::error!(
-                    path = %path.display(),
+                    path = %forbidden.path.display(),
                     %err,
                     "cannot remove what a sandboxed command made in a repository's metadata"
                 ),

@@ -44,6 +44,60 @@ pub(super) enum GitPath {
     MustNotAppear(PathBuf),
 }
 
+/// A file that must not appear in a git directory, with that directory's identity when it
+/// was looked at: only an entry of that very directory is ever removed, whatever a command
+/// did to the path's components meanwhile (a component made a symlink leads elsewhere).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Forbidden {
+    pub(super) path: PathBuf,
+    dir_identity: (u64, u64),
+}
+
+impl Forbidden {
+    pub(super) fn of(path: &Path) -> Option<Self> {
+        use std::os::unix::fs::MetadataExt;
+        let dir = std::fs::symlink_metadata(path.parent()?).ok()?;
+        Some(Self {
+            path: path.to_owned(),
+            dir_identity: (dir.dev(), dir.ino()),
+        })
+    }
+
+    /// Removes the entry if it exists in the same directory, through a descriptor of that
+    /// directory opened without following any symlink; whether something was removed.
+    pub(super) fn remove(&self) -> std::io::Result<bool> {
+        use nix::fcntl::{AtFlags, OFlag};
+        use nix::sys::stat::fstat;
+        use nix::unistd::UnlinkatFlags;
+        let (Some(dir_path), Some(name)) = (self.path.parent(), self.path.file_name()) else {
+            return Ok(false);
+        };
+        let dir = match crate::confined::open(dir_path, OFlag::O_RDONLY | OFlag::O_DIRECTORY) {
+            Ok(dir) => dir,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+            Err(err) => return Err(err),
+        };
+        let stat = fstat(&dir)?;
+        if (stat.st_dev, stat.st_ino) != self.dir_identity {
+            return Ok(false);
+        }
+        let entry = match nix::sys::stat::fstatat(&dir, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+            Ok(entry) => entry,
+            Err(nix::errno::Errno::ENOENT) => return Ok(false),
+            Err(err) => return Err(err.into()),
+        };
+        // A directory there (which git cannot read as a file anyway) only if it is empty: its
+        // contents would have to be walked by path.
+        let how = if entry.st_mode & nix::libc::S_IFMT == nix::libc::S_IFDIR {
+            UnlinkatFlags::RemoveDir
+        } else {
+            UnlinkatFlags::NoRemoveDir
+        };
+        nix::unistd::unlinkat(&dir, name, how)?;
+        Ok(true)
+    }
+}
+
 /// What in a git directory git reads as configuration or runs as code: `config`, `hooks/`,
 /// `commondir` (which moves `config` and `hooks` elsewhere) and `config.worktree`.
 const GIT_DIR_CODE: [&str; 4] = ["config", "hooks", "commondir", "config.worktree"];
