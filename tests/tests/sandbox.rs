@@ -1078,7 +1078,11 @@ async fn undoing_a_commondir_follows_no_symlink() {
     let session = session(&client, &places.project, json!({})).await;
     let result = run(&client, &session, &format!("bash {}", script.display())).await;
     assert_eq!(result["ok"], json!(true), "{result}");
-    assert_eq!(result["metadata"]["sandbox"].get("removed"), None, "{result}");
+    assert_eq!(
+        result["metadata"]["sandbox"].get("removed"),
+        None,
+        "{result}"
+    );
     assert_eq!(
         std::fs::read_to_string(victim.join(".git/commondir")).unwrap(),
         "../main/.git\n"

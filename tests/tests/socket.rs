@@ -284,17 +284,29 @@ async fn the_daemon_refuses_a_client_of_another_user_even_on_an_open_socket() {
     let copy = daemon.root().join("socket-test");
     fs::copy(std::env::current_exe().expect("current_exe"), &copy).expect("copy the test");
     fs::set_permissions(&copy, fs::Permissions::from_mode(0o755)).expect("chmod 755");
-    let inner = std::process::Command::new(&copy)
-        .args([
-            "--exact",
-            "the_daemon_refuses_a_client_of_another_user_even_on_an_open_socket",
-            "--nocapture",
-        ])
-        .env(INNER, &socket)
-        .uid(NOBODY)
-        .gid(NOBODY)
-        .output()
-        .expect("run the test as nobody");
+    // Another test of this process forking meanwhile may hold the copy's descriptor (open
+    // for writing, close-on-exec) until its child execs: the kernel then refuses to run the
+    // copy with ETXTBSY for that moment.
+    let mut attempts = 0;
+    let inner = loop {
+        let ran = std::process::Command::new(&copy)
+            .args([
+                "--exact",
+                "the_daemon_refuses_a_client_of_another_user_even_on_an_open_socket",
+                "--nocapture",
+            ])
+            .env(INNER, &socket)
+            .uid(NOBODY)
+            .gid(NOBODY)
+            .output();
+        match ran {
+            Err(err) if err.kind() == std::io::ErrorKind::ExecutableFileBusy && attempts < 50 => {
+                attempts += 1;
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            ran => break ran.expect("run the test as nobody"),
+        }
+    };
     assert!(
         inner.status.success(),
         "the inner test failed: {}\n{}",
