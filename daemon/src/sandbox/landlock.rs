@@ -43,6 +43,8 @@ fn readable_everywhere() -> &'static [(OwnedFd, bool)] {
         entries
             .flatten()
             .filter(|entry| entry.file_name() != "dev")
+            // `/bin -> usr/bin` and the like: what they lead to has a rule of its own.
+            .filter(|entry| entry.file_type().is_ok_and(|kind| !kind.is_symlink()))
             .filter_map(|entry| {
                 let path = entry.path();
                 let fd = std::fs::OpenOptions::new()
