@@ -126,7 +126,8 @@ pub fn protect_daemon_dirs(dirs: impl IntoIterator<Item = PathBuf>) {
     let _ = DAEMON_DIRS.set(protected);
 }
 
-fn daemon_dirs() -> &'static [PathBuf] {
+/// toold's own directories as [`protect_daemon_dirs`] set them (none before).
+pub fn daemon_dirs() -> &'static [PathBuf] {
     DAEMON_DIRS.get().map_or(&[], Vec::as_slice)
 }
 

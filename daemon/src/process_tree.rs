@@ -316,7 +316,7 @@ impl ProcessTree {
             let Some(children) = children else { return };
             let unknown: Vec<u32> = children
                 .into_iter()
-                .filter(|pid| !known.contains(pid))
+                .filter(|pid| !is_known(&known, *pid, start_of(*pid)))
                 .collect();
             // Every escaped process descends from a child of the daemon it did not start:
             // with none, nothing escaped is left (the common case costs one look).
@@ -359,7 +359,7 @@ impl ProcessTree {
         alive
     }
 
-    fn collect_members(&mut self, processes: &[ProcStat], known: &[u32]) -> Vec<ProcessId> {
+    fn collect_members(&mut self, processes: &[ProcStat], known: &[KnownId]) -> Vec<ProcessId> {
         self.leader_trusted = match self.leader_start {
             Some(start) => processes
                 .iter()
@@ -412,11 +412,11 @@ impl ProcessTree {
 
     /// A living child of the daemon it did not start, and that no other running call claims by
     /// its tag: it was reparented here after escaping a call's group and tag.
-    fn is_escaped_orphan(&self, process: &ProcStat, known: &[u32]) -> bool {
+    fn is_escaped_orphan(&self, process: &ProcStat, known: &[KnownId]) -> bool {
         if process.ppid != self.daemon_pid
             || process.is_zombie()
-            || process.pid == self.leader_pid
-            || known.contains(&(process.pid as u32))
+            || self.is_the_shell(process)
+            || is_known(known, process.pid as u32, Some(process.start))
         {
             return false;
         }
@@ -461,7 +461,14 @@ impl ProcessTree {
     /// and orphans that died before any sweep saw them alive (born after the shell, started by
     /// no one the daemon knows). Never the shell, whose status tokio collects, and never a
     /// child the daemon started, which may be another call's shell.
-    fn reap_zombies(&self, processes: &[ProcStat], known: &[u32]) {
+    /// Whether `process` is the call's shell itself, not a process that got its pid after the
+    /// shell was reaped.
+    fn is_the_shell(&self, process: &ProcStat) -> bool {
+        process.pid == self.leader_pid
+            && self.leader_start.is_none_or(|start| start == process.start)
+    }
+
+    fn reap_zombies(&self, processes: &[ProcStat], known: &[KnownId]) {
         let born_in_this_call = |process: &ProcStat| {
             self.leader_start
                 .is_some_and(|start| process.start >= start)
@@ -469,8 +476,8 @@ impl ProcessTree {
         for process in processes {
             if process.is_zombie()
                 && process.ppid == self.daemon_pid
-                && process.pid != self.leader_pid
-                && !known.contains(&(process.pid as u32))
+                && !self.is_the_shell(process)
+                && !is_known(known, process.pid as u32, Some(process.start))
                 && (self.members.contains(&process.id()) || born_in_this_call(process))
             {
                 // ECHILD (someone else reaped it) and the like leave nothing to do.
@@ -501,9 +508,38 @@ fn signal(pid: i32, signal: Signal) {
     let _ = kill(Pid::from_raw(pid), signal);
 }
 
+/// A child the daemon started: its pid and, read right after the spawn, its start time. Once
+/// the child has been reaped its pid may name another process (an orphan that waited for it):
+/// the start time tells them apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct KnownId {
+    pid: u32,
+    start: Option<u64>,
+}
+
+/// Whether the process `pid` (started at `start`, when that could be read) is one of `known`.
+fn is_known(known: &[KnownId], pid: u32, start: Option<u64>) -> bool {
+    known.iter().any(|child| {
+        child.pid == pid
+            && match (child.start, start) {
+                (Some(recorded), Some(now)) => recorded == now,
+                // Unreadable on either side: the process is gone, nothing to tell apart.
+                _ => true,
+            }
+    })
+}
+
+/// The start time of process `pid`, when it can be read.
+fn start_of(pid: u32) -> Option<u64> {
+    i32::try_from(pid)
+        .ok()
+        .and_then(read_stat)
+        .map(|stat| stat.start)
+}
+
 /// Children the daemon started itself ([`spawn_known`]): call shells, hook programs, parser
 /// workers. Any other child is an orphan reparented to the daemon.
-static KNOWN_CHILDREN: Mutex<Vec<u32>> = Mutex::new(Vec::new());
+static KNOWN_CHILDREN: Mutex<Vec<KnownId>> = Mutex::new(Vec::new());
 
 /// The tags (`TOOLD_RUN_TAG=…` entries) of the calls whose trees are alive.
 static LIVE_TAGS: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
@@ -518,7 +554,7 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// The known children that are shells of sandboxed commands: no process of their trees may
 /// talk to the daemon ([`descends_from_a_confined_command`]).
-static CONFINED_SHELLS: Mutex<Vec<u32>> = Mutex::new(Vec::new());
+static CONFINED_SHELLS: Mutex<Vec<KnownId>> = Mutex::new(Vec::new());
 
 /// A child recorded by [`spawn_known`]; dropping it forgets the child, which must have been
 /// waited for by then (or be about to be, as `kill_on_drop` does).
@@ -527,8 +563,8 @@ pub struct KnownChild(u32);
 
 impl Drop for KnownChild {
     fn drop(&mut self) {
-        lock(&KNOWN_CHILDREN).retain(|known| *known != self.0);
-        lock(&CONFINED_SHELLS).retain(|known| *known != self.0);
+        lock(&KNOWN_CHILDREN).retain(|known| known.pid != self.0);
+        lock(&CONFINED_SHELLS).retain(|known| known.pid != self.0);
     }
 }
 
@@ -552,9 +588,13 @@ pub fn spawn_known_as<C>(
     let _spawning = SPAWNING.read().unwrap_or_else(|e| e.into_inner());
     let child = spawn()?;
     let known = pid(&child).map(|pid| {
-        lock(&KNOWN_CHILDREN).push(pid);
+        let id = KnownId {
+            pid,
+            start: start_of(pid),
+        };
+        lock(&KNOWN_CHILDREN).push(id);
         if confined {
-            lock(&CONFINED_SHELLS).push(pid);
+            lock(&CONFINED_SHELLS).push(id);
         }
         KnownChild(pid)
     });
@@ -604,7 +644,7 @@ pub fn descends_from_a_confined_command(pid: i32, peer_alive: impl Fn() -> bool)
                 break 'walk true;
             }
             if stat.ppid == daemon {
-                break 'walk is_confined_or_unknown_child(current as u32);
+                break 'walk is_confined_or_unknown_child(current as u32, stat.start);
             }
             if stat.ppid <= 1 {
                 break 'walk false;
@@ -620,15 +660,16 @@ pub fn descends_from_a_confined_command(pid: i32, peer_alive: impl Fn() -> bool)
 /// Whether the daemon's child `pid` is a sandboxed command's shell, or not a child the daemon
 /// started (an orphan of some command). A child being spawned right now is waited for: its
 /// registration comes with its spawn.
-fn is_confined_or_unknown_child(pid: u32) -> bool {
-    if lock(&CONFINED_SHELLS).contains(&pid) {
-        return true;
-    }
-    if lock(&KNOWN_CHILDREN).contains(&pid) {
-        return false;
+fn is_confined_or_unknown_child(pid: u32, start: u64) -> bool {
+    let verdict = || {
+        is_known(&lock(&CONFINED_SHELLS), pid, Some(start))
+            || !is_known(&lock(&KNOWN_CHILDREN), pid, Some(start))
+    };
+    if is_known(&lock(&KNOWN_CHILDREN), pid, Some(start)) {
+        return verdict();
     }
     let _no_spawning = SPAWNING.write().unwrap_or_else(|e| e.into_inner());
-    lock(&CONFINED_SHELLS).contains(&pid) || !lock(&KNOWN_CHILDREN).contains(&pid)
+    verdict()
 }
 
 /// Reaps every zombie child of the daemon that it did not start: orphans reparented to it (a
@@ -644,8 +685,8 @@ pub fn reap_orphans() {
     let zombies: Vec<i32> = match children {
         Some(children) => children
             .into_iter()
-            .filter(|pid| !known.contains(pid))
             .filter_map(|pid| i32::try_from(pid).ok().and_then(read_stat))
+            .filter(|process| !is_known(&known, process.pid as u32, Some(process.start)))
             .filter(ProcStat::is_zombie)
             .map(|process| process.pid)
             .collect(),
@@ -654,7 +695,7 @@ pub fn reap_orphans() {
             .filter(|process| {
                 process.ppid == daemon
                     && process.is_zombie()
-                    && !known.contains(&(process.pid as u32))
+                    && !is_known(&known, process.pid as u32, Some(process.start))
             })
             .map(|process| process.pid)
             .collect(),
@@ -691,12 +732,23 @@ fn daemon_has_unknown_children() -> bool {
         return false;
     }
     let known = lock(&KNOWN_CHILDREN).clone();
-    any_unknown(daemon_children().as_deref(), &known)
+    let children = daemon_children().map(|children| {
+        children
+            .into_iter()
+            .map(|pid| (pid, start_of(pid)))
+            .collect::<Vec<_>>()
+    });
+    any_unknown(children.as_deref(), &known)
 }
 
-/// Whether `children` holds a pid not in `known`; not knowing the children counts as yes.
-fn any_unknown(children: Option<&[u32]>, known: &[u32]) -> bool {
-    children.is_none_or(|children| children.iter().any(|pid| !known.contains(pid)))
+/// Whether `children` (pids with their start times) holds one not in `known`; not knowing the
+/// children counts as yes.
+fn any_unknown(children: Option<&[(u32, Option<u64>)]>, known: &[KnownId]) -> bool {
+    children.is_none_or(|children| {
+        children
+            .iter()
+            .any(|(pid, start)| !is_known(known, *pid, *start))
+    })
 }
 
 /// The daemon's children, from `/proc/self/task/*/children`; `None` where the kernel does not
@@ -762,10 +814,24 @@ mod tests {
     /// does not know, or children it cannot list, take the full sweep.
     #[test]
     fn only_known_children_are_looked_past() {
-        let known = [41, 42];
+        let known = [
+            KnownId {
+                pid: 41,
+                start: Some(100),
+            },
+            KnownId {
+                pid: 42,
+                start: None,
+            },
+        ];
         assert!(!any_unknown(Some(&[]), &known));
-        assert!(!any_unknown(Some(&[42, 41]), &known));
-        assert!(any_unknown(Some(&[41, 7]), &known));
+        assert!(!any_unknown(
+            Some(&[(42, Some(5)), (41, Some(100))]),
+            &known
+        ));
+        assert!(any_unknown(Some(&[(41, Some(100)), (7, Some(1))]), &known));
+        // Pid 41 reused by a process started later: not the child the daemon started.
+        assert!(any_unknown(Some(&[(41, Some(250))]), &known));
         assert!(any_unknown(None, &known));
         assert!(any_unknown(None, &[]));
     }

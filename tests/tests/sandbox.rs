@@ -1088,3 +1088,33 @@ async fn undoing_a_commondir_follows_no_symlink() {
         "../main/.git\n"
     );
 }
+
+/// toold's own config (whose hooks run unsandboxed) and saved sessions, here under `/tmp`
+/// where commands may write: read-only to commands, whatever the line looks like.
+#[tokio::test]
+async fn toolds_own_directories_are_read_only_to_commands() {
+    let daemon = TestDaemon::start_with_config(Some("# the user's config\n"));
+    let client = connected(&daemon).await;
+    let places = Places::new();
+    let session = session(&client, &places.project, json!({})).await;
+    let config = daemon.root().join("config/toold/config.toml");
+    let state = daemon.root().join("state/toold");
+    assert!(config.starts_with("/tmp") && state.is_dir());
+    let script = places.project.join("plant.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "echo '[[hooks.pre_tool_use]]' >> {config}\ntouch {state}/planted\n",
+            config = config.display(),
+            state = state.display()
+        ),
+    )
+    .unwrap();
+    let result = run(&client, &session, "bash plant.sh").await;
+    assert_eq!(result["ok"], json!(false), "{result}");
+    assert_eq!(
+        std::fs::read_to_string(&config).unwrap(),
+        "# the user's config\n"
+    );
+    assert!(!state.join("planted").exists());
+}

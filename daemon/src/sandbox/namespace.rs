@@ -159,7 +159,7 @@ fn protect_git_dir(dir: &Path, depth: usize, protected: &mut Vec<GitPath>) {
             // command could change what it leads to only where it may write anyway.
             Ok(_) => {}
             // An empty hooks directory changes nothing for git, and can then be covered.
-            Err(_) if name == "hooks" && std::fs::create_dir(&path).is_ok() => {
+            Err(_) if name == "hooks" && make_empty_dir(dir, name) => {
                 protected.push(GitPath::ReadOnly(path));
             }
             Err(_) => protected.push(GitPath::MustNotAppear(path)),
@@ -190,6 +190,16 @@ fn protect_modules(modules: &Path, depth: usize, protected: &mut Vec<GitPath>) {
     }
 }
 
+/// Makes the empty directory `name` in `dir`, reached without following any symlink (a
+/// command of another session may have made a component one); whether it was made.
+fn make_empty_dir(dir: &Path, name: &str) -> bool {
+    use nix::fcntl::OFlag;
+    use nix::sys::stat::Mode;
+    crate::confined::open(dir, OFlag::O_RDONLY | OFlag::O_DIRECTORY).is_ok_and(|dir| {
+        nix::sys::stat::mkdirat(&dir, name, Mode::from_bits_truncate(0o755)).is_ok()
+    })
+}
+
 fn subdirectories(dir: &Path) -> Vec<PathBuf> {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return Vec::new();
@@ -206,6 +216,25 @@ impl Mounts {
     /// pinned with each of its parents inside one of them, so that none can be renamed away
     /// (the cover would move with it, and a decoy take its place).
     pub(super) fn plan(
+        socket: Option<&DaemonSocket>,
+        git: &[GitPath],
+        writable: &[PathBuf],
+    ) -> Self {
+        let mut mounts = Self::plan_socket_and_git(socket, git, writable);
+        // toold's own directories (its config, whose hooks run unsandboxed, and its saved
+        // sessions) where a command could otherwise write them: under a root or `/tmp`.
+        for dir in crate::paths::daemon_dirs() {
+            let exposed = writable.iter().any(|place| dir.starts_with(place));
+            if exposed && dir.is_dir() {
+                if let Some(c) = c_path(dir) {
+                    mounts.read_only.push((c, locked_flags(dir)));
+                }
+            }
+        }
+        mounts
+    }
+
+    fn plan_socket_and_git(
         socket: Option<&DaemonSocket>,
         git: &[GitPath],
         writable: &[PathBuf],
@@ -258,9 +287,11 @@ impl Mounts {
         mounts
     }
 
-    /// The namespaces the child is born in.
+    /// The namespaces the child is born in: its user and mount namespace, and an IPC
+    /// namespace of its own (System V shared memory, semaphores and message queues made by a
+    /// command go with it instead of outliving it, shared with every process of the user).
     pub(super) fn clone_flags(&self) -> libc::c_int {
-        libc::CLONE_NEWUSER | libc::CLONE_NEWNS
+        libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWIPC
     }
 
     /// In the child, born in the namespaces of [`Self::clone_flags`]: its uid and gid mapped to

@@ -1,5 +1,6 @@
 //! The seccomp filter of a confined command: `io_uring` refused (its operations would pass the
-//! filter by), and, when the network is off, sockets of the IP families. Built once per
+//! filter by), and, when the network is off, sockets of the IP families, raw packet sockets
+//! and `AF_VSOCK`. Built once per
 //! variant, in the daemon; the child only installs it.
 
 use std::collections::BTreeMap;
@@ -51,9 +52,15 @@ fn build(network: bool) -> Result<Program, String> {
                 .and_then(|condition| SeccompRule::new(vec![condition]))
                 .map_err(|err| err.to_string())
         };
+        // IP, and what reaches other machines without it: raw packets and a VM's host.
         rules.insert(
             libc::SYS_socket,
-            vec![family(libc::AF_INET)?, family(libc::AF_INET6)?],
+            vec![
+                family(libc::AF_INET)?,
+                family(libc::AF_INET6)?,
+                family(libc::AF_PACKET)?,
+                family(libc::AF_VSOCK)?,
+            ],
         );
     }
     let filter = SeccompFilter::new(
