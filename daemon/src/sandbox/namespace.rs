@@ -225,10 +225,11 @@ impl Mounts {
         // sessions) where a command could otherwise write them: under a root or `/tmp`.
         for dir in crate::paths::daemon_dirs() {
             let exposed = writable.iter().any(|place| dir.starts_with(place));
-            if exposed && dir.is_dir() {
-                if let Some(c) = c_path(dir) {
-                    mounts.read_only.push((c, locked_flags(dir)));
-                }
+            if exposed
+                && dir.is_dir()
+                && let Some(c) = c_path(dir)
+            {
+                mounts.read_only.push((c, locked_flags(dir)));
             }
         }
         mounts
