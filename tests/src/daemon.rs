@@ -183,6 +183,11 @@ impl TestDaemon {
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .envs(self.env.iter().map(|(name, value)| (name, value)));
+        // A runtime directory of the test's choosing: the socket stays where `socket()` says.
+        let given = |wanted: &str| self.env.iter().any(|(name, _)| name == wanted);
+        if given("XDG_RUNTIME_DIR") && !given("TOOLD_SOCKET") {
+            command.env("TOOLD_SOCKET", self.socket());
+        }
         if let Some(config) = &self.config {
             let path = self.root.join("config/toold/config.toml");
             std::fs::create_dir_all(path.parent().expect("a parent")).expect("config directory");

@@ -1118,3 +1118,26 @@ async fn toolds_own_directories_are_read_only_to_commands() {
     );
     assert!(!state.join("planted").exists());
 }
+
+/// Services in the user's runtime directory (systemd's and the session bus's sockets, which
+/// run commands on request) are out of a sandboxed command's reach; unsandboxed, the same
+/// connection works (the control).
+#[tokio::test]
+async fn services_in_the_runtime_directory_are_out_of_reach() {
+    let runtime = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let runtime = runtime.path().canonicalize().unwrap();
+    let bus = runtime.join("bus");
+    let listener = std::os::unix::net::UnixListener::bind(&bus).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let daemon = TestDaemon::start_with_env(&[("XDG_RUNTIME_DIR", runtime.to_str().unwrap())]);
+    let client = connected(&daemon).await;
+    let places = Places::new();
+    let line = format!(
+        "python3 -c \"import socket; socket.socket(socket.AF_UNIX).connect('{}')\"",
+        bus.display()
+    );
+    let sandboxed = session(&client, &places.project, json!({})).await;
+    let result = run(&client, &sandboxed, &line).await;
+    assert_eq!(result["ok"], json!(false), "{result}");
+    assert!(listener.accept().is_err(), "the service was reached");
+}

@@ -180,3 +180,40 @@ pub fn keep_commands_from(socket: &Path, own_dir: bool) {
 pub fn daemon_socket() -> Option<&'static DaemonSocket> {
     DAEMON_SOCKET.get()
 }
+
+/// Local services that run code for the user on request, which commands must not reach: the
+/// user's runtime directory (`$XDG_RUNTIME_DIR`: systemd's and the session bus's sockets, and
+/// often an SSH or GPG agent's) and the system's container engines and bus.
+#[derive(Debug, Default)]
+pub struct LocalServices {
+    pub dirs: Vec<PathBuf>,
+    pub sockets: Vec<PathBuf>,
+}
+
+/// The [`LocalServices`] of this machine, found once.
+pub fn local_services() -> &'static LocalServices {
+    static SERVICES: OnceLock<LocalServices> = OnceLock::new();
+    SERVICES.get_or_init(|| {
+        use std::os::unix::fs::FileTypeExt;
+        let dirs = std::env::var_os("XDG_RUNTIME_DIR")
+            .map(PathBuf::from)
+            .filter(|dir| dir.is_absolute() && dir != Path::new("/"))
+            .and_then(|dir| std::fs::canonicalize(dir).ok())
+            .filter(|dir| dir.is_dir())
+            .into_iter()
+            .collect();
+        let mut sockets: Vec<PathBuf> = [
+            "/run/docker.sock",
+            "/var/run/docker.sock",
+            "/run/podman/podman.sock",
+            "/run/dbus/system_bus_socket",
+        ]
+        .iter()
+        .filter_map(|path| std::fs::canonicalize(path).ok())
+        .filter(|path| std::fs::metadata(path).is_ok_and(|meta| meta.file_type().is_socket()))
+        .collect();
+        sockets.sort();
+        sockets.dedup();
+        LocalServices { dirs, sockets }
+    })
+}

@@ -221,10 +221,39 @@ impl Mounts {
         writable: &[PathBuf],
     ) -> Self {
         let mut mounts = Self::plan_socket_and_git(socket, git, writable);
+        // Services that run code for the user on request (systemd and the session bus in
+        // `$XDG_RUNTIME_DIR`, docker, podman, the system bus) are kept from commands as the
+        // daemon's socket is: one of them would run a command outside any sandbox. Not a
+        // directory that holds a place commands may write.
+        let services = super::kernel::local_services();
+        let hidden_services: Vec<&Path> = services
+            .dirs
+            .iter()
+            .map(PathBuf::as_path)
+            .filter(|dir| !writable.iter().any(|place| place.starts_with(dir)))
+            .collect();
+        mounts
+            .hidden_dirs
+            .extend(hidden_services.iter().filter_map(|dir| c_path(dir)));
+        mounts
+            .hidden_files
+            .extend(services.sockets.iter().filter_map(|socket| c_path(socket)));
+        // Deepest first: a cover mounted inside one already mounted would not be reached.
+        mounts.hidden_dirs.sort_by_key(|dir| {
+            std::cmp::Reverse(dir.as_bytes().iter().filter(|b| **b == b'/').count())
+        });
+        mounts.hidden_dirs.dedup();
         // toold's own directories (its config, whose hooks run unsandboxed, and its saved
-        // sessions) where a command could otherwise write them: under a root or `/tmp`.
+        // sessions) where a command could otherwise write them: under a root or `/tmp`. Not
+        // those inside a directory covered whole (the socket's, the runtime directory).
+        let hidden: Vec<&Path> = socket
+            .and_then(|socket| socket.hidden_dir.as_deref())
+            .into_iter()
+            .chain(hidden_services)
+            .collect();
         for dir in crate::paths::daemon_dirs() {
-            let exposed = writable.iter().any(|place| dir.starts_with(place));
+            let exposed = writable.iter().any(|place| dir.starts_with(place))
+                && !hidden.iter().any(|covered| dir.starts_with(covered));
             if exposed
                 && dir.is_dir()
                 && let Some(c) = c_path(dir)
@@ -312,6 +341,9 @@ impl Mounts {
             for path in &self.pinned {
                 mount(Some(path), path, None, libc::MS_BIND | libc::MS_REC, None)?;
             }
+            for file in &self.hidden_files {
+                mount(Some(c"/dev/null"), file, None, libc::MS_BIND, None)?;
+            }
             for dir in &self.hidden_dirs {
                 let flags = libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
                 mount(
@@ -321,9 +353,6 @@ impl Mounts {
                     flags,
                     Some(c"mode=0500,size=4k"),
                 )?;
-            }
-            for file in &self.hidden_files {
-                mount(Some(c"/dev/null"), file, None, libc::MS_BIND, None)?;
             }
             for (path, locked) in &self.read_only {
                 mount(Some(path), path, None, libc::MS_BIND, None)?;
