@@ -8,7 +8,7 @@
 //! locked. `/proc/<daemon pid>/root`, the other way to the socket, is closed by the daemon
 //! being non-dumpable and by Landlock's ptrace rule.
 
-use std::ffi::{CStr, CString};
+use std::ffi::{CStr, CString, OsStr};
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -238,11 +238,29 @@ impl Mounts {
         mounts
             .hidden_files
             .extend(services.sockets.iter().filter_map(|socket| c_path(socket)));
-        // Deepest first: a cover mounted inside one already mounted would not be reached.
-        mounts.hidden_dirs.sort_by_key(|dir| {
-            std::cmp::Reverse(dir.as_bytes().iter().filter(|b| **b == b'/').count())
+        // A cover inside another, and a pin at or inside a cover, would only cost a mount:
+        // nothing below a cover is seen, and a cover's mount point cannot be renamed.
+        let inside = |path: &CString, dir: &CString| {
+            let (path, dir) = (
+                Path::new(OsStr::from_bytes(path.as_bytes())),
+                Path::new(OsStr::from_bytes(dir.as_bytes())),
+            );
+            path.starts_with(dir)
+        };
+        let covers = mounts.hidden_dirs.clone();
+        mounts.hidden_dirs.retain(|dir| {
+            !covers
+                .iter()
+                .any(|other| other != dir && inside(dir, other))
         });
         mounts.hidden_dirs.dedup();
+        let covers = mounts.hidden_dirs.clone();
+        mounts
+            .pinned
+            .retain(|pin| !covers.iter().any(|cover| inside(pin, cover)));
+        mounts
+            .hidden_files
+            .retain(|file| !covers.iter().any(|cover| inside(file, cover)));
         // toold's own directories (its config, whose hooks run unsandboxed, and its saved
         // sessions) where a command could otherwise write them: under a root or `/tmp`. Not
         // those inside a directory covered whole (the socket's, the runtime directory).
