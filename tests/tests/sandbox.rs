@@ -28,7 +28,7 @@ impl Places {
     fn new() -> Self {
         let project_dir = tempfile::tempdir().unwrap();
         let project = project_dir.path().canonicalize().unwrap();
-        let outside_dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+        let outside_dir = tempfile::tempdir_in(outside_base()).unwrap();
         let outside = outside_dir.path().canonicalize().unwrap();
         std::fs::write(outside.join("keep.txt"), "kept\n").unwrap();
         std::fs::create_dir(outside.join("dir")).unwrap();
@@ -63,6 +63,28 @@ impl Places {
         }
         entries
     }
+}
+
+/// A directory outside every place a sandboxed command may write (`/tmp`, `$TMPDIR`,
+/// `/dev/shm`, the roots): `/var/tmp`, else the build's own temp directory, else `$HOME`,
+/// whichever is first to lie outside them (a checkout under `/tmp` puts the build's there).
+fn outside_base() -> PathBuf {
+    let writable: Vec<PathBuf> = ["/tmp", "/dev/shm"]
+        .into_iter()
+        .map(PathBuf::from)
+        .chain(std::env::var_os("TMPDIR").map(PathBuf::from))
+        .filter_map(|dir| dir.canonicalize().ok())
+        .collect();
+    [
+        Some(PathBuf::from("/var/tmp")),
+        Some(PathBuf::from(env!("CARGO_TARGET_TMPDIR"))),
+        std::env::var_os("HOME").map(PathBuf::from),
+    ]
+    .into_iter()
+    .flatten()
+    .filter_map(|dir| dir.canonicalize().ok())
+    .find(|dir| dir.is_dir() && !writable.iter().any(|place| dir.starts_with(place)))
+    .expect("a directory outside /tmp, $TMPDIR and /dev/shm for the tests' outside files")
 }
 
 /// Every `run_command` call is allowed: the sandbox alone bounds what they do.
@@ -1124,7 +1146,7 @@ async fn toolds_own_directories_are_read_only_to_commands() {
 /// connection works (the control).
 #[tokio::test]
 async fn services_in_the_runtime_directory_are_out_of_reach() {
-    let runtime = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let runtime = tempfile::tempdir_in(outside_base()).unwrap();
     let runtime = runtime.path().canonicalize().unwrap();
     let bus = runtime.join("bus");
     let listener = std::os::unix::net::UnixListener::bind(&bus).unwrap();

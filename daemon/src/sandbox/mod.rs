@@ -155,7 +155,7 @@ pub enum Unbuildable {
     Failed(String),
 }
 
-/// Everything one command's sandbox is, built in the daemon before the fork.
+/// Everything one command's sandbox is, built in the daemon before the child is cloned.
 #[derive(Debug)]
 pub struct Confinement {
     settings: SandboxSettings,
