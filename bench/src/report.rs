@@ -36,6 +36,7 @@ pub const EXPECTED_FIGURES: &[&str] = &[
     "parallel-batch",
     "output",
     "spawn",
+    "sandbox",
     "rss-idle",
     "rss-sessions",
     "rss-slow-client",

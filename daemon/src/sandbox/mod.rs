@@ -216,12 +216,6 @@ impl Confinement {
         }
         note(Protection::IoUring, kernel.seccomp);
         note(Protection::Signals, kernel.landlock_scopes());
-        let protected_git = if settings.mode == SandboxMode::WorkspaceWrite {
-            namespace::git_metadata(roots, cwd)
-        } else {
-            // Nothing under the roots is writable at all.
-            Vec::new()
-        };
         if settings.mode == SandboxMode::WorkspaceWrite {
             note(Protection::GitMetadata, kernel.namespaces);
         }
@@ -240,6 +234,13 @@ impl Confinement {
             )));
         }
 
+        // After the refusal: looking may make a missing `.git/hooks`.
+        let protected_git = if settings.mode == SandboxMode::WorkspaceWrite {
+            namespace::git_metadata(roots, cwd)
+        } else {
+            // Nothing under the roots is writable at all.
+            Vec::new()
+        };
         let private_tmp = match settings.mode {
             SandboxMode::ReadOnly => Some(
                 tempfile::Builder::new()
