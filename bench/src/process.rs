@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 use anyhow::{Context, ensure};
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::Settings;
 use crate::daemon::{Client, Daemon};
@@ -114,26 +114,19 @@ pub fn process_section(settings: &Settings) -> anyhow::Result<Section> {
     let spawns = if settings.quick { 10 } else { 40 };
     let samples = {
         let client = std::cell::RefCell::new(&mut client);
-        let mut toold_true = || -> anyhow::Result<()> {
-            for _ in 0..spawns {
-                crate::daemon::results_ok(
-                    client
-                        .borrow_mut()
-                        .call("tools/execute", spawn_request.clone())?,
-                )?;
+        let calls_of = |request: &Value| {
+            let client = &client;
+            let request = request.clone();
+            move || -> anyhow::Result<()> {
+                for _ in 0..spawns {
+                    let answer = client.borrow_mut().call("tools/execute", request.clone())?;
+                    crate::daemon::results_ok(answer)?;
+                }
+                Ok(())
             }
-            Ok(())
         };
-        let mut toold_unsandboxed_true = || -> anyhow::Result<()> {
-            for _ in 0..spawns {
-                crate::daemon::results_ok(
-                    client
-                        .borrow_mut()
-                        .call("tools/execute", unsandboxed_request.clone())?,
-                )?;
-            }
-            Ok(())
-        };
+        let mut toold_true = calls_of(&spawn_request);
+        let mut toold_unsandboxed_true = calls_of(&unsandboxed_request);
         let mut bash_true = || -> anyhow::Result<()> {
             for _ in 0..spawns {
                 // What `run_command` itself spawns, so that the ratio is toold's overhead.
@@ -191,7 +184,7 @@ pub fn process_section(settings: &Settings) -> anyhow::Result<Section> {
         markdown,
         "Spawn: `tools/execute` of `run_command` `true` (permission allowed by a session rule, \
          so the round trip includes the shell parse and the process-tree cleanup), in the \
-         default sandbox (`workspace_write`: Landlock, seccomp, a user and mount namespace) \
+         default sandbox (`workspace_write`: Landlock, seccomp, a user, mount and IPC namespace) \
          and in a session with the sandbox off, against spawning `bash -c true` directly and \
          waiting for it; ms per call, median (IQR) over {} rounds of {spawns}, interleaved.\n",
         settings.rounds

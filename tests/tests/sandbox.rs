@@ -124,6 +124,26 @@ async fn connected(daemon: &TestDaemon) -> TestClient {
     daemon.connect(json!({}), no_answers()).await
 }
 
+/// A daemon with every default, a client, fresh places, and a session in the project with
+/// the config's sandbox (every command allowed).
+async fn sandboxed() -> (TestDaemon, TestClient, Places, String) {
+    let daemon = TestDaemon::start();
+    let client = connected(&daemon).await;
+    let places = Places::new();
+    let session = session(&client, &places.project, json!({})).await;
+    (daemon, client, places, session)
+}
+
+/// `dir` made a git repository by the real `git`.
+fn git_init(git: &Path, dir: &Path) {
+    let init = std::process::Command::new(git)
+        .args(["init", "-q"])
+        .current_dir(dir)
+        .status()
+        .unwrap();
+    assert!(init.success());
+}
+
 #[tokio::test]
 async fn workspace_write_keeps_every_write_inside_the_roots_and_temp_dirs() {
     let Some(git) = require::program(
@@ -134,10 +154,7 @@ async fn workspace_write_keeps_every_write_inside_the_roots_and_temp_dirs() {
     ) else {
         return;
     };
-    let daemon = TestDaemon::start();
-    let client = connected(&daemon).await;
-    let places = Places::new();
-    let session = session(&client, &places.project, json!({})).await;
+    let (_daemon, client, places, session) = sandboxed().await;
     let out = quoted(&places.outside);
     let link = quoted(&places.project.join("link"));
     let before = Places::snapshot(&places.outside);
@@ -213,10 +230,7 @@ async fn workspace_write_keeps_every_write_inside_the_roots_and_temp_dirs() {
 
 #[tokio::test]
 async fn a_denied_write_says_so_and_names_where_commands_may_write() {
-    let daemon = TestDaemon::start();
-    let client = connected(&daemon).await;
-    let places = Places::new();
-    let session = session(&client, &places.project, json!({})).await;
+    let (_daemon, client, places, session) = sandboxed().await;
     let result = run(
         &client,
         &session,
@@ -252,12 +266,7 @@ async fn git_metadata_inside_the_root_stays_read_only() {
     let daemon = TestDaemon::start();
     let client = connected(&daemon).await;
     let places = Places::new();
-    let init = std::process::Command::new(&git)
-        .args(["init", "-q"])
-        .current_dir(&places.project)
-        .status()
-        .unwrap();
-    assert!(init.success());
+    git_init(&git, &places.project);
     let git_dir = places.project.join(".git");
     let session = session(&client, &places.project, json!({})).await;
     let before = Places::snapshot(&git_dir);
@@ -481,10 +490,7 @@ async fn commands_cannot_signal_trace_or_read_the_daemon() {
     ) else {
         return;
     };
-    let daemon = TestDaemon::start();
-    let client = connected(&daemon).await;
-    let places = Places::new();
-    let session = session(&client, &places.project, json!({})).await;
+    let (daemon, client, _places, session) = sandboxed().await;
     let pid = daemon.pid();
     for line in [
         format!("kill -STOP {pid}"),
@@ -780,10 +786,7 @@ async fn cargo_new_and_an_offline_build_work_inside_the_root() {
     ) else {
         return;
     };
-    let daemon = TestDaemon::start();
-    let client = connected(&daemon).await;
-    let places = Places::new();
-    let session = session(&client, &places.project, json!({})).await;
+    let (_daemon, client, _places, session) = sandboxed().await;
     let cargo = cargo.display();
     let result = run(
         &client,
@@ -817,10 +820,7 @@ fn alive_with(needle: &str) -> bool {
 /// whether it ended by itself or by its deadline.
 #[tokio::test]
 async fn no_process_of_a_sandboxed_command_outlives_its_call() {
-    let daemon = TestDaemon::start();
-    let client = connected(&daemon).await;
-    let places = Places::new();
-    let session = session(&client, &places.project, json!({})).await;
+    let (_daemon, client, _places, session) = sandboxed().await;
     for (round, ending) in ["exit 0", "sleep 30"].iter().enumerate() {
         let marker = |index: u32| format!("4000.{:08}{round}{index}", std::process::id());
         let line = format!(
@@ -860,10 +860,7 @@ async fn no_process_of_a_sandboxed_command_outlives_its_call() {
 /// the daemon was started from), and cannot read or write another terminal either.
 #[tokio::test]
 async fn commands_reach_no_terminal() {
-    let daemon = TestDaemon::start();
-    let client = connected(&daemon).await;
-    let places = Places::new();
-    let session = session(&client, &places.project, json!({})).await;
+    let (_daemon, client, _places, session) = sandboxed().await;
     // Session leader, no terminal: tty_nr (field 7 of stat) is 0.
     let stat = run(&client, &session, "cut -d' ' -f6,7 /proc/$$/stat; echo $$").await;
     let printed = output(&stat);
@@ -903,10 +900,7 @@ async fn commands_reach_no_terminal() {
 /// it is still alive, and still dies with its call (double-forked, in a session of its own).
 #[tokio::test]
 async fn a_process_whose_main_thread_exited_still_dies_with_its_call() {
-    let daemon = TestDaemon::start();
-    let client = connected(&daemon).await;
-    let places = Places::new();
-    let session = session(&client, &places.project, json!({})).await;
+    let (_daemon, client, places, session) = sandboxed().await;
     let beat = places.project.join("beat");
     let script = format!(
         "import ctypes, os, platform, threading, time\n\
@@ -1001,10 +995,7 @@ async fn the_mount_api_cannot_lift_what_covers_git_or_the_socket() {
 /// no decoy takes its place and the socket stays where clients find it.
 #[tokio::test]
 async fn the_socket_directory_cannot_be_moved_or_removed() {
-    let daemon = TestDaemon::start();
-    let client = connected(&daemon).await;
-    let places = Places::new();
-    let session = session(&client, &places.project, json!({})).await;
+    let (daemon, client, places, session) = sandboxed().await;
     let socket_dir = daemon.socket().parent().unwrap().to_owned();
     let run_dir = socket_dir.parent().unwrap().to_owned();
     assert!(run_dir.starts_with("/tmp"), "{}", run_dir.display());
@@ -1046,12 +1037,7 @@ async fn git_metadata_made_where_git_would_read_it_is_undone() {
     let daemon = TestDaemon::start();
     let client = connected(&daemon).await;
     let places = Places::new();
-    let init = std::process::Command::new(&git)
-        .args(["init", "-q"])
-        .current_dir(&places.project)
-        .status()
-        .unwrap();
-    assert!(init.success());
+    git_init(&git, &places.project);
     std::fs::remove_dir_all(places.project.join(".git/hooks")).unwrap();
     // In a script, out of the permission engine's sight.
     std::fs::write(

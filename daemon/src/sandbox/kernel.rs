@@ -33,6 +33,16 @@ impl Kernel {
         self.landlock && self.landlock_abi.is_some_and(|abi| abi >= 6)
     }
 
+    /// Whether this kernel can enforce `protection`: which layer each one rests on.
+    pub fn enforces(&self, protection: Protection) -> bool {
+        match protection {
+            Protection::Filesystem => self.landlock_fs(),
+            Protection::Network | Protection::IoUring => self.seccomp,
+            Protection::Signals => self.landlock_scopes(),
+            Protection::GitMetadata => self.namespaces,
+        }
+    }
+
     /// How commands are kept from the daemon's socket: the first tier that works.
     pub fn daemon_socket_tier(&self) -> &'static str {
         if self.namespaces {
@@ -44,18 +54,11 @@ impl Kernel {
 
     /// The report of `initialize` and `toold status`.
     pub fn report(&self) -> SandboxReport {
-        let mut degraded = Vec::new();
-        for (protection, works) in [
-            (Protection::Filesystem, self.landlock_fs()),
-            (Protection::Network, self.seccomp),
-            (Protection::IoUring, self.seccomp),
-            (Protection::Signals, self.landlock_scopes()),
-            (Protection::GitMetadata, self.namespaces),
-        ] {
-            if !works {
-                degraded.push(protection.as_str().to_owned());
-            }
-        }
+        let degraded = Protection::ALL
+            .into_iter()
+            .filter(|protection| !self.enforces(*protection))
+            .map(|protection| protection.as_str().to_owned())
+            .collect();
         SandboxReport {
             landlock_abi: self.landlock_abi,
             fs: self.landlock_fs(),

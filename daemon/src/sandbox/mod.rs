@@ -132,6 +132,15 @@ pub enum Protection {
 }
 
 impl Protection {
+    /// Every protection, in the order reports list them.
+    pub const ALL: [Protection; 5] = [
+        Protection::Filesystem,
+        Protection::Network,
+        Protection::IoUring,
+        Protection::Signals,
+        Protection::GitMetadata,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Protection::Filesystem => "filesystem",
@@ -203,21 +212,21 @@ impl Confinement {
         let kernel = kernel::probe();
         let mut enforced = Vec::new();
         let mut degraded = Vec::new();
-        let mut note = |protection: Protection, works: bool| {
-            if works {
+        // What this session's sandbox needs: the network rule only with the network off, the
+        // repository metadata only where the roots are writable.
+        let needed = Protection::ALL
+            .into_iter()
+            .filter(|protection| match protection {
+                Protection::Network => !settings.network,
+                Protection::GitMetadata => settings.mode == SandboxMode::WorkspaceWrite,
+                _ => true,
+            });
+        for protection in needed {
+            if kernel.enforces(protection) {
                 enforced.push(protection.as_str());
             } else {
                 degraded.push(protection.as_str());
             }
-        };
-        note(Protection::Filesystem, kernel.landlock_fs());
-        if !settings.network {
-            note(Protection::Network, kernel.seccomp);
-        }
-        note(Protection::IoUring, kernel.seccomp);
-        note(Protection::Signals, kernel.landlock_scopes());
-        if settings.mode == SandboxMode::WorkspaceWrite {
-            note(Protection::GitMetadata, kernel.namespaces);
         }
         if sandbox.on_unsupported == OnUnsupported::Refuse && !degraded.is_empty() {
             return Err(Unbuildable::Unavailable(format!(
