@@ -86,6 +86,9 @@ pub struct SandboxReport {
     /// How commands are kept from the daemon's socket: `"landlock"`, `"mount_namespace"` or
     /// `"peer_check"` (the first tier that works here).
     pub daemon_socket: String,
+    /// How no process of a command outlives its call: `"pid_namespace"` (each command in a
+    /// PID namespace of its own) or `"sweep"` (the daemon's sweep of `/proc` alone).
+    pub processes: String,
     /// What a mode would ask for and cannot be enforced here (names of `metadata.sandbox`'s
     /// `degraded`); empty when everything can.
     pub degraded: Vec<String>,

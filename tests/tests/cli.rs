@@ -581,14 +581,16 @@ fn status_says_up_or_not() {
         status["sandbox"]["daemon_socket"], "mount_namespace",
         "{status}"
     );
+    assert_eq!(status["sandbox"]["processes"], "pid_namespace", "{status}");
     assert_eq!(
         status["sandbox"]["degraded"],
         Value::Array(Vec::new()),
         "{status}"
     );
     assert!(
-        stdout.contains("daemon socket kept out by mount_namespace\n")
-            && stdout.contains("every protection enforced"),
+        stdout.contains(
+            "daemon socket kept out by mount_namespace; each command in a PID namespace\n"
+        ) && stdout.contains("every protection enforced"),
         "{stdout}"
     );
     // The uptime is the time since the daemon's `started_at`, to the second.

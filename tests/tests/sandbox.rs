@@ -624,6 +624,7 @@ async fn initialize_reports_what_this_kernel_enforces() {
     assert_eq!(report["fs"], true, "{report}");
     assert_eq!(report["network"], true, "{report}");
     assert_eq!(report["daemon_socket"], "mount_namespace", "{report}");
+    assert_eq!(report["processes"], "pid_namespace", "{report}");
     assert_eq!(report["degraded"], json!([]), "{report}");
     assert!(report["landlock_abi"].as_u64().unwrap() >= 6, "{report}");
 }
@@ -659,6 +660,7 @@ async fn without_user_namespaces_the_peer_check_keeps_commands_out() {
         .unwrap()["sandbox"]
         .clone();
     assert_eq!(report["daemon_socket"], "peer_check", "{report}");
+    assert_eq!(report["processes"], "sweep", "{report}");
     assert_eq!(report["degraded"], json!(["git_metadata"]), "{report}");
 
     let (results, created) = reach_the_daemon(&daemon, json!({})).await;
@@ -821,6 +823,34 @@ fn alive_with(needle: &str) -> bool {
 #[tokio::test]
 async fn no_process_of_a_sandboxed_command_outlives_its_call() {
     let (_daemon, client, _places, session) = sandboxed().await;
+    assert_no_survivors(&client, &session, "pid_namespace").await;
+}
+
+/// Where PID namespaces cannot be made, the daemon's sweep alone still leaves no survivor.
+#[tokio::test]
+async fn without_pid_namespaces_the_sweep_leaves_no_survivor() {
+    let daemon = TestDaemon::start_under_with_config(&without(&["--pid-namespaces"]), "");
+    let fresh = TestClient::connect_raw(
+        &daemon.socket(),
+        toold_protocol::Framing::Ndjson,
+        no_answers(),
+    )
+    .await;
+    let report = fresh
+        .request("initialize", json!({"protocol_version": 1}))
+        .await
+        .unwrap()["sandbox"]
+        .clone();
+    assert_eq!(report["processes"], "sweep", "{report}");
+    assert_eq!(report["daemon_socket"], "mount_namespace", "{report}");
+    assert_eq!(report["degraded"], json!([]), "{report}");
+    let client = connected(&daemon).await;
+    let places = Places::new();
+    let session = session(&client, &places.project, json!({})).await;
+    assert_no_survivors(&client, &session, "sweep").await;
+}
+
+async fn assert_no_survivors(client: &TestClient, session: &str, tier: &str) {
     for (round, ending) in ["exit 0", "sleep 30"].iter().enumerate() {
         let marker = |index: u32| format!("4000.{:08}{round}{index}", std::process::id());
         let line = format!(
@@ -842,6 +872,14 @@ async fn no_process_of_a_sandboxed_command_outlives_its_call() {
             .unwrap();
         let result = &response["results"][0]["result"];
         assert_eq!(result["metadata"]["sandbox"]["mode"], "workspace_write");
+        let enforced = result["metadata"]["sandbox"]["enforced"]
+            .as_array()
+            .unwrap();
+        assert_eq!(
+            enforced.contains(&json!("pid_namespace")),
+            tier == "pid_namespace",
+            "{result}"
+        );
         if round == 1 {
             assert_eq!(result["error_type"], "timeout", "{result}");
         }
@@ -849,11 +887,73 @@ async fn no_process_of_a_sandboxed_command_outlives_its_call() {
         for index in 1..=5 {
             assert!(
                 !alive_with(&marker(index)),
-                "{} outlived its call ({ending})",
+                "{} outlived its call ({ending}, {tier})",
                 marker(index)
             );
         }
     }
+}
+
+/// Each command runs in a PID namespace of its own: its `/proc` shows its own processes
+/// alone (not the daemon, not another session's command), under the pids they know; and
+/// signals work there as anywhere: the shell is not the namespace's init, so `kill $$`, `kill
+/// -9 $$` and a program's signal to itself end it, and its exit code is the call's.
+#[tokio::test]
+async fn each_command_runs_in_a_pid_namespace_of_its_own() {
+    let (daemon, client, _places, own) = sandboxed().await;
+    let daemon_pid = daemon.pid().to_string();
+    let listed = run(
+        &client,
+        &own,
+        "echo $$; ls /proc | grep -E '^[0-9]+$' | tr '\\n' ' '; echo; ls /proc/1/ >/dev/null && \
+         grep -c . /proc/$$/status >/dev/null && echo readable",
+    )
+    .await;
+    assert_eq!(listed["ok"], json!(true), "{listed}");
+    let printed = output(&listed);
+    let mut lines = printed.lines();
+    assert_eq!(lines.next(), Some("2"), "{listed}");
+    let pids: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+    // The init, the shell, `ls`, `grep` and `tr`: nothing else, the daemon least of all.
+    assert!(pids.len() <= 5, "{listed}");
+    assert!(!pids.contains(&daemon_pid.as_str()), "{listed}");
+    assert_eq!(lines.next(), Some("readable"), "{listed}");
+
+    // Another session's running command is not there either.
+    let neighbour = connected(&daemon).await;
+    let elsewhere = Places::new();
+    let other = session(&neighbour, &elsewhere.project, json!({})).await;
+    let sleeper = tokio::spawn(async move {
+        run(&neighbour, &other, "exec -a toold-pidns-neighbour sleep 5").await
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        alive_with("toold-pidns-neighbour"),
+        "the neighbour never started"
+    );
+    let seen = run(&client, &own, "cat /proc/[0-9]*/cmdline | tr '\\0' ' '").await;
+    assert!(!output(&seen).contains("toold-pidns-neighbour"), "{seen}");
+    sleeper.abort();
+
+    for (line, signal) in [
+        ("kill $$; echo survived", 15),
+        ("kill -9 $$; echo survived", 9),
+        (
+            "python3 -c 'import os, signal; os.kill(os.getpid(), signal.SIGTERM)'",
+            15,
+        ),
+        ("sh -c 'kill -USR1 $$'", 10),
+    ] {
+        let result = run(&client, &own, line).await;
+        assert_eq!(
+            result["metadata"]["signal"],
+            json!(signal),
+            "{line}: {result}"
+        );
+        assert!(!output(&result).contains("survived"), "{line}: {result}");
+    }
+    let result = run(&client, &own, "exit 7").await;
+    assert_eq!(result["metadata"]["exit_code"], json!(7), "{result}");
 }
 
 /// A command has no controlling terminal (it cannot type into, or read from, the terminal
@@ -861,13 +961,15 @@ async fn no_process_of_a_sandboxed_command_outlives_its_call() {
 #[tokio::test]
 async fn commands_reach_no_terminal() {
     let (_daemon, client, _places, session) = sandboxed().await;
-    // Session leader, no terminal: tty_nr (field 7 of stat) is 0.
+    // In a session of its own (led by the shell, or by its PID namespace's init, pid 1), with
+    // no terminal: tty_nr (field 7 of stat) is 0.
     let stat = run(&client, &session, "cut -d' ' -f6,7 /proc/$$/stat; echo $$").await;
     let printed = output(&stat);
     let mut lines = printed.lines();
     let (session_id, tty) = lines.next().unwrap().split_once(' ').unwrap();
     assert_eq!(tty, "0", "{stat}");
-    assert_eq!(session_id, lines.next().unwrap(), "{stat}");
+    let shell = lines.next().unwrap();
+    assert!(session_id == shell || session_id == "1", "{stat}");
     let tty = run(&client, &session, "exec 3<>/dev/tty && echo opened-tty").await;
     assert_eq!(tty["ok"], json!(false), "{tty}");
 

@@ -146,8 +146,12 @@ fn describe_sandbox(report: Option<&toold_protocol::SandboxReport>) -> String {
             report.degraded.join(", ")
         )
     };
+    let processes = match report.processes.as_str() {
+        "pid_namespace" => "each command in a PID namespace",
+        _ => "no PID namespaces, leftovers swept",
+    };
     format!(
-        "{landlock}; daemon socket kept out by {}\n             {degraded}",
+        "{landlock}; daemon socket kept out by {}; {processes}\n             {degraded}",
         report.daemon_socket
     )
 }

@@ -19,6 +19,8 @@ pub struct Kernel {
     landlock: bool,
     /// A user + mount namespace with the sandbox's mounts could be made.
     pub namespaces: bool,
+    /// ... and a PID namespace in it, with its own `/proc`.
+    pub pid_namespace: bool,
     /// A seccomp filter could be installed.
     pub seccomp: bool,
 }
@@ -52,6 +54,16 @@ impl Kernel {
         }
     }
 
+    /// How no process of a command outlives its call: its PID namespace, or the daemon's
+    /// sweep of `/proc` alone.
+    pub fn processes_tier(&self) -> &'static str {
+        if self.pid_namespace {
+            "pid_namespace"
+        } else {
+            "sweep"
+        }
+    }
+
     /// The report of `initialize` and `toold status`.
     pub fn report(&self) -> SandboxReport {
         let degraded = Protection::ALL
@@ -64,6 +76,7 @@ impl Kernel {
             fs: self.landlock_fs(),
             network: self.seccomp,
             daemon_socket: self.daemon_socket_tier().to_owned(),
+            processes: self.processes_tier().to_owned(),
             degraded,
         }
     }
@@ -74,7 +87,7 @@ impl Kernel {
 pub fn probe() -> &'static Kernel {
     static KERNEL: OnceLock<Kernel> = OnceLock::new();
     KERNEL.get_or_init(|| {
-        let namespaces = || {
+        let namespaces = |own_pids: bool| {
             move |scratch: &Path| -> io::Result<ChildPlan> {
                 let hidden = scratch.join("hidden");
                 let file = scratch.join("file");
@@ -88,8 +101,13 @@ pub fn probe() -> &'static Kernel {
                     namespace::GitPath::Pinned(scratch.to_owned()),
                     namespace::GitPath::ReadOnly(file),
                 ];
+                let mounts = namespace::Mounts::plan(Some(&socket), &git, &[]);
                 Ok(ChildPlan {
-                    namespace: Some(namespace::Mounts::plan(Some(&socket), &git, &[])),
+                    namespace: Some(if own_pids {
+                        mounts.with_own_pids()
+                    } else {
+                        mounts
+                    }),
                     ..ChildPlan::default()
                 })
             }
@@ -105,7 +123,8 @@ pub fn probe() -> &'static Kernel {
                     ..ChildPlan::default()
                 })
             }),
-            namespaces: works_in_a_child("user and mount namespaces", namespaces()),
+            namespaces: works_in_a_child("user and mount namespaces", namespaces(false)),
+            pid_namespace: works_in_a_child("a PID namespace", namespaces(true)),
             seccomp: works_in_a_child("seccomp", |_| {
                 Ok(ChildPlan {
                     seccomp: Some(

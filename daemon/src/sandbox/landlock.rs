@@ -119,6 +119,64 @@ fn beneath(path: &Path, rights: BitFlags<AccessFs>) -> Option<PathBeneath<PathFd
     Some(PathBeneath::new(fd, rights))
 }
 
+/// The rights "read everywhere" gives that this kernel enforces, as the bits
+/// `landlock_add_rule` takes: for the `/proc` a command's PID namespace mounts, which no rule
+/// made in the daemon can name (a rule holds to the inode it was opened on, and a path
+/// crossing a mount point is judged by the rules of what is mounted there).
+pub(super) fn read_rights_bits() -> u64 {
+    let abi = kernel_abi()
+        .and_then(|version| i32::try_from(version).ok())
+        .map_or(ABI::Unsupported, ABI::from);
+    (AccessFs::from_read(ABI_USED) & AccessFs::from_all(abi)).bits()
+}
+
+/// `struct landlock_path_beneath_attr` (linux/landlock.h), which is packed.
+#[repr(C, packed)]
+struct PathBeneathAttr {
+    allowed_access: u64,
+    parent_fd: i32,
+}
+
+/// In the child, before `restrict_self`: `rights` (from [`read_rights_bits`]) beneath `dir`,
+/// added to `ruleset`. System calls only.
+#[allow(unsafe_code)]
+pub(super) fn allow_beneath(
+    ruleset: &OwnedFd,
+    dir: &std::ffi::CStr,
+    rights: u64,
+) -> io::Result<()> {
+    use nix::libc;
+    const LANDLOCK_RULE_PATH_BENEATH: libc::c_int = 1;
+    // SAFETY: open of a NUL-terminated path; the rule's attribute lives on this stack for the
+    // call; the descriptor opened is closed before returning.
+    unsafe {
+        let fd = libc::open(
+            dir.as_ptr(),
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        );
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let attr = PathBeneathAttr {
+            allowed_access: rights,
+            parent_fd: fd,
+        };
+        let added = libc::syscall(
+            libc::SYS_landlock_add_rule,
+            ruleset.as_raw_fd(),
+            LANDLOCK_RULE_PATH_BENEATH,
+            &attr as *const PathBeneathAttr,
+            0,
+        );
+        let error = io::Error::last_os_error();
+        libc::close(fd);
+        if added != 0 {
+            return Err(error);
+        }
+    }
+    Ok(())
+}
+
 /// In the child: no new privileges (Landlock requires it without `CAP_SYS_ADMIN`), then the
 /// ruleset. System calls only.
 #[allow(unsafe_code)]

@@ -185,6 +185,8 @@ pub struct Confinement {
 struct ChildPlan {
     namespace: Option<namespace::Mounts>,
     landlock: Option<std::os::fd::OwnedFd>,
+    /// What the ruleset lets a command read, for the `/proc` its PID namespace mounts.
+    landlock_read_rights: u64,
     seccomp: Option<&'static seccomp::Program>,
 }
 
@@ -274,11 +276,14 @@ impl Confinement {
         };
         let namespace = if kernel.namespaces {
             enforced.push("mount_namespace");
-            Some(namespace::Mounts::plan(
-                kernel::daemon_socket(),
-                &protected_git,
-                &writable,
-            ))
+            let mounts =
+                namespace::Mounts::plan(kernel::daemon_socket(), &protected_git, &writable);
+            Some(if kernel.pid_namespace {
+                enforced.push("pid_namespace");
+                mounts.with_own_pids()
+            } else {
+                mounts
+            })
         } else {
             None
         };
@@ -310,6 +315,7 @@ impl Confinement {
             plan: Some(Arc::new(ChildPlan {
                 namespace,
                 landlock,
+                landlock_read_rights: landlock::read_rights_bits(),
                 seccomp,
             })),
             enforced,
@@ -418,11 +424,17 @@ impl ChildSetup for ChildPlan {
             .map_or(0, namespace::Mounts::clone_flags)
     }
 
-    fn before_chdir(&self) -> io::Result<()> {
-        match &self.namespace {
-            Some(mounts) => mounts.enter(),
-            None => Ok(()),
+    fn enter_namespaces(&self) -> io::Result<()> {
+        let Some(mounts) = &self.namespace else {
+            return Ok(());
+        };
+        mounts.enter()?;
+        if mounts.has_own_pids()
+            && let Some(ruleset) = &self.landlock
+        {
+            landlock::allow_beneath(ruleset, c"/proc", self.landlock_read_rights)?;
         }
+        Ok(())
     }
 
     fn before_exec(&self) -> io::Result<()> {

@@ -30,6 +30,8 @@ pub(super) struct Mounts {
     pinned: Vec<CString>,
     /// Bound over themselves read-only, with the flags the kernel keeps locked on their mount.
     read_only: Vec<(CString, libc::c_ulong)>,
+    /// A PID namespace too, with a `/proc` of its own ([`Self::with_own_pids`]).
+    own_pids: bool,
 }
 
 /// A path under the roots that commands must not change: a git directory is pinned (its
@@ -296,6 +298,7 @@ impl Mounts {
             hidden_files: Vec::new(),
             pinned: Vec::new(),
             read_only: Vec::new(),
+            own_pids: false,
         };
         if let Some(socket) = socket {
             let covered = match &socket.hidden_dir {
@@ -335,11 +338,27 @@ impl Mounts {
         mounts
     }
 
-    /// The namespaces the child is born in: its user and mount namespace, and an IPC
-    /// namespace of its own (System V shared memory, semaphores and message queues made by a
-    /// command go with it instead of outliving it, shared with every process of the user).
+    /// The command in a PID namespace of its own too: every process it starts ends with it
+    /// (the kernel kills them all when the namespace's init exits, see [`crate::spawn`]), it
+    /// sees only its own processes in a `/proc` of its own, and the daemon's `/proc/<pid>`
+    /// is not there to be opened.
+    pub(super) fn with_own_pids(mut self) -> Self {
+        self.own_pids = true;
+        self
+    }
+
+    /// Whether the command gets a PID namespace (and a `/proc`) of its own.
+    pub(super) fn has_own_pids(&self) -> bool {
+        self.own_pids
+    }
+
+    /// The namespaces the child is born in: its user and mount namespace, an IPC namespace of
+    /// its own (System V shared memory, semaphores and message queues made by a command go
+    /// with it instead of outliving it, shared with every process of the user), and its PID
+    /// namespace when it has one.
     pub(super) fn clone_flags(&self) -> libc::c_int {
-        libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWIPC
+        let pids = if self.own_pids { libc::CLONE_NEWPID } else { 0 };
+        libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWIPC | pids
     }
 
     /// In the child, born in the namespaces of [`Self::clone_flags`]: its uid and gid mapped to
@@ -376,6 +395,11 @@ impl Mounts {
                 mount(Some(path), path, None, libc::MS_BIND, None)?;
                 let flags = libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY | locked;
                 mount(None, path, None, flags, None)?;
+            }
+            if self.own_pids {
+                // Over the daemon's: the processes of this namespace, by the pids they know.
+                let flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
+                mount(Some(c"proc"), c"/proc", Some(c"proc"), flags, None)?;
             }
             // A command run as root keeps root's capabilities in this namespace after its
             // exec: without CAP_SYS_ADMIN it cannot unmount what covers the socket and `.git`,

@@ -2,11 +2,13 @@
 //! sandbox's lower tiers: a seccomp filter (inherited by the program and all it starts) makes
 //! the system calls of each feature named fail as an older or restricted kernel's would.
 //!
-//! `without-kernel-features [--user-namespaces] [--landlock] -- PROGRAM ARGS…`
+//! `without-kernel-features [--user-namespaces] [--pid-namespaces] [--landlock] -- PROGRAM ARGS…`
 //!
 //! - `--user-namespaces`: `unshare` and `clone` with `CLONE_NEWUSER` fail with `EPERM` (as
 //!   where unprivileged user namespaces are turned off), `clone3` with `ENOSYS` (its flags are
 //!   in memory a filter cannot read; the C library then falls back to `clone`).
+//! - `--pid-namespaces`: the same for `CLONE_NEWPID` alone (as in a container whose `/proc`
+//!   cannot be mounted again).
 //! - `--landlock`: the Landlock system calls fail with `ENOSYS` (a kernel built without it).
 //!
 //! It lives with the tests, not in toold: no switch in the daemon can weaken its sandbox.
@@ -23,10 +25,12 @@ use seccompiler::{
 fn main() {
     let mut args = std::env::args().skip(1);
     let mut no_user_namespaces = false;
+    let mut no_pid_namespaces = false;
     let mut no_landlock = false;
     for arg in args.by_ref() {
         match arg.as_str() {
             "--user-namespaces" => no_user_namespaces = true,
+            "--pid-namespaces" => no_pid_namespaces = true,
             "--landlock" => no_landlock = true,
             "--" => break,
             other => fail(&format!("unknown option {other}")),
@@ -36,22 +40,28 @@ fn main() {
         fail("no program to run")
     };
     let arch = TargetArch::try_from(std::env::consts::ARCH).unwrap_or_else(|_| fail("arch"));
-    if no_user_namespaces {
-        let new_user = || {
+    for (refused, flag) in [
+        (no_user_namespaces, libc::CLONE_NEWUSER),
+        (no_pid_namespaces, libc::CLONE_NEWPID),
+    ] {
+        if !refused {
+            continue;
+        }
+        let with_flag = || {
             SeccompRule::new(vec![
                 SeccompCondition::new(
                     0,
                     SeccompCmpArgLen::Qword,
-                    SeccompCmpOp::MaskedEq(libc::CLONE_NEWUSER as u64),
-                    libc::CLONE_NEWUSER as u64,
+                    SeccompCmpOp::MaskedEq(flag as u64),
+                    flag as u64,
                 )
                 .unwrap(),
             ])
             .unwrap()
         };
         let rules = BTreeMap::from([
-            (libc::SYS_unshare, vec![new_user()]),
-            (libc::SYS_clone, vec![new_user()]),
+            (libc::SYS_unshare, vec![with_flag()]),
+            (libc::SYS_clone, vec![with_flag()]),
         ]);
         install(rules, libc::EPERM, arch);
         install(

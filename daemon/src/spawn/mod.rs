@@ -10,6 +10,11 @@
 //! never returns, and leaves the daemon's memory as it found it. The calling thread blocks
 //! every signal around the clone and the child sets every handler back to the default
 //! before unblocking them, so no handler of the daemon ever runs in the child.
+//!
+//! **A PID namespace of its own** (`CLONE_NEWPID` among [`ChildSetup::clone_flags`]): the
+//! daemon's child is then an init of toold's, which starts the shell the same way ([`init`]).
+
+pub mod init;
 
 use std::collections::BTreeMap;
 use std::ffi::{CString, OsStr, OsString};
@@ -28,16 +33,18 @@ use tokio::io::unix::AsyncFd;
 pub const SHELL: &str = "/bin/bash";
 
 /// What the child does between the clone and the exec, besides its standard steps. Every
-/// method runs in the vfork child: system calls only.
+/// method runs in the vfork child (or the init): system calls only.
 pub trait ChildSetup: Sync {
-    /// Extra `clone` flags (namespaces the child is born in).
+    /// Extra `clone` flags (namespaces the child is born in). With `CLONE_NEWPID` the shell
+    /// gets an init between it and the daemon (module docs).
     fn clone_flags(&self) -> libc::c_int {
         0
     }
 
-    /// Before the child enters its working directory (mounts, so that the directory is
-    /// looked up through them).
-    fn before_chdir(&self) -> io::Result<()> {
+    /// In the process born in the namespaces (the init, when there is one), before the
+    /// shell enters its working directory (mounts, so that the directory is looked up
+    /// through them).
+    fn enter_namespaces(&self) -> io::Result<()> {
         Ok(())
     }
 
@@ -124,35 +131,90 @@ impl Launch {
 
 /// A started child: its pid and a pidfd to wait on. Dropped before it was waited for, it is
 /// killed (and reaped by the daemon's orphan reaper once it is no longer a known child).
+/// With a PID namespace the child is the shell's init: its pid is the one to signal (its
+/// process group is the shell's), and the status waited for is the shell's.
 #[derive(Debug)]
 pub struct Spawned {
     pid: u32,
-    pidfd: PidFd,
+    pidfd: Watched,
+    /// The shell's exit status, once known.
     status: Option<ExitStatus>,
+    /// The init, until it has been reaped.
+    init: Option<init::Init>,
 }
 
-/// The child's pidfd, registered with the runtime's reactor on the first asynchronous wait
-/// (a blocking wait needs no runtime).
+/// A descriptor to wait on (a pidfd, a pipe), registered with the runtime's reactor on the
+/// first asynchronous wait (a blocking wait needs no runtime).
 #[derive(Debug)]
-enum PidFd {
+enum Watched {
     Plain(OwnedFd),
     Registered(AsyncFd<OwnedFd>),
     /// Only while being moved from one to the other.
     Gone,
 }
 
-impl PidFd {
+impl Watched {
     fn raw(&self) -> RawFd {
         match self {
-            PidFd::Plain(fd) => fd.as_raw_fd(),
-            PidFd::Registered(fd) => fd.get_ref().as_raw_fd(),
-            PidFd::Gone => -1,
+            Watched::Plain(fd) => fd.as_raw_fd(),
+            Watched::Registered(fd) => fd.get_ref().as_raw_fd(),
+            Watched::Gone => -1,
+        }
+    }
+
+    /// Waits until the descriptor is readable, then runs `attempt` (non-blocking) until it
+    /// gives a value. Cancel-safe.
+    async fn when_readable<T>(
+        &mut self,
+        mut attempt: impl FnMut(RawFd) -> io::Result<Option<T>>,
+    ) -> io::Result<T> {
+        if let Watched::Plain(_) = self {
+            let Watched::Plain(fd) = std::mem::replace(self, Watched::Gone) else {
+                unreachable!("just matched");
+            };
+            // SAFETY: the `OwnedFd` stays open, and the same descriptor, for as long as the
+            // `AsyncFd` owns it.
+            #[allow(unsafe_code)]
+            let registered =
+                unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) };
+            *self = Watched::Registered(registered.map_err(|error| error.into_parts().1)?);
+        }
+        loop {
+            let Watched::Registered(fd) = self else {
+                return Err(io::Error::other("a descriptor waited on was lost"));
+            };
+            let mut ready = fd.readable().await?;
+            if let Some(value) = attempt(fd.get_ref().as_raw_fd())? {
+                return Ok(value);
+            }
+            ready.clear_ready();
         }
     }
 }
 
 /// The child's stack: its steps are a few calls deep, with small frames.
 const CHILD_STACK_BYTES: usize = 64 * 1024;
+
+/// A stack for a clone child: uninitialized (the child writes before it reads, and zeroing it
+/// would cost a page fault per page for nothing), with its 16-byte aligned top (stacks grow
+/// down on every architecture Linux runs Rust on).
+struct Stack(Box<[std::mem::MaybeUninit<u8>]>);
+
+impl Stack {
+    fn new() -> Self {
+        Stack(Box::new_uninit_slice(CHILD_STACK_BYTES))
+    }
+
+    fn top(&mut self) -> usize {
+        (self.0.as_mut_ptr() as usize + CHILD_STACK_BYTES) & !15
+    }
+}
+
+impl std::fmt::Debug for Stack {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Stack")
+    }
+}
 
 /// What the child reads, laid out before the clone.
 struct ChildArgs<'a> {
@@ -164,6 +226,9 @@ struct ChildArgs<'a> {
     /// Where the child writes its errno when a step fails (close-on-exec: closed by a
     /// successful exec).
     error_pipe: RawFd,
+    /// For an init: the shell's stack, and the pipe it reports the shell's end on.
+    shell_stack_top: usize,
+    report_pipe: RawFd,
 }
 
 /// Starts `launch` in a session (and process group) of its own, without a controlling
@@ -179,6 +244,9 @@ pub fn spawn(
     stderr: &OwnedFd,
 ) -> io::Result<Spawned> {
     let (error_read, error_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+    let with_init = setup.clone_flags() & libc::CLONE_NEWPID != 0;
+    let mut child_stack = Stack::new();
+    let mut init = with_init.then(init::Prepared::new).transpose()?;
     let args = ChildArgs {
         launch,
         setup,
@@ -186,60 +254,96 @@ pub fn spawn(
         stdout: stdout.as_raw_fd(),
         stderr: stderr.as_raw_fd(),
         error_pipe: error_write.as_raw_fd(),
+        shell_stack_top: init.as_mut().map_or(0, init::Prepared::shell_stack_top),
+        report_pipe: init.as_ref().map_or(-1, init::Prepared::report_pipe),
     };
-    // Uninitialized: the child writes before it reads, and zeroing it would cost a page fault
-    // per page for nothing.
-    let mut stack = Box::<[u8]>::new_uninit_slice(CHILD_STACK_BYTES);
-    // Stacks grow down on every architecture Linux runs Rust on; 16-byte aligned.
-    let top = (stack.as_mut_ptr() as usize + CHILD_STACK_BYTES) & !15;
-    let flags = libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_PIDFD | setup.clone_flags();
+    let (entry, top, waits): (extern "C" fn(*mut libc::c_void) -> libc::c_int, usize, _) =
+        match init.as_mut() {
+            Some(init) => (init::init_main, init.init_stack_top(), 0),
+            None => (child_main, child_stack.top(), libc::CLONE_VFORK),
+        };
+    let flags = libc::CLONE_VM | waits | libc::CLONE_PIDFD | setup.clone_flags();
     let mut pidfd: libc::c_int = -1;
+    let mut all: libc::sigset_t;
+    let mut previous: libc::sigset_t;
     // SAFETY: every signal is blocked for this thread around the clone, so no handler runs in
-    // the child before it resets them; `child_main` keeps to the vfork rules (module docs);
-    // `args`, `stack` and `pidfd` outlive the child's use of them (the clone returns only once
-    // the child has exec'd or exited).
+    // the child before it resets them; `child_main` and `init_main` keep to the vfork rules
+    // (module docs); `args`, the stacks and `pidfd` outlive the child's use of them (the
+    // clone returns only once a vfork child has exec'd or exited; an init is waited for on
+    // the error pipe below, and its own memory lives in the `Spawned`).
     let pid = unsafe {
-        let mut all: libc::sigset_t = std::mem::zeroed();
-        let mut previous: libc::sigset_t = std::mem::zeroed();
+        all = std::mem::zeroed();
+        previous = std::mem::zeroed();
         libc::sigfillset(&mut all);
         libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut previous);
         let pid = libc::clone(
-            child_main,
+            entry,
             top as *mut libc::c_void,
             flags | libc::SIGCHLD,
             &args as *const ChildArgs as *mut libc::c_void,
             &mut pidfd as *mut libc::c_int,
         );
         let clone_error = io::Error::last_os_error();
-        libc::pthread_sigmask(libc::SIG_SETMASK, &previous, std::ptr::null_mut());
+        if pid < 0 || !with_init {
+            libc::pthread_sigmask(libc::SIG_SETMASK, &previous, std::ptr::null_mut());
+        }
         if pid < 0 {
             return Err(clone_error);
         }
         pid
     };
-    drop(stack);
     drop(error_write);
+    // The init's copy alone must hold the report pipe open.
+    let init = init.map(init::Prepared::cloned);
     // SAFETY: CLONE_PIDFD stored a new descriptor owned by nobody else.
     let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
     let mut errno = [0u8; 4];
-    let read = nix::unistd::read(&error_read, &mut errno)?;
-    if read == errno.len() {
-        let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
+    // The pipe closes once the shell has exec'd (and, with an init, the init has closed its
+    // copy): until then the children run on `args`.
+    let read = nix::unistd::read(&error_read, &mut errno);
+    if with_init {
+        // SAFETY: restores the mask saved above; the init no longer touches `errno`.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &previous, std::ptr::null_mut()) };
+    }
+    drop(child_stack);
+    if read? == errno.len() {
+        let _ = reap(pidfd.as_raw_fd(), 0);
         return Err(io::Error::from_raw_os_error(i32::from_ne_bytes(errno)));
     }
     Ok(Spawned {
         pid: pid as u32,
-        pidfd: PidFd::Plain(pidfd),
+        pidfd: Watched::Plain(pidfd),
         status: None,
+        init,
     })
 }
 
-/// The child: standard steps and `setup`'s, then the exec. Never returns.
-#[allow(unsafe_code)]
+/// The vfork child of a plain spawn: the process steps, the namespaces' if any, then the
+/// shell's. Never returns.
 extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
     // SAFETY: `arg` is the `ChildArgs` the parent laid out and keeps alive until the exec.
+    #[allow(unsafe_code)]
     let args = unsafe { &*(arg as *const ChildArgs) };
-    let error = match child_steps(args) {
+    let steps = || -> io::Result<std::convert::Infallible> {
+        leave_the_daemon_s_session()?;
+        args.setup.enter_namespaces()?;
+        become_the_shell(args)
+    };
+    fail(args, steps())
+}
+
+/// The shell, the init's vfork child: the shell's steps. Never returns.
+extern "C" fn shell_main(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the `ChildArgs` the daemon laid out and keeps alive until the exec.
+    #[allow(unsafe_code)]
+    let args = unsafe { &*(arg as *const ChildArgs) };
+    fail(args, become_the_shell(args))
+}
+
+/// Writes the errno of a failed step to the error pipe and exits.
+#[allow(unsafe_code)]
+fn fail(args: &ChildArgs<'_>, result: io::Result<std::convert::Infallible>) -> ! {
+    let error = match result {
         Ok(never) => match never {},
         Err(error) => error.raw_os_error().unwrap_or(libc::EINVAL),
     };
@@ -255,16 +359,20 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
     }
 }
 
+fn check(result: libc::c_int) -> io::Result<()> {
+    if result < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// The first steps of the daemon's child: the daemon's signal handlers gone, and a session
+/// (and so a process group) of its own: no controlling terminal, so a command cannot type
+/// into (`TIOCSTI`) or read from the terminal the daemon was started from.
 #[allow(unsafe_code)]
-fn child_steps(args: &ChildArgs<'_>) -> io::Result<std::convert::Infallible> {
-    let check = |result: libc::c_int| {
-        if result < 0 {
-            Err(io::Error::last_os_error())
-        } else {
-            Ok(())
-        }
-    };
-    // SAFETY: system calls on descriptors and strings laid out before the clone.
+fn leave_the_daemon_s_session() -> io::Result<()> {
+    // SAFETY: sigaction with a zeroed default action, and setsid.
     unsafe {
         // The daemon's handlers must not run here, nor be inherited as ignored.
         let mut default: libc::sigaction = std::mem::zeroed();
@@ -274,10 +382,16 @@ fn child_steps(args: &ChildArgs<'_>) -> io::Result<std::convert::Infallible> {
                 libc::sigaction(signal, &default, std::ptr::null_mut());
             }
         }
-        // A session of its own, and so a process group led by the shell: no controlling
-        // terminal, so a command cannot type into (`TIOCSTI`) or read from the terminal the
-        // daemon was started from.
-        check(libc::setsid())?;
+        check(libc::setsid())
+    }
+}
+
+/// The shell's steps: its stdio, its working directory, `setup`'s last steps, every signal
+/// unblocked, the exec.
+#[allow(unsafe_code)]
+fn become_the_shell(args: &ChildArgs<'_>) -> io::Result<std::convert::Infallible> {
+    // SAFETY: system calls on descriptors and strings laid out before the clone.
+    unsafe {
         // Copied above 2 first: a descriptor the daemon got as 0, 1 or 2 (started with one of
         // them closed) must not be overwritten before it is copied, nor stay close-on-exec.
         let mut copies = [0; 3];
@@ -291,7 +405,6 @@ fn child_steps(args: &ChildArgs<'_>) -> io::Result<std::convert::Infallible> {
         for (to, from) in copies.into_iter().enumerate() {
             check(libc::dup2(from, to as libc::c_int))?;
         }
-        args.setup.before_chdir()?;
         check(libc::chdir(args.launch.cwd.as_ptr()))?;
         args.setup.before_exec()?;
         let mut none: libc::sigset_t = std::mem::zeroed();
@@ -311,47 +424,61 @@ impl Spawned {
         self.pid
     }
 
-    /// Waits for the child to exit and reaps it; the status again on later calls.
-    /// Cancel-safe.
+    /// Waits for the shell to exit (and reaps it, or its init once it is done); the status
+    /// again on later calls. Cancel-safe.
     pub async fn wait(&mut self) -> io::Result<ExitStatus> {
         if let Some(status) = self.status {
             return Ok(status);
         }
-        if let PidFd::Plain(_) = self.pidfd {
-            let PidFd::Plain(fd) = std::mem::replace(&mut self.pidfd, PidFd::Gone) else {
-                unreachable!("just matched");
-            };
-            // SAFETY: the `OwnedFd` stays open, and the same descriptor, for as long as the
-            // `AsyncFd` owns it.
-            #[allow(unsafe_code)]
-            let registered =
-                unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) };
-            self.pidfd = PidFd::Registered(registered.map_err(|error| error.into_parts().1)?);
-        }
-        loop {
-            let PidFd::Registered(fd) = &self.pidfd else {
-                return Err(io::Error::other("the child's pidfd was lost"));
-            };
-            let mut ready = fd.readable().await?;
-            if let Some(status) = reap(fd.get_ref().as_raw_fd(), libc::WNOHANG)? {
-                self.status = Some(status);
-                return Ok(status);
+        let report = match self.init.as_mut() {
+            Some(init) => Some(init.report().await?),
+            None => None,
+        };
+        let status = match report {
+            // Others live on in the namespace: the init stays until they are gone.
+            Some(init::Report::Shell(end)) if !end.nothing_left => end.status,
+            _ => {
+                let own = self
+                    .pidfd
+                    .when_readable(|pidfd| reap(pidfd, libc::WNOHANG))
+                    .await?;
+                self.init = None;
+                status_of(report, own)
             }
-            ready.clear_ready();
-        }
+        };
+        self.status = Some(status);
+        Ok(status)
     }
 
-    /// Waits for the child to exit, blocking the thread, and reaps it.
+    /// [`Self::wait`], blocking the thread.
     pub fn wait_blocking(&mut self) -> io::Result<ExitStatus> {
-        match self.status {
-            Some(status) => Ok(status),
-            None => {
-                let status = reap(self.pidfd.raw(), 0)?
-                    .ok_or_else(|| io::Error::other("waitid returned without a child"))?;
-                self.status = Some(status);
-                Ok(status)
-            }
+        if let Some(status) = self.status {
+            return Ok(status);
         }
+        let report = match self.init.as_mut() {
+            Some(init) => Some(init.report_blocking()?),
+            None => None,
+        };
+        let status = match report {
+            Some(init::Report::Shell(end)) if !end.nothing_left => end.status,
+            _ => {
+                let own = reap(self.pidfd.raw(), 0)?
+                    .ok_or_else(|| io::Error::other("waitid returned without a child"))?;
+                self.init = None;
+                status_of(report, own)
+            }
+        };
+        self.status = Some(status);
+        Ok(status)
+    }
+}
+
+/// The shell's status: as its init reported it, or the daemon's child's own (the shell's, or
+/// an init's that was killed before it could report).
+fn status_of(report: Option<init::Report>, own: ExitStatus) -> ExitStatus {
+    match report {
+        Some(init::Report::Shell(end)) => end.status,
+        _ => own,
     }
 }
 
@@ -386,19 +513,34 @@ fn reap(pidfd: RawFd, flags: libc::c_int) -> io::Result<Option<ExitStatus>> {
 }
 
 impl Drop for Spawned {
-    #[allow(unsafe_code)]
     fn drop(&mut self) {
-        if self.status.is_none() {
-            // SAFETY: signals the process the pidfd names, which cannot have been reused.
-            unsafe {
-                libc::syscall(
-                    libc::SYS_pidfd_send_signal,
-                    self.pidfd.raw(),
-                    libc::SIGKILL,
-                    std::ptr::null::<libc::siginfo_t>(),
-                    0,
-                );
+        let Some(init) = self.init.take() else {
+            if self.status.is_none() {
+                kill(&self.pidfd);
             }
+            return;
+        };
+        // The init outlived the shell while processes of its namespace lived: by now the
+        // call's sweep has ended them, and the init with them.
+        if let Ok(Some(_)) = reap(self.pidfd.raw(), libc::WNOHANG) {
+            return;
         }
+        kill(&self.pidfd);
+        init.free_once_dead(&self.pidfd);
+    }
+}
+
+/// SIGKILL to the process `pidfd` names (which cannot have been reused).
+#[allow(unsafe_code)]
+fn kill(pidfd: &Watched) {
+    // SAFETY: pidfd_send_signal takes plain integers and a null info.
+    unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.raw(),
+            libc::SIGKILL,
+            std::ptr::null::<libc::siginfo_t>(),
+            0,
+        );
     }
 }

@@ -1,0 +1,290 @@
+//! The init of a command's PID namespace: toold's own first process of the namespace, between
+//! the daemon and the shell.
+//!
+//! A namespace's init is protected by the kernel from every signal it has no handler for.
+//! Were the shell the init, `kill $$`, `kill -9 $$` or a program's own `raise` would do
+//! nothing. So the daemon's child is this init instead, which makes no exec: it enters the
+//! namespaces, starts the shell as a plain spawn does (pid 2, in the init's session and
+//! process group, with the init waiting until it has exec'd), closes every descriptor but its
+//! report pipe, and reaps. When the shell exits it writes the shell's status to the report
+//! pipe, with whether any other process of the namespace is left; it exits once none is (the
+//! namespace's processes are its descendants, or reparented to it), which ends the namespace.
+//! So a call's leftovers get what they get outside a namespace (the pipes drained, then
+//! SIGTERM, a grace, SIGKILL: `process_tree`), and whatever escapes that ends with the init:
+//! the kernel kills every process of a namespace whose init exits.
+//!
+//! The init is cloned with `CLONE_VM` but not `CLONE_VFORK` (it lives as long as the
+//! command): it runs on the daemon's memory beside the daemon's threads, on a stack of its own
+//! that the daemon frees only once it is dead. Until the shell has exec'd the daemon's thread
+//! waits on the error pipe with every signal blocked, because the init's and the shell's
+//! failing C library calls set that thread's `errno`; after it, the init's calls are raw
+//! system calls (rustix), which set no `errno`, on its own stack.
+
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitStatus;
+
+use nix::libc;
+
+use super::{ChildArgs, Stack, Watched, fail, leave_the_daemon_s_session, shell_main};
+
+/// The report: the shell's wait status, then 1 if no other process of the namespace is left.
+const REPORT_BYTES: usize = 8;
+
+/// An init about to be cloned: its memory and its report pipe.
+pub(super) struct Prepared {
+    memory: Memory,
+    report_read: OwnedFd,
+    report_write: OwnedFd,
+}
+
+/// What the init and the shell's clone run on.
+#[derive(Debug)]
+struct Memory {
+    init_stack: Stack,
+    shell_stack: Stack,
+}
+
+impl Prepared {
+    pub(super) fn new() -> io::Result<Self> {
+        let (report_read, report_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+        nix::fcntl::fcntl(
+            &report_read,
+            nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
+        )?;
+        Ok(Self {
+            memory: Memory {
+                init_stack: Stack::new(),
+                shell_stack: Stack::new(),
+            },
+            report_read,
+            report_write,
+        })
+    }
+
+    pub(super) fn init_stack_top(&mut self) -> usize {
+        self.memory.init_stack.top()
+    }
+
+    pub(super) fn shell_stack_top(&mut self) -> usize {
+        self.memory.shell_stack.top()
+    }
+
+    pub(super) fn report_pipe(&self) -> RawFd {
+        self.report_write.as_raw_fd()
+    }
+
+    /// Once the init is cloned: the daemon's copy of the write end closed, so that the pipe
+    /// ends when the init does.
+    pub(super) fn cloned(self) -> Init {
+        Init {
+            memory: Some(self.memory),
+            report: Watched::Plain(self.report_read),
+            read: None,
+        }
+    }
+}
+
+/// A running init, as the daemon holds it.
+#[derive(Debug)]
+pub(super) struct Init {
+    /// `None` once handed to [`Init::free_once_dead`].
+    memory: Option<Memory>,
+    report: Watched,
+    /// The report, once read: read once, kept for every later ask (a wait canceled after it
+    /// was read must not lose it).
+    read: Option<Report>,
+}
+
+/// What the init reported.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Report {
+    /// The shell ended so.
+    Shell(ShellEnd),
+    /// The init ended without a report: it was killed before the shell exited.
+    None,
+}
+
+/// How the shell ended, as its init reported it.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct ShellEnd {
+    pub(super) status: ExitStatus,
+    /// No other process of the namespace was left: the init is exiting.
+    pub(super) nothing_left: bool,
+}
+
+impl Init {
+    /// Waits for the init's report of the shell's end. Cancel-safe.
+    pub(super) async fn report(&mut self) -> io::Result<Report> {
+        if self.read.is_none() {
+            self.read = Some(self.report.when_readable(read_report).await?);
+        }
+        Ok(self.read.unwrap_or(Report::None))
+    }
+
+    /// [`Self::report`], blocking the thread.
+    pub(super) fn report_blocking(&mut self) -> io::Result<Report> {
+        let fd = self.report.raw();
+        loop {
+            if let Some(report) = self.read {
+                return Ok(report);
+            }
+            if let Some(report) = read_report(fd)? {
+                self.read = Some(report);
+                continue;
+            }
+            let mut poll = [libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            }];
+            // SAFETY: one pollfd on this stack.
+            #[allow(unsafe_code)]
+            if unsafe { libc::poll(poll.as_mut_ptr(), 1, -1) } < 0 {
+                let error = io::Error::last_os_error();
+                if error.kind() != io::ErrorKind::Interrupted {
+                    return Err(error);
+                }
+            }
+        }
+    }
+
+    /// Frees the init's memory once the init (just sent SIGKILL, or exiting) is dead: it runs
+    /// on that memory until it next enters the kernel. A thread waits for it and reaps it; if
+    /// no thread can be started, the memory stays allocated rather than be freed under it.
+    pub(super) fn free_once_dead(mut self, pidfd: &Watched) {
+        let Some(memory) = self.memory.take() else {
+            return;
+        };
+        // Not freed if the closure is dropped unrun (no thread could be started).
+        let memory = std::mem::ManuallyDrop::new(memory);
+        // SAFETY: the pidfd is open for as long as `pidfd` lives.
+        #[allow(unsafe_code)]
+        let borrowed = unsafe { BorrowedFd::borrow_raw(pidfd.raw()) };
+        let Ok(pidfd) = borrowed.try_clone_to_owned() else {
+            return;
+        };
+        let waiter = std::thread::Builder::new()
+            .name("toold-init-reaper".into())
+            .spawn(move || {
+                if super::reap(pidfd.as_raw_fd(), 0).is_ok() {
+                    drop(std::mem::ManuallyDrop::into_inner(memory));
+                }
+            });
+        if let Err(error) = waiter {
+            tracing::warn!(%error, "cannot wait for a killed command's init; its stack stays allocated");
+        }
+    }
+}
+
+impl Drop for Init {
+    fn drop(&mut self) {
+        // Dropped with its memory only once reaped (`Spawned` hands it to `free_once_dead`
+        // otherwise): nothing runs on the memory any more.
+        drop(self.memory.take());
+    }
+}
+
+/// One non-blocking read of the report pipe: `None` when nothing is there yet.
+fn read_report(fd: RawFd) -> io::Result<Option<Report>> {
+    let mut report = [0u8; REPORT_BYTES];
+    // SAFETY: the descriptor is open for as long as its `Init`.
+    #[allow(unsafe_code)]
+    let fd = unsafe { BorrowedFd::borrow_raw(fd) };
+    match nix::unistd::read(fd, &mut report) {
+        // Eight bytes are written at once, and read at once (less than PIPE_BUF).
+        Ok(REPORT_BYTES) => {
+            let [s0, s1, s2, s3, n0, n1, n2, n3] = report;
+            Ok(Some(Report::Shell(ShellEnd {
+                status: ExitStatus::from_raw(i32::from_ne_bytes([s0, s1, s2, s3])),
+                nothing_left: i32::from_ne_bytes([n0, n1, n2, n3]) != 0,
+            })))
+        }
+        Ok(0) => Ok(Some(Report::None)),
+        Ok(read) => Err(io::Error::other(format!(
+            "a command's init reported {read} bytes"
+        ))),
+        Err(nix::errno::Errno::EAGAIN) => Ok(None),
+        Err(nix::errno::Errno::EINTR) => Ok(None),
+        Err(errno) => Err(errno.into()),
+    }
+}
+
+/// The init: born in the namespaces, it starts the shell and reaps until the namespace is
+/// empty. Never returns.
+pub(super) extern "C" fn init_main(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the `ChildArgs` the daemon laid out and keeps alive until the error
+    // pipe closes, which happens below, after the last use of it.
+    #[allow(unsafe_code)]
+    let args = unsafe { &*(arg as *const ChildArgs) };
+    let started = (|| -> io::Result<libc::pid_t> {
+        leave_the_daemon_s_session()?;
+        args.setup.enter_namespaces()?;
+        // SAFETY: as for the daemon's clone of a plain spawn: the shell runs on a stack of its
+        // own and on `args`, and this process waits (CLONE_VFORK) until it has exec'd or
+        // exited.
+        #[allow(unsafe_code)]
+        let shell = unsafe {
+            libc::clone(
+                shell_main,
+                args.shell_stack_top as *mut libc::c_void,
+                libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+                arg,
+            )
+        };
+        if shell < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(shell)
+    })();
+    match started {
+        Ok(shell) => reap_until_the_namespace_is_empty(shell, args.report_pipe),
+        Err(error) => fail(args, Err(error)),
+    }
+}
+
+/// The init's life once the shell runs. Its arguments are copies: the daemon's thread resumes
+/// when the error pipe closes, here, and the `ChildArgs` go.
+#[allow(unsafe_code)]
+fn reap_until_the_namespace_is_empty(shell: libc::pid_t, report_pipe: RawFd) -> ! {
+    use rustix::process::{WaitOptions, wait};
+    // SAFETY: closing descriptors touches no memory. Every one but the report pipe goes: the
+    // daemon's, copied at the clone (its sockets, other commands' pipes), and the error pipe,
+    // last of this process's uses of `errno`.
+    unsafe {
+        if let Ok(below) = u32::try_from(report_pipe - 1) {
+            libc::close_range(0, below, 0);
+        }
+        libc::close_range(report_pipe as u32 + 1, u32::MAX, 0);
+    }
+    // SAFETY: open until this process exits.
+    let report = unsafe { BorrowedFd::borrow_raw(report_pipe) };
+    loop {
+        match wait(WaitOptions::empty()) {
+            Ok(Some((pid, status))) if pid.as_raw_pid() == shell => {
+                // Reap what already died; whether anything else lives.
+                let nothing_left = loop {
+                    match wait(WaitOptions::NOHANG) {
+                        Ok(Some(_)) => {}
+                        Ok(None) => break false,
+                        Err(_) => break true,
+                    }
+                };
+                let mut message = [0u8; REPORT_BYTES];
+                message[..4].copy_from_slice(&status.as_raw().to_ne_bytes());
+                message[4..].copy_from_slice(&i32::from(nothing_left).to_ne_bytes());
+                // A daemon that stopped listening needs no report.
+                let _ = rustix::io::write(report, &message);
+                if nothing_left {
+                    break;
+                }
+            }
+            Ok(_) => {}
+            // No child left (ECHILD): the namespace is empty.
+            Err(_) => break,
+        }
+    }
+    // SAFETY: exits this process alone, running nothing of the daemon's.
+    unsafe { libc::_exit(0) }
+}
