@@ -1251,3 +1251,41 @@ async fn services_in_the_runtime_directory_are_out_of_reach() {
     assert_eq!(result["ok"], json!(false), "{result}");
     assert!(listener.accept().is_err(), "the service was reached");
 }
+
+/// A command that may write the parent of its root (a root under `/tmp`) swaps the root for a
+/// symlink to a directory outside: the commands after it get no write rule through the link,
+/// so the outside stays unchanged.
+#[tokio::test]
+async fn a_root_swapped_for_a_symlink_sends_no_later_write_outside() {
+    let (_daemon, client, places, session) = sandboxed().await;
+    let root = quoted(&places.project);
+    let moved = format!("'{}.moved'", places.project.display());
+    let swap = run(
+        &client,
+        &session,
+        &format!(
+            "cd / && mv {root} {moved} && ln -s {} {root}",
+            quoted(&places.outside)
+        ),
+    )
+    .await;
+    assert_eq!(swap["ok"], json!(true), "{swap}");
+    let before = Places::snapshot(&places.outside);
+    for attempt in 0..3 {
+        let result = run(
+            &client,
+            &session,
+            &format!("echo x > {root}/written-{attempt}; echo y > written-here-{attempt}"),
+        )
+        .await;
+        assert_eq!(result["ok"], json!(false), "{result}");
+    }
+    assert_eq!(Places::snapshot(&places.outside), before);
+    // Put back, so that the project's temp directory is removed whole.
+    std::fs::remove_file(&places.project).unwrap();
+    std::fs::rename(
+        format!("{}.moved", places.project.display()),
+        &places.project,
+    )
+    .unwrap();
+}

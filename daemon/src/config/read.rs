@@ -275,7 +275,10 @@ fn sandbox(field: &Field<'_, '_>, warnings: &mut Vec<Fault>) -> Result<SandboxCo
                             path.display()
                         )));
                     }
-                    sandbox.writable.push(path);
+                    // Resolved here, once: commands get no write rule through a symlink.
+                    sandbox
+                        .writable
+                        .push(std::fs::canonicalize(&path).unwrap_or(path));
                 }
             }
             "on_unsupported" => {

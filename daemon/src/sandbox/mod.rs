@@ -270,7 +270,7 @@ impl Confinement {
             None => roots
                 .iter()
                 .cloned()
-                .chain(temp_dirs())
+                .chain(temp_dirs().iter().cloned())
                 .chain(sandbox.writable.iter().cloned())
                 .collect(),
         };
@@ -296,11 +296,12 @@ impl Confinement {
             .collect();
         let landlock = if kernel.landlock_fs() {
             Some(
-                landlock::ruleset(&writable, settings.network).map_err(|err| {
-                    Unbuildable::Failed(format!(
-                        "cannot build the command's Landlock ruleset: {err}"
-                    ))
-                })?,
+                landlock::ruleset_for_a_command(&writable, settings.network, private_tmp.is_none())
+                    .map_err(|err| {
+                        Unbuildable::Failed(format!(
+                            "cannot build the command's Landlock ruleset: {err}"
+                        ))
+                    })?,
             )
         } else {
             None
@@ -464,16 +465,23 @@ fn mark_descriptors_close_on_exec() -> io::Result<()> {
 }
 
 /// The temp directories every confined command may write: `/tmp`, `$TMPDIR` when it names
-/// another absolute directory, and `/dev/shm`.
-fn temp_dirs() -> Vec<PathBuf> {
-    let mut dirs = vec![PathBuf::from("/tmp"), PathBuf::from("/dev/shm")];
-    if let Some(tmpdir) = std::env::var_os("TMPDIR").map(PathBuf::from)
-        && tmpdir.is_absolute()
-        && !dirs.contains(&tmpdir)
-    {
-        dirs.push(tmpdir);
-    }
-    dirs
+/// another absolute directory, and `/dev/shm`; resolved once (the Landlock rules refuse paths
+/// through symlinks).
+fn temp_dirs() -> &'static [PathBuf] {
+    static DIRS: std::sync::OnceLock<Vec<PathBuf>> = std::sync::OnceLock::new();
+    DIRS.get_or_init(|| {
+        let resolved = |dir: PathBuf| std::fs::canonicalize(&dir).unwrap_or(dir);
+        let mut dirs = vec![resolved("/tmp".into()), resolved("/dev/shm".into())];
+        if let Some(tmpdir) = std::env::var_os("TMPDIR").map(PathBuf::from)
+            && tmpdir.is_absolute()
+        {
+            let tmpdir = resolved(tmpdir);
+            if !dirs.contains(&tmpdir) {
+                dirs.push(tmpdir);
+            }
+        }
+        dirs
+    })
 }
 
 /// Whether a failed command's output carries the marks of a denied write or connect: the

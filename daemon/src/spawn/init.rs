@@ -123,6 +123,11 @@ impl Init {
         Ok(self.read.unwrap_or(Report::None))
     }
 
+    /// Whether the init reported the shell's end with nothing else left in the namespace.
+    pub(super) fn reported_nothing_left(&self) -> bool {
+        matches!(self.read, Some(Report::Shell(end)) if end.nothing_left)
+    }
+
     /// [`Self::report`], blocking the thread.
     pub(super) fn report_blocking(&mut self) -> io::Result<Report> {
         let fd = self.report.raw();
@@ -150,30 +155,45 @@ impl Init {
         }
     }
 
-    /// Frees the init's memory once the init (just sent SIGKILL, or exiting) is dead: it runs
-    /// on that memory until it next enters the kernel. A thread waits for it and reaps it; if
-    /// no thread can be started, the memory stays allocated rather than be freed under it.
-    pub(super) fn free_once_dead(mut self, pidfd: &Watched) {
+    /// Reaps the init (just sent SIGKILL, or exiting) once it is dead, and only then frees its
+    /// memory, which it runs on until it next enters the kernel; `held` goes with it. On the
+    /// runtime when there is one (a wait on the pidfd), else on a thread; if neither can be
+    /// had, the memory stays allocated rather than be freed under it.
+    pub(super) fn reap_in_background(mut self, pidfd: Watched, held: Option<super::Held>) {
         let Some(memory) = self.memory.take() else {
             return;
         };
-        // Not freed if the closure is dropped unrun (no thread could be started).
+        // Not freed if the task or thread is dropped unrun.
         let memory = std::mem::ManuallyDrop::new(memory);
-        // SAFETY: the pidfd is open for as long as `pidfd` lives.
-        #[allow(unsafe_code)]
-        let borrowed = unsafe { BorrowedFd::borrow_raw(pidfd.raw()) };
-        let Ok(pidfd) = borrowed.try_clone_to_owned() else {
-            return;
+        let reaped = move |result: io::Result<ExitStatus>| {
+            // Reaped, or by someone else (ECHILD): either way the init is dead.
+            if result.is_ok()
+                || result.is_err_and(|error| error.raw_os_error() == Some(libc::ECHILD))
+            {
+                drop(std::mem::ManuallyDrop::into_inner(memory));
+            }
+            drop(held);
         };
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let mut pidfd = pidfd;
+            runtime.spawn(async move {
+                let result = pidfd
+                    .when_readable(|fd| super::reap(fd, libc::WNOHANG))
+                    .await;
+                reaped(result);
+            });
+            return;
+        }
         let waiter = std::thread::Builder::new()
             .name("toold-init-reaper".into())
             .spawn(move || {
-                if super::reap(pidfd.as_raw_fd(), 0).is_ok() {
-                    drop(std::mem::ManuallyDrop::into_inner(memory));
-                }
+                let result = super::reap(pidfd.raw(), 0).and_then(|status| {
+                    status.ok_or_else(|| io::Error::other("waitid returned without a child"))
+                });
+                reaped(result);
             });
         if let Err(error) = waiter {
-            tracing::warn!(%error, "cannot wait for a killed command's init; its stack stays allocated");
+            tracing::warn!(%error, "cannot wait for a command's init; its stack stays allocated");
         }
     }
 }
@@ -260,12 +280,14 @@ fn reap_until_the_namespace_is_empty(shell: libc::pid_t, report_pipe: RawFd) -> 
     }
     // SAFETY: open until this process exits.
     let report = unsafe { BorrowedFd::borrow_raw(report_pipe) };
+    // Children of every kind: also those cloned with another exit signal than SIGCHLD.
+    let all = WaitOptions::from_bits_retain(libc::__WALL as u32);
     loop {
-        match wait(WaitOptions::empty()) {
+        match wait(all) {
             Ok(Some((pid, status))) if pid.as_raw_pid() == shell => {
                 // Reap what already died; whether anything else lives.
                 let nothing_left = loop {
-                    match wait(WaitOptions::NOHANG) {
+                    match wait(all | WaitOptions::NOHANG) {
                         Ok(Some(_)) => {}
                         Ok(None) => break false,
                         Err(_) => break true,

@@ -141,6 +141,17 @@ pub struct Spawned {
     status: Option<ExitStatus>,
     /// The init, until it has been reaped.
     init: Option<init::Init>,
+    /// Kept until the child is reaped ([`Spawned::hold_until_reaped`]).
+    held: Option<Held>,
+}
+
+/// What a caller wants kept until the child is reaped (its registration as a known child).
+struct Held(#[allow(dead_code)] Box<dyn Send>);
+
+impl std::fmt::Debug for Held {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Held")
+    }
 }
 
 /// A descriptor to wait on (a pidfd, a pipe), registered with the runtime's reactor on the
@@ -315,6 +326,7 @@ pub fn spawn(
         pidfd: Watched::Plain(pidfd),
         status: None,
         init,
+        held: None,
     })
 }
 
@@ -424,33 +436,51 @@ impl Spawned {
         self.pid
     }
 
-    /// Waits for the shell to exit (and reaps it, or its init once it is done); the status
+    /// Keeps `guard` until the daemon's child is reaped, which for an init may be after this
+    /// `Spawned` is dropped (see [`Self::namespace_emptied`]).
+    pub fn hold_until_reaped(&mut self, guard: impl Send + 'static) {
+        self.held = Some(Held(Box::new(guard)));
+    }
+
+    /// Whether the shell's init reported that the shell was the last process of its
+    /// namespace: the init is then exiting, and the kernel ends the namespace with it, so
+    /// nothing of the command can be left to sweep. Reaping the exiting init is left to the
+    /// drop (in the background: the teardown of its namespaces is no part of the call).
+    pub fn namespace_emptied(&self) -> bool {
+        self.init
+            .as_ref()
+            .is_some_and(|init| init.reported_nothing_left())
+    }
+
+    /// Waits for the shell to exit (and reaps it, unless an init reports its end); the status
     /// again on later calls. Cancel-safe.
     pub async fn wait(&mut self) -> io::Result<ExitStatus> {
         if let Some(status) = self.status {
             return Ok(status);
         }
-        let report = match self.init.as_mut() {
-            Some(init) => Some(init.report().await?),
-            None => None,
-        };
-        let status = match report {
-            // Others live on in the namespace: the init stays until they are gone.
-            Some(init::Report::Shell(end)) if !end.nothing_left => end.status,
-            _ => {
-                let own = self
-                    .pidfd
-                    .when_readable(|pidfd| reap(pidfd, libc::WNOHANG))
-                    .await?;
-                self.init = None;
-                status_of(report, own)
-            }
+        let status = match self.init.as_mut() {
+            Some(init) => match init.report().await? {
+                init::Report::Shell(end) => end.status,
+                init::Report::None => self.reap_async().await?,
+            },
+            None => self.reap_async().await?,
         };
         self.status = Some(status);
         Ok(status)
     }
 
-    /// [`Self::wait`], blocking the thread.
+    /// Waits for the daemon's own child (the shell, or the init) and reaps it.
+    async fn reap_async(&mut self) -> io::Result<ExitStatus> {
+        let status = self
+            .pidfd
+            .when_readable(|pidfd| reap(pidfd, libc::WNOHANG))
+            .await?;
+        self.init = None;
+        self.held = None;
+        Ok(status)
+    }
+
+    /// Waits for the shell to exit, blocking the thread, and reaps the daemon's child.
     pub fn wait_blocking(&mut self) -> io::Result<ExitStatus> {
         if let Some(status) = self.status {
             return Ok(status);
@@ -459,15 +489,11 @@ impl Spawned {
             Some(init) => Some(init.report_blocking()?),
             None => None,
         };
-        let status = match report {
-            Some(init::Report::Shell(end)) if !end.nothing_left => end.status,
-            _ => {
-                let own = reap(self.pidfd.raw(), 0)?
-                    .ok_or_else(|| io::Error::other("waitid returned without a child"))?;
-                self.init = None;
-                status_of(report, own)
-            }
-        };
+        let own = reap(self.pidfd.raw(), 0)?
+            .ok_or_else(|| io::Error::other("waitid returned without a child"))?;
+        self.init = None;
+        self.held = None;
+        let status = status_of(report, own);
         self.status = Some(status);
         Ok(status)
     }
@@ -520,13 +546,14 @@ impl Drop for Spawned {
             }
             return;
         };
-        // The init outlived the shell while processes of its namespace lived: by now the
-        // call's sweep has ended them, and the init with them.
         if let Ok(Some(_)) = reap(self.pidfd.raw(), libc::WNOHANG) {
             return;
         }
+        // Exiting (its namespace emptied), or left with processes the call's sweep could not
+        // end: a SIGKILL ends the init and, with it, its namespace.
         kill(&self.pidfd);
-        init.free_once_dead(&self.pidfd);
+        let pidfd = std::mem::replace(&mut self.pidfd, Watched::Gone);
+        init.reap_in_background(pidfd, self.held.take());
     }
 }
 

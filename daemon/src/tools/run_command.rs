@@ -200,7 +200,7 @@ async fn run_command(mut args: Map<String, Value>, ctx: ToolContext) -> ToolOutc
     };
     let launch = shell_launch(&args, &cwd, &ctx.env, &tag, &confinement).map_err(cannot_start)?;
     let pipes = ShellPipes::new().map_err(cannot_start)?;
-    let (mut child, _known) = process_tree::spawn_known_as(
+    let (mut child, known) = process_tree::spawn_known_as(
         confinement.is_confined(),
         || {
             spawn::spawn(
@@ -214,6 +214,8 @@ async fn run_command(mut args: Map<String, Value>, ctx: ToolContext) -> ToolOutc
         |child| Some(child.id()),
     )
     .map_err(cannot_start)?;
+    // Known until reaped, which for a PID namespace's init may be after the call.
+    child.hold_until_reaped(known);
     let shell_pid = child.id();
     let (stdout, stderr) = pipes.into_readers().map_err(cannot_start)?;
     let mut tree = TreeGuard(Some(ProcessTree::new(shell_pid, &tag)));
@@ -262,6 +264,10 @@ async fn run_command(mut args: Map<String, Value>, ctx: ToolContext) -> ToolOutc
 
     // Kill whatever is left of the tree, reading meanwhile: killed processes may still write,
     // and a writer blocked on a full pipe must not stall its own death.
+    // A PID namespace whose init found nothing left after the shell ends with the init.
+    if child.namespace_emptied() {
+        tree.forget();
+    }
     let mut sweep = std::pin::pin!(tree.terminate(KILL_GRACE));
     let mut swept: Option<SweepReport> = None;
     let mut drain_ends: Option<Instant> = None;
@@ -479,6 +485,11 @@ impl ShellPipes {
 struct TreeGuard(Option<ProcessTree>);
 
 impl TreeGuard {
+    /// Nothing of the tree can be left: there is nothing to kill.
+    fn forget(&mut self) {
+        self.0 = None;
+    }
+
     /// Kills the tree on a blocking thread (the sweep sleeps between rounds). The kill runs to
     /// its end even if this future is dropped. When two system calls show that nothing can be
     /// left (the usual end of a command), that is all, without the thread hand-off.
