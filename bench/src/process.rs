@@ -184,7 +184,7 @@ pub fn process_section(settings: &Settings) -> anyhow::Result<Section> {
         markdown,
         "Spawn: `tools/execute` of `run_command` `true` (permission allowed by a session rule, \
          so the round trip includes the shell parse and the process-tree cleanup), in the \
-         default sandbox (`workspace_write`: Landlock, seccomp, a user, mount and IPC namespace) \
+         default sandbox (`workspace_write`: Landlock, seccomp, a user, mount, IPC and PID namespace) \
          and in a session with the sandbox off, against spawning `bash -c true` directly and \
          waiting for it; ms per call, median (IQR) over {} rounds of {spawns}, interleaved.\n",
         settings.rounds
