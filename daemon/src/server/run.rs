@@ -153,22 +153,38 @@ const ANSWER_GRACE: Duration = Duration::from_secs(5);
 
 static NEXT_CONNECTION: AtomicU64 = AtomicU64::new(1);
 
+/// Who is at the other end of a new connection, as far as the daemon will serve it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PeerCheck {
+    Served,
+    /// A sandboxed command's process, or one nobody can vouch for.
+    Refused,
+    /// Gone before it could be checked (its pid may name another process by now).
+    Gone,
+}
+
 /// Whether the peer of a new connection is (or descends from) a sandboxed command: whichever
 /// tier keeps commands from the socket, this check backs it (a hard link to the socket made
 /// outside the sandbox, a tier the kernel lacks). Refused before a byte is read.
-async fn from_a_sandboxed_command(stream: &UnixStream) -> bool {
+async fn check_peer(stream: &UnixStream) -> PeerCheck {
     use crate::server::socket::{peer_pid, peer_pidfd, pidfd_alive};
     let (Ok(pid), Ok(pidfd)) = (peer_pid(stream), peer_pidfd(stream)) else {
-        return true;
+        return PeerCheck::Refused;
     };
     tokio::task::spawn_blocking(move || {
-        process_tree::descends_from_a_confined_command(pid, || {
-            // Without pidfds (before Linux 6.5) the walk's own checks are all there is.
-            pidfd.as_ref().is_none_or(pidfd_alive)
-        })
+        let confined = process_tree::descends_from_a_confined_command(pid, || true);
+        // Looked at after the walk: a peer alive then had its pid all along. Without pidfds
+        // (before Linux 6.5) the walk's own checks are all there is.
+        if !pidfd.as_ref().is_none_or(pidfd_alive) {
+            PeerCheck::Gone
+        } else if confined {
+            PeerCheck::Refused
+        } else {
+            PeerCheck::Served
+        }
     })
     .await
-    .unwrap_or(true)
+    .unwrap_or(PeerCheck::Refused)
 }
 
 /// One accepted connection in the count of open ones, given back when it is dropped.
@@ -211,9 +227,17 @@ async fn serve_connection(_slot: OpenSlot, stream: UnixStream, shared: Shared, o
         frame_timeout,
         closing,
     } = shared;
-    if from_a_sandboxed_command(&stream).await {
-        tracing::warn!("refused a connection from a sandboxed command");
-        return;
+    match check_peer(&stream).await {
+        PeerCheck::Served => {}
+        PeerCheck::Refused => {
+            tracing::warn!("refused a connection from a sandboxed command");
+            return;
+        }
+        PeerCheck::Gone => {
+            // A client that connected and left at once (`toold status` asking for the pid).
+            tracing::debug!("closed a connection whose peer left before it was checked");
+            return;
+        }
     }
     let (reader, writer) = stream.into_split();
     let options = PeerOptions {

@@ -18,7 +18,9 @@
 //! that the daemon frees only once it is dead. Until the shell has exec'd the daemon's thread
 //! waits on the error pipe with every signal blocked, because the init's and the shell's
 //! failing C library calls set that thread's `errno`; after it, the init's calls are raw
-//! system calls (rustix), which set no `errno`, on its own stack.
+//! system calls (rustix), which set no `errno`, on its own stack. Nor does the init touch any
+//! other thread-local storage then (no `thread_local!`, no panic, no allocation): what its
+//! thread pointer points to is that daemon thread's, which may exit while the command runs.
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};

@@ -480,7 +480,9 @@ impl Spawned {
         Ok(status)
     }
 
-    /// Waits for the shell to exit, blocking the thread, and reaps the daemon's child.
+    /// Waits for the shell to exit, blocking the thread, and reaps the daemon's child (an
+    /// init once its namespace is empty: for commands that leave nothing behind, as the
+    /// probe's).
     pub fn wait_blocking(&mut self) -> io::Result<ExitStatus> {
         if let Some(status) = self.status {
             return Ok(status);
