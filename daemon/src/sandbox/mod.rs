@@ -425,11 +425,15 @@ impl ChildSetup for ChildPlan {
             .map_or(0, namespace::Mounts::clone_flags)
     }
 
-    fn enter_namespaces(&self) -> io::Result<()> {
+    fn id_maps(&self) -> Option<crate::spawn::IdMaps<'_>> {
+        self.namespace.as_ref().map(namespace::Mounts::id_maps)
+    }
+
+    fn enter_namespaces(&self, maps_written: bool) -> io::Result<()> {
         let Some(mounts) = &self.namespace else {
             return Ok(());
         };
-        mounts.enter()?;
+        mounts.enter(maps_written)?;
         if mounts.has_own_pids()
             && let Some(ruleset) = &self.landlock
         {

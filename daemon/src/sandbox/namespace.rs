@@ -361,16 +361,28 @@ impl Mounts {
         libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWIPC | pids
     }
 
+    /// The uid and gid maps of the user namespace: the daemon's own ids mapped to themselves.
+    pub(super) fn id_maps(&self) -> crate::spawn::IdMaps<'_> {
+        crate::spawn::IdMaps {
+            uid: &self.uid_map,
+            gid: &self.gid_map,
+        }
+    }
+
     /// In the child, born in the namespaces of [`Self::clone_flags`]: its uid and gid mapped to
-    /// themselves, then the mounts. System calls only.
+    /// themselves (unless `maps_written`: the daemon writes them), then the mounts, which need
+    /// no map (the child has every capability in its namespace from its birth). System calls
+    /// only.
     #[allow(unsafe_code)]
-    pub(super) fn enter(&self) -> io::Result<()> {
+    pub(super) fn enter(&self, maps_written: bool) -> io::Result<()> {
         // SAFETY: every pointer is to a NUL-terminated string or buffer built before the clone
         // and alive for the call; the calls take nothing else.
         unsafe {
-            write_file(c"/proc/self/setgroups", b"deny")?;
-            write_file(c"/proc/self/uid_map", &self.uid_map)?;
-            write_file(c"/proc/self/gid_map", &self.gid_map)?;
+            if !maps_written {
+                write_file(c"/proc/self/setgroups", b"deny")?;
+                write_file(c"/proc/self/uid_map", &self.uid_map)?;
+                write_file(c"/proc/self/gid_map", &self.gid_map)?;
+            }
             // Nothing mounted here travels back to the daemon's namespace: a mount namespace
             // made with a user namespace of its own gets the parent's shared mounts as slaves.
             // Pins first, with what is mounted below them: a cover mounted before a pin of a

@@ -34,11 +34,14 @@ use super::{ChildArgs, Stack, Watched, fail, leave_the_daemon_s_session, shell_m
 /// The report: the shell's wait status, then 1 if no other process of the namespace is left.
 const REPORT_BYTES: usize = 8;
 
-/// An init about to be cloned: its memory and its report pipe.
+/// An init about to be cloned: its memory, its report pipe, and the pipe it is told on that
+/// its id maps are written.
 pub(super) struct Prepared {
     memory: Memory,
     report_read: OwnedFd,
     report_write: OwnedFd,
+    maps_read: OwnedFd,
+    maps_write: OwnedFd,
 }
 
 /// What the init and the shell's clone run on.
@@ -55,6 +58,7 @@ impl Prepared {
             &report_read,
             nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
         )?;
+        let (maps_read, maps_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
         Ok(Self {
             memory: Memory {
                 init_stack: Stack::new(),
@@ -62,7 +66,45 @@ impl Prepared {
             },
             report_read,
             report_write,
+            maps_read,
+            maps_write,
         })
+    }
+
+    pub(super) fn maps_pipe(&self) -> (RawFd, RawFd) {
+        (self.maps_read.as_raw_fd(), self.maps_write.as_raw_fd())
+    }
+
+    /// Writes the id maps of the init `pid` (its `setgroups` denied first, as an unprivileged
+    /// writer must), then tells it whether that worked. Raw system calls: the init, running
+    /// meanwhile, shares this thread's `errno`.
+    pub(super) fn write_id_maps(
+        &mut self,
+        pid: libc::pid_t,
+        maps: super::IdMaps<'_>,
+    ) -> io::Result<()> {
+        use rustix::fs::{Mode, OFlags, open};
+        let write = |name: &str, contents: &[u8]| -> io::Result<()> {
+            let file = open(
+                format!("/proc/{pid}/{name}").as_str(),
+                OFlags::WRONLY | OFlags::CLOEXEC,
+                Mode::empty(),
+            )?;
+            let written = rustix::io::write(&file, contents)?;
+            if written == contents.len() {
+                Ok(())
+            } else {
+                Err(io::Error::other(format!(
+                    "a short write to /proc/{pid}/{name}"
+                )))
+            }
+        };
+        let written = write("setgroups", b"deny")
+            .and_then(|()| write("uid_map", maps.uid))
+            .and_then(|()| write("gid_map", maps.gid));
+        let verdict = [u8::from(written.is_err())];
+        rustix::io::write(&self.maps_write, &verdict)?;
+        written
     }
 
     pub(super) fn init_stack_top(&mut self) -> usize {
@@ -242,7 +284,20 @@ pub(super) extern "C" fn init_main(arg: *mut libc::c_void) -> libc::c_int {
     let args = unsafe { &*(arg as *const ChildArgs) };
     let started = (|| -> io::Result<libc::pid_t> {
         leave_the_daemon_s_session()?;
-        args.setup.enter_namespaces()?;
+        let (maps_read, maps_write) = args.maps_pipe;
+        let maps_by_the_daemon = maps_read >= 0;
+        if maps_by_the_daemon {
+            // The daemon's end alone: if it went without a word, the read below ends.
+            // SAFETY: closes this process's copy of a descriptor.
+            #[allow(unsafe_code)]
+            unsafe {
+                libc::close(maps_write)
+            };
+        }
+        args.setup.enter_namespaces(maps_by_the_daemon)?;
+        if maps_by_the_daemon {
+            wait_for_the_id_maps(maps_read)?;
+        }
         // SAFETY: as for the daemon's clone of a plain spawn: the shell runs on a stack of its
         // own and on `args`, and this process waits (CLONE_VFORK) until it has exec'd or
         // exited.
@@ -263,6 +318,20 @@ pub(super) extern "C" fn init_main(arg: *mut libc::c_void) -> libc::c_int {
     match started {
         Ok(shell) => reap_until_the_namespace_is_empty(shell, args.report_pipe),
         Err(error) => fail(args, Err(error)),
+    }
+}
+
+/// Waits until the daemon has written this process's id maps (the shell's exec needs them:
+/// its files would have no owner without): a 0 byte when it did.
+#[allow(unsafe_code)]
+fn wait_for_the_id_maps(maps_pipe: RawFd) -> io::Result<()> {
+    let mut verdict = [1u8];
+    // SAFETY: a one-byte read into this stack; every signal is blocked (no EINTR).
+    let read = unsafe { libc::read(maps_pipe, verdict.as_mut_ptr().cast(), 1) };
+    if read == 1 && verdict == [0] {
+        Ok(())
+    } else {
+        Err(io::Error::from_raw_os_error(libc::EPERM))
     }
 }
 

@@ -41,10 +41,18 @@ pub trait ChildSetup: Sync {
         0
     }
 
+    /// The lines of the uid and gid maps of the user namespace the child is born in, if it is
+    /// born in one.
+    fn id_maps(&self) -> Option<IdMaps<'_>> {
+        None
+    }
+
     /// In the process born in the namespaces (the init, when there is one), before the
     /// shell enters its working directory (mounts, so that the directory is looked up
-    /// through them).
-    fn enter_namespaces(&self) -> io::Result<()> {
+    /// through them). `maps_written`: the daemon writes the [`Self::id_maps`] meanwhile (for
+    /// an init, in parallel), else this writes them first.
+    fn enter_namespaces(&self, maps_written: bool) -> io::Result<()> {
+        let _ = maps_written;
         Ok(())
     }
 
@@ -52,6 +60,13 @@ pub trait ChildSetup: Sync {
     fn before_exec(&self) -> io::Result<()> {
         Ok(())
     }
+}
+
+/// The uid and gid maps of a user namespace, one line each (`inside outside count`).
+#[derive(Debug, Clone, Copy)]
+pub struct IdMaps<'a> {
+    pub uid: &'a [u8],
+    pub gid: &'a [u8],
 }
 
 /// No setup: a plain spawn.
@@ -237,9 +252,12 @@ struct ChildArgs<'a> {
     /// Where the child writes its errno when a step fails (close-on-exec: closed by a
     /// successful exec).
     error_pipe: RawFd,
-    /// For an init: the shell's stack, and the pipe it reports the shell's end on.
+    /// For an init: the shell's stack, the pipe it reports the shell's end on, and the one it
+    /// is told on that the daemon wrote its id maps (read and write ends; -1: it writes them
+    /// itself).
     shell_stack_top: usize,
     report_pipe: RawFd,
+    maps_pipe: (RawFd, RawFd),
 }
 
 /// Starts `launch` in a session (and process group) of its own, without a controlling
@@ -267,6 +285,7 @@ pub fn spawn(
         error_pipe: error_write.as_raw_fd(),
         shell_stack_top: init.as_mut().map_or(0, init::Prepared::shell_stack_top),
         report_pipe: init.as_ref().map_or(-1, init::Prepared::report_pipe),
+        maps_pipe: init.as_ref().map_or((-1, -1), init::Prepared::maps_pipe),
     };
     let (entry, top, waits): (extern "C" fn(*mut libc::c_void) -> libc::c_int, usize, _) =
         match init.as_mut() {
@@ -304,6 +323,11 @@ pub fn spawn(
         pid
     };
     drop(error_write);
+    // An init's id maps are written from here while it sets up its signals and mounts.
+    let maps_error = match (init.as_mut(), setup.id_maps()) {
+        (Some(init), Some(maps)) => init.write_id_maps(pid, maps).err(),
+        _ => None,
+    };
     // The init's copy alone must hold the report pipe open.
     let init = init.map(init::Prepared::cloned);
     // SAFETY: CLONE_PIDFD stored a new descriptor owned by nobody else.
@@ -319,7 +343,9 @@ pub fn spawn(
     drop(child_stack);
     if read? == errno.len() {
         let _ = reap(pidfd.as_raw_fd(), 0);
-        return Err(io::Error::from_raw_os_error(i32::from_ne_bytes(errno)));
+        return Err(
+            maps_error.unwrap_or_else(|| io::Error::from_raw_os_error(i32::from_ne_bytes(errno)))
+        );
     }
     Ok(Spawned {
         pid: pid as u32,
@@ -338,7 +364,7 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
     let args = unsafe { &*(arg as *const ChildArgs) };
     let steps = || -> io::Result<std::convert::Infallible> {
         leave_the_daemon_s_session()?;
-        args.setup.enter_namespaces()?;
+        args.setup.enter_namespaces(false)?;
         become_the_shell(args)
     };
     fail(args, steps())
