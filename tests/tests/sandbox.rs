@@ -1289,3 +1289,86 @@ async fn a_root_swapped_for_a_symlink_sends_no_later_write_outside() {
     )
     .unwrap();
 }
+
+/// A config file given with `--config` in a place commands may write, in a directory that is
+/// not toold's own, is read-only to them too (its hooks would run unsandboxed at the next
+/// start).
+#[tokio::test]
+async fn a_config_file_in_a_writable_place_stays_read_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().canonicalize().unwrap().join("settings.toml");
+    std::fs::write(&config, "# the user's config\n").unwrap();
+    let wrapper = [
+        "/bin/sh".to_owned(),
+        "-c".to_owned(),
+        format!("exec \"$0\" \"$@\" --config '{}'", config.display()),
+    ];
+    let daemon = TestDaemon::start_under(&wrapper, &[]);
+    let client = connected(&daemon).await;
+    let places = Places::new();
+    let session = session(&client, &places.project, json!({})).await;
+    let result = run(
+        &client,
+        &session,
+        &format!("echo '[[hooks.pre_tool_use]]' >> {}", quoted(&config)),
+    )
+    .await;
+    assert_eq!(result["ok"], json!(false), "{result}");
+    assert_eq!(
+        std::fs::read_to_string(&config).unwrap(),
+        "# the user's config\n"
+    );
+}
+
+/// A shell that makes itself its init's tracee (`PTRACE_TRACEME`) and stops has not ended:
+/// the call is not reported as over (nor as stopped); it runs to its deadline.
+#[tokio::test]
+async fn a_shell_that_stops_as_its_init_s_tracee_has_not_ended() {
+    let test = "a_shell_that_stops_as_its_init_s_tracee_has_not_ended";
+    if require::program(test, "python3", &[], "apt-get install python3").is_none() {
+        return;
+    }
+    let (_daemon, client, _places, session) = sandboxed().await;
+    let line = "exec python3 -c 'import ctypes, os; ctypes.CDLL(None).ptrace(0, 0, 0, 0); \
+                os.kill(os.getpid(), 15)'";
+    let response = client
+        .request(
+            "tools/execute",
+            json!({"session_id": session, "calls": [{"id": "c", "name": "run_command",
+                "arguments": {"command": line, "timeout_ms": 1500}}]}),
+        )
+        .await
+        .unwrap();
+    let result = &response["results"][0]["result"];
+    assert_eq!(result["error_type"], "timeout", "{result}");
+}
+
+/// A root moved aside and made anew between two commands of the same sandbox: the next
+/// command writes the new directory, and not the old one, wherever it went (a ruleset built
+/// ahead holds to the directory it was built for).
+#[tokio::test]
+async fn a_root_moved_aside_and_made_anew_is_the_one_written() {
+    let daemon = TestDaemon::start();
+    let client = connected(&daemon).await;
+    let base = tempfile::tempdir_in(outside_base()).unwrap();
+    let project = base.path().canonicalize().unwrap().join("project");
+    let aside = project.with_file_name("aside");
+    std::fs::create_dir(&project).unwrap();
+    let first = session(&client, &project, json!({})).await;
+    let result = run(&client, &first, "touch before").await;
+    assert_eq!(result["ok"], json!(true), "{result}");
+    std::fs::rename(&project, &aside).unwrap();
+    std::fs::create_dir(&project).unwrap();
+    let second = session(&client, &project, json!({})).await;
+    let result = run(&client, &second, "touch after").await;
+    assert_eq!(result["ok"], json!(true), "{result}");
+    assert!(project.join("after").exists());
+    let result = run(
+        &client,
+        &second,
+        &format!("touch {}", quoted(&aside.join("planted"))),
+    )
+    .await;
+    assert_eq!(result["ok"], json!(false), "{result}");
+    assert!(!aside.join("planted").exists());
+}

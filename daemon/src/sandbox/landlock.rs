@@ -63,17 +63,30 @@ fn readable_everywhere() -> &'static [(OwnedFd, bool)] {
 /// setting), each for the next command of that sandbox: building one takes about 0.1 ms of
 /// `landlock_add_rule` calls, which would otherwise lie on every command's path. A ruleset is
 /// used once (a command's init adds the rule of its own `/proc` to it).
-static SPARES: Mutex<Vec<(SpareKey, OwnedFd)>> = Mutex::new(Vec::new());
+static SPARES: Mutex<Vec<Spare>> = Mutex::new(Vec::new());
+
+/// A ruleset built ahead for `key`, with the identity of each writable directory its rules
+/// name (in the order of `key`'s).
+struct Spare {
+    key: SpareKey,
+    identities: Vec<Option<Identity>>,
+    ruleset: OwnedFd,
+}
 
 type SpareKey = (Vec<PathBuf>, bool);
+
+/// A directory's device and inode.
+type Identity = (u64, u64);
 
 /// At most this many sandboxes keep a spare (the oldest goes first).
 const MAX_SPARES: usize = 16;
 
 /// A ruleset for `writable` and `network` ([`ruleset`]), the one built ahead for them when
-/// there is one; then, when `again` (the same sandbox will be asked for again: not a
-/// command's private temp directory), the next is built in the background. A directory made
-/// or replaced after a spare was built is seen from the command after next.
+/// there is one and every writable path still names the directory its rule holds (a rule
+/// holds to a directory, wherever it is moved: a root moved aside and made anew would leave
+/// the old one writable and the new one not); then, when `again` (the same sandbox will be
+/// asked for again: not a command's private temp directory), the next is built in the
+/// background.
 pub(super) fn ruleset_for_a_command(
     writable: &[PathBuf],
     network: bool,
@@ -85,27 +98,48 @@ pub(super) fn ruleset_for_a_command(
         let mut spares = lock();
         spares
             .iter()
-            .position(|(spare_key, _)| *spare_key == key)
-            .map(|at| spares.remove(at).1)
+            .position(|spare| spare.key == key)
+            .map(|at| spares.remove(at))
     };
-    let this_one = match spare {
+    let current = spare
+        .filter(|spare| spare.identities == identities(writable))
+        .map(|spare| spare.ruleset);
+    let this_one = match current {
         Some(built_ahead) => built_ahead,
         None => ruleset(writable, network)?,
     };
     if again && let Ok(runtime) = tokio::runtime::Handle::try_current() {
         runtime.spawn_blocking(move || {
-            let Ok(next) = ruleset(&key.0, key.1) else {
+            // Taken before the build: a directory replaced during it fails the check.
+            let identities = identities(&key.0);
+            let Ok(ruleset) = ruleset(&key.0, key.1) else {
                 return;
             };
             let mut spares = lock();
-            spares.retain(|(spare_key, _)| *spare_key != key);
+            spares.retain(|spare| spare.key != key);
             if spares.len() >= MAX_SPARES {
                 spares.remove(0);
             }
-            spares.push((key, next));
+            spares.push(Spare {
+                key,
+                identities,
+                ruleset,
+            });
         });
     }
     Ok(this_one)
+}
+
+/// The identity of each of `dirs`, looked up as [`beneath`] opens them (no symlink followed);
+/// `None` for one that cannot be.
+fn identities(dirs: &[PathBuf]) -> Vec<Option<Identity>> {
+    dirs.iter()
+        .map(|dir| {
+            let fd = crate::confined::open(dir, nix::fcntl::OFlag::O_PATH).ok()?;
+            let stat = nix::sys::stat::fstat(&fd).ok()?;
+            Some((stat.st_dev, stat.st_ino))
+        })
+        .collect()
 }
 
 /// A Landlock ruleset as an open descriptor, ready for `landlock_restrict_self`.

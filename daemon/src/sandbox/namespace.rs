@@ -274,8 +274,9 @@ impl Mounts {
         for dir in crate::paths::daemon_dirs() {
             let exposed = writable.iter().any(|place| dir.starts_with(place))
                 && !hidden.iter().any(|covered| dir.starts_with(covered));
+            // A config file in a directory not toold's own is bound alone.
             if exposed
-                && dir.is_dir()
+                && dir.exists()
                 && let Some(c) = c_path(dir)
             {
                 mounts.read_only.push((c, locked_flags(dir)));

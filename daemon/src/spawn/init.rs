@@ -355,7 +355,12 @@ fn reap_until_the_namespace_is_empty(shell: libc::pid_t, report_pipe: RawFd) -> 
     let all = WaitOptions::from_bits_retain(libc::__WALL as u32);
     loop {
         match wait(all) {
-            Ok(Some((pid, status))) if pid.as_raw_pid() == shell => {
+            // The shell's end; not a stop: a shell that made itself this process's tracee
+            // (`PTRACE_TRACEME`) and stopped has not ended, and stays stopped, untraced by
+            // anyone who would resume it, until the call's deadline.
+            Ok(Some((pid, status)))
+                if pid.as_raw_pid() == shell && (status.exited() || status.signaled()) =>
+            {
                 // Reap what already died; whether anything else lives.
                 let nothing_left = loop {
                     match wait(all | WaitOptions::NOHANG) {
