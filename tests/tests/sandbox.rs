@@ -852,7 +852,11 @@ async fn without_pid_namespaces_the_sweep_leaves_no_survivor() {
 
 async fn assert_no_survivors(client: &TestClient, session: &str, tier: &str) {
     for (round, ending) in ["exit 0", "sleep 30"].iter().enumerate() {
-        let marker = |index: u32| format!("4000.{:08}{round}{index}", std::process::id());
+        // Unique to this test process, tier, round and process: the tests of both tiers run
+        // at once, and one must not take the other's processes for its own survivors.
+        let tier_digit = u8::from(tier == "pid_namespace");
+        let marker =
+            |index: u32| format!("4000.{:08}{tier_digit}{round}{index}", std::process::id());
         let line = format!(
             "sleep {} & setsid sleep {} & (sleep {} &) ; (env -i setsid sh -c 'sleep {} &' &) ; \
              nohup sleep {} >/dev/null 2>&1 & sleep 0.3; {ending}",

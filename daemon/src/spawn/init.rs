@@ -21,6 +21,10 @@
 //! system calls (rustix), which set no `errno`, on its own stack. Nor does the init touch any
 //! other thread-local storage then (no `thread_local!`, no panic, no allocation): what its
 //! thread pointer points to is that daemon thread's, which may exit while the command runs.
+//!
+//! The init's uid and gid maps are written by the daemon's thread (raw system calls too)
+//! while the init resets its signals and mounts, which need no map; the init waits to be told
+//! they are written before it starts the shell, whose files need an owner.
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};

@@ -343,9 +343,13 @@ pub fn spawn(
     drop(child_stack);
     if read? == errno.len() {
         let _ = reap(pidfd.as_raw_fd(), 0);
-        return Err(
-            maps_error.unwrap_or_else(|| io::Error::from_raw_os_error(i32::from_ne_bytes(errno)))
-        );
+        let failed = io::Error::from_raw_os_error(i32::from_ne_bytes(errno));
+        // An init told its maps could not be written fails with EPERM: the daemon's own
+        // error says why. Any other failure is the child's.
+        return Err(match maps_error {
+            Some(maps_error) if failed.raw_os_error() == Some(libc::EPERM) => maps_error,
+            _ => failed,
+        });
     }
     Ok(Spawned {
         pid: pid as u32,
