@@ -928,13 +928,16 @@ async fn each_command_runs_in_a_pid_namespace_of_its_own() {
     let elsewhere = Places::new();
     let other = session(&neighbour, &elsewhere.project, json!({})).await;
     let sleeper = tokio::spawn(async move {
-        run(&neighbour, &other, "exec -a toold-pidns-neighbour sleep 5").await
+        run(&neighbour, &other, "exec -a toold-pidns-neighbour sleep 30").await
     });
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(
-        alive_with("toold-pidns-neighbour"),
-        "the neighbour never started"
-    );
+    let started = std::time::Instant::now();
+    while !alive_with("toold-pidns-neighbour") {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the neighbour never started"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let seen = run(&client, &own, "cat /proc/[0-9]*/cmdline | tr '\\0' ' '").await;
     assert!(!output(&seen).contains("toold-pidns-neighbour"), "{seen}");
     sleeper.abort();
