@@ -8,8 +8,9 @@
 //! alone: no allocation, no lock, nothing that is not async-signal-safe. Layers, in the order
 //! the child applies them:
 //!
-//! - **Namespaces** ([`namespace`]), where user namespaces work: the child is born in a user
-//!   and mount namespace of its own; an empty read-only tmpfs covers the daemon socket's
+//! - **Namespaces** ([`namespace`]), where user namespaces work: the child is born in a user,
+//!   mount, IPC and (where `/proc` can be mounted again) PID namespace of its own, the last
+//!   with an init of toold's ([`crate::spawn::init`]); an empty read-only tmpfs covers the daemon socket's
 //!   directory, and the repositories' `.git/config`, `.git/hooks` and `.git` files are bound
 //!   read-only over themselves (the `.git` directory itself bound over itself too, so that it
 //!   cannot be renamed away and replaced).

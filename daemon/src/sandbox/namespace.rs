@@ -1,6 +1,7 @@
-//! The private user + mount namespace of a confined command: the daemon socket's directory
-//! covered by an empty read-only tmpfs (or the socket itself by `/dev/null`), and the
-//! repositories' `.git/config`, `.git/hooks` and `.git` files bound read-only over themselves.
+//! The private user + mount namespace of a confined command (with IPC and, where it can be
+//! had, PID namespaces and a `/proc` of its own): the daemon socket's directory covered by an
+//! empty read-only tmpfs (or the socket itself by `/dev/null`), and the repositories'
+//! `.git/config`, `.git/hooks` and `.git` files bound read-only over themselves.
 //!
 //! The command keeps its own uid (mapped to itself), so files it creates are the user's; it
 //! has capabilities in the new namespace only until it execs (its uid is not 0 there), so it
