@@ -379,6 +379,30 @@ async fn network_off_refuses_ip_sockets_and_network_on_allows_them() {
     assert_eq!(&buffer[..size], b"udp");
 }
 
+/// `io_uring`, whose operations (sockets among them) would pass the seccomp filter by, cannot
+/// be set up by a sandboxed command, with the network on or off; with the sandbox off it can
+/// (the control).
+#[tokio::test]
+async fn io_uring_is_refused_to_sandboxed_commands() {
+    let daemon = TestDaemon::start_with_config(Some("[sandbox]\nallow_unsandboxed = true\n"));
+    let client = connected(&daemon).await;
+    let places = Places::new();
+    // io_uring_setup(1, params), number 425 on every architecture: a ring's descriptor, or the errno's name.
+    let line = String::from(
+        "python3 -c \"import ctypes, errno; libc = ctypes.CDLL(None, use_errno=True); \
+         fd = libc.syscall(425, 1, ctypes.create_string_buffer(120)); \
+         print('ring' if fd >= 0 else errno.errorcode[ctypes.get_errno()])\"",
+    );
+    for sandbox in [json!({"network": false}), json!({"network": true})] {
+        let session = session(&client, &places.project, sandbox.clone()).await;
+        let result = run(&client, &session, &line).await;
+        assert_eq!(output(&result), "EACCES\n", "{sandbox}: {result}");
+    }
+    let off = session(&client, &places.project, json!({"mode": "off"})).await;
+    let result = run(&client, &off, &line).await;
+    assert_eq!(output(&result), "ring\n", "{result}");
+}
+
 /// Lines that try to reach the daemon through its socket: Python directly and through
 /// `/proc/<daemon pid>/root`, `socat`, `toold status`, and Python through a hard link to the
 /// socket made outside the sandbox (only the peer check stops that one). Each writes
@@ -610,23 +634,28 @@ async fn initialize_reports_what_this_kernel_enforces() {
         .await;
     // Already initialized: a fresh connection asks.
     assert!(result.is_err());
-    let fresh = TestClient::connect_raw(
-        &daemon.socket(),
-        toold_protocol::Framing::Ndjson,
-        no_answers(),
-    )
-    .await;
-    let result = fresh
-        .request("initialize", json!({"protocol_version": 1}))
-        .await
-        .unwrap();
-    let report = &result["sandbox"];
+    let report = &sandbox_report(&daemon).await;
     assert_eq!(report["fs"], true, "{report}");
     assert_eq!(report["network"], true, "{report}");
     assert_eq!(report["daemon_socket"], "mount_namespace", "{report}");
     assert_eq!(report["processes"], "pid_namespace", "{report}");
     assert_eq!(report["degraded"], json!([]), "{report}");
     assert!(report["landlock_abi"].as_u64().unwrap() >= 6, "{report}");
+}
+
+/// The sandbox report of `initialize`, asked on a fresh connection.
+async fn sandbox_report(daemon: &TestDaemon) -> Value {
+    let fresh = TestClient::connect_raw(
+        &daemon.socket(),
+        toold_protocol::Framing::Ndjson,
+        no_answers(),
+    )
+    .await;
+    let mut result = fresh
+        .request("initialize", json!({"protocol_version": 1}))
+        .await
+        .unwrap();
+    result["sandbox"].take()
 }
 
 fn without(features: &[&str]) -> Vec<String> {
@@ -648,17 +677,7 @@ async fn without_user_namespaces_the_peer_check_keeps_commands_out() {
         &without(&["--user-namespaces"]),
         "[sandbox]\nallow_unsandboxed = true\n",
     );
-    let fresh = TestClient::connect_raw(
-        &daemon.socket(),
-        toold_protocol::Framing::Ndjson,
-        no_answers(),
-    )
-    .await;
-    let report = fresh
-        .request("initialize", json!({"protocol_version": 1}))
-        .await
-        .unwrap()["sandbox"]
-        .clone();
+    let report = sandbox_report(&daemon).await;
     assert_eq!(report["daemon_socket"], "peer_check", "{report}");
     assert_eq!(report["processes"], "sweep", "{report}");
     assert_eq!(report["degraded"], json!(["git_metadata"]), "{report}");
@@ -762,16 +781,7 @@ async fn without_landlock_warn_says_so_and_refuse_does_not_run() {
         "{message}"
     );
     assert!(!marker.exists(), "the refused command ran");
-    let report = TestClient::connect_raw(
-        &refuse.socket(),
-        toold_protocol::Framing::Ndjson,
-        no_answers(),
-    )
-    .await
-    .request("initialize", json!({"protocol_version": 1}))
-    .await
-    .unwrap()["sandbox"]
-        .clone();
+    let report = sandbox_report(&refuse).await;
     assert_eq!(report["fs"], false, "{report}");
     assert_eq!(report["landlock_abi"], Value::Null, "{report}");
 }
@@ -830,17 +840,7 @@ async fn no_process_of_a_sandboxed_command_outlives_its_call() {
 #[tokio::test]
 async fn without_pid_namespaces_the_sweep_leaves_no_survivor() {
     let daemon = TestDaemon::start_under_with_config(&without(&["--pid-namespaces"]), "");
-    let fresh = TestClient::connect_raw(
-        &daemon.socket(),
-        toold_protocol::Framing::Ndjson,
-        no_answers(),
-    )
-    .await;
-    let report = fresh
-        .request("initialize", json!({"protocol_version": 1}))
-        .await
-        .unwrap()["sandbox"]
-        .clone();
+    let report = sandbox_report(&daemon).await;
     assert_eq!(report["processes"], "sweep", "{report}");
     assert_eq!(report["daemon_socket"], "mount_namespace", "{report}");
     assert_eq!(report["degraded"], json!([]), "{report}");
