@@ -81,53 +81,59 @@ type Identity = (u64, u64);
 /// At most this many sandboxes keep a spare (the oldest goes first).
 const MAX_SPARES: usize = 16;
 
-/// A ruleset for `writable` and `network` ([`ruleset`]), the one built ahead for them when
+/// The spares, locked (a panic while they were held left them whole: each change is one
+/// `Vec` operation).
+fn spares() -> std::sync::MutexGuard<'static, Vec<Spare>> {
+    SPARES.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A ruleset for `writable` and `network` ([`ruleset`]): the one built ahead for them when
 /// there is one and every writable path still names the directory its rule holds (a rule
 /// holds to a directory, wherever it is moved: a root moved aside and made anew would leave
-/// the old one writable and the new one not); then, when `again` (the same sandbox will be
-/// asked for again: not a command's private temp directory), the next is built in the
-/// background.
+/// the old one writable and the new one not).
 pub(super) fn ruleset_for_a_command(
     writable: &[PathBuf],
     network: bool,
-    again: bool,
 ) -> Result<OwnedFd, String> {
-    let lock = || SPARES.lock().unwrap_or_else(|e| e.into_inner());
     let key: SpareKey = (writable.to_vec(), network);
     let spare = {
-        let mut spares = lock();
+        let mut spares = spares();
         spares
             .iter()
             .position(|spare| spare.key == key)
             .map(|at| spares.remove(at))
     };
-    let current = spare
-        .filter(|spare| spare.identities == identities(writable))
-        .map(|spare| spare.ruleset);
-    let this_one = match current {
-        Some(built_ahead) => built_ahead,
-        None => ruleset(writable, network)?,
-    };
-    if again && let Ok(runtime) = tokio::runtime::Handle::try_current() {
-        runtime.spawn_blocking(move || {
-            // Taken before the build: a directory replaced during it fails the check.
-            let identities = identities(&key.0);
-            let Ok(ruleset) = ruleset(&key.0, key.1) else {
-                return;
-            };
-            let mut spares = lock();
-            spares.retain(|spare| spare.key != key);
-            if spares.len() >= MAX_SPARES {
-                spares.remove(0);
-            }
-            spares.push(Spare {
-                key,
-                identities,
-                ruleset,
-            });
-        });
+    match spare.filter(|spare| spare.identities == identities(writable)) {
+        Some(built_ahead) => Ok(built_ahead.ruleset),
+        None => ruleset(writable, network),
     }
-    Ok(this_one)
+}
+
+/// Builds the next command's ruleset for `writable` and `network` in the background. Called
+/// once a command runs, not before: on a machine of few cores the build would take a core
+/// from the command's own start.
+pub(super) fn build_ahead(writable: &[PathBuf], network: bool) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    let key: SpareKey = (writable.to_vec(), network);
+    runtime.spawn_blocking(move || {
+        // Taken before the build: a directory replaced during it fails the check.
+        let identities = identities(&key.0);
+        let Ok(ruleset) = ruleset(&key.0, key.1) else {
+            return;
+        };
+        let mut spares = spares();
+        spares.retain(|spare| spare.key != key);
+        if spares.len() >= MAX_SPARES {
+            spares.remove(0);
+        }
+        spares.push(Spare {
+            key,
+            identities,
+            ruleset,
+        });
+    });
 }
 
 /// The identity of each of `dirs`, looked up as [`beneath`] opens them (no symlink followed);

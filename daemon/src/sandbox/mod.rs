@@ -297,12 +297,11 @@ impl Confinement {
             .collect();
         let landlock = if kernel.landlock_fs() {
             Some(
-                landlock::ruleset_for_a_command(&writable, settings.network, private_tmp.is_none())
-                    .map_err(|err| {
-                        Unbuildable::Failed(format!(
-                            "cannot build the command's Landlock ruleset: {err}"
-                        ))
-                    })?,
+                landlock::ruleset_for_a_command(&writable, settings.network).map_err(|err| {
+                    Unbuildable::Failed(format!(
+                        "cannot build the command's Landlock ruleset: {err}"
+                    ))
+                })?,
             )
         } else {
             None
@@ -326,6 +325,19 @@ impl Confinement {
             private_tmp,
             must_not_appear,
         })
+    }
+
+    /// Builds the ruleset of the next command of this sandbox in the background (see
+    /// [`landlock::build_ahead`]); a command's private temp directory is its own, so its
+    /// sandbox is never asked for again.
+    pub fn build_ahead(&self) {
+        let uses_landlock = self
+            .plan
+            .as_ref()
+            .is_some_and(|plan| plan.landlock.is_some());
+        if uses_landlock && self.private_tmp.is_none() {
+            landlock::build_ahead(&self.writable, self.settings.network);
+        }
     }
 
     /// Removes what the command made where git would read it and a mount could not cover it

@@ -216,6 +216,7 @@ async fn run_command(mut args: Map<String, Value>, ctx: ToolContext) -> ToolOutc
     .map_err(cannot_start)?;
     // Known until reaped, which for a PID namespace's init may be after the call.
     child.hold_until_reaped(known);
+    confinement.build_ahead();
     let shell_pid = child.id();
     let (stdout, stderr) = pipes.into_readers().map_err(cannot_start)?;
     let mut tree = TreeGuard(Some(ProcessTree::new(shell_pid, &tag)));
