@@ -1,20 +1,19 @@
 //! toold: the per-user daemon that executes AI agents' tool calls.
 //!
-//! This library is the whole daemon and its command line; the `toold` binary only calls
-//! [`cli::main`]. In the order a request walks through it: the socket server ([`server`]), the
+//! This library is the whole daemon; its one entry point is [`serve::serve`], which the
+//! `toold` binary (the command line, in `daemon/cli/`) calls for `toold serve`. In the order a request walks through it: the socket server ([`server`]), the
 //! JSON-RPC method table and handlers over `toold_protocol`'s peer ([`rpc`]), sessions
 //! ([`session`]) and the sink their events go through ([`events`]), batches ([`batch`]) and the
 //! per-call pipeline ([`call`]) with its hooks ([`hooks`]), permission engine ([`permission`]),
 //! command-line analysis ([`shell`]) and approvals ([`approval`]), then the tool runtime
 //! ([`tools`]: the registry, its execution boundary and the six builtin tools) with what it
 //! runs on: the [`Env`] ([`env`]), path arguments ([`paths`], [`confined`]) and process trees
-//! ([`process_tree`]). Around it: the configuration ([`config`]) and the command line
-//! ([`cli`]).
+//! ([`process_tree`]). Around it: the configuration ([`config`]) and the daemon's life
+//! ([`serve`]).
 
 pub mod approval;
 pub mod batch;
 pub mod call;
-pub mod cli;
 pub mod config;
 pub mod confined;
 pub mod env;
@@ -26,6 +25,7 @@ pub mod permission;
 pub mod process_tree;
 pub mod rpc;
 pub mod sandbox;
+pub mod serve;
 pub mod server;
 pub mod session;
 pub mod shell;

@@ -8,7 +8,7 @@ use clap::Args;
 
 use toold_protocol::{SocketEnv, resolve_socket_path};
 
-use crate::config::Config;
+use toold::config::Config;
 
 /// The options every subcommand that talks to the daemon takes.
 #[derive(Args, Debug, Clone, Default)]

@@ -1,4 +1,5 @@
-//! The `toold` command line: `serve` runs the daemon, `check-config` validates a configuration
+//! The `toold` binary, its command line: `serve` runs the daemon (the library's
+//! [`toold::serve`]), `check-config` validates a configuration
 //! file, `connect` bridges stdio to the daemon; `call`, `exec`, `tools`, `sessions` and
 //! `status` talk to it through `toold-client`; `completions` prints shell completions. The
 //! edge of the program: errors become messages and exit codes here.
@@ -19,7 +20,6 @@ mod connect;
 mod exec;
 mod listing;
 mod render;
-mod serve;
 mod status;
 mod visible;
 
@@ -120,15 +120,15 @@ enum Outcome {
 const EXIT_ERROR: u8 = 2;
 
 /// Runs the `toold` command with the process's arguments.
-pub fn main() -> ExitCode {
+fn main() -> ExitCode {
     // The daemon's shell parser workers are this binary too (`shell::isolated`); they start
     // before the command line is parsed, and no user types this argument.
     if std::env::args_os().nth(1).as_deref()
         == Some(std::ffi::OsStr::new(
-            crate::shell::isolated::WORKER_ARGUMENT,
+            toold::shell::isolated::WORKER_ARGUMENT,
         ))
     {
-        return crate::shell::isolated::worker_main();
+        return toold::shell::isolated::worker_main();
     }
     let cli = Cli::parse();
     match cli.command {
@@ -136,9 +136,16 @@ pub fn main() -> ExitCode {
             socket,
             config,
             allow_root,
-        } => daemon_side(serve::serve(socket, config, allow_root)),
+        } => daemon_side(
+            toold::serve::serve(toold::serve::ServeArgs {
+                socket,
+                config,
+                allow_root,
+            })
+            .map_err(anyhow::Error::from),
+        ),
         Command::CheckConfig { path } => daemon_side(
-            crate::config::check_config(path.as_deref())
+            toold::config::check_config(path.as_deref())
                 .map(|summary| println!("{summary}"))
                 .map_err(anyhow::Error::from),
         ),

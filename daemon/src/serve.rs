@@ -1,20 +1,22 @@
-//! `toold serve`: runs the daemon on its socket until SIGTERM or SIGINT, then drains.
+//! The daemon's life (`toold serve`): assembled from its configuration, served on its socket
+//! until SIGTERM or SIGINT, then drained. The one entry point of the library.
 
+use std::io;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::batch::Executor;
-use crate::config::Config;
+use crate::config::{Config, ConfigError};
 use crate::rpc::{Daemon, Settings};
 use crate::server::run::{ServerOptions, run};
+use crate::server::socket::SocketError;
 use crate::server::{socket, systemd};
 use crate::session::manager::{SessionDefaults, SessionManager};
 use crate::session::store::SessionStore;
 use crate::shell::isolated::ShellParser;
 use crate::tools::write_journal;
 use crate::{Registry, paths, permission, process_tree};
-use anyhow::Context;
 use tokio_util::sync::CancellationToken;
 
 /// How long running batches may finish after SIGTERM before they are canceled.
@@ -23,12 +25,45 @@ const DRAIN_GRACE: Duration = Duration::from_secs(10);
 /// Events each session keeps for replay after a reconnect.
 const EVENT_LOG_CAPACITY: usize = 10_000;
 
+/// How the daemon was asked to run.
+#[derive(Debug, Default)]
+pub struct ServeArgs {
+    /// The socket to listen on, over `$TOOLD_SOCKET`, the config's and the default.
+    pub socket: Option<PathBuf>,
+    /// The configuration file, over the default.
+    pub config: Option<PathBuf>,
+    /// Run even as root.
+    pub allow_root: bool,
+}
+
+/// Why the daemon did not start; each says what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error(transparent)]
+    Socket(#[from] SocketError),
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("{what}: {error}")]
+    Io {
+        what: &'static str,
+        error: io::Error,
+    },
+    #[error("no directory for session state: set XDG_STATE_HOME or HOME")]
+    NoStateDirectory,
+}
+
+/// `what` went wrong with `error`.
+fn failed(what: &'static str) -> impl FnOnce(io::Error) -> ServeError {
+    move |error| ServeError::Io { what, error }
+}
+
 /// Runs the daemon; returns once it has drained after a signal.
-pub fn serve(
-    socket_flag: Option<PathBuf>,
-    config_path: Option<PathBuf>,
-    allow_root: bool,
-) -> anyhow::Result<()> {
+pub fn serve(args: ServeArgs) -> Result<(), ServeError> {
+    let ServeArgs {
+        socket: socket_flag,
+        config: config_path,
+        allow_root,
+    } = args;
     // First of all, before the config or anything else is in memory: the commands the daemon
     // runs have its uid, and must not read its environment or memory or trace it.
     process_tree::keep_out_of_reach();
@@ -45,7 +80,7 @@ pub fn serve(
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
-        .context("cannot start the runtime")?;
+        .map_err(failed("cannot start the runtime"))?;
     let served = runtime.block_on(async move {
         // Before the socket exists: a SIGTERM that comes as soon as a client could see the
         // daemon (systemd's stop right after start, a script's kill after its first answer)
@@ -57,7 +92,7 @@ pub fn serve(
         // A socket systemd passed is systemd's to remove; one bound here is removed at the end.
         let (listener, place, bound) = match inherited {
             Some(listener) => (
-                tokio::net::UnixListener::from_std(listener).context("cannot use the socket systemd passed")?,
+                tokio::net::UnixListener::from_std(listener).map_err(failed("cannot use the socket systemd passed"))?,
                 "the socket systemd passed".to_owned(),
                 None,
             ),
@@ -65,7 +100,7 @@ pub fn serve(
                 let env = toold_protocol::SocketEnv::from_process();
                 let path = toold_protocol::resolve_socket_path(socket_flag.as_deref(), config.socket.as_deref(), &env);
                 let listener = socket::bind_listener(&path)?;
-                let bound = socket::BoundSocket::of(&path).context("cannot find the socket just bound")?;
+                let bound = socket::BoundSocket::of(&path).map_err(failed("cannot find the socket just bound"))?;
                 (listener, path.display().to_string(), Some(bound))
             }
         };
@@ -80,7 +115,7 @@ pub fn serve(
             crate::sandbox::kernel::keep_commands_from(socket, own_dir);
         }
         // Once, before any command: what `initialize` reports is what commands get.
-        let kernel = tokio::task::spawn_blocking(crate::sandbox::kernel::probe).await.context("the sandbox probe failed")?;
+        let kernel = tokio::task::spawn_blocking(crate::sandbox::kernel::probe).await.map_err(|join| failed("the sandbox probe failed")(io::Error::other(join)))?;
         if !kernel.report().degraded.is_empty() {
             tracing::warn!(degraded = ?kernel.report().degraded, "this kernel cannot enforce every part of the command sandbox");
         }
@@ -100,7 +135,7 @@ pub fn serve(
         );
         executor.hooks = config.hooks.clone();
         executor.limits = config.limits();
-        let store = SessionStore::new(SessionStore::default_dir().context("no directory for session state: set XDG_STATE_HOME or HOME")?);
+        let store = SessionStore::new(SessionStore::default_dir().ok_or(ServeError::NoStateDirectory)?);
 
         let defaults = SessionDefaults {
             env: config.env_for(PathBuf::from("/")),
