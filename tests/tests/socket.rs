@@ -184,13 +184,43 @@ fn root_needs_allow_root() {
     }
 }
 
+/// The uid and gid of `nobody`.
+const NOBODY: u32 = 65534;
+
+/// Starts a copy of this test binary in `dir` (where `nobody` may run it: the target directory
+/// may be private) as `nobody`, to run `test` alone with `env` set; its stdout piped.
+fn spawn_as_nobody(dir: &Path, test: &str, env: (&str, &Path)) -> std::process::Child {
+    let copy = dir.join("socket-test");
+    fs::copy(std::env::current_exe().expect("current_exe"), &copy).expect("copy the test");
+    fs::set_permissions(&copy, fs::Permissions::from_mode(0o755)).expect("chmod 755");
+    let mut command = std::process::Command::new(&copy);
+    command
+        .args(["--exact", test, "--nocapture"])
+        .env(env.0, env.1)
+        .stdout(std::process::Stdio::piped())
+        .uid(NOBODY)
+        .gid(NOBODY);
+    // Another test of this process forking meanwhile may hold the copy's descriptor (open for
+    // writing, close-on-exec) until its child execs: the kernel then refuses to run the copy
+    // with ETXTBSY for that moment.
+    let mut busy = 0;
+    loop {
+        match command.spawn() {
+            Err(err) if err.kind() == std::io::ErrorKind::ExecutableFileBusy && busy < 100 => {
+                busy += 1;
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            spawned => return spawned.expect("run the test as nobody"),
+        }
+    }
+}
+
 /// A peer of another user is told apart by its credentials. Only root can be another user, so
 /// the test runs a copy of itself as `nobody` to connect; as anyone else it cannot switch users
 /// and checks nothing more than the tests above.
 #[tokio::test]
 async fn a_peer_of_another_user_is_not_allowed() {
     const INNER: &str = "TOOLD_TEST_CONNECT_TO";
-    const NOBODY: u32 = 65534;
     if let Some(path) = std::env::var_os(INNER) {
         let mut stream = StdUnixStream::connect(path).expect("connect as nobody");
         let mut rest = Vec::new();
@@ -207,21 +237,11 @@ async fn a_peer_of_another_user_is_not_allowed() {
     let listener = tokio::net::UnixListener::bind(&path).expect("bind");
     fs::set_permissions(&path, fs::Permissions::from_mode(0o777)).expect("chmod 777");
 
-    // A copy of this test binary where nobody may run it: the target directory may be private.
-    let copy = temp.path().join("socket-test");
-    fs::copy(std::env::current_exe().expect("current_exe"), &copy).expect("copy the test");
-    fs::set_permissions(&copy, fs::Permissions::from_mode(0o755)).expect("chmod 755");
-    let inner = std::process::Command::new(&copy)
-        .args([
-            "--exact",
-            "a_peer_of_another_user_is_not_allowed",
-            "--nocapture",
-        ])
-        .env(INNER, &path)
-        .uid(NOBODY)
-        .gid(NOBODY)
-        .spawn()
-        .expect("run the test as nobody");
+    let inner = spawn_as_nobody(
+        temp.path(),
+        "a_peer_of_another_user_is_not_allowed",
+        (INNER, &path),
+    );
     let (server, _) = tokio::time::timeout(std::time::Duration::from_secs(30), listener.accept())
         .await
         .expect("nobody connected within 30 s")
@@ -243,7 +263,6 @@ async fn a_peer_of_another_user_is_not_allowed() {
 #[tokio::test]
 async fn the_daemon_refuses_a_client_of_another_user_even_on_an_open_socket() {
     const INNER: &str = "TOOLD_TEST_DAEMON_AS_NOBODY";
-    const NOBODY: u32 = 65534;
     if let Some(path) = std::env::var_os(INNER) {
         let mut stream = StdUnixStream::connect(path).expect("connect as nobody");
         // A daemon that served nobody would keep the connection open: stop waiting, then look.
@@ -281,32 +300,13 @@ async fn the_daemon_refuses_a_client_of_another_user_even_on_an_open_socket() {
         fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).expect("chmod 755");
         dir = dir.parent().expect("a parent").to_path_buf();
     }
-    let copy = daemon.root().join("socket-test");
-    fs::copy(std::env::current_exe().expect("current_exe"), &copy).expect("copy the test");
-    fs::set_permissions(&copy, fs::Permissions::from_mode(0o755)).expect("chmod 755");
-    // Another test of this process forking meanwhile may hold the copy's descriptor (open
-    // for writing, close-on-exec) until its child execs: the kernel then refuses to run the
-    // copy with ETXTBSY for that moment.
-    let mut attempts = 0;
-    let inner = loop {
-        let ran = std::process::Command::new(&copy)
-            .args([
-                "--exact",
-                "the_daemon_refuses_a_client_of_another_user_even_on_an_open_socket",
-                "--nocapture",
-            ])
-            .env(INNER, &socket)
-            .uid(NOBODY)
-            .gid(NOBODY)
-            .output();
-        match ran {
-            Err(err) if err.kind() == std::io::ErrorKind::ExecutableFileBusy && attempts < 50 => {
-                attempts += 1;
-                std::thread::sleep(std::time::Duration::from_millis(20));
-            }
-            ran => break ran.expect("run the test as nobody"),
-        }
-    };
+    let inner = spawn_as_nobody(
+        daemon.root(),
+        "the_daemon_refuses_a_client_of_another_user_even_on_an_open_socket",
+        (INNER, &socket),
+    )
+    .wait_with_output()
+    .expect("wait");
     assert!(
         inner.status.success(),
         "the inner test failed: {}\n{}",
