@@ -14,9 +14,9 @@ use toml::de::DeTable;
 use toold_protocol::framing::DEFAULT_MAX_MESSAGE_BYTES;
 use toold_protocol::{HookEvent, Rules};
 
-use crate::batch::Limits;
 use crate::env::{Env, defaults};
 use crate::hooks::ConfiguredHook;
+use crate::pipeline::Limits;
 use crate::sandbox::SandboxConfig;
 
 /// How many connections the daemon serves at once unless the config says otherwise.

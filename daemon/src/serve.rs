@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::batch::Executor;
 use crate::config::{Config, ConfigError};
+use crate::pipeline::Executor;
 use crate::rpc::{Daemon, Settings};
 use crate::server::run::{ServerOptions, run};
 use crate::server::socket::SocketError;

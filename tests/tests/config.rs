@@ -5,9 +5,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use pretty_assertions::assert_eq;
-use toold::batch::Limits;
 use toold::config::{Config, ConfigError, check_config};
 use toold::env::{Env, defaults};
+use toold::pipeline::Limits;
 use toold_protocol::{HookEvent, Rules};
 
 /// The path errors name in these tests.

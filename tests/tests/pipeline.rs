@@ -9,10 +9,11 @@ use std::time::Duration;
 use pretty_assertions::assert_eq;
 use serde_json::{Map, Value, json};
 use toold::approval::{ApprovalFuture, ApprovalReply, Approver};
-use toold::batch::{Batch, BatchControl, Executor};
 use toold::events::CollectingListener;
 use toold::hooks::{ClientHooks, ConfiguredHook, HookFuture};
-use toold::session::{Session, SessionPeers, SessionState};
+use toold::pipeline::Executor;
+use toold::pipeline::batch::{Batch, BatchControl};
+use toold::pipeline::session::{Session, SessionPeers, SessionState};
 use toold::tools::ToolFuture;
 use toold::{Registry, Tool, ToolContext, ToolOutput};
 use toold_protocol::{

@@ -1,59 +1,24 @@
-//! Batches: the plan (which calls run together) and the runner, which runs the plan and writes
-//! each call's outcome into its slot, so that results come back in call order whatever order
-//! the calls finish in, and every call gets exactly one.
-
-pub mod plan;
+//! Batches: the runner, which runs the plan (which calls run together) and writes each call's
+//! outcome into its slot, so that results come back in call order whatever order the calls
+//! finish in, and every call gets exactly one.
 
 use std::panic::AssertUnwindSafe;
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use futures_util::FutureExt;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use toold_protocol::{BatchStart, CallOutcome, ErrorType, Safety, ToolCall};
 
-use crate::call::{self, CallScope, failure};
+use super::Executor;
+use super::call::{self, CallScope, failure};
+use super::plan;
+use super::session::{Session, SessionState};
 use crate::events::EventBody;
-use crate::hooks::{ClientHooks, ConfiguredHook, HookSet};
 use crate::permission::{Decision, HookVerdict};
-use crate::session::{Session, SessionState};
-use crate::shell::isolated::ShellParser;
-use crate::tools::Registry;
 use crate::tools::registry::panic_message;
-
-/// The limits of docs/protocol.md section 10 that the pipeline applies.
-#[derive(Debug, Clone)]
-pub struct Limits {
-    /// How many calls of one concurrent run execute at once.
-    pub max_parallel: usize,
-    /// Live output per call delivered as `tool/output` events.
-    pub max_stream_bytes: usize,
-    pub approval_timeout: Duration,
-    pub hook_timeout: Duration,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Self {
-            max_parallel: 8,
-            max_stream_bytes: 10 * 1024 * 1024,
-            approval_timeout: Duration::from_secs(600),
-            hook_timeout: Duration::from_secs(30),
-        }
-    }
-}
-
-/// What runs batches: the registry, the configured hooks, the limits.
-pub struct Executor {
-    pub registry: Arc<Registry>,
-    /// Where `run_command` lines are analysed before they are judged.
-    pub shell: Arc<ShellParser>,
-    pub hooks: Vec<ConfiguredHook>,
-    pub limits: Limits,
-}
 
 /// One `tools/execute` request.
 #[derive(Debug, Clone)]
@@ -100,29 +65,6 @@ impl BatchControl {
 }
 
 impl Executor {
-    pub fn new(registry: Arc<Registry>, shell: Arc<ShellParser>) -> Self {
-        Self {
-            registry,
-            shell,
-            hooks: Vec::new(),
-            limits: Limits::default(),
-        }
-    }
-
-    /// The hooks that apply to a session's calls.
-    pub fn hook_set<'a>(
-        &'a self,
-        clients: &'a [Arc<dyn ClientHooks>],
-        cwd: &'a Path,
-    ) -> HookSet<'a> {
-        HookSet {
-            configured: &self.hooks,
-            clients,
-            timeout: self.limits.hook_timeout,
-            cwd,
-        }
-    }
-
     /// Runs a batch to its end: `batch/start`, every call in plan order, `batch/done`; one
     /// outcome per call, in call order.
     pub async fn run_batch(

@@ -15,14 +15,14 @@ use toold_protocol::{
     ReplacedBy, ResolvedBy, ToolCall, ToolOutput as OutputEvent, ToolResult,
 };
 
+use super::session::{Session, SessionState};
 use crate::approval::ApprovalReply;
-use crate::batch::Executor;
 use crate::env::Env;
 use crate::events::EventBody;
 use crate::paths::ResolvedPath;
 use crate::permission::facts::{AnalysedLine, command_line, with_facts, with_facts_and_paths};
 use crate::permission::{self, Decision, HookVerdict};
-use crate::session::{Session, SessionState};
+use crate::pipeline::Executor;
 use crate::tools::registry::run_resolved;
 use crate::tools::{CallOrigin, Judged, OutputChunk, ResolvedCall};
 

@@ -2,12 +2,6 @@
 //! afresh at each step, so an update reaches every call that has not passed that step), the
 //! peers that can approve and hook its calls, and its event sink.
 
-pub mod approvals;
-pub mod log;
-pub mod managed;
-pub mod manager;
-pub mod store;
-
 use std::path::Path;
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
@@ -22,6 +16,16 @@ use crate::permission::facts::{AnalysedLine, with_facts_and_paths};
 use crate::permission::{self, Decision, HookVerdict, Policy, RuleError, SessionFacts};
 use crate::tools::ResolvedCall;
 use crate::tools::registry::is_listed;
+
+/// The most a session's grants may take (their JSON text as its saved record holds them): an
+/// `allow_session` answer past it allows its call once and records no grant. With the store's
+/// `MAX_REQUESTED_RECORD_BYTES` this keeps every record under its `MAX_RECORD_BYTES`.
+pub const MAX_GRANT_BYTES: usize = 768 * 1024;
+
+/// How many bytes a grant takes in a saved record: its JSON string on a line of its own.
+pub fn grant_bytes(grant: &str) -> usize {
+    serde_json::to_string(grant).map_or(usize::MAX, |json| json.len() + "    ,\n".len())
+}
 
 /// What a session's calls run under. Cloned per step: cheap, the large parts are shared.
 #[derive(Clone)]
@@ -152,21 +156,15 @@ impl Session {
         change(&mut write(&self.state))
     }
 
-    /// Records an `allow_session` grant (once).
-    /// Records a grant; `false` when the session's grants have no room for it
-    /// ([`store::MAX_GRANT_BYTES`]), so that its record can always be saved and loaded.
+    /// Records an `allow_session` grant (once); `false` when the session's grants have no room
+    /// for it ([`MAX_GRANT_BYTES`]), so that its record can always be saved and loaded.
     pub fn add_grant(&self, grant: String) -> bool {
         let mut state = write(&self.state);
         if state.grants.contains(&grant) {
             return true;
         }
-        let taken: usize = state
-            .grants
-            .iter()
-            .map(|grant| store::SessionRecord::grant_bytes(grant))
-            .sum();
-        if taken.saturating_add(store::SessionRecord::grant_bytes(&grant)) > store::MAX_GRANT_BYTES
-        {
+        let taken: usize = state.grants.iter().map(|grant| grant_bytes(grant)).sum();
+        if taken.saturating_add(grant_bytes(&grant)) > MAX_GRANT_BYTES {
             return false;
         }
         state.grants.push(grant);

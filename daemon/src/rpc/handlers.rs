@@ -17,7 +17,7 @@ use toold_protocol::{
 use super::Daemon;
 use super::connection::Connection;
 use super::peers::ClientTool;
-use crate::batch::{Batch, BatchControl};
+use crate::pipeline::batch::{Batch, BatchControl};
 use crate::tools::registry::ListFilter;
 use crate::tools::{RegisterError, is_valid_tool_name};
 

@@ -14,7 +14,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use toold_protocol::methods;
 
-use crate::batch::Executor;
+use crate::pipeline::Executor;
 use crate::session::manager::SessionManager;
 use crate::tools::Registry;
 use connection::Connection;

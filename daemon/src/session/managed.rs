@@ -14,9 +14,9 @@ use toold_protocol::{OnDisconnect, SessionEnv, SessionSnapshot};
 use super::approvals::{ApprovalBoard, BoardApprover};
 use super::log::EventLog;
 use super::store::{SessionRecord, SessionStore};
-use super::{Session, SessionPeers};
-use crate::batch::BatchControl;
 use crate::hooks::ClientHooks;
+use crate::pipeline::batch::BatchControl;
+use crate::pipeline::session::{Session, SessionPeers};
 use crate::rpc::connection::Connection;
 use crate::rpc::peers::ConnectionHooks;
 

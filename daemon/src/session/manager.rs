@@ -17,9 +17,9 @@ use super::approvals::ApprovalBoard;
 use super::log::EventLog;
 use super::managed::{ManagedSession, Meta, SaveState};
 use super::store::{MAX_REQUESTED_RECORD_BYTES, MAX_TITLE_BYTES, SessionRecord, SessionStore};
-use super::{Session, SessionState};
 use crate::env::Env;
 use crate::permission::lint;
+use crate::pipeline::session::{Session, SessionState};
 use crate::rpc::connection::Connection;
 
 /// What new sessions get unless their creator says otherwise, and what bounds them.

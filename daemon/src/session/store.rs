@@ -20,8 +20,8 @@ use serde_json::{Map, Value};
 use toold_protocol::time::{now_rfc3339, rfc3339};
 use toold_protocol::{OnDisconnect, Rules, SandboxSettings, SessionMode, SessionSnapshot};
 
-use super::SessionState;
 use crate::env::{Env, defaults};
+use crate::pipeline::session::SessionState;
 use crate::tools::write_file::write_atomically;
 
 /// The format version this daemon writes. Readers accept any version: fields they do not know
@@ -37,11 +37,6 @@ const MAX_RECORD_BYTES: u64 = 4 * 1024 * 1024;
 /// The most a record may take without its grants: `session/create` and `session/update` are
 /// refused past it, so that whatever they accept can be saved and loaded again.
 pub const MAX_REQUESTED_RECORD_BYTES: usize = 3 * 1024 * 1024;
-
-/// The most a record's grants may take (their JSON text): an `allow_session` answer past it
-/// allows its call once and records no grant. With [`MAX_REQUESTED_RECORD_BYTES`] this keeps
-/// every record under [`MAX_RECORD_BYTES`].
-pub const MAX_GRANT_BYTES: usize = 768 * 1024;
 
 /// The longest session title, in bytes: a title is a label for lists, not storage.
 pub const MAX_TITLE_BYTES: usize = 1024;
@@ -171,11 +166,6 @@ impl SessionRecord {
         self.grants.clone_from(&state.grants);
         self.allowed_tools.clone_from(&state.allowed_tools);
         self.sandbox = Some(env.sandbox.settings);
-    }
-
-    /// How many bytes a grant takes in a saved record: its JSON string on a line of its own.
-    pub fn grant_bytes(grant: &str) -> usize {
-        serde_json::to_string(grant).map_or(usize::MAX, |json| json.len() + "    ,\n".len())
     }
 
     /// How many bytes of JSON a record of `state` (without its grants) and `title` takes, or

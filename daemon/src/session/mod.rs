@@ -1,0 +1,9 @@
+//! Sessions as the daemon keeps them: created, attached to connections, updated, saved and
+//! restored; each with its running batches, its approvals and its event log. Above the call
+//! pipeline (whose view of a session is `pipeline::session`).
+
+pub mod approvals;
+pub mod log;
+pub mod managed;
+pub mod manager;
+pub mod store;
