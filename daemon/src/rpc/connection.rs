@@ -1,51 +1,14 @@
-//! One client connection as the daemon's handlers see it: how to reach it (requests and
-//! notifications towards the client), what it declared in `initialize`, and what it owns
-//! (registered tools, submitted batches). The sessions it is attached to are the sessions'
-//! to know (`session::managed`).
+//! One client connection as the daemon's handlers see it: the client as sessions reach it
+//! (`session::client`: its way out, what it declared), where it is in its handshake, and what
+//! it owns (registered tools, submitted batches). The sessions it is attached to are the
+//! sessions' to know (`session::managed`).
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use serde_json::Value;
 use tokio_util::sync::CancellationToken;
-use toold_protocol::{ClientCapabilities, ErrorObject, HookEvent, JsonText};
 
-/// Why a request towards the client did not get a result.
-#[derive(Debug, Clone, PartialEq)]
-pub enum OutboundError {
-    /// The client answered with an error.
-    Error(ErrorObject),
-    /// The connection closed before an answer came.
-    Closed,
-}
-
-/// A boxed future towards the client.
-pub type OutboundFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
-
-/// The way to the client: the daemon's side of the bidirectional peer. Dropping a request's
-/// future withdraws it (`$/cancelRequest`).
-pub trait Outbound: Send + Sync + 'static {
-    fn request(
-        &self,
-        method: &'static str,
-        params: Value,
-    ) -> OutboundFuture<Result<Value, OutboundError>>;
-    /// Waits for room in the connection's outgoing queue; fails once the connection is gone.
-    fn notify(
-        &self,
-        method: &'static str,
-        params: Value,
-    ) -> OutboundFuture<Result<(), OutboundError>>;
-    /// Sends a message rendered elsewhere (an event), waiting for room in the queue; fails
-    /// once the connection is gone.
-    fn send_rendered(&self, text: JsonText) -> OutboundFuture<Result<(), OutboundError>>;
-    /// Resolves when the connection has closed.
-    fn closed(&self) -> OutboundFuture<()>;
-    /// Whether the connection has started closing.
-    fn is_closed(&self) -> bool;
-}
+use crate::session::client::{Client, Outbound};
 
 /// Where a connection is in its `initialize` handshake.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,11 +20,9 @@ pub enum Handshake {
     Done,
 }
 
-/// What the client declared and what it owns; changed by its own requests.
+/// What the client owns; changed by its own requests.
 #[derive(Default)]
 struct ConnectionState {
-    initialized: bool,
-    capabilities: ClientCapabilities,
     /// Client tools this connection registered.
     tools: BTreeSet<String>,
     /// `tools/execute` requests in flight: request id (as JSON text) → the batch's cancel token,
@@ -78,8 +39,7 @@ const CANCELED_EARLY_KEPT: usize = 64;
 
 /// One connection.
 pub struct Connection {
-    id: u64,
-    outbound: Arc<dyn Outbound>,
+    client: Arc<Client>,
     state: Mutex<ConnectionState>,
     /// Moved on in the order requests arrive, so that a request written right behind
     /// `initialize` waits for it instead of being refused.
@@ -89,19 +49,23 @@ pub struct Connection {
 impl Connection {
     pub fn new(id: u64, outbound: Arc<dyn Outbound>) -> Self {
         Self {
-            id,
-            outbound,
+            client: Arc::new(Client::new(id, outbound)),
             state: Mutex::new(ConnectionState::default()),
             handshake: tokio::sync::watch::Sender::new(Handshake::Awaiting),
         }
     }
 
     pub fn id(&self) -> u64 {
-        self.id
+        self.client.id()
+    }
+
+    /// The client as sessions reach it.
+    pub fn client(&self) -> &Arc<Client> {
+        &self.client
     }
 
     pub fn outbound(&self) -> &Arc<dyn Outbound> {
-        &self.outbound
+        self.client.outbound()
     }
 
     pub fn handshake(&self) -> Handshake {
@@ -142,30 +106,7 @@ impl Connection {
     }
 
     pub fn is_initialized(&self) -> bool {
-        self.lock().initialized
-    }
-
-    /// Records the `initialize` handshake; false if it already happened.
-    pub fn initialize(&self, capabilities: ClientCapabilities) -> bool {
-        let mut state = self.lock();
-        if state.initialized {
-            return false;
-        }
-        state.initialized = true;
-        state.capabilities = capabilities;
-        true
-    }
-
-    pub fn approves(&self) -> bool {
-        self.lock().capabilities.approvals
-    }
-
-    pub fn hooks(&self, event: HookEvent) -> bool {
-        self.lock().capabilities.hooks.contains(&event)
-    }
-
-    pub fn has_client_tools(&self) -> bool {
-        self.lock().capabilities.client_tools
+        self.handshake() == Handshake::Done
     }
 
     pub fn own_tool(&self, name: &str) {

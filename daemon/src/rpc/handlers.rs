@@ -15,8 +15,8 @@ use toold_protocol::{
 };
 
 use super::Daemon;
+use super::client_tools::ClientTool;
 use super::connection::Connection;
-use super::peers::ClientTool;
 use crate::pipeline::batch::{Batch, BatchControl};
 use crate::tools::registry::ListFilter;
 use crate::tools::{RegisterError, is_valid_tool_name};
@@ -37,7 +37,7 @@ pub fn initialize(
             supported: vec![PROTOCOL_VERSION]
         })));
     }
-    if !connection.initialize(params.capabilities) {
+    if !connection.client().declare(params.capabilities) {
         return Err(ErrorObject::invalid_request(
             "initialize was already called on this connection",
         ));
@@ -84,7 +84,7 @@ pub fn session_create(
 ) -> Reply<SessionSnapshot> {
     let managed = daemon
         .sessions
-        .create(params, connection, &known_tools(daemon))?;
+        .create(params, connection.client(), &known_tools(daemon))?;
     tracing::info!(
         session = managed.id(),
         connection = connection.id(),
@@ -101,7 +101,7 @@ pub async fn session_attach(
 ) -> Reply<SessionSnapshot> {
     let managed = daemon.sessions.get(&params.session_id)?;
     let head = managed.log.last_seq();
-    let truncated = managed.attach(connection, params.after_seq);
+    let truncated = managed.attach(connection.client(), params.after_seq);
     if params.after_seq.is_some() {
         managed.flushed(connection.id(), head).await;
     }
@@ -177,7 +177,7 @@ pub fn tools_register(
     connection: &Arc<Connection>,
     params: ToolsRegisterParams,
 ) -> Reply<Revision> {
-    if !connection.has_client_tools() {
+    if !connection.client().has_client_tools() {
         return Err(ErrorObject::invalid_params(
             "tools/register needs the client_tools capability, declared in initialize",
         ));
@@ -219,7 +219,7 @@ pub fn tools_register(
     for mut definition in params.tools {
         definition.source = ToolSource::Client;
         let name = definition.name.clone();
-        let tool = Arc::new(ClientTool::new(definition, Arc::clone(connection)));
+        let tool = Arc::new(ClientTool::new(definition, Arc::clone(connection.client())));
         let registered = if connection.owns_tool(&name) {
             daemon.registry.register_or_replace(tool)
         } else {

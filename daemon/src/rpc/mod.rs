@@ -1,10 +1,10 @@
 //! The daemon's JSON-RPC side: the shared daemon state, connections, the method table and its
 //! handlers, and the peers (hooks, client tools) reached over connections.
 
+pub mod client_tools;
 pub mod connection;
 pub mod dispatch;
 pub mod handlers;
-pub mod peers;
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
@@ -78,7 +78,7 @@ impl Daemon {
     /// says so), its tools are unregistered.
     pub fn connection_closed(&self, connection: &Connection) {
         self.connections().remove(&connection.id());
-        self.sessions.connection_gone(connection);
+        self.sessions.connection_gone(connection.id());
         let tools = connection.tools();
         let mut changed = false;
         for name in tools {

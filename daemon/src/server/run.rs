@@ -23,8 +23,9 @@ use toold_protocol::{ErrorObject, JsonText, Notification, Request, methods};
 
 use super::socket::peer_allowed;
 use crate::process_tree;
-use crate::rpc::connection::{Connection, Handshake, Outbound, OutboundError, OutboundFuture};
+use crate::rpc::connection::{Connection, Handshake};
 use crate::rpc::{Daemon, dispatch, handlers};
+use crate::session::client::{Outbound, OutboundError, OutboundFuture};
 
 /// How the server runs.
 #[derive(Debug, Clone)]

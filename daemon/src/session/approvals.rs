@@ -9,8 +9,8 @@ use tokio::sync::oneshot;
 use tokio::task::AbortHandle;
 use toold_protocol::{ApprovalAnswer, ApprovalRequestParams, error_code, methods};
 
+use super::client::{Client, OutboundError};
 use crate::approval::{ApprovalFuture, ApprovalReply, Approver};
-use crate::rpc::connection::{Connection, OutboundError};
 
 /// One approval waiting for an answer.
 struct Pending {
@@ -27,7 +27,7 @@ struct Pending {
 
 #[derive(Default)]
 struct BoardState {
-    approvers: BTreeMap<u64, Arc<Connection>>,
+    approvers: BTreeMap<u64, Arc<Client>>,
     pending: HashMap<String, Pending>,
 }
 
@@ -45,7 +45,7 @@ impl ApprovalBoard {
     }
 
     /// An approver attached: it is sent every approval still pending.
-    pub fn add_approver(self: &Arc<Self>, connection: Arc<Connection>) {
+    pub fn add_approver(self: &Arc<Self>, connection: Arc<Client>) {
         let mut state = self.lock();
         let id = connection.id();
         // Attached again: it already has every pending approval.
@@ -90,7 +90,7 @@ impl ApprovalBoard {
     /// Sends one approval to one approver; the answer comes back through `answered`.
     fn ask(
         self: &Arc<Self>,
-        connection: &Arc<Connection>,
+        connection: &Arc<Client>,
         approval_id: String,
         params: ApprovalRequestParams,
     ) -> AbortHandle {
@@ -207,7 +207,7 @@ impl Approver for BoardApprover {
         let (reply, answer) = oneshot::channel();
         {
             let mut state = board.lock();
-            let approvers: Vec<Arc<Connection>> = state.approvers.values().cloned().collect();
+            let approvers: Vec<Arc<Client>> = state.approvers.values().cloned().collect();
             let asking = approvers
                 .iter()
                 .map(|connection| {

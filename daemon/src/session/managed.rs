@@ -12,13 +12,12 @@ use tokio_util::sync::CancellationToken;
 use toold_protocol::{OnDisconnect, SessionEnv, SessionSnapshot};
 
 use super::approvals::{ApprovalBoard, BoardApprover};
+use super::client::{Client, forward_events};
 use super::log::EventLog;
 use super::store::{SessionRecord, SessionStore};
 use crate::hooks::ClientHooks;
 use crate::pipeline::batch::BatchControl;
 use crate::pipeline::session::{Session, SessionPeers};
-use crate::rpc::connection::Connection;
-use crate::rpc::peers::ConnectionHooks;
 
 /// A batch running in a session.
 pub(super) struct RunningBatch {
@@ -28,9 +27,9 @@ pub(super) struct RunningBatch {
     pub(super) submitter: u64,
 }
 
-/// A connection attached to a session, and the task forwarding it the session's events.
+/// A client attached to a session, and the task forwarding it the session's events.
 pub(super) struct Attachment {
-    connection: Arc<Connection>,
+    client: Arc<Client>,
     stop: CancellationToken,
     /// The `seq` of the last event sent to the connection.
     sent: watch::Receiver<u64>,
@@ -148,7 +147,7 @@ impl ManagedSession {
     /// Attaches a connection: a task forwards it every event after `after_seq` (the retained
     /// ones first), and it joins the approvers and hooks if it declared them. Returns whether
     /// events it asked for were already dropped.
-    pub fn attach(self: &Arc<Self>, connection: &Arc<Connection>, after_seq: Option<u64>) -> bool {
+    pub fn attach(self: &Arc<Self>, client: &Arc<Client>, after_seq: Option<u64>) -> bool {
         let from = after_seq.unwrap_or_else(|| self.log.last_seq());
         let mut reader = self.log.reader(from);
         // Events already dropped are skipped here, so that the watermark `flushed` waits on
@@ -156,48 +155,17 @@ impl ManagedSession {
         let truncated = reader.take_lag().is_some();
         let stop = CancellationToken::new();
         let (sent_tx, sent) = watch::channel(reader.position());
-        let target = Arc::clone(connection);
-        let session_id = self.id().to_owned();
-        let until = stop.clone();
-        tokio::spawn(async move {
-            loop {
-                let next = tokio::select! {
-                    next = reader.next() => next,
-                    () = until.cancelled() => return,
-                };
-                let event = match next {
-                    Some(Ok(event)) => event,
-                    Some(Err(lagged)) => {
-                        tracing::warn!(session = %session_id, connection = target.id(), ?lagged, "a connection fell behind the event log; it continues from the oldest retained event");
-                        continue;
-                    }
-                    None => return,
-                };
-                let seq = event.seq();
-                let text = match event.render() {
-                    Ok(text) => text,
-                    Err(err) => {
-                        tracing::error!(session = %session_id, %err, "cannot encode an event");
-                        // Past it all the same: a response waiting for this seq must not hang.
-                        let _ = sent_tx.send(seq);
-                        continue;
-                    }
-                };
-                let delivered = tokio::select! {
-                    delivered = target.outbound().send_rendered(text) => delivered,
-                    () = until.cancelled() => return,
-                };
-                if delivered.is_err() {
-                    return;
-                }
-                // Nobody listening is fine: the attachment may be gone already.
-                let _ = sent_tx.send(seq);
-            }
-        });
+        tokio::spawn(forward_events(
+            Arc::clone(client),
+            self.id().to_owned(),
+            reader,
+            sent_tx,
+            stop.clone(),
+        ));
         let previous = self.lock().attached.insert(
-            connection.id(),
+            client.id(),
             Attachment {
-                connection: Arc::clone(connection),
+                client: Arc::clone(client),
                 stop,
                 sent,
             },
@@ -206,8 +174,8 @@ impl ManagedSession {
             previous.stop.cancel();
         }
         self.lock().idle_since = None;
-        if connection.approves() {
-            self.approvals.add_approver(Arc::clone(connection));
+        if client.approves() {
+            self.approvals.add_approver(Arc::clone(client));
         }
         self.refresh_peers();
         truncated
@@ -242,19 +210,19 @@ impl ManagedSession {
 
     /// The hooks and approver of the session are its attached connections that declared them.
     fn refresh_peers(&self) {
-        let connections: Vec<Arc<Connection>> = self
+        let clients: Vec<Arc<Client>> = self
             .lock()
             .attached
             .values()
-            .map(|attachment| Arc::clone(&attachment.connection))
+            .map(|attachment| Arc::clone(&attachment.client))
             .collect();
-        let hooks: Vec<Arc<dyn ClientHooks>> = connections
+        let hooks: Vec<Arc<dyn ClientHooks>> = clients
             .into_iter()
-            .filter(|connection| {
-                connection.hooks(toold_protocol::HookEvent::PreToolUse)
-                    || connection.hooks(toold_protocol::HookEvent::PostToolUse)
+            .filter(|client| {
+                client.hooks(toold_protocol::HookEvent::PreToolUse)
+                    || client.hooks(toold_protocol::HookEvent::PostToolUse)
             })
-            .map(|connection| Arc::new(ConnectionHooks(connection)) as Arc<dyn ClientHooks>)
+            .map(|client| client as Arc<dyn ClientHooks>)
             .collect();
         let approver = self.approvals.has_approvers().then(|| {
             Arc::new(BoardApprover(Arc::clone(&self.approvals)))

@@ -14,13 +14,13 @@ use toold_protocol::{
 };
 
 use super::approvals::ApprovalBoard;
+use super::client::Client;
 use super::log::EventLog;
 use super::managed::{ManagedSession, Meta, SaveState};
 use super::store::{MAX_REQUESTED_RECORD_BYTES, MAX_TITLE_BYTES, SessionRecord, SessionStore};
 use crate::env::Env;
 use crate::permission::lint;
 use crate::pipeline::session::{Session, SessionState};
-use crate::rpc::connection::Connection;
 
 /// What new sessions get unless their creator says otherwise, and what bounds them.
 #[derive(Debug, Clone)]
@@ -80,7 +80,7 @@ impl SessionManager {
     pub fn create(
         &self,
         params: SessionCreateParams,
-        creator: &Arc<Connection>,
+        creator: &Arc<Client>,
         known_tools: &[ToolDefinition],
     ) -> Result<Arc<ManagedSession>, ErrorObject> {
         let cwd = existing_dir("cwd", &params.cwd)?;
@@ -229,12 +229,12 @@ impl SessionManager {
         Ok(())
     }
 
-    /// A connection closed: it leaves every session, and its batches are canceled where the
-    /// session says so.
-    pub fn connection_gone(&self, connection: &Connection) {
-        // Every session: the connection may have submitted a batch where it was not attached.
+    /// A client's connection closed: it leaves every session, and its batches are canceled
+    /// where the session says so.
+    pub fn connection_gone(&self, client_id: u64) {
+        // Every session: the client may have submitted a batch where it was not attached.
         for managed in self.all() {
-            managed.connection_gone(connection.id());
+            managed.connection_gone(client_id);
         }
     }
 

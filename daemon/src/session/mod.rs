@@ -3,6 +3,7 @@
 //! pipeline (whose view of a session is `pipeline::session`).
 
 pub mod approvals;
+pub mod client;
 pub mod log;
 pub mod managed;
 pub mod manager;

@@ -1,72 +1,24 @@
-//! What the pipeline asks of clients, over their connections: PreToolUse/PostToolUse hooks
-//! (`hook/pre_tool_use`, `hook/post_tool_use`) and client tools (`tool/invoke`).
+//! Client tools: a tool a connection registered, run by that client through `tool/invoke`.
 
 use std::sync::Arc;
 
-use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 use tokio::time::Instant;
 use toold_protocol::{
-    ErrorType, HookEvent, InvokeEnv, InvokeParams, PostToolUseAnswer, PostToolUseParams,
-    PreToolUseAnswer, PreToolUseParams, ToolCall, ToolDefinition, ToolResult, methods,
+    ErrorType, InvokeEnv, InvokeParams, ToolCall, ToolDefinition, ToolResult, methods,
 };
 
-use super::connection::{Connection, OutboundError};
-use crate::hooks::{ClientHooks, HookFuture};
+use crate::session::client::{Client, OutboundError};
 use crate::tools::{Tool, ToolContext, ToolFailure, ToolFuture, ToolOutput};
-
-/// A connection that declared hooks, as the pipeline's [`ClientHooks`].
-pub struct ConnectionHooks(pub Arc<Connection>);
-
-impl ClientHooks for ConnectionHooks {
-    fn handles(&self, event: HookEvent) -> bool {
-        self.0.hooks(event)
-    }
-
-    fn pre_tool_use(&self, params: PreToolUseParams) -> HookFuture<PreToolUseAnswer> {
-        ask(&self.0, methods::HOOK_PRE_TOOL_USE, &params)
-    }
-
-    fn post_tool_use(&self, params: PostToolUseParams) -> HookFuture<PostToolUseAnswer> {
-        ask(&self.0, methods::HOOK_POST_TOOL_USE, &params)
-    }
-}
-
-/// Sends a request and reads its answer as `T`; every failure is a reason for the hook layer.
-fn ask<P: serde::Serialize, T: DeserializeOwned + 'static>(
-    connection: &Connection,
-    method: &'static str,
-    params: &P,
-) -> HookFuture<T> {
-    let request = match serde_json::to_value(params) {
-        Ok(value) => connection.outbound().request(method, value),
-        Err(err) => {
-            return Box::pin(async move { Err(format!("cannot encode the request: {err}")) });
-        }
-    };
-    Box::pin(async move {
-        match request.await {
-            Ok(value) => {
-                serde_json::from_value(value).map_err(|err| format!("its answer is invalid: {err}"))
-            }
-            Err(OutboundError::Error(error)) => {
-                Err(format!("it answered with an error: {}", error.message))
-            }
-            Err(OutboundError::Closed) => {
-                Err("its connection closed before it answered".to_owned())
-            }
-        }
-    })
-}
 
 /// A tool registered by a connection and run by it through `tool/invoke`.
 pub struct ClientTool {
     definition: ToolDefinition,
-    owner: Arc<Connection>,
+    owner: Arc<Client>,
 }
 
 impl ClientTool {
-    pub fn new(definition: ToolDefinition, owner: Arc<Connection>) -> Self {
+    pub fn new(definition: ToolDefinition, owner: Arc<Client>) -> Self {
         Self { definition, owner }
     }
 }
