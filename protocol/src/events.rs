@@ -1,14 +1,10 @@
 //! Session events, the notifications sent to every attached connection while a batch runs
 //! (docs/protocol.md section 5), and the session-less `tools/list_changed`.
 
-use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::approval::ApprovalDecision;
-use crate::framing::JsonText;
-use crate::methods;
-use crate::peer::handle::render_notification_as;
 use crate::tool::{ToolCall, ToolResult};
 
 /// The fields every session event carries, followed by its own.
@@ -157,36 +153,6 @@ pub enum Event {
 }
 
 impl Event {
-    /// The notification method this event is sent as.
-    pub fn method(&self) -> &'static str {
-        match self {
-            Event::BatchStart(_) => methods::BATCH_START,
-            Event::CallStart(_) => methods::TOOL_CALL_START,
-            Event::ArgumentsReplaced(_) => methods::TOOL_ARGUMENTS_REPLACED,
-            Event::Output(_) => methods::TOOL_OUTPUT,
-            Event::Result(_) => methods::TOOL_RESULT,
-            Event::CallDone(_) => methods::TOOL_CALL_DONE,
-            Event::ApprovalResolved(_) => methods::APPROVAL_RESOLVED,
-            Event::BatchDone(_) => methods::BATCH_DONE,
-        }
-    }
-
-    /// The whole notification as compact JSON, rendered straight from the event (no `Value`
-    /// in between): what a connection is sent.
-    pub fn render(&self) -> Result<JsonText, serde_json::Error> {
-        let method = self.method();
-        match self {
-            Event::BatchStart(params) => render_notification_as(method, params),
-            Event::CallStart(params) => render_notification_as(method, params),
-            Event::ArgumentsReplaced(params) => render_notification_as(method, params),
-            Event::Output(params) => render_notification_as(method, params),
-            Event::Result(params) => render_notification_as(method, params),
-            Event::CallDone(params) => render_notification_as(method, params),
-            Event::ApprovalResolved(params) => render_notification_as(method, params),
-            Event::BatchDone(params) => render_notification_as(method, params),
-        }
-    }
-
     /// The notification params.
     pub fn params(&self) -> Result<Value, serde_json::Error> {
         match self {
@@ -198,31 +164,6 @@ impl Event {
             Event::CallDone(params) => serde_json::to_value(params),
             Event::ApprovalResolved(params) => serde_json::to_value(params),
             Event::BatchDone(params) => serde_json::to_value(params),
-        }
-    }
-
-    /// Reads a notification as a session event: `None` when `method` is not one,
-    /// `Some(Err)` when it is but the params do not fit.
-    pub fn from_notification(
-        method: &str,
-        params: Value,
-    ) -> Option<Result<Event, serde_json::Error>> {
-        fn parse<B: DeserializeOwned>(
-            params: Value,
-            wrap: fn(EventParams<B>) -> Event,
-        ) -> Option<Result<Event, serde_json::Error>> {
-            Some(serde_json::from_value(params).map(wrap))
-        }
-        match method {
-            methods::BATCH_START => parse(params, Event::BatchStart),
-            methods::TOOL_CALL_START => parse(params, Event::CallStart),
-            methods::TOOL_ARGUMENTS_REPLACED => parse(params, Event::ArgumentsReplaced),
-            methods::TOOL_OUTPUT => parse(params, Event::Output),
-            methods::TOOL_RESULT => parse(params, Event::Result),
-            methods::TOOL_CALL_DONE => parse(params, Event::CallDone),
-            methods::APPROVAL_RESOLVED => parse(params, Event::ApprovalResolved),
-            methods::BATCH_DONE => parse(params, Event::BatchDone),
-            _ => None,
         }
     }
 
@@ -270,6 +211,7 @@ impl Event {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::methods;
     use crate::test_support::assert_round_trip;
     use crate::tools_api::ToolsListChangedParams;
     use pretty_assertions::assert_eq;

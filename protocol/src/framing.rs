@@ -15,6 +15,7 @@ mod decode;
 mod encode;
 
 pub use decode::FrameDecoder;
+pub(crate) use encode::render_notification_as;
 pub use encode::{FrameEncoder, JsonText};
 
 /// docs/protocol.md's default `max_message_bytes`.

@@ -3,15 +3,18 @@
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use serde_json::Value;
 
 use crate::approval::{ApprovalAnswer, ApprovalRequestParams};
 use crate::events::{
     ApprovalResolved as ApprovalResolvedBody, ArgumentsReplaced, BatchDone as BatchDoneBody,
-    BatchStart as BatchStartBody, CallEnded, CallStart, EventParams, ToolOutput,
+    BatchStart as BatchStartBody, CallEnded, CallStart, Event, EventParams, ToolOutput,
 };
 use crate::execute::{
     CancelParams, CancelRequestParams, CancelResult, ExecuteParams, ExecuteResult,
 };
+use crate::framing::JsonText;
+use crate::framing::render_notification_as;
 use crate::hooks::{PostToolUseAnswer, PostToolUseParams, PreToolUseAnswer, PreToolUseParams};
 use crate::initialize::{InitializeParams, InitializeResult};
 use crate::invoke::InvokeParams;
@@ -134,6 +137,65 @@ notification_methods! {
     ApprovalResolved = APPROVAL_RESOLVED: EventParams<ApprovalResolvedBody>;
     BatchDone = BATCH_DONE: EventParams<BatchDoneBody>;
     ToolsListChanged = TOOLS_LIST_CHANGED: Revision;
+}
+
+/// The wire side of a session [`Event`]: the notification that carries each kind, with the
+/// rest of the method table.
+impl Event {
+    /// The notification method this event is sent as.
+    pub fn method(&self) -> &'static str {
+        match self {
+            Event::BatchStart(_) => BATCH_START,
+            Event::CallStart(_) => TOOL_CALL_START,
+            Event::ArgumentsReplaced(_) => TOOL_ARGUMENTS_REPLACED,
+            Event::Output(_) => TOOL_OUTPUT,
+            Event::Result(_) => TOOL_RESULT,
+            Event::CallDone(_) => TOOL_CALL_DONE,
+            Event::ApprovalResolved(_) => APPROVAL_RESOLVED,
+            Event::BatchDone(_) => BATCH_DONE,
+        }
+    }
+
+    /// The whole notification as compact JSON, rendered straight from the event (no `Value`
+    /// in between): what a connection is sent.
+    pub fn render(&self) -> Result<JsonText, serde_json::Error> {
+        let method = self.method();
+        match self {
+            Event::BatchStart(params) => render_notification_as(method, params),
+            Event::CallStart(params) => render_notification_as(method, params),
+            Event::ArgumentsReplaced(params) => render_notification_as(method, params),
+            Event::Output(params) => render_notification_as(method, params),
+            Event::Result(params) => render_notification_as(method, params),
+            Event::CallDone(params) => render_notification_as(method, params),
+            Event::ApprovalResolved(params) => render_notification_as(method, params),
+            Event::BatchDone(params) => render_notification_as(method, params),
+        }
+    }
+
+    /// Reads a notification as a session event: `None` when `method` is not one,
+    /// `Some(Err)` when it is but the params do not fit.
+    pub fn from_notification(
+        method: &str,
+        params: Value,
+    ) -> Option<Result<Event, serde_json::Error>> {
+        fn parse<B: DeserializeOwned>(
+            params: Value,
+            wrap: fn(EventParams<B>) -> Event,
+        ) -> Option<Result<Event, serde_json::Error>> {
+            Some(serde_json::from_value(params).map(wrap))
+        }
+        match method {
+            BATCH_START => parse(params, Event::BatchStart),
+            TOOL_CALL_START => parse(params, Event::CallStart),
+            TOOL_ARGUMENTS_REPLACED => parse(params, Event::ArgumentsReplaced),
+            TOOL_OUTPUT => parse(params, Event::Output),
+            TOOL_RESULT => parse(params, Event::Result),
+            TOOL_CALL_DONE => parse(params, Event::CallDone),
+            APPROVAL_RESOLVED => parse(params, Event::ApprovalResolved),
+            BATCH_DONE => parse(params, Event::BatchDone),
+            _ => None,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@ use serde_json::Value;
 use tokio_util::codec::Encoder;
 
 use super::{DetectedFraming, Framing, FramingError};
-use crate::rpc::Message;
+use crate::rpc::{Message, Version};
 
 /// Already-serialized JSON (such as a response rendered by jsonrpsee) to write as one frame.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -102,4 +102,25 @@ impl Encoder<JsonText> for FrameEncoder {
             }
         }
     }
+}
+
+/// A notification of `method` with `params` as compact JSON, rendered straight from the
+/// params (no `Value` in between): what `peer`'s `render_notification` and a session event's
+/// rendering share.
+pub(crate) fn render_notification_as<P: Serialize + ?Sized>(
+    method: &'static str,
+    params: &P,
+) -> Result<JsonText, serde_json::Error> {
+    #[derive(Serialize)]
+    struct Wire<'a, P: ?Sized> {
+        jsonrpc: Version,
+        method: &'static str,
+        params: &'a P,
+    }
+    serde_json::to_string(&Wire {
+        jsonrpc: Version,
+        method,
+        params,
+    })
+    .map(JsonText)
 }

@@ -15,9 +15,9 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use super::{BoxFuture, CloseReason};
-use crate::framing::{DetectedFraming, Framing, JsonText};
+use crate::framing::{DetectedFraming, Framing, JsonText, render_notification_as};
 use crate::methods::{CANCEL_REQUEST, NotificationMethod, RequestMethod};
-use crate::rpc::{ErrorObject, Id, Notification, Request, Response, Version};
+use crate::rpc::{ErrorObject, Id, Notification, Request, Response};
 
 /// Numbers connections for logs; process-wide so that two connections never share one.
 static NEXT_CONNECTION_ID: AtomicU64 = AtomicU64::new(1);
@@ -162,25 +162,6 @@ pub fn render_notification<M: NotificationMethod>(
     params: &M::Params,
 ) -> Result<JsonText, serde_json::Error> {
     render_notification_as(M::METHOD, params)
-}
-
-/// [`render_notification`] with the method named at run time (a session event knows its own).
-pub(crate) fn render_notification_as<P: Serialize + ?Sized>(
-    method: &'static str,
-    params: &P,
-) -> Result<JsonText, serde_json::Error> {
-    #[derive(Serialize)]
-    struct Wire<'a, P: ?Sized> {
-        jsonrpc: Version,
-        method: &'static str,
-        params: &'a P,
-    }
-    serde_json::to_string(&Wire {
-        jsonrpc: Version,
-        method,
-        params,
-    })
-    .map(JsonText)
 }
 
 impl PeerHandle {
