@@ -1,5 +1,6 @@
 //! Session events, the notifications sent to every attached connection while a batch runs
-//! (docs/protocol.md section 5), and the session-less `tools/list_changed`.
+//! (docs/protocol.md section 5), and the session-less `tools/list_changed`. Their wire side
+//! (which notification carries each, rendering, reading) is the method table's (`methods`).
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;

@@ -6,39 +6,44 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
-use super::{CallFacts, CommandFacts, FILE_TOOLS, HookVerdict};
+use super::{CallFacts, CommandFacts, HookVerdict};
 use crate::env::Env;
 use crate::paths::{self, ResolvedPath};
 use crate::shell::{self, CommandLine};
-use crate::tools::ResolvedCall;
+use crate::tools::{JudgedArguments, ResolvedCall, judged_arguments};
 
-/// The judged path arguments of a call: a file tool's `path` (the cwd when absent); for
-/// `run_command`, its `cwd` argument when given. Other tools have none. The path a file tool
-/// writes says whether writing it makes code run ([`paths::makes_code_run`]).
+/// The judged path arguments of a call, as its tool declares them
+/// ([`JudgedArguments`]): a file tool's path (the cwd when absent); for a command line, its
+/// working directory when given. Other tools have none. The path a file tool writes says
+/// whether writing it makes code run ([`paths::makes_code_run`]).
 pub fn judged_paths(tool: &str, arguments: &Map<String, Value>, env: &Env) -> Vec<ResolvedPath> {
     let argument = |name: &str| arguments.get(name).and_then(Value::as_str);
-    if FILE_TOOLS.contains(&tool) {
-        let mut path = env.resolve_path(argument("path").unwrap_or("."));
-        if super::WRITING_TOOLS.contains(&tool) {
-            path.makes_code_run = paths::makes_code_run(&path, &git_dirs(env));
+    match judged_arguments(tool) {
+        JudgedArguments::Path {
+            argument: name,
+            writes,
+            ..
+        } => {
+            let mut path = env.resolve_path(argument(name).unwrap_or("."));
+            if writes {
+                path.makes_code_run = paths::makes_code_run(&path, &git_dirs(env));
+            }
+            vec![path]
         }
-        return vec![path];
-    }
-    if tool == "run_command" {
-        return argument("cwd")
+        JudgedArguments::CommandLine { cwd, .. } => argument(cwd)
             .map(|cwd| env.resolve_path(cwd))
             .into_iter()
-            .collect();
+            .collect(),
+        JudgedArguments::ByName => Vec::new(),
     }
-    Vec::new()
 }
 
-/// The line of a `run_command` call; other tools have none.
+/// The command line of a call whose tool takes one; other tools have none.
 pub fn command_line<'a>(tool: &str, arguments: &'a Map<String, Value>) -> Option<&'a str> {
-    if tool != "run_command" {
-        return None;
+    match judged_arguments(tool) {
+        JudgedArguments::CommandLine { line, .. } => arguments.get(line).and_then(Value::as_str),
+        _ => None,
     }
-    arguments.get("command").and_then(Value::as_str)
 }
 
 /// A `run_command` line and its analysis, made before the call is judged: the daemon analyses
@@ -76,12 +81,20 @@ pub fn command_facts(
             "the line was not analysed before it was judged",
         )),
     };
-    let cwd_argument = arguments.get("cwd").and_then(Value::as_str);
+    let JudgedArguments::CommandLine {
+        cwd: cwd_name,
+        env: env_name,
+        ..
+    } = judged_arguments(tool)
+    else {
+        return None;
+    };
+    let cwd_argument = arguments.get(cwd_name).and_then(Value::as_str);
     let run_dir = match cwd_argument {
         Some(cwd) => paths::normalize_lexically(&paths::absolute(cwd, &env.cwd)),
         None => env.cwd.clone(),
     };
-    let call_env = call_env(arguments);
+    let call_env = call_env(arguments, env_name);
     // `~` is the home of the command's environment, which the session or the call may set.
     let home = call_env
         .get("HOME")
@@ -126,9 +139,12 @@ fn git_dirs(env: &Env) -> Vec<std::path::PathBuf> {
 
 /// A `run_command` call's `env` argument, sorted by name (the schema makes every value a
 /// string).
-fn call_env(arguments: &Map<String, Value>) -> std::collections::BTreeMap<&str, String> {
+fn call_env<'a>(
+    arguments: &'a Map<String, Value>,
+    env_name: &str,
+) -> std::collections::BTreeMap<&'a str, String> {
     arguments
-        .get("env")
+        .get(env_name)
         .and_then(Value::as_object)
         .map(|env| {
             env.iter()

@@ -12,11 +12,8 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 use toold_protocol::ToolDefinition;
 
-use super::{FILE_TOOLS, Rule, Specifier};
+use super::{Rule, Specifier};
 use crate::tools::registry::is_valid_tool_name;
-
-/// The tools that act on one file, never a directory.
-const ONE_FILE_TOOLS: &[&str] = &["read_file", "write_file", "edit_file"];
 
 /// Why the rule `text` (already parsed) can never match, if it cannot. `known_tools` are the
 /// tools registered now; a rule may name another tool (one a client or an MCP server may
@@ -64,7 +61,7 @@ pub fn never_matches(
         }
         _ => {}
     }
-    if !FILE_TOOLS.contains(&rule.tool.as_str()) {
+    if !rule.judged.takes_a_path() {
         return None;
     }
     let pattern = path_pattern(&rule)?;
@@ -85,7 +82,7 @@ pub fn never_matches(
     }
     let literal = !pattern.contains(['*', '?', '[', '{']);
     if literal
-        && ONE_FILE_TOOLS.contains(&rule.tool.as_str())
+        && rule.judged.one_file()
         && let Some(directory) = on_disk(pattern, cwd, home).filter(|path| path.is_dir())
     {
         return Some(format!(

@@ -14,19 +14,10 @@ use toold_protocol::{Rules, Safety, SessionMode as Mode};
 
 use crate::paths::{self, ResolvedPath};
 use crate::shell::CommandLine;
-use crate::tools::HiddenPaths;
+use crate::tools::{HiddenPaths, JudgedArguments, judged_arguments};
 
 pub mod facts;
 pub mod lint;
-
-/// The tools whose rule specifier is a path glob on their `path` argument.
-pub const FILE_TOOLS: &[&str] = &[
-    "read_file",
-    "write_file",
-    "edit_file",
-    "find_files",
-    "search_code",
-];
 
 /// What a PreToolUse hook said about permission, if anything.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -70,6 +61,8 @@ pub enum RuleError {
 pub struct Rule {
     text: String,
     tool: String,
+    /// What the tool declares its rules judge.
+    judged: JudgedArguments,
     specifier: Specifier,
 }
 
@@ -97,6 +90,7 @@ impl Rule {
             return Ok(Self {
                 text: trimmed.to_owned(),
                 tool: trimmed.to_owned(),
+                judged: judged_arguments(trimmed),
                 specifier: Specifier::Any,
             });
         };
@@ -110,21 +104,25 @@ impl Rule {
         let argument = inner
             .split_once('=')
             .filter(|(name, _)| is_argument_name(name));
-        let specifier = match argument {
-            Some(("command", pattern)) if tool == "run_command" => {
+        let judged = judged_arguments(tool);
+        let specifier = match (argument, judged) {
+            (Some((name, pattern)), JudgedArguments::CommandLine { line, .. }) if name == line => {
                 Specifier::Command(Wildcard::new(pattern))
             }
-            Some(("path", pattern)) if FILE_TOOLS.contains(&tool) => {
+            (Some((name, pattern)), JudgedArguments::Path { argument, .. }) if name == argument => {
                 Specifier::Path(PathGlob::new(text, pattern, cwd, home)?)
             }
-            Some((name, pattern)) if tool != "run_command" || name != name.to_ascii_uppercase() => {
+            // A line's leading `NAME=value` is an assignment, not an argument's name.
+            (Some((name, pattern)), _)
+                if !judged.takes_a_command_line() || name != name.to_ascii_uppercase() =>
+            {
                 Specifier::Argument {
                     name: name.to_owned(),
                     pattern: Wildcard::new(pattern),
                 }
             }
-            _ if tool == "run_command" => Specifier::Command(Wildcard::new(inner)),
-            _ if FILE_TOOLS.contains(&tool) => {
+            (_, JudgedArguments::CommandLine { .. }) => Specifier::Command(Wildcard::new(inner)),
+            (_, JudgedArguments::Path { .. }) => {
                 Specifier::Path(PathGlob::new(text, inner, cwd, home)?)
             }
             _ if inner.trim().is_empty() => Specifier::Any,
@@ -136,6 +134,7 @@ impl Rule {
         Ok(Self {
             text: trimmed.to_owned(),
             tool: tool.to_owned(),
+            judged,
             specifier,
         })
     }
@@ -309,11 +308,6 @@ impl Policy {
     }
 }
 
-/// The tools whose deny rules on a path hide it from every walk, besides the walking tool's own
-/// (docs/protocol.md section 7, "What else is judged"): a file no model may read is not shown
-/// by a search or a listing either.
-const HIDING_TOOLS: &[&str] = &["read_file", "search_code"];
-
 impl Policy {
     /// What the walks of `tool` (`find_files`, `search_code`) must skip: every file and
     /// directory that a deny rule of `read_file`, `search_code` or `tool` itself covers.
@@ -323,7 +317,10 @@ impl Policy {
         for rule in self
             .deny
             .iter()
-            .filter(|rule| rule.tool == tool || HIDING_TOOLS.contains(&rule.tool.as_str()))
+            // Besides the walking tool's own, the rules of the tools that show contents
+            // (docs/protocol.md section 7, "What else is judged"): a file no model may read
+            // is not shown by a search or a listing either.
+            .filter(|rule| rule.tool == tool || rule.judged.only_shows_contents())
         {
             match &rule.specifier {
                 Specifier::Path(glob) => hidden.globs.push(glob.clone()),
@@ -448,28 +445,34 @@ pub fn denied(call: &CallFacts<'_>, policy: &Policy) -> Option<String> {
     {
         return Some(format!("denied by the rule {}", rule.text));
     }
-    // `edit_file` reads the file it edits, and its diff shows lines of it (and whether the old
-    // text is there): a file no model may read is not edited either.
-    if call.tool == "edit_file"
-        && let Some((rule, path)) = rule_for_paths(&policy.deny, READING_TOOLS, call.paths)
+    // A tool that writes a file and shows lines of it (`edit_file`: its diff, and whether the
+    // old text is there) reads it: a file no model may read is not edited either.
+    let judged = judged_arguments(call.tool);
+    if judged.writes()
+        && judged.shows_contents()
+        && let Some((rule, path)) =
+            rule_for_paths(&policy.deny, JudgedArguments::reads_one_file, call.paths)
     {
         return Some(format!(
-            "denied by the rule {}: edit_file reads {} and shows lines of it",
+            "denied by the rule {}: {} reads {} and shows lines of it",
             rule.text,
+            call.tool,
             path.lexical.display()
         ));
     }
     // What a command line reads (`< file`, `xargs -a file`) is judged as `read_file` would be,
     // and what it writes (`> file`, `time -o file`) as `write_file` and `edit_file` would be.
     let command = call.command?;
-    if let Some((rule, path)) = rule_for_paths(&policy.deny, READING_TOOLS, &command.read) {
+    if let Some((rule, path)) =
+        rule_for_paths(&policy.deny, JudgedArguments::reads_one_file, &command.read)
+    {
         return Some(format!(
             "denied by the rule {}: the command line reads {}",
             rule.text,
             path.lexical.display()
         ));
     }
-    let (rule, path) = rule_for_paths(&policy.deny, WRITING_TOOLS, &command.written)?;
+    let (rule, path) = rule_for_paths(&policy.deny, JudgedArguments::writes, &command.written)?;
     Some(format!(
         "denied by the rule {}: the command line writes {}",
         rule.text,
@@ -477,22 +480,17 @@ pub fn denied(call: &CallFacts<'_>, policy: &Policy) -> Option<String> {
     ))
 }
 
-/// The file tools whose path rules judge what a command line reads, and the tools that write
-/// the file their `path` names (whose rules judge what a command line writes).
-const READING_TOOLS: &[&str] = &["read_file"];
-const WRITING_TOOLS: &[&str] = &["write_file", "edit_file"];
-
-/// The first of `rules` for one of `tools` that covers one of `paths` (a rule without a
-/// specifier covers any), with the path it covers.
+/// The first of `rules` for a tool `of_tools` admits that covers one of `paths` (a rule
+/// without a specifier covers any), with the path it covers.
 fn rule_for_paths<'r, 'p>(
     rules: &'r [Rule],
-    tools: &[&str],
+    of_tools: fn(JudgedArguments) -> bool,
     paths: &'p [ResolvedPath],
 ) -> Option<(&'r Rule, &'p ResolvedPath)> {
     let first = paths.first()?;
     rules
         .iter()
-        .filter(|rule| tools.contains(&rule.tool.as_str()))
+        .filter(|rule| of_tools(rule.judged))
         .find_map(|rule| match &rule.specifier {
             Specifier::Path(glob) => paths
                 .iter()
@@ -522,12 +520,20 @@ fn decide_without_deny(call: &CallFacts<'_>, session: &SessionFacts<'_>) -> Deci
         };
     }
     if let Some(command) = call.command {
-        let asked = rule_for_paths(&session.policy.ask, READING_TOOLS, &command.read)
-            .map(|(rule, path)| (rule, "reads", path))
-            .or_else(|| {
-                rule_for_paths(&session.policy.ask, WRITING_TOOLS, &command.written)
-                    .map(|(rule, path)| (rule, "writes", path))
-            });
+        let asked = rule_for_paths(
+            &session.policy.ask,
+            JudgedArguments::reads_one_file,
+            &command.read,
+        )
+        .map(|(rule, path)| (rule, "reads", path))
+        .or_else(|| {
+            rule_for_paths(
+                &session.policy.ask,
+                JudgedArguments::writes,
+                &command.written,
+            )
+            .map(|(rule, path)| (rule, "writes", path))
+        });
         if let Some((rule, verb, path)) = asked {
             return Decision::Ask {
                 reason: format!(
@@ -585,10 +591,7 @@ fn decide_without_deny(call: &CallFacts<'_>, session: &SessionFacts<'_>) -> Deci
         };
     }
     let all_inside = call.paths.iter().all(ResolvedPath::inside_roots);
-    if session.mode == Mode::AcceptEdits
-        && matches!(call.tool, "write_file" | "edit_file")
-        && all_inside
-    {
+    if session.mode == Mode::AcceptEdits && judged_arguments(call.tool).writes() && all_inside {
         return Decision::Allow;
     }
     if call.safety == Safety::ReadOnly && all_inside {
@@ -649,8 +652,8 @@ fn protected_write(
 }
 
 /// The exact form a session grant records and matches: the command line (followed by the
-/// call's `env` as JSON, when it has one) for `run_command`, the resolved path for file tools, the tool
-/// alone otherwise. Paths are written by [`paths::exact_text`], so a grant covers the bytes
+/// call's `env` as JSON, when it has one) for a tool that takes one (`run_command`), the
+/// resolved path for one that takes a path (the file tools), the tool alone otherwise. Paths are written by [`paths::exact_text`], so a grant covers the bytes
 /// it was given for and no other file that merely displays the same.
 pub fn canonical_form(call: &CallFacts<'_>) -> String {
     if let Some(command) = call.command {
@@ -673,9 +676,13 @@ pub fn canonical_form(call: &CallFacts<'_>) -> String {
         // not share a grant. The env follows as JSON after the `)` that ends every form
         // without one; a quote inside a JSON string is escaped, so no other split of a form
         // reads as a line and an env.
+        let env_name = match judged_arguments(call.tool) {
+            JudgedArguments::CommandLine { env, .. } => env,
+            _ => return form,
+        };
         let env: std::collections::BTreeMap<&String, &serde_json::Value> = call
             .arguments
-            .get("env")
+            .get(env_name)
             .and_then(serde_json::Value::as_object)
             .map(|env| env.iter().collect())
             .unwrap_or_default();
@@ -683,7 +690,7 @@ pub fn canonical_form(call: &CallFacts<'_>) -> String {
         return format!("{form} with env {env}");
     }
     match call.paths {
-        [only] if FILE_TOOLS.contains(&call.tool) => {
+        [only] if judged_arguments(call.tool).takes_a_path() => {
             format!("{}(/{})", call.tool, paths::exact_text(&only.resolved))
         }
         _ => call.tool.to_owned(),

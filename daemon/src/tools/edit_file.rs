@@ -13,7 +13,10 @@ use toold_protocol::{ErrorType, Safety, ToolDefinition, ToolSource};
 
 use super::read_file::{MAX_EDIT_BYTES, read_text};
 use super::write_file::write_atomically;
-use super::{Tool, ToolContext, ToolFailure, ToolFuture, ToolOutput, blocking, parse_args};
+use super::{
+    JudgedArguments, Reads, Tool, ToolContext, ToolFailure, ToolFuture, ToolOutput, blocking,
+    parse_args,
+};
 
 /// How long the diff of an edit may take before it settles for a coarser one: a diff of two
 /// large texts that share no line is quadratic.
@@ -31,6 +34,15 @@ struct Args {
 }
 
 impl Tool for EditFile {
+    fn judged_arguments(&self) -> JudgedArguments {
+        JudgedArguments::Path {
+            argument: "path",
+            reads: Reads::Contents,
+            writes: true,
+            one_file: true,
+        }
+    }
+
     fn definition(&self) -> ToolDefinition {
         ToolDefinition {
             name: "edit_file".into(),

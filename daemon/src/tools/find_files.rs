@@ -24,7 +24,10 @@ use serde_json::{Map, Value, json};
 use toold_protocol::{ErrorType, Safety, ToolDefinition, ToolSource};
 
 use super::walk::{self, Budget, FileFilter, MAX_RESULTS, ThreadResults};
-use super::{Tool, ToolContext, ToolFailure, ToolFuture, ToolOutcome, ToolOutput, parse_args};
+use super::{
+    JudgedArguments, Reads, Tool, ToolContext, ToolFailure, ToolFuture, ToolOutcome, ToolOutput,
+    parse_args,
+};
 
 /// How many paths a call lists when it does not say.
 pub const DEFAULT_MAX_RESULTS: usize = 1000;
@@ -46,6 +49,15 @@ fn default_max_results() -> usize {
 }
 
 impl Tool for FindFiles {
+    fn judged_arguments(&self) -> JudgedArguments {
+        JudgedArguments::Path {
+            argument: "path",
+            reads: Reads::Names,
+            writes: false,
+            one_file: false,
+        }
+    }
+
     fn definition(&self) -> ToolDefinition {
         ToolDefinition {
             name: "find_files".into(),

@@ -56,6 +56,119 @@ pub trait Tool: Send + Sync + 'static {
     fn requested_timeout_ms(&self, _args: &Map<String, Value>) -> Option<u64> {
         None
     }
+
+    /// What the permission engine judges of the tool's calls besides its name.
+    fn judged_arguments(&self) -> JudgedArguments {
+        JudgedArguments::ByName
+    }
+}
+
+/// What the permission engine judges of a tool's calls besides its name (docs/protocol.md
+/// section 7), as the tool declares it: which argument rules match, and what the engine
+/// resolves or analyses before it decides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JudgedArguments {
+    /// Rules match arguments by name (`tool(name=pattern)`) or all of them as JSON: client
+    /// tools, MCP tools.
+    ByName,
+    /// A path (`argument`; the session's directory when absent), resolved on disk and matched
+    /// by path globs (`tool(pattern)`), and what the tool does there.
+    Path {
+        argument: &'static str,
+        reads: Reads,
+        /// Writes there: judged also for whether writing there makes code run.
+        writes: bool,
+        /// Names one file (a directory is no file of it), or a tree to walk.
+        one_file: bool,
+    },
+    /// A shell line (`line`), analysed and matched command by command (`tool(pattern)`), run
+    /// in `cwd` (a judged path when given) with `env` added to the environment of every
+    /// command of the line.
+    CommandLine {
+        line: &'static str,
+        cwd: &'static str,
+        env: &'static str,
+    },
+}
+
+/// What a tool shows of the files at its path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reads {
+    Nothing,
+    /// Their names (a listing).
+    Names,
+    /// Their contents, or lines of them.
+    Contents,
+}
+
+impl JudgedArguments {
+    pub fn takes_a_path(self) -> bool {
+        matches!(self, Self::Path { .. })
+    }
+
+    /// Shows the contents of the one file its path names and writes nothing (`read_file`):
+    /// what a command line reads is judged by such tools' rules.
+    pub fn reads_one_file(self) -> bool {
+        matches!(
+            self,
+            Self::Path {
+                reads: Reads::Contents,
+                writes: false,
+                one_file: true,
+                ..
+            }
+        )
+    }
+
+    /// Shows file contents (`read_file`, `edit_file`, `search_code`).
+    pub fn shows_contents(self) -> bool {
+        matches!(
+            self,
+            Self::Path {
+                reads: Reads::Contents,
+                ..
+            }
+        )
+    }
+
+    /// Shows file contents and writes nothing (`read_file`, `search_code`): a file such a tool
+    /// is denied is hidden from every walk.
+    pub fn only_shows_contents(self) -> bool {
+        self.shows_contents() && !self.writes()
+    }
+
+    /// Writes at its path (`write_file`, `edit_file`): what a command line writes is judged by
+    /// such tools' rules.
+    pub fn writes(self) -> bool {
+        matches!(self, Self::Path { writes: true, .. })
+    }
+
+    /// Names one file, never a directory.
+    pub fn one_file(self) -> bool {
+        matches!(self, Self::Path { one_file: true, .. })
+    }
+
+    pub fn takes_a_command_line(self) -> bool {
+        matches!(self, Self::CommandLine { .. })
+    }
+}
+
+/// What the permission engine judges of calls of `tool`: a builtin's declaration
+/// ([`Tool::judged_arguments`]); any other tool's arguments by name (client and MCP tools
+/// cannot take a builtin's name).
+pub fn judged_arguments(tool: &str) -> JudgedArguments {
+    static BUILTINS: std::sync::OnceLock<Vec<(String, JudgedArguments)>> =
+        std::sync::OnceLock::new();
+    BUILTINS
+        .get_or_init(|| {
+            builtins()
+                .iter()
+                .map(|builtin| (builtin.definition().name, builtin.judged_arguments()))
+                .collect()
+        })
+        .iter()
+        .find(|(name, _)| name == tool)
+        .map_or(JudgedArguments::ByName, |(_, judged)| *judged)
 }
 
 /// What the permission step decided that the tool acts on: the path arguments as judged (so

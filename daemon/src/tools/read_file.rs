@@ -20,7 +20,8 @@ use toold_protocol::{ErrorType, Safety, ToolDefinition, ToolSource};
 use crate::paths::ResolvedPath;
 
 use super::{
-    StopReading, Tool, ToolContext, ToolFailure, ToolFuture, ToolOutput, blocking, parse_args,
+    JudgedArguments, Reads, StopReading, Tool, ToolContext, ToolFailure, ToolFuture, ToolOutput,
+    blocking, parse_args,
 };
 
 /// How much of a file's start is checked for NUL bytes to tell binary from text, as git does.
@@ -39,6 +40,15 @@ struct Args {
 }
 
 impl Tool for ReadFile {
+    fn judged_arguments(&self) -> JudgedArguments {
+        JudgedArguments::Path {
+            argument: "path",
+            reads: Reads::Contents,
+            writes: false,
+            one_file: true,
+        }
+    }
+
     fn definition(&self) -> ToolDefinition {
         ToolDefinition {
             name: "read_file".into(),

@@ -59,7 +59,10 @@ use tokio_util::sync::CancellationToken;
 use toold_protocol::{ErrorType, Safety, ToolDefinition, ToolSource};
 
 use self::pump::OutputPump;
-use super::{Tool, ToolContext, ToolFailure, ToolFuture, ToolOutcome, ToolOutput, parse_args};
+use super::{
+    JudgedArguments, Tool, ToolContext, ToolFailure, ToolFuture, ToolOutcome, ToolOutput,
+    parse_args,
+};
 use crate::env::Env;
 use crate::paths;
 use crate::process_tree::{self, ProcessTree, RUN_TAG_VAR, SweepReport};
@@ -99,6 +102,14 @@ struct Args {
 }
 
 impl Tool for RunCommand {
+    fn judged_arguments(&self) -> JudgedArguments {
+        JudgedArguments::CommandLine {
+            line: "command",
+            cwd: "cwd",
+            env: "env",
+        }
+    }
+
     fn definition(&self) -> ToolDefinition {
         ToolDefinition {
             name: "run_command".into(),

@@ -39,7 +39,8 @@ use toold_protocol::{ErrorType, Safety, ToolDefinition, ToolSource};
 
 use super::walk::{self, Budget, CancelCheck, FileFilter, MAX_RESULTS, Start, ThreadResults};
 use super::{
-    StopReading, Tool, ToolContext, ToolFailure, ToolFuture, ToolOutcome, ToolOutput, parse_args,
+    JudgedArguments, Reads, StopReading, Tool, ToolContext, ToolFailure, ToolFuture, ToolOutcome,
+    ToolOutput, parse_args,
 };
 
 /// How many matching lines a call returns when it does not say.
@@ -77,6 +78,15 @@ fn default_max_results() -> usize {
 }
 
 impl Tool for SearchCode {
+    fn judged_arguments(&self) -> JudgedArguments {
+        JudgedArguments::Path {
+            argument: "path",
+            reads: Reads::Contents,
+            writes: false,
+            one_file: false,
+        }
+    }
+
     fn definition(&self) -> ToolDefinition {
         ToolDefinition {
             name: "search_code".into(),

@@ -26,7 +26,10 @@ use tokio_util::sync::CancellationToken;
 use toold_protocol::{ErrorType, Safety, ToolDefinition, ToolSource};
 
 use super::write_journal;
-use super::{Tool, ToolContext, ToolFailure, ToolFuture, ToolOutput, blocking, parse_args};
+use super::{
+    JudgedArguments, Reads, Tool, ToolContext, ToolFailure, ToolFuture, ToolOutput, blocking,
+    parse_args,
+};
 use crate::confined;
 
 pub struct WriteFile;
@@ -38,6 +41,15 @@ struct Args {
 }
 
 impl Tool for WriteFile {
+    fn judged_arguments(&self) -> JudgedArguments {
+        JudgedArguments::Path {
+            argument: "path",
+            reads: Reads::Nothing,
+            writes: true,
+            one_file: true,
+        }
+    }
+
     fn definition(&self) -> ToolDefinition {
         ToolDefinition {
             name: "write_file".into(),
