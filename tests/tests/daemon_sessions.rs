@@ -879,6 +879,62 @@ async fn replay_from_before_a_restart_is_truncated() {
 // ---------------------------------------------------------------------------------------------
 // Restart
 
+/// An `allow_session` grant is saved when it is recorded, not when its batch ends: a daemon
+/// killed while the batch still runs comes back with the grant.
+#[tokio::test]
+async fn a_grant_is_saved_before_its_batch_ends() {
+    let mut daemon = TestDaemon::start();
+    let client = daemon
+        .connect(
+            approvals(),
+            always(json!({"decision": "allow_session"}), seen()),
+        )
+        .await;
+    let session = client.create_session(&daemon.work(), json!({})).await;
+    let file = daemon
+        .state_dir()
+        .join("sessions")
+        .join(format!("{session}.json"));
+    let grant = "run_command(printf granted)";
+    let batch = execute(
+        &client,
+        &session,
+        json!([
+            command_call("call_a", "printf granted"),
+            command_call("call_b", "sleep 30")
+        ]),
+    );
+    let saved = async {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while !std::fs::read_to_string(&file).is_ok_and(|text| text.contains(grant)) {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the grant was not saved while its batch ran"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::select! {
+        response = batch => panic!("the batch ended first: {response}"),
+        () = saved => {}
+    }
+
+    daemon.kill();
+    daemon.start_again();
+    let client = daemon.connect(json!({}), no_answers()).await;
+    let kept = client
+        .request("session/get", json!({"session_id": session}))
+        .await
+        .expect("session/get");
+    assert!(
+        kept["grants"]
+            .as_array()
+            .expect("grants")
+            .contains(&json!(grant)),
+        "{kept}"
+    );
+}
+
 #[tokio::test]
 async fn a_restart_keeps_sessions_and_their_grants() {
     let mut daemon = TestDaemon::start();

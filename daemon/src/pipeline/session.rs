@@ -118,6 +118,8 @@ pub struct Session {
     state: RwLock<SessionState>,
     peers: RwLock<SessionPeers>,
     events: EventSink,
+    /// Called after each grant recorded ([`Self::on_grant`]).
+    grant_recorded: std::sync::OnceLock<Box<dyn Fn() + Send + Sync>>,
 }
 
 impl Session {
@@ -135,6 +137,7 @@ impl Session {
             id,
             state: RwLock::new(state),
             peers: RwLock::new(SessionPeers::default()),
+            grant_recorded: std::sync::OnceLock::new(),
         }
     }
 
@@ -163,12 +166,27 @@ impl Session {
         if state.grants.contains(&grant) {
             return true;
         }
-        let taken: usize = state.grants.iter().map(|grant| grant_bytes(grant)).sum();
-        if taken.saturating_add(grant_bytes(&grant)) > MAX_GRANT_BYTES {
+        if !Self::has_room(&state.grants, &grant) {
             return false;
         }
         state.grants.push(grant);
+        drop(state);
+        if let Some(grant_recorded) = self.grant_recorded.get() {
+            grant_recorded();
+        }
         true
+    }
+
+    /// Has `hook` called after each grant recorded from now on (once set, for good): a grant
+    /// must outlive the daemon, so whoever keeps sessions saves the session then.
+    pub fn on_grant(&self, hook: impl Fn() + Send + Sync + 'static) {
+        let _ = self.grant_recorded.set(Box::new(hook));
+    }
+
+    /// Whether `grants` have room for `grant` ([`MAX_GRANT_BYTES`]).
+    fn has_room(grants: &[String], grant: &str) -> bool {
+        let taken: usize = grants.iter().map(|grant| grant_bytes(grant)).sum();
+        taken.saturating_add(grant_bytes(grant)) <= MAX_GRANT_BYTES
     }
 
     pub fn peers(&self) -> SessionPeers {

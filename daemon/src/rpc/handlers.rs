@@ -285,35 +285,17 @@ pub async fn tools_execute(
     }
     let batch_id = format!("b_{}", daemon.next_batch.fetch_add(1, Ordering::Relaxed));
     let control = BatchControl::new(params.calls.len());
-    let call_ids: Vec<String> = params.calls.iter().map(|call| call.id.clone()).collect();
-    managed.start_batch(&batch_id, control.clone(), call_ids, connection.id());
+    // `$/cancelRequest` of this request reaches the batch.
     connection.start_execute(request_id.clone(), control.batch.clone());
-    // A submitter that left before its batch was registered was not seen by the disconnect
-    // handling: apply `on_disconnect` here.
-    if connection.outbound().is_closed()
-        && managed.on_disconnect() == toold_protocol::OnDisconnect::Cancel
-    {
-        control.batch.cancel();
-    }
-    let grants_before = managed.session.state().grants.len();
     let batch = Batch {
         id: batch_id.clone(),
         iteration: params.iteration,
         calls: params.calls,
     };
-    let results = daemon
-        .executor
-        .run_batch(&managed.session, batch, &control)
+    let results = managed
+        .run_batch(&daemon.executor, batch, &control, connection.client())
         .await;
     connection.end_execute(&request_id);
-    managed.end_batch(&batch_id);
-    // An `allow_session` answer records a grant: that must survive a restart.
-    if managed.session.state().grants.len() != grants_before {
-        daemon.sessions.persist(&managed);
-    }
-    managed
-        .flushed(connection.id(), managed.log.last_seq())
-        .await;
     Ok(ExecuteResult { batch_id, results })
 }
 

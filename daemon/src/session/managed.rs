@@ -3,20 +3,21 @@
 //! running batches, and its saves, which land in order.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
-use toold_protocol::{OnDisconnect, SessionEnv, SessionSnapshot};
+use toold_protocol::{CallOutcome, OnDisconnect, SessionEnv, SessionSnapshot};
 
 use super::approvals::{ApprovalBoard, BoardApprover};
 use super::client::{Client, forward_events};
 use super::log::EventLog;
 use super::store::{SessionRecord, SessionStore};
 use crate::hooks::ClientHooks;
-use crate::pipeline::batch::BatchControl;
+use crate::pipeline::Executor;
+use crate::pipeline::batch::{Batch, BatchControl};
 use crate::pipeline::session::{Session, SessionPeers};
 
 /// A batch running in a session.
@@ -65,6 +66,39 @@ pub(super) struct SaveState {
 }
 
 impl ManagedSession {
+    /// Saves the session in `store` in the background; saves land in the order asked.
+    pub fn save(self: &Arc<Self>, store: &SessionStore) {
+        let record = self.record();
+        let generation = self.requested_saves.fetch_add(1, Ordering::AcqRel) + 1;
+        let managed = Arc::clone(self);
+        let store = store.clone();
+        tokio::task::spawn_blocking(move || managed.write_record(&store, &record, generation));
+    }
+
+    /// Runs a batch `submitter` sent, as one of the session's running batches (which
+    /// `tools/cancel` and the submitter's departure reach); its outcomes once every event of
+    /// it has been sent to the submitter (a response follows its events).
+    pub async fn run_batch(
+        &self,
+        executor: &Arc<Executor>,
+        batch: Batch,
+        control: &BatchControl,
+        submitter: &Client,
+    ) -> Vec<CallOutcome> {
+        let batch_id = batch.id.clone();
+        let call_ids = batch.calls.iter().map(|call| call.id.clone()).collect();
+        self.start_batch(&batch_id, control.clone(), call_ids, submitter.id());
+        // A submitter that left before its batch was registered was not seen by the
+        // disconnect handling: apply `on_disconnect` here.
+        if submitter.outbound().is_closed() && self.on_disconnect() == OnDisconnect::Cancel {
+            control.batch.cancel();
+        }
+        let outcomes = executor.run_batch(&self.session, batch, control).await;
+        self.end_batch(&batch_id);
+        self.flushed(submitter.id(), self.log.last_seq()).await;
+        outcomes
+    }
+
     pub(super) fn write_record(
         &self,
         store: &SessionStore,
@@ -231,7 +265,7 @@ impl ManagedSession {
         self.session.set_peers(SessionPeers { approver, hooks });
     }
 
-    pub fn start_batch(
+    fn start_batch(
         &self,
         batch_id: &str,
         control: BatchControl,
@@ -250,7 +284,7 @@ impl ManagedSession {
         meta.idle_since = None;
     }
 
-    pub fn end_batch(&self, batch_id: &str) {
+    fn end_batch(&self, batch_id: &str) {
         self.lock().running.remove(batch_id);
         self.mark_idle_if_unused();
     }

@@ -241,13 +241,9 @@ impl SessionManager {
     /// Saves the session's state file on a blocking thread (it fsyncs). Saves of one session
     /// land in order: a save never overwrites a newer one, nor recreates a closed session's file.
     pub fn persist(&self, managed: &Arc<ManagedSession>) {
-        let Some(store) = self.store.clone() else {
-            return;
-        };
-        let record = managed.record();
-        let generation = managed.requested_saves.fetch_add(1, Ordering::AcqRel) + 1;
-        let managed = Arc::clone(managed);
-        tokio::task::spawn_blocking(move || managed.write_record(&store, &record, generation));
+        if let Some(store) = &self.store {
+            managed.save(store);
+        }
     }
 
     /// Saves every session now, waiting for the writes (shutdown).
@@ -393,6 +389,15 @@ impl SessionManager {
             requested_saves: AtomicU64::new(0),
             saved: Mutex::new(SaveState::default()),
         });
+        // A grant must survive a restart: saved as soon as it is recorded.
+        if let Some(store) = self.store.clone() {
+            let saved = Arc::downgrade(&managed);
+            managed.session.on_grant(move || {
+                if let Some(managed) = saved.upgrade() {
+                    managed.save(&store);
+                }
+            });
+        }
         self.lock().insert(session_id, Arc::clone(&managed));
         managed
     }
