@@ -2,13 +2,14 @@
 //! client→daemon request, and `reconnect` for frontends that outlive a daemon restart.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use serde_json::json;
 use tokio::net::UnixStream;
 use tokio::sync::mpsc;
 use toold_protocol::methods::{self, RequestMethod};
+use toold_protocol::sync::RwLockUnpoisoned;
 use toold_protocol::{
     CancelParams, CancelResult, CloseReason, ExecuteParams, InitializeParams, InitializeResult,
     PROTOCOL_VERSION, Peer, PeerHandle, PeerOptions, SessionAttachParams, SessionCreateParams,
@@ -45,11 +46,7 @@ impl Drop for Inner {
     fn drop(&mut self) {
         // The connection's tasks hold no handle to the client: without this, a connection
         // nobody can use any more would stay open until the daemon closes it.
-        self.connection
-            .get_mut()
-            .unwrap_or_else(PoisonError::into_inner)
-            .peer
-            .close();
+        self.connection.get_mut_unpoisoned().peer.close();
     }
 }
 
@@ -118,11 +115,7 @@ impl Client {
 
     fn connection(&self) -> Arc<Connection> {
         // Only ever held to clone or replace the `Arc`: a poisoned lock is still consistent.
-        let current = self
-            .inner
-            .connection
-            .read()
-            .unwrap_or_else(PoisonError::into_inner);
+        let current = self.inner.connection.read_unpoisoned();
         Arc::clone(&current)
     }
 
@@ -303,11 +296,7 @@ impl Client {
             )
             .await?,
         );
-        *self
-            .inner
-            .connection
-            .write()
-            .unwrap_or_else(PoisonError::into_inner) = Arc::clone(&fresh);
+        *self.inner.connection.write_unpoisoned() = Arc::clone(&fresh);
         // Before the sessions: a call replayed or resumed there may need them.
         let tools = self.register_again().await;
         let mut sessions = Vec::new();

@@ -5,13 +5,14 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use toold_protocol::methods::{self, RequestMethod};
+use toold_protocol::sync::LockUnpoisoned;
 use toold_protocol::{
     ApprovalAnswer, ApprovalRequestParams, BoxFuture, CancelRequestParams, ClientCapabilities,
     ErrorObject, Event, HookEvent, Id, InvokeParams, Notification, PeerHandle, PostToolUseAnswer,
@@ -192,7 +193,9 @@ impl ConnectionHandler {
             }
         };
         let withdrawn = CancellationToken::new();
-        lock(&self.answering).insert(id.clone(), withdrawn.clone());
+        self.answering
+            .lock_unpoisoned()
+            .insert(id.clone(), withdrawn.clone());
         let answering = Arc::clone(&self.answering);
         let answer = answerer(params);
         Box::pin(async move {
@@ -210,7 +213,7 @@ impl ConnectionHandler {
                     format!("{} was withdrawn by toold", M::METHOD),
                 )),
             };
-            lock(&answering).remove(&id);
+            answering.lock_unpoisoned().remove(&id);
             reply
         })
     }
@@ -218,7 +221,7 @@ impl ConnectionHandler {
     fn on_cancel_request(&self, params: Option<Value>) {
         match serde_json::from_value::<CancelRequestParams>(params.unwrap_or(Value::Null)) {
             Ok(CancelRequestParams { id }) => {
-                if let Some(withdrawn) = lock(&self.answering).get(&id) {
+                if let Some(withdrawn) = self.answering.lock_unpoisoned().get(&id) {
                     withdrawn.cancel();
                 }
             }
@@ -253,12 +256,6 @@ impl ConnectionHandler {
             }
         }
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // Every critical section is one map operation: a panic elsewhere cannot leave the map
-    // half-updated, so a poisoned lock is still consistent.
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl toold_protocol::Handler for ConnectionHandler {

@@ -2,8 +2,9 @@
 //! put on its event stream for each, and the tools it registered.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, MutexGuard};
 
+use toold_protocol::sync::LockUnpoisoned;
 use toold_protocol::{SessionSnapshot, ToolDefinition};
 
 /// A session the client is attached to, and how far its events have reached the stream.
@@ -34,7 +35,7 @@ pub(crate) struct Tracking {
 impl Tracking {
     fn state(&self) -> MutexGuard<'_, State> {
         // Every critical section is a few map operations that cannot panic halfway.
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        self.state.lock_unpoisoned()
     }
 
     /// An event of `session_id` numbered `seq` reached the stream.

@@ -6,6 +6,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 
+use toold_protocol::sync::LockUnpoisoned;
 use toold_protocol::{
     ApprovalResolved, ArgumentsReplaced, BatchDone, BatchStart, CallEnded, CallStart, Event,
     EventParams, ToolOutput,
@@ -95,9 +96,7 @@ impl EventSink {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, u64> {
         // The counter is a plain integer: a panic elsewhere cannot leave it half-written.
-        self.last_seq
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.last_seq.lock_unpoisoned()
     }
 }
 
@@ -118,18 +117,12 @@ pub struct CollectingListener {
 
 impl CollectingListener {
     pub fn events(&self) -> Vec<Event> {
-        self.events
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .clone()
+        self.events.lock_unpoisoned().clone()
     }
 }
 
 impl EventListener for CollectingListener {
     fn deliver(&self, event: Event) {
-        self.events
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .push(event);
+        self.events.lock_unpoisoned().push(event);
     }
 }

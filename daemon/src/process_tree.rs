@@ -48,6 +48,7 @@ use nix::errno::Errno;
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::sys::wait::{Id, WaitPidFlag, waitid, waitpid};
 use nix::unistd::{Pid, geteuid};
+use toold_protocol::sync::{LockUnpoisoned, RwLockUnpoisoned};
 
 /// The environment variable that tags every process of one `run_command` call.
 pub const RUN_TAG_VAR: &str = "TOOLD_RUN_TAG";
@@ -203,7 +204,7 @@ impl ProcessTree {
     /// The tag counts as a running call's until the tree is dropped.
     pub fn new(leader_pid: u32, tag: &str) -> Self {
         let tag_entry = format!("{RUN_TAG_VAR}={tag}").into_bytes();
-        lock(&LIVE_TAGS).push(tag_entry.clone());
+        LIVE_TAGS.lock_unpoisoned().push(tag_entry.clone());
         // Pids fit in i32 (the kernel's pid_max is at most 2^22); a pid that did not would
         // name no process, and the sweep would find nothing under it.
         let leader_pid = i32::try_from(leader_pid).unwrap_or(i32::MAX);
@@ -309,8 +310,8 @@ impl ProcessTree {
         let mut quiet_looks = 0;
         while quiet_looks < CHASE_QUIET_LOOKS && Instant::now() < deadline {
             let (children, known) = {
-                let _no_spawning = SPAWNING.write().unwrap_or_else(|e| e.into_inner());
-                (daemon_children(), lock(&KNOWN_CHILDREN).clone())
+                let _no_spawning = SPAWNING.write_unpoisoned();
+                (daemon_children(), KNOWN_CHILDREN.lock_unpoisoned().clone())
             };
             // Without the children files the sweeps above are all there is.
             let Some(children) = children else { return };
@@ -351,8 +352,8 @@ impl ProcessTree {
         // No child is spawned while we look: one between its fork and its registration would
         // look like an orphan.
         let (processes, known) = {
-            let _no_spawning = SPAWNING.write().unwrap_or_else(|e| e.into_inner());
-            (scan_processes(), lock(&KNOWN_CHILDREN).clone())
+            let _no_spawning = SPAWNING.write_unpoisoned();
+            (scan_processes(), KNOWN_CHILDREN.lock_unpoisoned().clone())
         };
         let alive = self.collect_members(&processes, &known);
         self.reap_zombies(&processes, &known);
@@ -424,7 +425,7 @@ impl ProcessTree {
             // Unreadable (another user's setuid program, or it just exited): still an orphan.
             return true;
         };
-        let live = lock(&LIVE_TAGS);
+        let live = LIVE_TAGS.lock_unpoisoned();
         !environ
             .split(|byte| *byte == 0)
             .any(|entry| entry != self.tag_entry.as_slice() && live.iter().any(|tag| tag == entry))
@@ -496,7 +497,7 @@ impl ProcessTree {
 
 impl Drop for ProcessTree {
     fn drop(&mut self) {
-        let mut live = lock(&LIVE_TAGS);
+        let mut live = LIVE_TAGS.lock_unpoisoned();
         if let Some(at) = live.iter().position(|tag| *tag == self.tag_entry) {
             live.swap_remove(at);
         }
@@ -548,10 +549,6 @@ static LIVE_TAGS: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
 /// alone.
 static SPAWNING: RwLock<()> = RwLock::new(());
 
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 /// The known children that are shells of sandboxed commands: no process of their trees may
 /// talk to the daemon ([`descends_from_a_confined_command`]).
 static CONFINED_SHELLS: Mutex<Vec<KnownId>> = Mutex::new(Vec::new());
@@ -563,8 +560,12 @@ pub struct KnownChild(u32);
 
 impl Drop for KnownChild {
     fn drop(&mut self) {
-        lock(&KNOWN_CHILDREN).retain(|known| known.pid != self.0);
-        lock(&CONFINED_SHELLS).retain(|known| known.pid != self.0);
+        KNOWN_CHILDREN
+            .lock_unpoisoned()
+            .retain(|known| known.pid != self.0);
+        CONFINED_SHELLS
+            .lock_unpoisoned()
+            .retain(|known| known.pid != self.0);
     }
 }
 
@@ -585,16 +586,16 @@ pub fn spawn_known_as<C>(
     spawn: impl FnOnce() -> std::io::Result<C>,
     pid: impl FnOnce(&C) -> Option<u32>,
 ) -> std::io::Result<(C, Option<KnownChild>)> {
-    let _spawning = SPAWNING.read().unwrap_or_else(|e| e.into_inner());
+    let _spawning = SPAWNING.read_unpoisoned();
     let child = spawn()?;
     let known = pid(&child).map(|pid| {
         let id = KnownId {
             pid,
             start: start_of(pid),
         };
-        lock(&KNOWN_CHILDREN).push(id);
+        KNOWN_CHILDREN.lock_unpoisoned().push(id);
         if confined {
-            lock(&CONFINED_SHELLS).push(id);
+            CONFINED_SHELLS.lock_unpoisoned().push(id);
         }
         KnownChild(pid)
     });
@@ -662,13 +663,13 @@ pub fn descends_from_a_confined_command(pid: i32, peer_alive: impl Fn() -> bool)
 /// registration comes with its spawn.
 fn is_confined_or_unknown_child(pid: u32, start: u64) -> bool {
     let verdict = || {
-        is_known(&lock(&CONFINED_SHELLS), pid, Some(start))
-            || !is_known(&lock(&KNOWN_CHILDREN), pid, Some(start))
+        is_known(&CONFINED_SHELLS.lock_unpoisoned(), pid, Some(start))
+            || !is_known(&KNOWN_CHILDREN.lock_unpoisoned(), pid, Some(start))
     };
-    if is_known(&lock(&KNOWN_CHILDREN), pid, Some(start)) {
+    if is_known(&KNOWN_CHILDREN.lock_unpoisoned(), pid, Some(start)) {
         return verdict();
     }
-    let _no_spawning = SPAWNING.write().unwrap_or_else(|e| e.into_inner());
+    let _no_spawning = SPAWNING.write_unpoisoned();
     verdict()
 }
 
@@ -678,8 +679,8 @@ fn is_confined_or_unknown_child(pid: u32, start: u64) -> bool {
 /// space). Never a child the daemon started: tokio waits for those.
 pub fn reap_orphans() {
     let (children, known) = {
-        let _no_spawning = SPAWNING.write().unwrap_or_else(|e| e.into_inner());
-        (daemon_children(), lock(&KNOWN_CHILDREN).clone())
+        let _no_spawning = SPAWNING.write_unpoisoned();
+        (daemon_children(), KNOWN_CHILDREN.lock_unpoisoned().clone())
     };
     let daemon = i32::try_from(std::process::id()).unwrap_or(i32::MAX);
     let zombies: Vec<i32> = match children {
@@ -731,7 +732,7 @@ fn daemon_has_unknown_children() -> bool {
     if matches!(waitid(Id::All, flags), Err(Errno::ECHILD)) {
         return false;
     }
-    let known = lock(&KNOWN_CHILDREN).clone();
+    let known = KNOWN_CHILDREN.lock_unpoisoned().clone();
     let children = daemon_children().map(|children| {
         children
             .into_iter()

@@ -24,6 +24,7 @@ pub mod rpc;
 pub mod sandbox;
 pub mod session;
 pub mod socket_path;
+pub mod sync;
 pub mod time;
 pub mod tool;
 pub mod tools_api;

@@ -3,8 +3,9 @@
 //! peers that can approve and hook its calls, and its event sink.
 
 use std::path::Path;
-use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, RwLock};
 
+use toold_protocol::sync::RwLockUnpoisoned;
 use toold_protocol::{Rules, SessionMode, ToolDefinition};
 
 use crate::approval::Approver;
@@ -151,18 +152,18 @@ impl Session {
 
     /// The state as it is now.
     pub fn state(&self) -> SessionState {
-        read(&self.state).clone()
+        self.state.read_unpoisoned().clone()
     }
 
     /// Changes the state; the next step of every call sees the change.
     pub fn update<T>(&self, change: impl FnOnce(&mut SessionState) -> T) -> T {
-        change(&mut write(&self.state))
+        change(&mut self.state.write_unpoisoned())
     }
 
     /// Records an `allow_session` grant (once); `false` when the session's grants have no room
     /// for it ([`MAX_GRANT_BYTES`]), so that its record can always be saved and loaded.
     pub fn add_grant(&self, grant: String) -> bool {
-        let mut state = write(&self.state);
+        let mut state = self.state.write_unpoisoned();
         if state.grants.contains(&grant) {
             return true;
         }
@@ -190,21 +191,10 @@ impl Session {
     }
 
     pub fn peers(&self) -> SessionPeers {
-        read(&self.peers).clone()
+        self.peers.read_unpoisoned().clone()
     }
 
     pub fn set_peers(&self, peers: SessionPeers) {
-        *write(&self.peers) = peers;
+        *self.peers.write_unpoisoned() = peers;
     }
-}
-
-// Every write to these locks replaces or pushes whole values, so a panic elsewhere cannot leave
-// them half-changed: a poisoned lock is still sound to use.
-fn read<T>(lock: &RwLock<T>) -> RwLockReadGuard<'_, T> {
-    lock.read().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-fn write<T>(lock: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
-    lock.write()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }

@@ -7,6 +7,7 @@ use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio_util::sync::CancellationToken;
+use toold_protocol::sync::LockUnpoisoned;
 
 use crate::session::client::{Client, Outbound};
 
@@ -155,8 +156,6 @@ impl Connection {
 
     fn lock(&self) -> MutexGuard<'_, ConnectionState> {
         // Every change is a single insert, remove or assignment: a poisoned lock is still sound.
-        self.state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.state.lock_unpoisoned()
     }
 }

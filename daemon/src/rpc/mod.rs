@@ -18,6 +18,7 @@ use crate::pipeline::Executor;
 use crate::session::manager::SessionManager;
 use crate::tools::Registry;
 use connection::Connection;
+use toold_protocol::sync::LockUnpoisoned;
 
 /// Daemon-wide settings the handlers need.
 #[derive(Debug, Clone)]
@@ -65,9 +66,7 @@ impl Daemon {
 
     fn connections(&self) -> MutexGuard<'_, HashMap<u64, Arc<Connection>>> {
         // Inserts and removes only: a poisoned lock stays consistent.
-        self.connections
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.connections.lock_unpoisoned()
     }
 
     pub fn connection_opened(&self, connection: Arc<Connection>) {

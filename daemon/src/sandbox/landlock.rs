@@ -12,6 +12,7 @@ use landlock::{
     ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, PathBeneath, Ruleset,
     RulesetAttr, RulesetCreatedAttr, Scope,
 };
+use toold_protocol::sync::LockUnpoisoned;
 
 /// The newest Landlock ABI whose rights toold asks for; the crate uses what the kernel has
 /// of them. ABI 9 adds control of connecting to path Unix sockets, which would deny every
@@ -84,7 +85,7 @@ const MAX_SPARES: usize = 16;
 /// The spares, locked (a panic while they were held left them whole: each change is one
 /// `Vec` operation).
 fn spares() -> std::sync::MutexGuard<'static, Vec<Spare>> {
-    SPARES.lock().unwrap_or_else(|e| e.into_inner())
+    SPARES.lock_unpoisoned()
 }
 
 /// A ruleset for `writable` and `network` ([`ruleset`]): the one built ahead for them when

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::oneshot;
 use tokio::task::AbortHandle;
+use toold_protocol::sync::LockUnpoisoned;
 use toold_protocol::{ApprovalAnswer, ApprovalRequestParams, error_code, methods};
 
 use super::client::{Client, OutboundError};
@@ -163,9 +164,7 @@ impl ApprovalBoard {
 
     fn lock(&self) -> MutexGuard<'_, BoardState> {
         // Each change completes under the lock: a poisoned lock is still consistent.
-        self.state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.state.lock_unpoisoned()
     }
 }
 

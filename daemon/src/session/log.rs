@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::Notify;
 use toold_protocol::Event;
+use toold_protocol::sync::LockUnpoisoned;
 
 use crate::events::EventListener;
 
@@ -327,9 +328,7 @@ impl EventLog {
     fn lock(&self) -> MutexGuard<'_, LogInner> {
         // Every change under this lock is a few plain assignments and a push or pop that cannot
         // panic halfway (allocation failure aborts): a poisoned lock still holds a sound log.
-        self.inner
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.inner.lock_unpoisoned()
     }
 }
 

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
+use toold_protocol::sync::LockUnpoisoned;
 use toold_protocol::{CallOutcome, OnDisconnect, SessionEnv, SessionSnapshot};
 
 use super::approvals::{ApprovalBoard, BoardApprover};
@@ -105,10 +106,7 @@ impl ManagedSession {
         record: &SessionRecord,
         generation: u64,
     ) {
-        let mut saved = self
-            .saved
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut saved = self.saved.lock_unpoisoned();
         if saved.closed || saved.written > generation {
             return;
         }
@@ -119,10 +117,7 @@ impl ManagedSession {
     }
 
     pub(super) fn remove_record(&self, store: &SessionStore) {
-        let mut saved = self
-            .saved
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut saved = self.saved.lock_unpoisoned();
         saved.closed = true;
         if let Err(err) = store.remove(self.id()) {
             tracing::warn!(session = self.id(), %err, "cannot remove the session's state file");
@@ -131,9 +126,7 @@ impl ManagedSession {
 
     pub(super) fn lock(&self) -> MutexGuard<'_, Meta> {
         // Changes are single inserts, removes and assignments: a poisoned lock stays consistent.
-        self.meta
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.meta.lock_unpoisoned()
     }
 
     pub fn id(&self) -> &str {

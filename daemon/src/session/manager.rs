@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use toold_protocol::sync::LockUnpoisoned;
 use toold_protocol::{
     ErrorObject, Rules, SandboxRequest, SandboxSettings, SessionCreateParams, SessionMode,
     SessionUpdateParams, ToolDefinition,
@@ -57,9 +58,7 @@ impl SessionManager {
 
     fn lock(&self) -> MutexGuard<'_, HashMap<String, Arc<ManagedSession>>> {
         // Inserts and removes only: a poisoned lock stays consistent.
-        self.sessions
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.sessions.lock_unpoisoned()
     }
 
     pub fn get(&self, session_id: &str) -> Result<Arc<ManagedSession>, ErrorObject> {

@@ -32,6 +32,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tokio::sync::Semaphore;
+use toold_protocol::sync::LockUnpoisoned;
 
 use super::{CommandLine, MAX_LINE_BYTES, analyze};
 use crate::process_tree;
@@ -114,17 +115,12 @@ struct OwnerShare<'a> {
 
 impl Drop for OwnerShare<'_> {
     fn drop(&mut self) {
-        let mut owners = lock(&self.parser.owners);
+        let mut owners = self.parser.owners.lock_unpoisoned();
         // The map's reference and this one: nobody else of this owner holds or waits.
         if Arc::strong_count(&self.semaphore) == 2 {
             owners.remove(self.owner);
         }
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // Each holder replaces or pushes whole values: a panic elsewhere leaves nothing half-done.
-    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl ShellParser {
@@ -157,7 +153,7 @@ impl ShellParser {
             // Not worth a round trip: the worker would say the same.
             return analyze(line);
         }
-        let key = lock(&self.remembered).key(line);
+        let key = self.remembered.lock_unpoisoned().key(line);
         if let Some(known) = self.remembered_unreadable(key) {
             return known;
         }
@@ -165,7 +161,8 @@ impl ShellParser {
             parser: self,
             owner,
             semaphore: Arc::clone(
-                lock(&self.owners)
+                self.owners
+                    .lock_unpoisoned()
                     .entry(owner.to_owned())
                     .or_insert_with(|| Arc::new(Semaphore::new(MAX_WORKERS_PER_OWNER))),
             ),
@@ -186,7 +183,7 @@ impl ShellParser {
         }
         // A pooled worker may have died while idle (killed by hand, or by the OOM killer): its
         // failure says nothing about the line, which gets one more try on a fresh worker.
-        let pooled = lock(&self.idle).pop();
+        let pooled = self.idle.lock_unpoisoned().pop();
         let asked = match pooled {
             Some(worker) => match self.ask(worker, line).await {
                 Asked::Failed(err) => {
@@ -213,13 +210,13 @@ impl ShellParser {
                 format!("the shell parser did not finish within {limit} ms")
             }
         };
-        lock(&self.remembered).remember(key, &reason);
+        self.remembered.lock_unpoisoned().remember(key, &reason);
         CommandLine::unreadable(reason)
     }
 
     /// The answer for a line remembered as unreadable, if it is.
     fn remembered_unreadable(&self, key: u64) -> Option<CommandLine> {
-        let remembered = lock(&self.remembered);
+        let remembered = self.remembered.lock_unpoisoned();
         let reason = remembered.reasons.get(&key)?;
         Some(CommandLine::unreadable(format!(
             "{reason} (when it came before)"
@@ -241,7 +238,7 @@ impl ShellParser {
     async fn ask(&self, mut worker: Worker, line: &str) -> Asked {
         match tokio::time::timeout(self.deadline, worker.analyze(line)).await {
             Ok(Ok(analysis)) => {
-                lock(&self.idle).push(worker);
+                self.idle.lock_unpoisoned().push(worker);
                 Asked::Answered(analysis)
             }
             Ok(Err(err)) => Asked::Failed(err),

@@ -21,6 +21,7 @@ use std::sync::Mutex;
 use ignore::WalkState;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
+use toold_protocol::sync::LockUnpoisoned;
 use toold_protocol::{ErrorType, Safety, ToolDefinition, ToolSource};
 
 use super::walk::{self, Budget, FileFilter, MAX_RESULTS, ThreadResults};
@@ -130,9 +131,7 @@ fn find_files(args: &FindArgs, ctx: &ToolContext) -> ToolOutcome {
             }
         }
     });
-    let mut paths = shared
-        .into_inner()
-        .unwrap_or_else(|poison| poison.into_inner());
+    let mut paths = shared.into_inner_unpoisoned();
     paths.sort_unstable_by(|(left, _), (right, _)| walk::path_order(left, right));
     let found = paths.len();
     paths.truncate(listed(&paths, &budget));

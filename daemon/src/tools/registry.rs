@@ -12,6 +12,7 @@ use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use toold_protocol::sync::RwLockUnpoisoned;
 use toold_protocol::{ErrorType, Safety, ToolCall, ToolDefinition, ToolResult, ToolSource};
 
 use super::{CallOrigin, Judged, OutputChunk, Tool, ToolContext, ToolOutcome};
@@ -212,15 +213,11 @@ impl Registry {
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Inner> {
         // A panic while holding this lock cannot leave the map half-changed: every write is
         // a single insert or remove. So a poisoned lock is still sound to use.
-        self.inner
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.inner.read_unpoisoned()
     }
 
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, Inner> {
-        self.inner
-            .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.inner.write_unpoisoned()
     }
 }
 

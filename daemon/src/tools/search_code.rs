@@ -35,6 +35,7 @@ use grep_searcher::{BinaryDetection, Searcher, SearcherBuilder, Sink, SinkContex
 use ignore::WalkState;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
+use toold_protocol::sync::LockUnpoisoned;
 use toold_protocol::{ErrorType, Safety, ToolDefinition, ToolSource};
 
 use super::walk::{self, Budget, CancelCheck, FileFilter, MAX_RESULTS, Start, ThreadResults};
@@ -238,9 +239,7 @@ fn search_code(args: &SearchArgs, ctx: &ToolContext) -> ToolOutcome {
                     }
                 }
             });
-            shared
-                .into_inner()
-                .unwrap_or_else(|poison| poison.into_inner())
+            shared.into_inner_unpoisoned()
         }
     };
     hits.sort_unstable_by(|left, right| walk::path_order(&left.shown, &right.shown));

@@ -19,12 +19,13 @@ use std::num::NonZeroUsize;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{self, AtomicUsize};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
 use ignore::overrides::{Override, OverrideBuilder};
 use ignore::{DirEntry, WalkBuilder, WalkState};
 use tokio_util::sync::CancellationToken;
 use toold_protocol::ErrorType;
+use toold_protocol::sync::LockUnpoisoned;
 
 use super::{HiddenPaths, ToolContext, ToolFailure};
 
@@ -301,7 +302,7 @@ impl<T> Drop for ThreadResults<'_, T> {
     fn drop(&mut self) {
         // A poisoned lock means another walker thread panicked mid-append; the walk's panic
         // propagates anyway, and appending to a Vec cannot leave it inconsistent.
-        let mut shared = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut shared = self.shared.lock_unpoisoned();
         shared.append(&mut self.local);
     }
 }

@@ -16,10 +16,11 @@ use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::Path;
-use std::sync::{Mutex, OnceLock, PoisonError};
+use std::sync::{Mutex, OnceLock};
 
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
+use toold_protocol::sync::LockUnpoisoned;
 
 /// The prefix of every temporary file a write creates; recovery removes only such names.
 pub const TEMP_PREFIX: &str = ".toold-write-";
@@ -102,7 +103,7 @@ pub fn begin(temp: &Path) -> InFlight {
     let Some(journal) = JOURNAL.get() else {
         return InFlight { recorded: false };
     };
-    let mut journal = journal.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut journal = journal.lock_unpoisoned();
     let mut line = temp.as_os_str().as_bytes().to_vec();
     line.push(0);
     if let Err(err) = journal.file.write_all(&line) {
@@ -118,7 +119,7 @@ impl Drop for InFlight {
         let Some(journal) = JOURNAL.get().filter(|_| self.recorded) else {
             return;
         };
-        let mut journal = journal.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut journal = journal.lock_unpoisoned();
         journal.in_flight -= 1;
         if journal.in_flight == 0 {
             // Nothing in flight: nothing to clean up after a crash.

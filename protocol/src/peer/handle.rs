@@ -6,7 +6,7 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::task::{Context, Poll, ready};
 
 use serde::Serialize;
@@ -18,6 +18,7 @@ use super::{BoxFuture, CloseReason};
 use crate::framing::{DetectedFraming, Framing, JsonText, render_notification_as};
 use crate::methods::{CANCEL_REQUEST, NotificationMethod, RequestMethod};
 use crate::rpc::{ErrorObject, Id, Notification, Request, Response};
+use crate::sync::LockUnpoisoned;
 
 /// Numbers connections for logs; process-wide so that two connections never share one.
 static NEXT_CONNECTION_ID: AtomicU64 = AtomicU64::new(1);
@@ -127,7 +128,7 @@ impl Shared {
     fn pending(&self) -> MutexGuard<'_, PendingTable> {
         // Every critical section is a single insert, lookup or removal, so a panic elsewhere
         // cannot leave the table half-updated: a poisoned lock is still consistent.
-        self.pending.lock().unwrap_or_else(PoisonError::into_inner)
+        self.pending.lock_unpoisoned()
     }
 }
 
