@@ -9,13 +9,13 @@
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use similar::TextDiff;
-use toold_protocol::{ErrorType, Safety, ToolDefinition, ToolSource};
+use toold_protocol::{ErrorType, Safety, ToolDefinition};
 
 use super::read_file::{MAX_EDIT_BYTES, read_text};
 use super::write_file::write_atomically;
 use super::{
     JudgedArguments, Reads, Tool, ToolContext, ToolFailure, ToolFuture, ToolOutput, blocking,
-    parse_args,
+    builtin_definition, parse_args,
 };
 
 /// How long the diff of an edit may take before it settles for a coarser one: a diff of two
@@ -44,13 +44,12 @@ impl Tool for EditFile {
     }
 
     fn definition(&self) -> ToolDefinition {
-        ToolDefinition {
-            name: "edit_file".into(),
-            description: "Replace an exact string in a text file. `old_string` must occur exactly \
-                once unless `replace_all` is true; include enough surrounding lines to make it \
-                unique. Returns a unified diff of the change."
-                .into(),
-            input_schema: json!({
+        builtin_definition(
+            "edit_file",
+            "Replace an exact string in a text file. `old_string` must occur exactly \
+            once unless `replace_all` is true; include enough surrounding lines to make it \
+            unique. Returns a unified diff of the change.",
+            json!({
                 "type": "object",
                 "properties": {
                     "path": {"type": "string", "minLength": 1, "description": "File to edit"},
@@ -62,11 +61,8 @@ impl Tool for EditFile {
                 "required": ["path", "old_string", "new_string"],
                 "additionalProperties": false
             }),
-            safety: Safety::SideEffect,
-            system: false,
-            timeout_ms: None,
-            source: ToolSource::Builtin,
-        }
+            Safety::SideEffect,
+        )
     }
 
     fn run(&self, args: Map<String, Value>, ctx: ToolContext) -> ToolFuture {

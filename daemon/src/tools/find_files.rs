@@ -22,12 +22,12 @@ use ignore::WalkState;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use toold_protocol::sync::LockUnpoisoned;
-use toold_protocol::{ErrorType, Safety, ToolDefinition, ToolSource};
+use toold_protocol::{ErrorType, Safety, ToolDefinition};
 
 use super::walk::{self, Budget, FileFilter, MAX_RESULTS, ThreadResults};
 use super::{
     JudgedArguments, Reads, Tool, ToolContext, ToolFailure, ToolFuture, ToolOutcome, ToolOutput,
-    parse_args,
+    builtin_definition, parse_args,
 };
 
 /// How many paths a call lists when it does not say.
@@ -60,17 +60,16 @@ impl Tool for FindFiles {
     }
 
     fn definition(&self) -> ToolDefinition {
-        ToolDefinition {
-            name: "find_files".into(),
-            description: "Lists the files whose path matches a glob, under a directory. \
-                The glob is gitignore-style: without a `/` it matches the file name at any \
-                depth (`*.rs`); `*` stays within one directory level, `**` crosses levels \
-                (`src/**/*.ts`). Files ignored by .gitignore or .ignore are left out, and so \
-                are hidden files unless the glob names them (`.github/**`). Paths are relative \
-                to `path`, one per line, sorted. When more than max_results match, an \
-                arbitrary subset is listed and `truncated` is true: narrow the pattern."
-                .into(),
-            input_schema: json!({
+        builtin_definition(
+            "find_files",
+            "Lists the files whose path matches a glob, under a directory. \
+            The glob is gitignore-style: without a `/` it matches the file name at any \
+            depth (`*.rs`); `*` stays within one directory level, `**` crosses levels \
+            (`src/**/*.ts`). Files ignored by .gitignore or .ignore are left out, and so \
+            are hidden files unless the glob names them (`.github/**`). Paths are relative \
+            to `path`, one per line, sorted. When more than max_results match, an \
+            arbitrary subset is listed and `truncated` is true: narrow the pattern.",
+            json!({
                 "type": "object",
                 "properties": {
                     "pattern": {
@@ -92,11 +91,8 @@ impl Tool for FindFiles {
                 "required": ["pattern"],
                 "additionalProperties": false
             }),
-            safety: Safety::ReadOnly,
-            system: false,
-            timeout_ms: None,
-            source: ToolSource::Builtin,
-        }
+            Safety::ReadOnly,
+        )
     }
 
     fn run(&self, args: Map<String, Value>, ctx: ToolContext) -> ToolFuture {

@@ -13,7 +13,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 pub use toold_protocol::OutputStream;
-use toold_protocol::{ErrorType, ToolDefinition, ToolResult};
+use toold_protocol::{ErrorType, Safety, ToolDefinition, ToolResult, ToolSource};
 
 use crate::env::Env;
 use crate::paths::ResolvedPath;
@@ -384,6 +384,24 @@ impl<R: std::io::Read> std::io::Read for StopReading<'_, R> {
         let read = self.inner.read(buffer)?;
         self.read += read as u64;
         Ok(read)
+    }
+}
+
+/// The definition of a builtin tool: toold's own, with no timeout of its own, shown to models.
+fn builtin_definition(
+    name: &str,
+    description: &str,
+    input_schema: Value,
+    safety: Safety,
+) -> ToolDefinition {
+    ToolDefinition {
+        name: name.to_owned(),
+        description: description.to_owned(),
+        input_schema,
+        safety,
+        system: false,
+        timeout_ms: None,
+        source: ToolSource::Builtin,
     }
 }
 

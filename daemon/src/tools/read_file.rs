@@ -15,13 +15,13 @@ use std::path::Path;
 
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
-use toold_protocol::{ErrorType, Safety, ToolDefinition, ToolSource};
+use toold_protocol::{ErrorType, Safety, ToolDefinition};
 
 use crate::paths::ResolvedPath;
 
 use super::{
     JudgedArguments, Reads, StopReading, Tool, ToolContext, ToolFailure, ToolFuture, ToolOutput,
-    blocking, parse_args,
+    blocking, builtin_definition, parse_args,
 };
 
 /// How much of a file's start is checked for NUL bytes to tell binary from text, as git does.
@@ -50,14 +50,13 @@ impl Tool for ReadFile {
     }
 
     fn definition(&self) -> ToolDefinition {
-        ToolDefinition {
-            name: "read_file".into(),
-            description: "Read a text file. `path` is absolute or relative to the working \
-                directory. `offset` is the first line to return (1-based) and `limit` the number \
-                of lines; without them the whole file is returned, up to the read limit \
-                (metadata `truncated` then says it was cut, `next_offset` where to go on)."
-                .into(),
-            input_schema: json!({
+        builtin_definition(
+            "read_file",
+            "Read a text file. `path` is absolute or relative to the working \
+            directory. `offset` is the first line to return (1-based) and `limit` the number \
+            of lines; without them the whole file is returned, up to the read limit \
+            (metadata `truncated` then says it was cut, `next_offset` where to go on).",
+            json!({
                 "type": "object",
                 "properties": {
                     "path": {"type": "string", "minLength": 1, "description": "File to read"},
@@ -67,11 +66,8 @@ impl Tool for ReadFile {
                 "required": ["path"],
                 "additionalProperties": false
             }),
-            safety: Safety::ReadOnly,
-            system: false,
-            timeout_ms: None,
-            source: ToolSource::Builtin,
-        }
+            Safety::ReadOnly,
+        )
     }
 
     fn run(&self, args: Map<String, Value>, ctx: ToolContext) -> ToolFuture {

@@ -56,12 +56,12 @@ use serde_json::{Map, Value, json};
 use tokio::net::unix::pipe;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use toold_protocol::{ErrorType, Safety, ToolDefinition, ToolSource};
+use toold_protocol::{ErrorType, Safety, ToolDefinition};
 
 use self::pump::OutputPump;
 use super::{
     JudgedArguments, Tool, ToolContext, ToolFailure, ToolFuture, ToolOutcome, ToolOutput,
-    parse_args,
+    builtin_definition, parse_args,
 };
 use crate::env::Env;
 use crate::paths;
@@ -111,10 +111,10 @@ impl Tool for RunCommand {
     }
 
     fn definition(&self) -> ToolDefinition {
-        ToolDefinition {
-            name: "run_command".into(),
-            description: DESCRIPTION.into(),
-            input_schema: json!({
+        builtin_definition(
+            "run_command",
+            DESCRIPTION,
+            json!({
                 "type": "object",
                 "properties": {
                     "command": {
@@ -141,11 +141,8 @@ impl Tool for RunCommand {
                 "required": ["command"],
                 "additionalProperties": false
             }),
-            safety: Safety::SideEffect,
-            system: false,
-            timeout_ms: None,
-            source: ToolSource::Builtin,
-        }
+            Safety::SideEffect,
+        )
     }
 
     fn run(&self, args: Map<String, Value>, ctx: ToolContext) -> ToolFuture {

@@ -36,12 +36,12 @@ use ignore::WalkState;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use toold_protocol::sync::LockUnpoisoned;
-use toold_protocol::{ErrorType, Safety, ToolDefinition, ToolSource};
+use toold_protocol::{ErrorType, Safety, ToolDefinition};
 
 use super::walk::{self, Budget, CancelCheck, FileFilter, MAX_RESULTS, Start, ThreadResults};
 use super::{
     JudgedArguments, Reads, StopReading, Tool, ToolContext, ToolFailure, ToolFuture, ToolOutcome,
-    ToolOutput, parse_args,
+    ToolOutput, builtin_definition, parse_args,
 };
 
 /// How many matching lines a call returns when it does not say.
@@ -89,18 +89,17 @@ impl Tool for SearchCode {
     }
 
     fn definition(&self) -> ToolDefinition {
-        ToolDefinition {
-            name: "search_code".into(),
-            description: "Searches file contents for a regular expression (Rust regex syntax, \
-                as ripgrep) under a directory, or in one file. Prints `path:line:text` for \
-                every matching line, with `path` relative to the searched directory; context \
-                lines print as `path-line-text` and `--` separates groups. Files ignored by \
-                .gitignore or .ignore, hidden files (unless the glob names them) and binary \
-                files are skipped. Lines over 1000 bytes are cut. When more than max_results \
-                lines match, an arbitrary subset of files is shown and `truncated` is true: \
-                narrow the pattern, path or glob."
-                .into(),
-            input_schema: json!({
+        builtin_definition(
+            "search_code",
+            "Searches file contents for a regular expression (Rust regex syntax, \
+            as ripgrep) under a directory, or in one file. Prints `path:line:text` for \
+            every matching line, with `path` relative to the searched directory; context \
+            lines print as `path-line-text` and `--` separates groups. Files ignored by \
+            .gitignore or .ignore, hidden files (unless the glob names them) and binary \
+            files are skipped. Lines over 1000 bytes are cut. When more than max_results \
+            lines match, an arbitrary subset of files is shown and `truncated` is true: \
+            narrow the pattern, path or glob.",
+            json!({
                 "type": "object",
                 "properties": {
                     "pattern": {
@@ -137,11 +136,8 @@ impl Tool for SearchCode {
                 "required": ["pattern"],
                 "additionalProperties": false
             }),
-            safety: Safety::ReadOnly,
-            system: false,
-            timeout_ms: None,
-            source: ToolSource::Builtin,
-        }
+            Safety::ReadOnly,
+        )
     }
 
     fn run(&self, args: Map<String, Value>, ctx: ToolContext) -> ToolFuture {

@@ -23,12 +23,12 @@ use nix::unistd::{UnlinkatFlags, unlinkat};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
-use toold_protocol::{ErrorType, Safety, ToolDefinition, ToolSource};
+use toold_protocol::{ErrorType, Safety, ToolDefinition};
 
 use super::write_journal;
 use super::{
     JudgedArguments, Reads, Tool, ToolContext, ToolFailure, ToolFuture, ToolOutput, blocking,
-    parse_args,
+    builtin_definition, parse_args,
 };
 use crate::confined;
 
@@ -51,14 +51,13 @@ impl Tool for WriteFile {
     }
 
     fn definition(&self) -> ToolDefinition {
-        ToolDefinition {
-            name: "write_file".into(),
-            description: "Write a text file, replacing it if it exists. Creates missing parent \
-                directories; the file is replaced atomically and keeps its permissions. \
-                `path` is absolute or relative to the working directory. Prefer edit_file for \
-                changing part of an existing file."
-                .into(),
-            input_schema: json!({
+        builtin_definition(
+            "write_file",
+            "Write a text file, replacing it if it exists. Creates missing parent \
+            directories; the file is replaced atomically and keeps its permissions. \
+            `path` is absolute or relative to the working directory. Prefer edit_file for \
+            changing part of an existing file.",
+            json!({
                 "type": "object",
                 "properties": {
                     "path": {"type": "string", "minLength": 1, "description": "File to write"},
@@ -67,11 +66,8 @@ impl Tool for WriteFile {
                 "required": ["path", "content"],
                 "additionalProperties": false
             }),
-            safety: Safety::SideEffect,
-            system: false,
-            timeout_ms: None,
-            source: ToolSource::Builtin,
-        }
+            Safety::SideEffect,
+        )
     }
 
     fn run(&self, args: Map<String, Value>, ctx: ToolContext) -> ToolFuture {
