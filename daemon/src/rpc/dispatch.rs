@@ -9,7 +9,7 @@ use jsonrpsee::types::{ErrorObjectOwned, Id, Params};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use toold_protocol::peer::Reply;
-use toold_protocol::{ErrorObject, JsonText, methods};
+use toold_protocol::{ErrorObject, JsonText, RequestMethod};
 
 use super::Daemon;
 use super::connection::Connection;
@@ -73,15 +73,20 @@ fn field_at(text: &str, column: usize) -> Option<String> {
     None
 }
 
-/// Registers one async method taking the daemon, the request context and typed params.
+/// Registers the handler of one method of the protocol's typed table
+/// (`toold_protocol::methods`), which gives its name, its params' type and its result's: the
+/// table the client's calls are typed by is the one the daemon serves.
 macro_rules! method {
-    ($module:expr, $name:expr, |$daemon:ident, $request:ident, $params:ident: $ty:ty| $body:expr) => {{
-        let registered = $module.register_async_method($name, |params, $daemon, extensions| async move {
-            let $request = context(&extensions)?;
-            let $params: $ty = parse(&params)?;
-            let reply = $body;
-            reply.map_err(to_rpc)
-        });
+    ($module:expr, $method:ty, |$daemon:ident, $request:ident, $params:ident| $body:expr) => {{
+        let registered = $module.register_async_method(
+            <$method as RequestMethod>::METHOD,
+            |params, $daemon, extensions| async move {
+                let $request = context(&extensions)?;
+                let $params: <$method as RequestMethod>::Params = parse(&params)?;
+                let reply: handlers::Reply<<$method as RequestMethod>::Result> = $body;
+                reply.map_err(to_rpc)
+            },
+        );
         // Only a name registered twice fails, and each name below appears once.
         if let Err(err) = registered {
             tracing::error!(%err, "a method could not be registered");
@@ -91,93 +96,51 @@ macro_rules! method {
 
 /// Builds the method table.
 pub fn method_table(daemon: Arc<Daemon>) -> Methods {
-    use toold_protocol::{
-        CancelParams, ExecuteParams, InitializeParams, SessionAttachParams, SessionCreateParams,
-        SessionIdParams, SessionListParams, SessionUpdateParams, ToolsListParams,
-        ToolsRegisterParams, ToolsUnregisterParams,
+    use toold_protocol::methods::{
+        Initialize, SessionAttach, SessionClose, SessionCreate, SessionDetach, SessionGet,
+        SessionList, SessionUpdate, ToolsCancel, ToolsExecute, ToolsList, ToolsRegister,
+        ToolsUnregister,
     };
     let mut module = RpcModule::from_arc(daemon);
-    method!(
-        module,
-        methods::INITIALIZE,
-        |daemon, request, params: InitializeParams| {
-            handlers::initialize(&daemon, &request.connection, params)
-        }
-    );
-    method!(
-        module,
-        methods::SESSION_CREATE,
-        |daemon, request, params: SessionCreateParams| {
-            handlers::session_create(&daemon, &request.connection, params)
-        }
-    );
-    method!(
-        module,
-        methods::SESSION_ATTACH,
-        |daemon, request, params: SessionAttachParams| {
-            handlers::session_attach(&daemon, &request.connection, params).await
-        }
-    );
-    method!(
-        module,
-        methods::SESSION_DETACH,
-        |daemon, request, params: SessionIdParams| {
-            handlers::session_detach(&daemon, &request.connection, params)
-        }
-    );
-    method!(
-        module,
-        methods::SESSION_UPDATE,
-        |daemon, _request, params: SessionUpdateParams| {
-            handlers::session_update(&daemon, params)
-        }
-    );
-    method!(
-        module,
-        methods::SESSION_GET,
-        |daemon, _request, params: SessionIdParams| { handlers::session_get(&daemon, params) }
-    );
-    method!(
-        module,
-        methods::SESSION_LIST,
-        |daemon, _request, _params: SessionListParams| { handlers::session_list(&daemon) }
-    );
-    method!(
-        module,
-        methods::SESSION_CLOSE,
-        |daemon, _request, params: SessionIdParams| { handlers::session_close(&daemon, params) }
-    );
-    method!(
-        module,
-        methods::TOOLS_LIST,
-        |daemon, _request, params: ToolsListParams| { handlers::tools_list(&daemon, params) }
-    );
-    method!(
-        module,
-        methods::TOOLS_REGISTER,
-        |daemon, request, params: ToolsRegisterParams| {
-            handlers::tools_register(&daemon, &request.connection, params)
-        }
-    );
-    method!(
-        module,
-        methods::TOOLS_UNREGISTER,
-        |daemon, request, params: ToolsUnregisterParams| {
-            handlers::tools_unregister(&daemon, &request.connection, params)
-        }
-    );
-    method!(
-        module,
-        methods::TOOLS_EXECUTE,
-        |daemon, request, params: ExecuteParams| {
-            handlers::tools_execute(&daemon, &request.connection, request.request_id, params).await
-        }
-    );
-    method!(
-        module,
-        methods::TOOLS_CANCEL,
-        |daemon, _request, params: CancelParams| { handlers::tools_cancel(&daemon, params) }
-    );
+    method!(module, Initialize, |daemon, request, params| {
+        handlers::initialize(&daemon, &request.connection, params)
+    });
+    method!(module, SessionCreate, |daemon, request, params| {
+        handlers::session_create(&daemon, &request.connection, params)
+    });
+    method!(module, SessionAttach, |daemon, request, params| {
+        handlers::session_attach(&daemon, &request.connection, params).await
+    });
+    method!(module, SessionDetach, |daemon, request, params| {
+        handlers::session_detach(&daemon, &request.connection, params)
+    });
+    method!(module, SessionUpdate, |daemon, _request, params| {
+        handlers::session_update(&daemon, params)
+    });
+    method!(module, SessionGet, |daemon, _request, params| {
+        handlers::session_get(&daemon, params)
+    });
+    method!(module, SessionList, |daemon, _request, _params| {
+        handlers::session_list(&daemon)
+    });
+    method!(module, SessionClose, |daemon, _request, params| {
+        handlers::session_close(&daemon, params)
+    });
+    method!(module, ToolsList, |daemon, _request, params| {
+        handlers::tools_list(&daemon, params)
+    });
+    method!(module, ToolsRegister, |daemon, request, params| {
+        handlers::tools_register(&daemon, &request.connection, params)
+    });
+    method!(module, ToolsUnregister, |daemon, request, params| {
+        handlers::tools_unregister(&daemon, &request.connection, params)
+    });
+    method!(module, ToolsExecute, |daemon, request, params| {
+        handlers::tools_execute(&daemon, &request.connection, request.request_id, params).await
+    });
+    method!(module, ToolsCancel, |daemon, _request, params| {
+        handlers::tools_cancel(&daemon, params)
+    });
     module.into()
 }
 

@@ -21,7 +21,7 @@ use crate::pipeline::batch::{Batch, BatchControl};
 use crate::tools::registry::ListFilter;
 use crate::tools::{RegisterError, is_valid_tool_name};
 
-type Reply<T> = Result<T, ErrorObject>;
+pub(super) type Reply<T> = Result<T, ErrorObject>;
 
 pub fn initialize(
     daemon: &Daemon,
