@@ -105,112 +105,62 @@ impl HookSet<'_> {
 
     /// Runs every PreToolUse hook for the call in parallel; a failure is a `block` naming it.
     pub async fn pre_tool_use(&self, params: &PreToolUseParams) -> PreHookVerdict {
-        let tool = params.call.name.as_str();
-        let mut answers = tokio::task::JoinSet::new();
-        for (order, hook) in self
-            .configured
-            .iter()
-            .filter(|hook| hook.applies_to(HookEvent::PreToolUse, tool))
-            .enumerate()
-        {
-            let hook = hook.clone();
-            let input = HookProgramInput {
-                event: HookEvent::PreToolUse,
-                params: params.clone(),
-            };
-            let (timeout, cwd) = (hook.timeout.unwrap_or(self.timeout), self.cwd.to_path_buf());
-            answers.spawn(async move {
-                let name = hook.name();
-                let answer = run_program(&hook.command, &input, &cwd, timeout)
-                    .await
-                    .and_then(|output| match output {
-                        ProgramOutput::Json(json) => parse_pre_answer(&json),
-                        ProgramOutput::Empty => {
-                            Ok(PreToolUseAnswer::new(PreToolUseDecision::Continue))
-                        }
-                        ProgramOutput::Blocked(reason) => {
-                            let mut answer = PreToolUseAnswer::new(PreToolUseDecision::Block);
-                            answer.reason = Some(reason);
-                            Ok(answer)
-                        }
-                    });
-                (order, format!("hook program {name}"), answer)
-            });
-        }
-        let offset = self.configured.len();
-        for (order, client) in self
-            .clients
-            .iter()
-            .filter(|client| client.handles(HookEvent::PreToolUse))
-            .enumerate()
-        {
-            let request = client.pre_tool_use(params.clone());
-            let timeout = self.timeout;
-            answers.spawn(async move {
-                let answer = match tokio::time::timeout(timeout, request).await {
-                    Ok(answer) => answer,
-                    Err(_) => Err(format!("no answer within {} ms", timeout.as_millis())),
-                };
-                (offset + order, "a client's hook".to_owned(), answer)
-            });
-        }
-        let mut collected = Vec::new();
-        while let Some(joined) = answers.join_next().await {
-            match joined {
-                Ok(answer) => collected.push(answer),
-                Err(err) => collected.push((
-                    usize::MAX,
-                    "a hook".to_owned(),
-                    Err(format!("it failed internally: {err}")),
-                )),
-            }
-        }
-        collected.sort_by_key(|(order, _, _)| *order);
-        strictest(collected)
+        strictest(self.fan_out::<PreToolUse>(params, &params.call.name).await)
     }
 
     /// Runs every PostToolUse hook in parallel and joins their `additional_context`s; failures
     /// are logged and otherwise ignored.
     pub async fn post_tool_use(&self, params: &PostToolUseParams) -> Option<String> {
         let tool = params.call.name.as_str();
+        let mut texts = Vec::new();
+        for (_, name, answer) in self.fan_out::<PostToolUse>(params, tool).await {
+            match answer {
+                Ok(answer) => texts.extend(answer.additional_context),
+                Err(why) => {
+                    tracing::warn!(hook = %name, tool, %why, "a PostToolUse hook failed; the result stands")
+                }
+            }
+        }
+        texts.retain(|text| !text.is_empty());
+        (!texts.is_empty()).then(|| texts.join("\n"))
+    }
+
+    /// Runs every hook of event `E` that applies to `tool` in parallel: the config's programs,
+    /// then the clients'. Each answer with its hook's place in that order and its name, in
+    /// that order.
+    async fn fan_out<E: HookKind>(
+        &self,
+        params: &E::Params,
+        tool: &str,
+    ) -> Vec<(usize, String, Result<E::Answer, String>)> {
         let mut answers = tokio::task::JoinSet::new();
         for (order, hook) in self
             .configured
             .iter()
-            .filter(|hook| hook.applies_to(HookEvent::PostToolUse, tool))
+            .filter(|hook| hook.applies_to(E::EVENT, tool))
             .enumerate()
         {
             let hook = hook.clone();
             let input = HookProgramInput {
-                event: HookEvent::PostToolUse,
+                event: E::EVENT,
                 params: params.clone(),
             };
             let (timeout, cwd) = (hook.timeout.unwrap_or(self.timeout), self.cwd.to_path_buf());
             answers.spawn(async move {
                 let answer = run_program(&hook.command, &input, &cwd, timeout)
                     .await
-                    .and_then(|output| match output {
-                        ProgramOutput::Json(json) => {
-                            serde_json::from_str::<PostToolUseAnswer>(&json).map_err(|err| {
-                                format!("its answer is not a PostToolUse answer: {err}")
-                            })
-                        }
-                        ProgramOutput::Empty => Ok(PostToolUseAnswer::default()),
-                        ProgramOutput::Blocked(reason) => {
-                            Err(format!("it exited with 2: {reason}"))
-                        }
-                    });
-                (order, hook.name(), answer)
+                    .and_then(E::program_answer);
+                (order, format!("hook program {}", hook.name()), answer)
             });
         }
         let offset = self.configured.len();
         for (order, client) in self
             .clients
             .iter()
-            .filter(|client| client.handles(HookEvent::PostToolUse))
+            .filter(|client| client.handles(E::EVENT))
             .enumerate()
         {
-            let request = client.post_tool_use(params.clone());
+            let request = E::ask(client.as_ref(), params.clone());
             let timeout = self.timeout;
             answers.spawn(async move {
                 let answer = tokio::time::timeout(timeout, request)
@@ -221,25 +171,73 @@ impl HookSet<'_> {
                 (offset + order, "a client's hook".to_owned(), answer)
             });
         }
-        let mut contexts = Vec::new();
+        let mut collected = Vec::new();
         while let Some(joined) = answers.join_next().await {
-            match joined {
-                Ok((order, _, Ok(answer))) => {
-                    contexts.extend(answer.additional_context.map(|text| (order, text)))
-                }
-                Ok((_, name, Err(why))) => {
-                    tracing::warn!(hook = %name, tool, %why, "a PostToolUse hook failed; the result stands")
-                }
-                Err(err) => tracing::warn!(%err, tool, "a PostToolUse hook task failed"),
+            collected.push(joined.unwrap_or_else(|err| {
+                (
+                    usize::MAX,
+                    "a hook".to_owned(),
+                    Err(format!("it failed internally: {err}")),
+                )
+            }));
+        }
+        collected.sort_by_key(|(order, _, _)| *order);
+        collected
+    }
+}
+
+/// A hook event as [`HookSet::fan_out`] runs it: what its hooks are given, what they answer,
+/// how a program's output reads as an answer, how a client is asked.
+trait HookKind {
+    const EVENT: HookEvent;
+    type Params: Serialize + Clone + Send + Sync + 'static;
+    type Answer: Send + 'static;
+    fn program_answer(output: ProgramOutput) -> Result<Self::Answer, String>;
+    fn ask(client: &dyn ClientHooks, params: Self::Params) -> HookFuture<Self::Answer>;
+}
+
+enum PreToolUse {}
+
+impl HookKind for PreToolUse {
+    const EVENT: HookEvent = HookEvent::PreToolUse;
+    type Params = PreToolUseParams;
+    type Answer = PreToolUseAnswer;
+
+    fn program_answer(output: ProgramOutput) -> Result<PreToolUseAnswer, String> {
+        match output {
+            ProgramOutput::Json(json) => parse_pre_answer(&json),
+            ProgramOutput::Empty => Ok(PreToolUseAnswer::new(PreToolUseDecision::Continue)),
+            ProgramOutput::Blocked(reason) => {
+                let mut answer = PreToolUseAnswer::new(PreToolUseDecision::Block);
+                answer.reason = Some(reason);
+                Ok(answer)
             }
         }
-        contexts.sort_by_key(|(order, _)| *order);
-        let texts: Vec<String> = contexts
-            .into_iter()
-            .map(|(_, text)| text)
-            .filter(|text| !text.is_empty())
-            .collect();
-        (!texts.is_empty()).then(|| texts.join("\n"))
+    }
+
+    fn ask(client: &dyn ClientHooks, params: PreToolUseParams) -> HookFuture<PreToolUseAnswer> {
+        client.pre_tool_use(params)
+    }
+}
+
+enum PostToolUse {}
+
+impl HookKind for PostToolUse {
+    const EVENT: HookEvent = HookEvent::PostToolUse;
+    type Params = PostToolUseParams;
+    type Answer = PostToolUseAnswer;
+
+    fn program_answer(output: ProgramOutput) -> Result<PostToolUseAnswer, String> {
+        match output {
+            ProgramOutput::Json(json) => serde_json::from_str::<PostToolUseAnswer>(&json)
+                .map_err(|err| format!("its answer is not a PostToolUse answer: {err}")),
+            ProgramOutput::Empty => Ok(PostToolUseAnswer::default()),
+            ProgramOutput::Blocked(reason) => Err(format!("it exited with 2: {reason}")),
+        }
+    }
+
+    fn ask(client: &dyn ClientHooks, params: PostToolUseParams) -> HookFuture<PostToolUseAnswer> {
+        client.post_tool_use(params)
     }
 }
 
