@@ -112,7 +112,7 @@ pub fn serve(args: ServeArgs) -> Result<(), ServeError> {
             .and_then(|address| address.as_pathname().map(PathBuf::from));
         if let Some(socket) = &socket_path {
             let own_dir = toold_dir_of(socket.clone()) != *socket;
-            crate::sandbox::kernel::keep_commands_from(socket, own_dir);
+            crate::sandbox::kept_out::keep_commands_from(socket, own_dir);
         }
         // Once, before any command: what `initialize` reports is what commands get.
         let kernel = tokio::task::spawn_blocking(crate::sandbox::kernel::probe).await.map_err(|join| failed("the sandbox probe failed")(io::Error::other(join)))?;

@@ -26,6 +26,7 @@
 //! What the kernel offers is probed once ([`kernel`]); what a call asked for and could not get
 //! is named in `metadata.sandbox.degraded`, never silently dropped.
 
+pub mod kept_out;
 pub mod kernel;
 mod landlock;
 mod namespace;
@@ -278,7 +279,7 @@ impl Confinement {
         let namespace = if kernel.namespaces {
             enforced.push("mount_namespace");
             let mounts =
-                namespace::Mounts::plan(kernel::daemon_socket(), &protected_git, &writable);
+                namespace::Mounts::plan(kept_out::daemon_socket(), &protected_git, &writable);
             Some(if kernel.pid_namespace {
                 enforced.push("pid_namespace");
                 mounts.with_own_pids()

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use nix::libc;
 
-use super::kernel::DaemonSocket;
+use super::kept_out::{DaemonSocket, local_services};
 
 /// What the child mounts, every path and map line built before the fork.
 #[derive(Debug)]
@@ -228,7 +228,7 @@ impl Mounts {
         // `$XDG_RUNTIME_DIR`, docker, podman, the system bus) are kept from commands as the
         // daemon's socket is: one of them would run a command outside any sandbox. Not a
         // directory that holds a place commands may write.
-        let services = super::kernel::local_services();
+        let services = local_services();
         let hidden_services: Vec<&Path> = services
             .dirs
             .iter()

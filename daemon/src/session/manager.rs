@@ -494,7 +494,7 @@ fn check_record(state: &SessionState, title: Option<&str>) -> Result<(), ErrorOb
 /// A root that holds the daemon's socket would let the session's file tools write next to
 /// it and its commands reach what the sandbox hides: refused.
 fn check_roots_keep_out_the_socket(roots: &[PathBuf]) -> Result<(), ErrorObject> {
-    let Some(socket) = crate::sandbox::kernel::daemon_socket() else {
+    let Some(socket) = crate::sandbox::kept_out::daemon_socket() else {
         return Ok(());
     };
     let socket_dir = socket.path.parent().unwrap_or(Path::new("/"));
