@@ -7,6 +7,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
@@ -247,6 +248,7 @@ pub fn start_echo(path: &Path) -> anyhow::Result<()> {
                 let mut writer = stream.try_clone()?;
                 let mut reader = BufReader::new(stream);
                 let mut line = String::new();
+                let mut counted = thread_cpu_ns();
                 while reader.read_line(&mut line)? > 0 {
                     let request: Value = serde_json::from_str(&line)?;
                     let mut response = serde_json::to_vec(
@@ -255,12 +257,56 @@ pub fn start_echo(path: &Path) -> anyhow::Result<()> {
                     response.push(b'\n');
                     writer.write_all(&response)?;
                     line.clear();
+                    let now = thread_cpu_ns();
+                    ECHO_CPU_NS.fetch_add(now - counted, Ordering::Relaxed);
+                    counted = now;
                 }
                 Ok(())
             });
         }
     });
     Ok(())
+}
+
+/// The CPU time every echo thread has spent, in ns, counted after each answer.
+static ECHO_CPU_NS: AtomicU64 = AtomicU64::new(0);
+
+/// The CPU time the echo has spent so far, in ns.
+pub fn echo_cpu_ns() -> u64 {
+    ECHO_CPU_NS.load(Ordering::Relaxed)
+}
+
+/// This thread's CPU time, in ns.
+fn thread_cpu_ns() -> u64 {
+    use nix::time::{ClockId, clock_gettime};
+    clock_gettime(ClockId::CLOCK_THREAD_CPUTIME_ID).map_or(0, |time| {
+        u64::try_from(time.tv_sec()).unwrap_or(0) * 1_000_000_000
+            + u64::try_from(time.tv_nsec()).unwrap_or(0)
+    })
+}
+
+/// The CPU time process `pid` (all its threads, also those that exited) has spent, in ns, to
+/// the clock tick (/proc/PID/stat's `utime` and `stime`).
+pub fn process_cpu_ns(pid: u32) -> anyhow::Result<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // The fields after the command's name, which is in parentheses and may hold spaces.
+    let after_name = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest)
+        .ok_or_else(|| anyhow::anyhow!("/proc/{pid}/stat has no command name"))?;
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the whole line: 12 and 13 after the name.
+    let ticks: u64 = fields
+        .get(11..13)
+        .ok_or_else(|| anyhow::anyhow!("/proc/{pid}/stat is too short"))?
+        .iter()
+        .map(|field| field.parse::<u64>())
+        .sum::<Result<u64, _>>()?;
+    let per_second = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)?
+        .and_then(|ticks| u64::try_from(ticks).ok())
+        .filter(|ticks| *ticks > 0)
+        .unwrap_or(100);
+    Ok(ticks * 1_000_000_000 / per_second)
 }
 
 /// `target/release/toold`, built first (a no-op when it is up to date).

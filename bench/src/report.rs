@@ -28,6 +28,7 @@ pub struct Section {
 /// The ids a complete run produces, in the order of the summary table.
 pub const EXPECTED_FIGURES: &[&str] = &[
     "roundtrip",
+    "cpu-per-call",
     "throughput",
     "search-literal",
     "search-regex",

@@ -14,7 +14,7 @@ use anyhow::ensure;
 use serde_json::{Value, json};
 
 use crate::Settings;
-use crate::daemon::{Client, Daemon, start_echo};
+use crate::daemon::{Client, Daemon, echo_cpu_ns, process_cpu_ns, start_echo};
 use crate::report::{Figure, Section, num, ratio};
 use crate::stats::{Samples, Summary};
 
@@ -47,25 +47,36 @@ pub fn roundtrip_section(settings: &Settings) -> anyhow::Result<Section> {
     let per_round = if settings.quick { 100 } else { 300 };
     let (mut toold_all, mut echo_all) = (Vec::new(), Vec::new());
     let (mut toold_p50s, mut echo_p50s) = (Samples::default(), Samples::default());
+    // The CPU each side spent answering, over every round: the daemon's process, the echo's
+    // threads.
+    let (mut toold_cpu_ns, mut echo_cpu) = (0u64, 0u64);
     for _ in 0..settings.rounds {
         let mut times = Vec::with_capacity(per_round);
+        let cpu_before = process_cpu_ns(daemon.pid())?;
         for _ in 0..per_round {
             let started = Instant::now();
             let answer = toold.call("tools/execute", request.clone())?;
             times.push(started.elapsed());
             check_read(answer)?;
         }
+        toold_cpu_ns += process_cpu_ns(daemon.pid())?.saturating_sub(cpu_before);
         toold_p50s.push(percentile(&mut times, 0.5));
         toold_all.extend(times);
         let mut times = Vec::with_capacity(per_round);
+        let cpu_before = echo_cpu_ns();
         for _ in 0..per_round {
             let started = Instant::now();
             echo.call("tools/execute", request.clone())?;
             times.push(started.elapsed());
         }
+        echo_cpu += echo_cpu_ns().saturating_sub(cpu_before);
         echo_p50s.push(percentile(&mut times, 0.5));
         echo_all.extend(times);
     }
+    let calls = (settings.rounds * per_round) as f64;
+    let toold_cpu_per_call = toold_cpu_ns as f64 / calls / 1e3;
+    let echo_cpu_per_call = echo_cpu as f64 / calls / 1e3;
+    let cpu_ratio = toold_cpu_per_call / echo_cpu_per_call;
     let toold_p50 = toold_p50s.summary();
     let echo_p50 = echo_p50s.summary();
     let toold_p99 = percentile(&mut toold_all, 0.99);
@@ -110,6 +121,16 @@ pub fn roundtrip_section(settings: &Settings) -> anyhow::Result<Section> {
     );
     let _ = writeln!(
         markdown,
+        "CPU per call over the same round trips: the daemon's process (`utime` + `stime` of \
+         /proc/PID/stat, every thread, to the clock tick) against the echo's thread (its \
+         `CLOCK_THREAD_CPUTIME_ID`); µs.\n"
+    );
+    markdown.push_str("| | CPU µs per call |\n|---|---:|\n");
+    let _ = writeln!(markdown, "| toold | {} |", num(toold_cpu_per_call));
+    let _ = writeln!(markdown, "| echo | {} |", num(echo_cpu_per_call));
+    let _ = writeln!(markdown, "| toold / echo | {} |\n", ratio(cpu_ratio));
+    let _ = writeln!(
+        markdown,
         "Throughput: {CLIENTS} clients at once, each on its own connection and session, one-call \
          batches back to back for {} ms per round, against the same echo with {CLIENTS} \
          connections; calls per second, median (IQR) over {} rounds.\n",
@@ -149,6 +170,19 @@ pub fn roundtrip_section(settings: &Settings) -> anyhow::Result<Section> {
                 ),
                 target: "p50 ≤ 3×",
                 met: p50_ratio <= 3.0,
+            },
+            Figure {
+                id: "cpu-per-call",
+                what: "daemon CPU per one-call batch, 1 KB `read_file`".into(),
+                compared_with: "the echo's CPU per answer".into(),
+                result: format!(
+                    "{} µs vs {} µs ({})",
+                    num(toold_cpu_per_call),
+                    num(echo_cpu_per_call),
+                    ratio(cpu_ratio)
+                ),
+                target: "≤ 4×",
+                met: cpu_ratio <= 4.0,
             },
             Figure {
                 id: "throughput",
