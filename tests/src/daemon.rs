@@ -372,6 +372,27 @@ pub fn answer_with(
     })
 }
 
+/// The results of a `tools/execute` response, in call order.
+pub fn results(response: &Value) -> Vec<&Value> {
+    response["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .map(|entry| &entry["result"])
+        .collect()
+}
+
+/// A wire result's `error_type`, or "ok".
+pub fn outcome(result: &Value) -> &str {
+    if result["ok"] == true {
+        "ok"
+    } else {
+        result["error_type"]
+            .as_str()
+            .expect("a failure has an error_type")
+    }
+}
+
 /// Whether a notification is a session event (it carries a `seq`).
 pub fn is_session_event(notification: &Notification) -> bool {
     notification
@@ -460,6 +481,16 @@ impl TestClient {
             .as_str()
             .expect("a session id")
             .to_owned()
+    }
+
+    /// `tools/execute` of `calls` (a JSON array) in `session_id`: the whole response.
+    pub async fn execute(&self, session_id: &str, calls: Value) -> Value {
+        self.request(
+            "tools/execute",
+            json!({"session_id": session_id, "calls": calls}),
+        )
+        .await
+        .expect("tools/execute")
     }
 
     /// The next notification, waiting up to 30 s.

@@ -78,11 +78,13 @@ pub async fn call(env: Env, tool: &str, arguments: Value) -> ToolResult {
         .await
 }
 
-/// The `error_type` of a result as its wire string, or "ok".
+/// The `error_type` of a result as its wire string, "ok", or "failed" for a failure without
+/// one (which no result should be).
 pub fn outcome(result: &ToolResult) -> String {
     match &result.error_type {
         Some(error_type) => error_type.to_string(),
-        None => "ok".to_owned(),
+        None if result.ok => "ok".to_owned(),
+        None => "failed".to_owned(),
     }
 }
 

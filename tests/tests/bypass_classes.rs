@@ -94,14 +94,8 @@ async fn setup(test: &str, mode: &str) -> Option<(TestDaemon, TestClient, Worksp
     Some((daemon, client, workspace, session))
 }
 
-async fn execute(client: &TestClient, session: &str, call: Value) -> Value {
-    client
-        .request(
-            "tools/execute",
-            json!({"session_id": session, "calls": [call]}),
-        )
-        .await
-        .expect("tools/execute")
+async fn execute_one(client: &TestClient, session: &str, call: Value) -> Value {
+    client.execute(session, json!([call])).await
 }
 
 /// A client that approves every request for the session, and the requests it was sent.
@@ -132,7 +126,7 @@ async fn no_effect(
     let mut effects = Vec::new();
     for call in calls {
         let before = workspace.snapshot();
-        let response = execute(client, session, call.clone()).await;
+        let response = execute_one(client, session, call.clone()).await;
         let result = &response["results"][0]["result"];
         if response.to_string().contains(SECRET) {
             effects.push(format!("{call} showed the secret: {result}"));
@@ -361,7 +355,7 @@ async fn the_env_argument_is_judged_as_leading_words() {
     .await;
 
     // A grant records the env: a grant for `git status` with one env never covers another.
-    let response = execute(&client, &session, calls[0].clone()).await;
+    let response = execute_one(&client, &session, calls[0].clone()).await;
     let result = &response["results"][0]["result"];
     assert_eq!(result["error_type"], "permission_denied", "{result}");
     let message = result["error"].as_str().unwrap_or_default().to_owned();
@@ -422,7 +416,7 @@ async fn files_that_make_later_code_run_are_protected() {
     .await;
 
     // Inside the roots but elsewhere, accept_edits still writes without asking.
-    let response = execute(&client, &session, write("notes.txt", "fine")).await;
+    let response = execute_one(&client, &session, write("notes.txt", "fine")).await;
     assert_eq!(response["results"][0]["result"]["ok"], true, "{response}");
 }
 
@@ -492,7 +486,7 @@ async fn what_a_line_reads_is_judged_against_read_deny_rules() {
     no_effect(&client, &session, &workspace, &calls, &[]).await;
 
     // The deny rule itself is the reason, not only the lack of an allow rule.
-    let response = execute(&client, &session, command("echo hi < secrets/key.txt")).await;
+    let response = execute_one(&client, &session, command("echo hi < secrets/key.txt")).await;
     let message = response["results"][0]["result"]["error"]
         .as_str()
         .unwrap_or_default()
@@ -517,12 +511,12 @@ async fn no_process_outlives_its_call() {
         format!("env -i setsid sh -c '(sleep {} &) &'", marker(4)),
     ];
     for line in &lines {
-        execute(&client, &session, command(line)).await;
+        execute_one(&client, &session, command(line)).await;
     }
     let timed_out = json!({"id": "c", "name": "run_command", "arguments": {
         "command": format!("env -i setsid sh -c 'sleep {} &'; sleep 600", marker(5)),
         "timeout_ms": 1000}});
-    let response = execute(&client, &session, timed_out).await;
+    let response = execute_one(&client, &session, timed_out).await;
     assert_eq!(
         response["results"][0]["result"]["error_type"], "timeout",
         "{response}"
@@ -533,7 +527,7 @@ async fn no_process_outlives_its_call() {
         "env -i setsid bash -c 'hop(){{ ( : {}; [ $SECONDS -lt 20 ] && hop ) & }}; hop'",
         marker(6)
     );
-    execute(&client, &session, command(&chain)).await;
+    execute_one(&client, &session, command(&chain)).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let alive: Vec<String> = (1..=6)
         .map(marker)
@@ -642,7 +636,7 @@ async fn walks_never_show_what_deny_rules_cover() {
     ];
     let mut shown_anywhere = Vec::new();
     for call in &calls {
-        let response = execute(&client, &session, call.clone()).await;
+        let response = execute_one(&client, &session, call.clone()).await;
         let text = shown(&response);
         // A find_files deny rule hides from find_files only; the others from both walks.
         let listing = call["name"] == "find_files";
@@ -655,9 +649,9 @@ async fn walks_never_show_what_deny_rules_cover() {
     assert!(shown_anywhere.is_empty(), "{}", shown_anywhere.join("\n"));
 
     // What no rule hides is still found: the walks skip only what is denied.
-    let response = execute(&client, &session, search(json!({"pattern": "needle"}))).await;
+    let response = execute_one(&client, &session, search(json!({"pattern": "needle"}))).await;
     assert!(shown(&response).contains("src/visible.txt"), "{response}");
-    let response = execute(
+    let response = execute_one(
         &client,
         &session,
         search(json!({"pattern": "never listed"})),
@@ -667,7 +661,7 @@ async fn walks_never_show_what_deny_rules_cover() {
         shown(&response).contains("deep/er/unlisted.txt"),
         "{response}"
     );
-    let response = execute(&client, &session, find(json!({"pattern": "**/*.txt"}))).await;
+    let response = execute_one(&client, &session, find(json!({"pattern": "**/*.txt"}))).await;
     let text = shown(&response);
     assert!(
         text.contains("src/visible.txt") && text.contains("keep.txt"),
@@ -758,7 +752,7 @@ async fn clients_register_neither_system_tools_nor_names_no_rule_can_name() {
     .await;
     for session in [&plan, &denying] {
         for name in ["control_plane", "x(y)", "run\u{200b}_command", "sys"] {
-            execute(&client, session, call(name, json!({}))).await;
+            execute_one(&client, session, call(name, json!({}))).await;
         }
     }
     assert!(invoked.lock().unwrap().is_empty(), "{invoked:?}");
@@ -812,7 +806,7 @@ async fn an_approval_never_outlives_a_rule_or_mode_change_made_while_it_was_pend
         let running = {
             let session = session.clone();
             let approver = &approver;
-            async move { execute(approver, &session, command(&line)).await }
+            async move { execute_one(approver, &session, command(&line)).await }
         };
         let update = async {
             asked.notified().await;
@@ -869,7 +863,7 @@ async fn hook_output_over_the_cap_blocks_and_is_never_read_by_its_prefix() {
         let client = daemon.connect(json!({}), no_answers()).await;
         let session = session_with(&client, &workspace.project, "bypass", json!({})).await;
         let line = format!("touch {}", p.display());
-        let response = execute(&client, &session, command(&line)).await;
+        let response = execute_one(&client, &session, command(&line)).await;
         let result = &response["results"][0]["result"];
         assert_eq!(result["error_type"], "hook_blocked", "{hook}: {result}");
         assert!(
@@ -908,7 +902,7 @@ async fn commands_cannot_read_or_trace_the_daemon_or_its_parser_workers() {
     let rules = json!({"allow": ["run_command"]});
     let session = session_with(&client, &daemon.work(), "default", rules).await;
     // The first command starts the parser workers.
-    execute(&client, &session, command("true")).await;
+    execute_one(&client, &session, command("true")).await;
     let workers = children_running(daemon.pid(), "__shell-parser-worker");
     assert!(!workers.is_empty(), "no parser worker found");
     for pid in std::iter::once(daemon.pid()).chain(workers) {
@@ -917,7 +911,7 @@ async fn commands_cannot_read_or_trace_the_daemon_or_its_parser_workers() {
                 "cat /proc/{pid}/{what} | od -c | head -c 100000; ls -l /proc/{pid}/{what}; \
                  cat /proc/{pid}/{what} | tr '\\0' ' '"
             );
-            let response = execute(&client, &session, command(&line)).await;
+            let response = execute_one(&client, &session, command(&line)).await;
             let text = shown(&response);
             assert!(!text.contains(SECRET), "{line}: {text}");
             assert!(!text.contains("toold.sock"), "{line}: {text}");
@@ -1126,7 +1120,7 @@ async fn grants_and_rules_cover_the_directory_a_command_runs_in() {
     let approver = daemon.connect(json!({"approvals": true}), answerer).await;
     let rules = json!({"allow": ["run_command(echo *)", "run_command(true)"]});
     let session = session_with(&approver, &workspace.project, "default", rules).await;
-    let granted = execute(&approver, &session, command("rm -rf build")).await;
+    let granted = execute_one(&approver, &session, command("rm -rf build")).await;
     assert_eq!(granted["results"][0]["result"]["ok"], true, "{granted}");
     std::fs::create_dir_all(workspace.project.join("build")).unwrap();
     std::fs::write(workspace.project.join("build/artifact"), "x").unwrap();
@@ -1233,7 +1227,7 @@ async fn toolds_own_files_are_protected_like_git_config() {
             )
             .await;
         for call in &calls {
-            let response = execute(&client, &session, call.clone()).await;
+            let response = execute_one(&client, &session, call.clone()).await;
             let result = &response["results"][0]["result"];
             assert_ne!(result["ok"], true, "{mode}: {call} was allowed: {result}");
             assert_eq!(
@@ -1250,7 +1244,7 @@ async fn toolds_own_files_are_protected_like_git_config() {
             }
         }
         // Elsewhere under the same root, the same tools and lines still work.
-        let response = execute(&client, &session, command("echo fine > work/fine.txt")).await;
+        let response = execute_one(&client, &session, command("echo fine > work/fine.txt")).await;
         assert_eq!(
             response["results"][0]["result"]["ok"], true,
             "{mode}: {response}"
@@ -1261,7 +1255,7 @@ async fn toolds_own_files_are_protected_like_git_config() {
     daemon.restart();
     let client = daemon.connect(json!({}), no_answers()).await;
     let session = client.create_session(&root, json!({"roots": roots})).await;
-    execute(&client, &session, command("true")).await;
+    execute_one(&client, &session, command("true")).await;
     assert!(!marker.exists(), "a planted hook ran");
 }
 
@@ -1307,7 +1301,7 @@ async fn a_root_is_resolved_once_when_the_session_is_made() {
         command(&format!("echo x > {through_link}")),
         write(base.join("elsewhere/g.txt").display().to_string()),
     ] {
-        let response = execute(&client, &session, call.clone()).await;
+        let response = execute_one(&client, &session, call.clone()).await;
         assert_ne!(
             response["results"][0]["result"]["ok"], true,
             "{call}: {response}"
@@ -1318,7 +1312,7 @@ async fn a_root_is_resolved_once_when_the_session_is_made() {
         write(in_moved_root.clone()),
         command(&format!("echo x > {in_moved_root}")),
     ] {
-        let response = execute(&client, &nested, call.clone()).await;
+        let response = execute_one(&client, &nested, call.clone()).await;
         assert_ne!(
             response["results"][0]["result"]["ok"], true,
             "{call}: {response}"
@@ -1333,7 +1327,7 @@ async fn a_root_is_resolved_once_when_the_session_is_made() {
 
     // Relative paths still go to the directory the session was made in.
     for call in [write("a.txt".to_owned()), command("echo x > b.txt")] {
-        let response = execute(&client, &session, call.clone()).await;
+        let response = execute_one(&client, &session, call.clone()).await;
         assert_eq!(
             response["results"][0]["result"]["ok"], true,
             "{call}: {response}"
@@ -1378,7 +1372,7 @@ async fn a_grant_covers_the_exact_bytes_it_was_given_for() {
     ] {
         let before = asked.lock().unwrap().len();
         for call in [&first, &second, &first] {
-            let response = execute(&client, &session, call.clone()).await;
+            let response = execute_one(&client, &session, call.clone()).await;
             assert_eq!(
                 response["results"][0]["result"]["ok"], true,
                 "{call}: {response}"
@@ -1576,7 +1570,7 @@ async fn what_a_session_accepts_survives_a_restart() {
     // Grants of long lines, approved for the session, until the grants are full.
     for index in 0..12 {
         let line = format!("echo {index}-{}", "z".repeat(100 * 1024));
-        let response = execute(&client, &session, command(&line)).await;
+        let response = execute_one(&client, &session, command(&line)).await;
         assert_eq!(response["results"][0]["result"]["ok"], true, "{index}");
     }
     let snapshot = client
@@ -1595,7 +1589,7 @@ async fn what_a_session_accepts_survives_a_restart() {
         .expect("the session came back after the restart");
     assert_eq!(restored["rules"]["deny"].as_array().unwrap().len(), 2001);
     assert_eq!(restored["grants"].as_array().unwrap().len(), grants);
-    let response = execute(&client, &session, command("rm marker.txt")).await;
+    let response = execute_one(&client, &session, command("rm marker.txt")).await;
     assert_eq!(
         response["results"][0]["result"]["error_type"], "permission_denied",
         "{response}"
@@ -1667,7 +1661,7 @@ async fn rules_that_can_never_match_are_refused() {
                 "deploy_to_production"]}}),
         )
         .await;
-    let response = execute(
+    let response = execute_one(
         &client,
         &meant,
         json!({"id": "r", "name": "read_file", "arguments": {"path": "secrets/key.txt"}}),
@@ -1696,8 +1690,8 @@ async fn a_grant_for_an_assignment_never_covers_the_env_argument() {
     let session = client.create_session(&daemon.work(), json!({})).await;
     let path = evil_bin.display().to_string();
     let inline = command(&format!("PATH={path} true; git --version"));
-    execute(&client, &session, inline.clone()).await;
-    execute(&client, &session, inline).await;
+    execute_one(&client, &session, inline.clone()).await;
+    execute_one(&client, &session, inline).await;
     assert_eq!(
         asked.lock().unwrap().len(),
         1,
@@ -1705,7 +1699,7 @@ async fn a_grant_for_an_assignment_never_covers_the_env_argument() {
     );
     let with_env = json!({"id": "e", "name": "run_command",
         "arguments": {"command": "true; git --version", "env": {"PATH": path}}});
-    execute(&client, &session, with_env).await;
+    execute_one(&client, &session, with_env).await;
     assert_eq!(
         asked.lock().unwrap().len(),
         2,
@@ -1746,7 +1740,7 @@ async fn commands_inherit_no_descriptor_the_daemon_was_given() {
     let session = client
         .create_session(&daemon.work(), json!({"rules": {"allow": ["run_command"]}}))
         .await;
-    let response = execute(
+    let response = execute_one(
         &client,
         &session,
         command("ls /proc/self/fd; ls /proc/$$/fd"),

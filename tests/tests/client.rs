@@ -17,6 +17,7 @@ use toold_client::protocol::{
 };
 use toold_client::{Approval, Client, ClientError, ClientEvent, ClientOptions, Events};
 use toold_tests::daemon::TestDaemon;
+use toold_tests::outcome;
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -75,14 +76,6 @@ async fn events_until_batch_done(events: &mut Events) -> Vec<Event> {
                 return received;
             }
         }
-    }
-}
-
-fn outcome(result: &ToolResult) -> String {
-    match &result.error_type {
-        None if result.ok => "ok".to_owned(),
-        None => "failed".to_owned(),
-        Some(error_type) => error_type.as_str().to_owned(),
     }
 }
 

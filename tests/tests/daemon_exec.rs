@@ -37,16 +37,6 @@ fn result_of<'a>(response: &'a Value, call_id: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no result for {call_id}: {response}"))
 }
 
-async fn execute(client: &TestClient, session_id: &str, calls: Value) -> Value {
-    client
-        .request(
-            "tools/execute",
-            json!({"session_id": session_id, "calls": calls}),
-        )
-        .await
-        .expect("tools/execute")
-}
-
 /// An answerer from a function of the request's method and params, recording every request.
 fn answering(
     seen: Arc<Mutex<Vec<Request>>>,
@@ -103,9 +93,7 @@ async fn a_client_hook_blocks_allows_rewrites_and_adds_context() {
         .await
         .expect("attach the hook connection");
 
-    let response = execute(
-        &submitter,
-        &session_id,
+    let response = submitter.execute(&session_id,
         json!([
             {"id": "blocked", "name": "run_command", "arguments": {"command": "echo should-not-run"}},
             {"id": "allowed", "name": "run_command", "arguments": {"command": "echo allowed-ran"}},
@@ -214,15 +202,15 @@ async fn a_configured_hook_program_blocks_and_allows() {
     let client = daemon.connect(json!({}), no_answers()).await;
     let session_id = client.create_session(&daemon.work(), json!({})).await;
 
-    let response = execute(
-        &client,
-        &session_id,
-        json!([
-            {"id": "refused", "name": "run_command", "arguments": {"command": "echo BLOCK_ME"}},
-            {"id": "let_through", "name": "run_command", "arguments": {"command": "echo fine"}},
-        ]),
-    )
-    .await;
+    let response = client
+        .execute(
+            &session_id,
+            json!([
+                {"id": "refused", "name": "run_command", "arguments": {"command": "echo BLOCK_ME"}},
+                {"id": "let_through", "name": "run_command", "arguments": {"command": "echo fine"}},
+            ]),
+        )
+        .await;
     let refused = result_of(&response, "refused");
     assert_eq!(refused["error_type"], "hook_blocked", "{refused}");
     let reason = refused["error"].as_str().expect("an error");
@@ -325,15 +313,15 @@ async fn a_client_tool_is_announced_invoked_and_answers() {
     assert_eq!(listed["source"], "client");
 
     let session_id = caller.create_session(&daemon.work(), json!({})).await;
-    let response = execute(
-        &caller,
-        &session_id,
-        json!([
-            {"id": "echoed", "name": "e2e_echo", "arguments": {"text": "hello"}},
-            {"id": "failed", "name": "e2e_fail", "arguments": {}},
-        ]),
-    )
-    .await;
+    let response = caller
+        .execute(
+            &session_id,
+            json!([
+                {"id": "echoed", "name": "e2e_echo", "arguments": {"text": "hello"}},
+                {"id": "failed", "name": "e2e_fail", "arguments": {}},
+            ]),
+        )
+        .await;
     let echoed = result_of(&response, "echoed");
     assert_eq!(echoed["ok"], true, "{echoed}");
     assert_eq!(echoed["content"], "echo: hello");
@@ -466,12 +454,12 @@ async fn a_client_tool_that_never_answers_times_out_and_its_invoke_is_canceled()
     let caller = daemon.connect(json!({}), no_answers()).await;
     let session_id = caller.create_session(&daemon.work(), json!({})).await;
 
-    let response = execute(
-        &caller,
-        &session_id,
-        json!([{"id": "stuck", "name": "e2e_hang", "arguments": {}}]),
-    )
-    .await;
+    let response = caller
+        .execute(
+            &session_id,
+            json!([{"id": "stuck", "name": "e2e_hang", "arguments": {}}]),
+        )
+        .await;
     let stuck = result_of(&response, "stuck");
     assert_eq!(stuck["error_type"], "timeout", "{stuck}");
     assert_eq!(stuck["metadata"]["call_id"], "stuck");
@@ -931,12 +919,12 @@ async fn a_hook_that_disconnects_mid_hook_blocks_the_call_at_once() {
     );
 
     // Served on, now without a hook.
-    let again = execute(
-        &submitter,
-        &session_id,
-        json!([{"id": "r2", "name": "read_file", "arguments": {"path": "a.txt"}}]),
-    )
-    .await;
+    let again = submitter
+        .execute(
+            &session_id,
+            json!([{"id": "r2", "name": "read_file", "arguments": {"path": "a.txt"}}]),
+        )
+        .await;
     assert_eq!(result_of(&again, "r2")["ok"], true, "{again}");
 }
 
@@ -988,7 +976,7 @@ async fn a_stuck_shell_parser_delays_only_the_call_it_holds() {
     let daemon = TestDaemon::start();
     let (client, session_id) = command_session(&daemon).await;
     let command = |id: &str, line: &str| json!([{"id": id, "name": "run_command", "arguments": {"command": line}}]);
-    let warm = execute(&client, &session_id, command("warm", "true")).await;
+    let warm = client.execute(&session_id, command("warm", "true")).await;
     assert_eq!(result_of(&warm, "warm")["ok"], true, "{warm}");
     let stuck = shell_parser_workers(daemon.pid());
     assert_eq!(stuck.len(), 1, "one worker after one line: {stuck:?}");
@@ -996,7 +984,9 @@ async fn a_stuck_shell_parser_delays_only_the_call_it_holds() {
 
     let waiting = tokio::spawn(async move {
         let started = std::time::Instant::now();
-        let response = execute(&client, &session_id, command("held", "echo parsed")).await;
+        let response = client
+            .execute(&session_id, command("held", "echo parsed"))
+            .await;
         (response, started.elapsed(), client, session_id)
     });
     std::fs::write(daemon.work().join("note.txt"), "served\n").unwrap();
@@ -1004,12 +994,12 @@ async fn a_stuck_shell_parser_delays_only_the_call_it_holds() {
     let (mut rounds, mut slowest) = (0, Duration::ZERO);
     while !waiting.is_finished() {
         let started = std::time::Instant::now();
-        let read = execute(
-            &other,
-            &other_session,
-            json!([{"id": "r", "name": "read_file", "arguments": {"path": "note.txt"}}]),
-        )
-        .await;
+        let read = other
+            .execute(
+                &other_session,
+                json!([{"id": "r", "name": "read_file", "arguments": {"path": "note.txt"}}]),
+            )
+            .await;
         assert_eq!(result_of(&read, "r")["ok"], true, "{read}");
         slowest = slowest.max(started.elapsed());
         rounds += 1;
@@ -1046,13 +1036,17 @@ async fn a_stuck_shell_parser_delays_only_the_call_it_holds() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     // The line that missed its deadline is remembered as unreadable; another one parses.
-    let again = execute(&client, &session_id, command("again", "echo parsed")).await;
+    let again = client
+        .execute(&session_id, command("again", "echo parsed"))
+        .await;
     assert_eq!(
         result_of(&again, "again")["error_type"],
         "permission_denied",
         "{again}"
     );
-    let other_line = execute(&client, &session_id, command("other", "echo parsed too")).await;
+    let other_line = client
+        .execute(&session_id, command("other", "echo parsed too"))
+        .await;
     assert_eq!(result_of(&other_line, "other")["ok"], true, "{other_line}");
 
     // Canceled while its line waits on a stuck worker: the call ends at once, not at the
@@ -1063,7 +1057,11 @@ async fn a_stuck_shell_parser_delays_only_the_call_it_holds() {
     let client = std::sync::Arc::new(client);
     let running = tokio::spawn({
         let (client, session_id) = (client.clone(), session_id.clone());
-        async move { execute(&client, &session_id, command("canceled", "echo never")).await }
+        async move {
+            client
+                .execute(&session_id, command("canceled", "echo never"))
+                .await
+        }
     });
     // Until the batch is registered there is nothing to cancel.
     let deadline = std::time::Instant::now() + Duration::from_secs(5);

@@ -11,7 +11,8 @@ use tokio::sync::mpsc;
 use toold_protocol::peer::Reply;
 use toold_protocol::{Notification, Request, RequestError, error_code};
 use toold_tests::daemon::{
-    Answerer, TestClient, TestDaemon, always, answer_with, never_answers, no_answers,
+    Answerer, TestClient, TestDaemon, always, answer_with, never_answers, no_answers, outcome,
+    results,
 };
 
 type Seen = Arc<Mutex<Vec<Request>>>;
@@ -56,39 +57,13 @@ fn resolved_events(events: &[Notification]) -> Vec<&Value> {
         .collect()
 }
 
-async fn execute(client: &TestClient, session_id: &str, calls: Value) -> Value {
-    client
-        .request(
-            "tools/execute",
-            json!({"session_id": session_id, "calls": calls}),
-        )
-        .await
-        .expect("tools/execute")
-}
-
 /// The result of the call at `index` in a `tools/execute` response.
 fn result(response: &Value, index: usize) -> &Value {
     &response["results"][index]["result"]
 }
 
-/// "ok" or the result's `error_type`.
-fn outcome(result: &Value) -> &str {
-    if result["ok"] == true {
-        "ok"
-    } else {
-        result["error_type"]
-            .as_str()
-            .expect("a failure has an error_type")
-    }
-}
-
 fn outcomes(response: &Value) -> Vec<&str> {
-    response["results"]
-        .as_array()
-        .expect("results")
-        .iter()
-        .map(|entry| outcome(&entry["result"]))
-        .collect()
+    results(response).into_iter().map(outcome).collect()
 }
 
 fn rpc_code(error: RequestError) -> i32 {
@@ -117,16 +92,16 @@ async fn a_batch_sends_every_event_in_order_before_its_response() {
         )
         .await;
 
-    let response = execute(
-        &client,
-        &session,
-        json!([
-            {"id": "call_read", "name": "read_file", "arguments": {"path": "a.txt"}},
-            command_call("call_echo", "echo hello"),
-            {"id": "call_unknown", "name": "no_such_tool", "arguments": {}},
-        ]),
-    )
-    .await;
+    let response = client
+        .execute(
+            &session,
+            json!([
+                {"id": "call_read", "name": "read_file", "arguments": {"path": "a.txt"}},
+                command_call("call_echo", "echo hello"),
+                {"id": "call_unknown", "name": "no_such_tool", "arguments": {}},
+            ]),
+        )
+        .await;
     assert_eq!(outcomes(&response), ["ok", "ok", "unknown_tool"]);
     let batch_id = response["batch_id"].as_str().expect("a batch id");
 
@@ -241,7 +216,7 @@ async fn run_with_approver_on(daemon: TestDaemon, answerer: Answerer, calls: Val
     std::fs::write(daemon.work().join("a.txt"), "alpha\n").expect("fixture");
     let mut client = daemon.connect(approvals(), answerer).await;
     let session = client.create_session(&daemon.work(), json!({})).await;
-    let response = execute(&client, &session, calls).await;
+    let response = client.execute(&session, calls).await;
     let events = client.session_events();
     ApprovalRun {
         daemon,
@@ -319,12 +294,13 @@ async fn allow_session_records_a_grant_that_later_calls_use() {
         .expect("session/get");
     assert_eq!(snapshot["grants"], json!(["run_command(echo granted)"]));
 
-    let again = execute(
-        &run.client,
-        &run.session,
-        json!([command_call("call_b", "echo granted")]),
-    )
-    .await;
+    let again = run
+        .client
+        .execute(
+            &run.session,
+            json!([command_call("call_b", "echo granted")]),
+        )
+        .await;
     assert_eq!(outcomes(&again), ["ok"]);
     assert_eq!(
         requests(&asked).len(),
@@ -334,12 +310,10 @@ async fn allow_session_records_a_grant_that_later_calls_use() {
     assert!(resolved_events(&run.client.session_events()).is_empty());
 
     // The grant is for that exact command line only.
-    let other = execute(
-        &run.client,
-        &run.session,
-        json!([command_call("call_c", "echo other")]),
-    )
-    .await;
+    let other = run
+        .client
+        .execute(&run.session, json!([command_call("call_c", "echo other")]))
+        .await;
     assert_eq!(outcomes(&other), ["ok"]);
     assert_eq!(requests(&asked).len(), 2);
 }
@@ -474,15 +448,15 @@ async fn replacement_arguments_are_validated_and_checked_against_deny_rules() {
             json!({"rules": {"deny": ["run_command(rm *)"]}}),
         )
         .await;
-    let response = execute(
-        &client,
-        &session,
-        json!([
-            command_call("call_a", "echo invalid"),
-            command_call("call_b", "echo denied")
-        ]),
-    )
-    .await;
+    let response = client
+        .execute(
+            &session,
+            json!([
+                command_call("call_a", "echo invalid"),
+                command_call("call_b", "echo denied")
+            ]),
+        )
+        .await;
     assert_eq!(
         outcomes(&response),
         ["invalid_arguments", "permission_denied"]
@@ -495,7 +469,9 @@ async fn without_an_approver_an_ask_is_denied_at_once() {
     let daemon = TestDaemon::start();
     let mut client = daemon.connect(json!({}), no_answers()).await;
     let session = client.create_session(&daemon.work(), json!({})).await;
-    let response = execute(&client, &session, json!([command_call("call_a", "echo x")])).await;
+    let response = client
+        .execute(&session, json!([command_call("call_a", "echo x")]))
+        .await;
     assert_eq!(outcomes(&response), ["permission_denied"]);
     let error = result(&response, 0)["error"].as_str().expect("an error");
     assert!(error.ends_with("no approver is attached"), "{error}");
@@ -539,11 +515,7 @@ async fn while_an_approval_waits(
         .request("session/attach", json!({"session_id": session}))
         .await
         .expect("session/attach");
-    let batch = execute(
-        &submitter,
-        &session,
-        json!([command_call("call_a", "echo x")]),
-    );
+    let batch = submitter.execute(&session, json!([command_call("call_a", "echo x")]));
     let act = async {
         tokio::time::timeout(Duration::from_secs(30), asked_rx.recv())
             .await
@@ -606,12 +578,9 @@ async fn one_client_submits_and_another_approves() {
         .await
         .expect("session/attach");
 
-    let response = execute(
-        &submitter,
-        &session,
-        json!([command_call("call_a", "echo two")]),
-    )
-    .await;
+    let response = submitter
+        .execute(&session, json!([command_call("call_a", "echo two")]))
+        .await;
     assert_eq!(outcomes(&response), ["ok"]);
     assert_eq!(requests(&asked).len(), 1);
 
@@ -657,11 +626,7 @@ async fn a_pending_approval_is_sent_again_to_an_approver_that_attaches() {
         .expect("session/attach");
 
     let late_asked = seen();
-    let execute_batch = execute(
-        &submitter,
-        &session,
-        json!([command_call("call_a", "echo late")]),
-    );
+    let execute_batch = submitter.execute(&session, json!([command_call("call_a", "echo late")]));
     let attach_late = async {
         let first = tokio::time::timeout(Duration::from_secs(30), asked_rx.recv())
             .await
@@ -713,12 +678,9 @@ async fn the_first_answer_of_two_approvers_wins() {
             .expect("session/attach");
         approvers.push(approver);
     }
-    let response = execute(
-        &submitter,
-        &session,
-        json!([command_call("call_a", "echo x")]),
-    )
-    .await;
+    let response = submitter
+        .execute(&session, json!([command_call("call_a", "echo x")]))
+        .await;
     let events = submitter.session_events();
     let resolved = resolved_events(&events);
     assert_eq!(resolved.len(), 1, "one approval, one resolution");
@@ -758,7 +720,7 @@ async fn a_detached_connection_gets_no_more_events() {
 
     // A detached connection may still submit; only the attached one hears about it.
     let read = json!([{"id": "call_a", "name": "find_files", "arguments": {"pattern": "*"}}]);
-    assert_eq!(outcomes(&execute(&client, &session, read).await), ["ok"]);
+    assert_eq!(outcomes(&client.execute(&session, read).await), ["ok"]);
     other
         .session_events_until(|event| event.method == "batch/done")
         .await;
@@ -782,15 +744,15 @@ async fn attaching_after_a_seq_replays_exactly_the_later_events() {
             json!({"rules": {"allow": ["run_command(echo *)"]}}),
         )
         .await;
-    execute(
-        &client,
-        &session,
-        json!([
-            command_call("call_a", "echo one"),
-            command_call("call_b", "echo two")
-        ]),
-    )
-    .await;
+    client
+        .execute(
+            &session,
+            json!([
+                command_call("call_a", "echo one"),
+                command_call("call_b", "echo two")
+            ]),
+        )
+        .await;
     let all = client.session_events();
     assert!(all.len() >= 8, "{:?}", methods(&all));
 
@@ -824,12 +786,9 @@ async fn attaching_after_a_seq_replays_exactly_the_later_events() {
         .await
         .expect("session/attach");
     assert!(live.session_events().is_empty());
-    execute(
-        &client,
-        &session,
-        json!([command_call("call_c", "echo three")]),
-    )
-    .await;
+    client
+        .execute(&session, json!([command_call("call_c", "echo three")]))
+        .await;
     let new = live
         .session_events_until(|event| event.method == "batch/done")
         .await;
@@ -842,12 +801,12 @@ async fn replay_from_before_a_restart_is_truncated() {
     let session = {
         let client = daemon.connect(json!({}), no_answers()).await;
         let session = client.create_session(&daemon.work(), json!({})).await;
-        execute(
-            &client,
-            &session,
-            json!([{"id": "call_a", "name": "find_files", "arguments": {"pattern": "*"}}]),
-        )
-        .await;
+        client
+            .execute(
+                &session,
+                json!([{"id": "call_a", "name": "find_files", "arguments": {"pattern": "*"}}]),
+            )
+            .await;
         session
     };
     daemon.restart();
@@ -896,8 +855,7 @@ async fn a_grant_is_saved_before_its_batch_ends() {
         .join("sessions")
         .join(format!("{session}.json"));
     let grant = "run_command(printf granted)";
-    let batch = execute(
-        &client,
+    let batch = client.execute(
         &session,
         json!([
             command_call("call_a", "printf granted"),
@@ -965,12 +923,9 @@ async fn a_restart_keeps_sessions_and_their_grants() {
                 }),
             )
             .await;
-        let response = execute(
-            &client,
-            &session,
-            json!([command_call("call_a", "printf granted")]),
-        )
-        .await;
+        let response = client
+            .execute(&session, json!([command_call("call_a", "printf granted")]))
+            .await;
         assert_eq!(outcomes(&response), ["ok"]);
         client.session_events();
         let before = client
@@ -1018,16 +973,16 @@ async fn a_restart_keeps_sessions_and_their_grants() {
         .request("session/attach", json!({"session_id": session}))
         .await
         .expect("session/attach");
-    let response = execute(
-        &client,
-        &session,
-        json!([
-            command_call("call_b", "printf granted"),
-            command_call("call_c", "echo $GREETING"),
-            command_call("call_d", "rm -f nothing"),
-        ]),
-    )
-    .await;
+    let response = client
+        .execute(
+            &session,
+            json!([
+                command_call("call_b", "printf granted"),
+                command_call("call_c", "echo $GREETING"),
+                command_call("call_d", "rm -f nothing"),
+            ]),
+        )
+        .await;
     assert_eq!(outcomes(&response), ["ok", "ok", "permission_denied"]);
     assert_eq!(result(&response, 0)["content"], "granted");
     assert_eq!(result(&response, 1)["content"], "hello from the env\n");
@@ -1121,12 +1076,12 @@ async fn session_update_is_reflected_in_get_and_list() {
     // The rules apply to calls.
     std::fs::create_dir_all(daemon.work().join("secret")).expect("fixture");
     std::fs::write(daemon.work().join("secret/key"), "k\n").expect("fixture");
-    let response = execute(
-        &client,
-        &session,
-        json!([{"id": "call_a", "name": "read_file", "arguments": {"path": "secret/key"}}]),
-    )
-    .await;
+    let response = client
+        .execute(
+            &session,
+            json!([{"id": "call_a", "name": "read_file", "arguments": {"path": "secret/key"}}]),
+        )
+        .await;
     assert_eq!(outcomes(&response), ["permission_denied"]);
 }
 
@@ -1176,11 +1131,7 @@ async fn closing_a_session_cancels_its_batch_and_it_stays_closed_after_a_restart
         .await
         .expect("session/attach");
 
-    let batch = execute(
-        &submitter,
-        &session,
-        json!([command_call("call_a", "sleep 5")]),
-    );
+    let batch = submitter.execute(&session, json!([command_call("call_a", "sleep 5")]));
     let close = async {
         watcher
             .session_events_until(|event| event.method == "tool/call_start")

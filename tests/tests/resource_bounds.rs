@@ -8,7 +8,7 @@ use std::io::Write;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use toold_tests::daemon::{TestClient, TestDaemon, no_answers};
+use toold_tests::daemon::{TestClient, TestDaemon, no_answers, results};
 
 /// The daemon's peak resident set (VmHWM) the tests allow, in MiB: a searcher's buffer is at
 /// most 32 MiB (one per concurrent search), a read at most `max_read_bytes` (256 KiB by default), a listing likewise.
@@ -20,19 +20,11 @@ const OTHER_SESSION_LATENCY: Duration = Duration::from_secs(5);
 /// The memory cap (RLIMIT_DATA) the daemon runs under: below the 2 GiB line it is asked to read.
 const DATA_LIMIT: &str = "--data=536870912";
 
+/// The results of `calls` run in `session`.
 async fn execute(client: &TestClient, session: &str, calls: Value) -> Vec<Value> {
-    let answer = client
-        .request(
-            "tools/execute",
-            json!({"session_id": session, "calls": calls}),
-        )
-        .await
-        .expect("tools/execute");
-    answer["results"]
-        .as_array()
-        .expect("results")
-        .iter()
-        .map(|outcome| outcome["result"].clone())
+    results(&client.execute(session, calls).await)
+        .into_iter()
+        .cloned()
         .collect()
 }
 
