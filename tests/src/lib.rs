@@ -1,10 +1,12 @@
 //! Shared fixtures for toold's end-to-end tests: temporary trees built from strings, one call
-//! through the real registry, and a test run again alone in a process of its own.
+//! through the real registry, a tool written for a test, and a test run again alone in a process
+//! of its own.
 
 pub mod bash_trace;
 pub mod daemon;
 pub mod require;
 pub mod terminal;
+pub mod test_tool;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

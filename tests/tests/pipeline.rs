@@ -15,14 +15,15 @@ use toold::pipeline::Executor;
 use toold::pipeline::batch::{Batch, BatchControl};
 use toold::pipeline::session::{Session, SessionPeers, SessionState};
 use toold::tools::ToolFuture;
-use toold::{Registry, Tool, ToolContext, ToolOutput};
+use toold::{Registry, ToolOutput};
 use toold_protocol::{
     ApprovalAnswer, ApprovalDecision, ApprovalRequestParams, CallOutcome, Event, HookEvent,
     PostToolUseAnswer, PostToolUseParams, PreToolUseAnswer, PreToolUseDecision, PreToolUseParams,
-    Rules, Safety, SessionMode, ToolCall, ToolDefinition, ToolSource,
+    Rules, Safety, SessionMode, ToolCall,
 };
 use toold_tests::Tree;
 use toold_tests::daemon::shell_parser;
+use toold_tests::test_tool::TestTool;
 
 // ---------------------------------------------------------------------------------------------
 // Test tools
@@ -41,29 +42,10 @@ enum Act {
     Sleep,
 }
 
-struct TestTool {
-    name: &'static str,
-    safety: Safety,
-    act: Act,
-}
-
-impl Tool for TestTool {
-    fn definition(&self) -> ToolDefinition {
-        ToolDefinition {
-            name: self.name.into(),
-            description: String::new(),
-            input_schema: json!({"type": "object"}),
-            safety: self.safety,
-            system: false,
-            timeout_ms: None,
-            source: ToolSource::Client,
-        }
-    }
-
-    fn run(&self, args: Map<String, Value>, _ctx: ToolContext) -> ToolFuture {
-        let act = self.act.clone();
+impl Act {
+    fn run(self, args: Map<String, Value>) -> ToolFuture {
         Box::pin(async move {
-            match act {
+            match self {
                 Act::Rendezvous(barrier) => {
                     match tokio::time::timeout(Duration::from_secs(10), barrier.wait()).await {
                         Ok(_) => Ok(ToolOutput::new("met")),
@@ -93,6 +75,11 @@ impl Tool for TestTool {
             }
         })
     }
+}
+
+/// A test tool named `name` of `safety` that does `act`.
+fn tool(name: &str, safety: Safety, act: Act) -> TestTool {
+    TestTool::new(name, move |args, _ctx| act.clone().run(args)).with_safety(safety)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -310,11 +297,7 @@ fn plan_of(harness: &Harness) -> Vec<Vec<usize>> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn read_only_calls_run_at_the_same_time() {
     let barrier = Arc::new(tokio::sync::Barrier::new(2));
-    let tool = TestTool {
-        name: "rendezvous",
-        safety: Safety::ReadOnly,
-        act: Act::Rendezvous(barrier),
-    };
+    let tool = tool("rendezvous", Safety::ReadOnly, Act::Rendezvous(barrier));
     let harness = Harness::with(
         &[],
         Rules::default(),
@@ -340,11 +323,7 @@ async fn side_effect_calls_never_overlap() {
         running,
         most: most.clone(),
     };
-    let tool = TestTool {
-        name: "exclusive",
-        safety: Safety::SideEffect,
-        act,
-    };
+    let tool = tool("exclusive", Safety::SideEffect, act);
     let harness = Harness::with(
         &[],
         rules(&["exclusive"], &[], &[]),
@@ -363,11 +342,7 @@ async fn side_effect_calls_never_overlap() {
 
 #[tokio::test]
 async fn results_come_in_call_order_whatever_finishes_first() {
-    let sleeper = TestTool {
-        name: "sleepy_read",
-        safety: Safety::ReadOnly,
-        act: Act::Sleep,
-    };
+    let sleeper = tool("sleepy_read", Safety::ReadOnly, Act::Sleep);
     let harness = Harness::with(
         &[("d.txt", "D")],
         rules(&["write_file"], &[], &[]),

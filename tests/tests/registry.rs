@@ -9,8 +9,9 @@ use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
 use toold::tools::registry::ListFilter;
 use toold::tools::{RegisterError, ToolFuture};
-use toold::{Env, Registry, Tool, ToolContext, ToolOutput};
-use toold_protocol::{Safety, ToolCall, ToolDefinition, ToolResult, ToolSource};
+use toold::{Env, Registry, ToolContext, ToolOutput};
+use toold_protocol::{Safety, ToolCall, ToolDefinition, ToolResult};
+use toold_tests::test_tool::TestTool;
 use toold_tests::{Tree, outcome};
 
 /// What a test tool does when it runs.
@@ -25,45 +26,10 @@ enum Behaviour {
     StopOnCancel,
 }
 
-struct TestTool {
-    name: &'static str,
-    behaviour: Behaviour,
-    system: bool,
-    safety: Safety,
-    timeout_ms: Option<u64>,
-    schema: Value,
-}
-
-impl TestTool {
-    fn new(name: &'static str, behaviour: Behaviour) -> Self {
-        Self {
-            name,
-            behaviour,
-            system: false,
-            safety: Safety::ReadOnly,
-            timeout_ms: None,
-            schema: json!({"type": "object"}),
-        }
-    }
-}
-
-impl Tool for TestTool {
-    fn definition(&self) -> ToolDefinition {
-        ToolDefinition {
-            name: self.name.into(),
-            description: "a tool for tests".into(),
-            input_schema: self.schema.clone(),
-            safety: self.safety,
-            system: self.system,
-            timeout_ms: self.timeout_ms,
-            source: ToolSource::Client,
-        }
-    }
-
-    fn run(&self, args: Map<String, Value>, ctx: ToolContext) -> ToolFuture {
-        let behaviour = self.behaviour;
+impl Behaviour {
+    fn run(self, args: Map<String, Value>, ctx: ToolContext) -> ToolFuture {
         Box::pin(async move {
-            match behaviour {
+            match self {
                 Behaviour::Echo => Ok(ToolOutput::new(Value::Object(args).to_string())),
                 Behaviour::Panic => panic!("the tool broke on purpose"),
                 Behaviour::IgnoreCancel => std::future::pending().await,
@@ -78,6 +44,11 @@ impl Tool for TestTool {
             }
         })
     }
+}
+
+/// A test tool named `name` that does `behaviour`.
+fn tool(name: &str, behaviour: Behaviour) -> TestTool {
+    TestTool::new(name, move |args, ctx| behaviour.run(args, ctx))
 }
 
 fn registry_with(tools: Vec<TestTool>) -> Registry {
@@ -107,7 +78,7 @@ fn env_with_timeout(tree: &Tree, timeout_ms: u64) -> Env {
 
 #[test]
 fn register_refuses_names_no_rule_can_name_duplicates_and_bad_schemas() {
-    let registry = registry_with(vec![TestTool::new("echo", Behaviour::Echo)]);
+    let registry = registry_with(vec![tool("echo", Behaviour::Echo)]);
     let long: &'static str = Box::leak("a".repeat(65).into_boxed_str());
     let longest: &'static str = Box::leak("a".repeat(64).into_boxed_str());
     for name in [
@@ -121,7 +92,7 @@ fn register_refuses_names_no_rule_can_name_duplicates_and_bad_schemas() {
         long,
     ] {
         assert_eq!(
-            registry.register(Arc::new(TestTool::new(name, Behaviour::Echo))),
+            registry.register(Arc::new(tool(name, Behaviour::Echo))),
             Err(RegisterError::InvalidName(name.to_owned())),
             "{name:?}"
         );
@@ -129,19 +100,19 @@ fn register_refuses_names_no_rule_can_name_duplicates_and_bad_schemas() {
     for name in ["mcp__fs__read.v2", "a", longest, "A-Z_0.9"] {
         assert!(
             registry
-                .register(Arc::new(TestTool::new(name, Behaviour::Echo)))
+                .register(Arc::new(tool(name, Behaviour::Echo)))
                 .is_ok(),
             "{name:?}"
         );
     }
     let duplicate = registry
-        .register(Arc::new(TestTool::new("echo", Behaviour::Echo)))
+        .register(Arc::new(tool("echo", Behaviour::Echo)))
         .unwrap_err();
     assert_eq!(
         duplicate.to_string(),
         "a tool named \"echo\" is already registered"
     );
-    let mut bad = TestTool::new("bad", Behaviour::Echo);
+    let mut bad = tool("bad", Behaviour::Echo);
     bad.schema = json!({"type": "no-such-type"});
     let refused = registry.register(Arc::new(bad)).unwrap_err();
     assert!(
@@ -161,11 +132,11 @@ fn every_change_moves_the_revision() {
         last = now;
     };
     registry
-        .register(Arc::new(TestTool::new("a", Behaviour::Echo)))
+        .register(Arc::new(tool("a", Behaviour::Echo)))
         .unwrap();
     assert_moved(&registry);
     registry
-        .register_or_replace(Arc::new(TestTool::new("a", Behaviour::Panic)))
+        .register_or_replace(Arc::new(tool("a", Behaviour::Panic)))
         .unwrap();
     assert_moved(&registry);
     assert!(registry.unregister("a"));
@@ -180,13 +151,13 @@ fn every_change_moves_the_revision() {
 
 #[test]
 fn definitions_are_sorted_and_listed_through_the_tools_list_filter() {
-    let mut system = TestTool::new("session_info", Behaviour::Echo);
+    let mut system = tool("session_info", Behaviour::Echo);
     system.system = true;
-    let mut side_effect = TestTool::new("mid", Behaviour::Echo);
+    let mut side_effect = tool("mid", Behaviour::Echo);
     side_effect.safety = Safety::SideEffect;
     let registry = registry_with(vec![
-        TestTool::new("zeta", Behaviour::Echo),
-        TestTool::new("alpha", Behaviour::Echo),
+        tool("zeta", Behaviour::Echo),
+        tool("alpha", Behaviour::Echo),
         system,
         side_effect,
     ]);
@@ -264,7 +235,7 @@ async fn unknown_tools_get_a_result_naming_them() {
 #[tokio::test]
 async fn arguments_come_as_an_object_or_a_json_string() {
     let tree = Tree::new(&[]);
-    let registry = registry_with(vec![TestTool::new("echo", Behaviour::Echo)]);
+    let registry = registry_with(vec![tool("echo", Behaviour::Echo)]);
     let object = run(&registry, tree.env(), "echo", json!({"a": 1})).await;
     let string = run(&registry, tree.env(), "echo", json!("{\"a\": 1}")).await;
     assert_eq!(object.content, r#"{"a":1}"#);
@@ -279,7 +250,7 @@ async fn arguments_come_as_an_object_or_a_json_string() {
 #[tokio::test]
 async fn schema_violations_list_pointers_and_messages() {
     let tree = Tree::new(&[]);
-    let mut strict = TestTool::new("strict", Behaviour::Echo);
+    let mut strict = tool("strict", Behaviour::Echo);
     strict.schema = json!({
         "type": "object",
         "properties": {"n": {"type": "integer", "minimum": 1}, "s": {"type": "string"}},
@@ -320,8 +291,8 @@ async fn schema_violations_list_pointers_and_messages() {
 async fn a_panic_becomes_internal_error_and_the_runtime_keeps_working() {
     let tree = Tree::new(&[]);
     let registry = registry_with(vec![
-        TestTool::new("boom", Behaviour::Panic),
-        TestTool::new("echo", Behaviour::Echo),
+        tool("boom", Behaviour::Panic),
+        tool("echo", Behaviour::Echo),
     ]);
     let result = run(&registry, tree.env(), "boom", json!({})).await;
     assert_eq!(outcome(&result), "internal_error");
@@ -342,7 +313,7 @@ async fn a_panic_becomes_internal_error_and_the_runtime_keeps_working() {
 #[tokio::test]
 async fn a_tool_that_ignores_its_deadline_cannot_hold_the_caller() {
     let tree = Tree::new(&[]);
-    let registry = registry_with(vec![TestTool::new("stuck", Behaviour::IgnoreCancel)]);
+    let registry = registry_with(vec![tool("stuck", Behaviour::IgnoreCancel)]);
     let started = Instant::now();
     let result = run(&registry, env_with_timeout(&tree, 100), "stuck", json!({})).await;
     assert_eq!(outcome(&result), "timeout");
@@ -359,7 +330,7 @@ async fn a_tool_that_ignores_its_deadline_cannot_hold_the_caller() {
 #[tokio::test]
 async fn timeout_and_cancellation_are_different_and_keep_partial_output() {
     let tree = Tree::new(&[]);
-    let registry = registry_with(vec![TestTool::new("slow", Behaviour::StopOnCancel)]);
+    let registry = registry_with(vec![tool("slow", Behaviour::StopOnCancel)]);
     let timed_out = run(&registry, env_with_timeout(&tree, 50), "slow", json!({})).await;
     assert_eq!(outcome(&timed_out), "timeout");
     assert_eq!(timed_out.content, "partial output");
@@ -382,7 +353,7 @@ async fn timeout_and_cancellation_are_different_and_keep_partial_output() {
 #[tokio::test]
 async fn the_tool_definitions_timeout_overrides_the_envs() {
     let tree = Tree::new(&[]);
-    let mut quick = TestTool::new("quick", Behaviour::StopOnCancel);
+    let mut quick = tool("quick", Behaviour::StopOnCancel);
     quick.timeout_ms = Some(30);
     let registry = registry_with(vec![quick]);
     let result = run(
@@ -399,7 +370,7 @@ async fn the_tool_definitions_timeout_overrides_the_envs() {
 #[tokio::test]
 async fn an_already_canceled_call_does_not_wait_for_its_deadline() {
     let tree = Tree::new(&[]);
-    let registry = registry_with(vec![TestTool::new("slow", Behaviour::StopOnCancel)]);
+    let registry = registry_with(vec![tool("slow", Behaviour::StopOnCancel)]);
     let cancel = CancellationToken::new();
     cancel.cancel();
     let call = ToolCall::new("c", "slow", json!({}));
