@@ -8,7 +8,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::mpsc;
 use toold_protocol::peer::{BoxFuture, Handler, Peer, PeerHandle, PeerOptions, Reply};
 use toold_protocol::{Framing, Notification, Request, RequestError};
@@ -579,58 +581,192 @@ impl TestDaemon {
     }
 }
 
-/// A bare NDJSON client on its own connection: raw lines in and out, nothing between it and the
-/// wire (for tests that pipeline, stall or count every message themselves).
-pub struct RawClient {
-    lines: tokio::io::Lines<tokio::io::BufReader<tokio::net::unix::OwnedReadHalf>>,
-    writer: tokio::net::unix::OwnedWriteHalf,
+/// How long any single answer to a [`RawConnection`] may take before the test fails instead of
+/// hanging.
+const PATIENCE: Duration = Duration::from_secs(30);
+
+/// How a [`RawConnection`] frames what it sends and expects back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wire {
+    Ndjson,
+    /// LSP framing; the flag says whether header lines end in CRLF (else LF).
+    Lsp {
+        crlf: bool,
+    },
 }
 
-impl RawClient {
-    pub async fn connect(socket: &Path) -> Self {
-        use tokio::io::AsyncBufReadExt;
+/// A bare client on its own connection: exactly the bytes a test gives it, the daemon's replies
+/// read frame by frame in either framing, nothing between it and the wire (for tests of the
+/// framing itself, and tests that pipeline, stall or count every message).
+pub struct RawConnection {
+    reader: BufReader<OwnedReadHalf>,
+    writer: OwnedWriteHalf,
+    wire: Wire,
+    /// The header section of the last LSP frame received, as sent.
+    pub last_headers: String,
+}
+
+impl RawConnection {
+    pub async fn connect(socket: &Path, wire: Wire) -> Self {
         let stream = UnixStream::connect(socket).await.expect("connect");
-        let (read_half, writer) = stream.into_split();
+        let (reader, writer) = stream.into_split();
         Self {
-            lines: tokio::io::BufReader::new(read_half).lines(),
+            reader: BufReader::new(reader),
             writer,
+            wire,
+            last_headers: String::new(),
         }
     }
 
-    /// Sends a request without waiting for its answer.
-    pub async fn send(&mut self, id: u64, method: &str, params: Value) {
-        use tokio::io::AsyncWriteExt;
-        let mut line = serde_json::to_vec(
-            &json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
-        )
-        .expect("a request serializes");
-        line.push(b'\n');
-        self.writer.write_all(&line).await.expect("send a request");
+    pub async fn send_bytes(&mut self, bytes: &[u8]) {
+        self.writer.write_all(bytes).await.expect("write");
     }
 
-    /// The next message, whatever it is.
-    pub async fn next_message(&mut self) -> Value {
-        serde_json::from_str(&self.next_line().await).expect("a JSON message")
+    /// Writes `bytes`, whether or not the daemon still reads them.
+    pub async fn try_send_bytes(&mut self, bytes: &[u8]) {
+        let _ = self.writer.write_all(bytes).await;
     }
 
-    /// The next message as the line the daemon wrote, unparsed.
-    pub async fn next_line(&mut self) -> String {
-        self.lines
-            .next_line()
+    /// One message (or anything else) in this connection's framing.
+    pub async fn send_frame(&mut self, body: &[u8]) {
+        let framed = match self.wire {
+            Wire::Ndjson => [body, b"\n"].concat(),
+            Wire::Lsp { crlf } => {
+                let eol = if crlf { "\r\n" } else { "\n" };
+                let headers = format!(
+                    "Content-Length: {}{eol}Content-Type: application/vscode-jsonrpc; charset=utf-8{eol}{eol}",
+                    body.len()
+                );
+                [headers.as_bytes(), body].concat()
+            }
+        };
+        self.send_bytes(&framed).await;
+    }
+
+    pub async fn send(&mut self, message: &Value) {
+        self.send_frame(message.to_string().as_bytes()).await;
+    }
+
+    /// The next frame from the daemon, or `None` once the connection is closed.
+    pub async fn receive_or_closed(&mut self) -> Option<Value> {
+        tokio::time::timeout(PATIENCE, self.read_frame())
             .await
-            .expect("read a line")
+            .expect("a frame from the daemon within the patience")
+    }
+
+    pub async fn receive(&mut self) -> Value {
+        self.receive_or_closed()
+            .await
             .expect("the daemon closed the connection")
     }
 
-    /// Sends a request and returns its response, skipping the notifications before it.
-    pub async fn call(&mut self, id: u64, method: &str, params: Value) -> Value {
-        self.send(id, method, params).await;
+    async fn read_frame(&mut self) -> Option<Value> {
+        match self.wire {
+            Wire::Ndjson => {
+                let mut line = String::new();
+                match self.reader.read_line(&mut line).await {
+                    Ok(0) | Err(_) => return None,
+                    Ok(_) => {}
+                }
+                assert!(
+                    line.ends_with('\n'),
+                    "an NDJSON reply ends in \\n: {line:?}"
+                );
+                let text = line.trim_end_matches('\n');
+                assert!(
+                    !text.contains('\n') && !text.ends_with('\r'),
+                    "one compact message a line"
+                );
+                Some(serde_json::from_str(text).expect("the daemon writes JSON"))
+            }
+            Wire::Lsp { .. } => {
+                let mut headers = String::new();
+                let mut length = None;
+                loop {
+                    let mut line = String::new();
+                    match self.reader.read_line(&mut line).await {
+                        Ok(0) | Err(_) => return None,
+                        Ok(_) => {}
+                    }
+                    headers.push_str(&line);
+                    let content = line.trim_end_matches(['\r', '\n']);
+                    if content.is_empty() {
+                        break;
+                    }
+                    let (name, value) = content.split_once(':').expect("a header line");
+                    if name.eq_ignore_ascii_case("content-length") {
+                        length = Some(value.trim().parse::<usize>().expect("a length"));
+                    }
+                }
+                self.last_headers = headers;
+                let length = length.expect("the daemon's reply has Content-Length");
+                let mut body = vec![0; length];
+                self.reader
+                    .read_exact(&mut body)
+                    .await
+                    .expect("the announced body");
+                Some(serde_json::from_slice(&body).expect("the daemon writes JSON"))
+            }
+        }
+    }
+
+    /// The next response, skipping the notifications (events) before it.
+    pub async fn response(&mut self) -> Value {
         loop {
-            let message = self.next_message().await;
-            if message.get("method").is_none() && message["id"] == json!(id) {
+            let message = self.receive().await;
+            if message.get("method").is_none() {
                 return message;
             }
         }
+    }
+
+    /// Sends a request and returns the whole response object.
+    pub async fn call(&mut self, id: i64, method: &str, params: Value) -> Value {
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
+            .await;
+        let response = self.response().await;
+        assert_eq!(
+            response["id"],
+            json!(id),
+            "the answer to {method}: {response}"
+        );
+        assert_eq!(response["jsonrpc"], "2.0");
+        response
+    }
+
+    /// Sends a request that must succeed; returns its result.
+    pub async fn call_ok(&mut self, id: i64, method: &str, params: Value) -> Value {
+        let response = self.call(id, method, params).await;
+        assert!(
+            response.get("error").is_none(),
+            "{method} failed: {response}"
+        );
+        response["result"].clone()
+    }
+
+    /// Sends a request without waiting for its answer.
+    pub async fn send_request(&mut self, id: impl Into<Value>, method: &str, params: Value) {
+        let id = id.into();
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
+            .await;
+    }
+
+    /// NDJSON only: the next message as the line the daemon wrote, unparsed.
+    pub async fn next_line(&mut self) -> String {
+        assert_eq!(self.wire, Wire::Ndjson, "lines are NDJSON's");
+        let mut line = String::new();
+        let read = tokio::time::timeout(PATIENCE, self.reader.read_line(&mut line))
+            .await
+            .expect("a line from the daemon within the patience")
+            .expect("read a line");
+        assert!(read > 0, "the daemon closed the connection");
+        line.truncate(line.trim_end_matches('\n').len());
+        line
+    }
+
+    pub async fn initialize(&mut self) -> Value {
+        self.call_ok(0, "initialize", json!({"protocol_version": 1}))
+            .await
     }
 }
 

@@ -11,12 +11,9 @@ use std::time::{Duration, Instant};
 
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::UnixStream;
-use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use toold_protocol::time::parse_rfc3339;
 use toold_protocol::{ErrorObject, Framing, RequestError};
-use toold_tests::daemon::{TestClient, TestDaemon, no_answers};
+use toold_tests::daemon::{RawConnection, TestClient, TestDaemon, Wire, no_answers};
 
 /// How long any single answer may take before the test fails instead of hanging.
 const PATIENCE: Duration = Duration::from_secs(30);
@@ -28,168 +25,6 @@ const PARSE_ERROR: i64 = -32700;
 const INVALID_REQUEST: i64 = -32600;
 const METHOD_NOT_FOUND: i64 = -32601;
 const INVALID_PARAMS: i64 = -32602;
-
-// ---------------------------------------------------------------------------------------------
-// A raw client: bytes in, JSON out, in either framing.
-
-/// How a [`RawConnection`] frames what it sends and expects back.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Wire {
-    Ndjson,
-    /// LSP framing; the flag says whether header lines end in CRLF (else LF).
-    Lsp {
-        crlf: bool,
-    },
-}
-
-/// A connection that writes exactly the bytes a test gives it and reads the daemon's replies
-/// frame by frame, so the framing itself is under test.
-struct RawConnection {
-    reader: BufReader<OwnedReadHalf>,
-    writer: OwnedWriteHalf,
-    wire: Wire,
-    /// The header section of the last LSP frame received, as sent.
-    last_headers: String,
-}
-
-impl RawConnection {
-    async fn connect(socket: &Path, wire: Wire) -> Self {
-        let stream = UnixStream::connect(socket).await.expect("connect");
-        let (reader, writer) = stream.into_split();
-        Self {
-            reader: BufReader::new(reader),
-            writer,
-            wire,
-            last_headers: String::new(),
-        }
-    }
-
-    async fn send_bytes(&mut self, bytes: &[u8]) {
-        self.writer.write_all(bytes).await.expect("write");
-    }
-
-    /// One message (or anything else) in this connection's framing.
-    async fn send_frame(&mut self, body: &[u8]) {
-        let framed = match self.wire {
-            Wire::Ndjson => [body, b"\n"].concat(),
-            Wire::Lsp { crlf } => {
-                let eol = if crlf { "\r\n" } else { "\n" };
-                let headers = format!(
-                    "Content-Length: {}{eol}Content-Type: application/vscode-jsonrpc; charset=utf-8{eol}{eol}",
-                    body.len()
-                );
-                [headers.as_bytes(), body].concat()
-            }
-        };
-        self.send_bytes(&framed).await;
-    }
-
-    async fn send(&mut self, message: &Value) {
-        self.send_frame(message.to_string().as_bytes()).await;
-    }
-
-    /// The next frame from the daemon, or `None` once the connection is closed.
-    async fn receive_or_closed(&mut self) -> Option<Value> {
-        tokio::time::timeout(PATIENCE, self.read_frame())
-            .await
-            .expect("a frame from the daemon within the patience")
-    }
-
-    async fn receive(&mut self) -> Value {
-        self.receive_or_closed()
-            .await
-            .expect("the daemon closed the connection")
-    }
-
-    async fn read_frame(&mut self) -> Option<Value> {
-        match self.wire {
-            Wire::Ndjson => {
-                let mut line = String::new();
-                match self.reader.read_line(&mut line).await {
-                    Ok(0) | Err(_) => return None,
-                    Ok(_) => {}
-                }
-                assert!(
-                    line.ends_with('\n'),
-                    "an NDJSON reply ends in \\n: {line:?}"
-                );
-                let text = line.trim_end_matches('\n');
-                assert!(
-                    !text.contains('\n') && !text.ends_with('\r'),
-                    "one compact message a line"
-                );
-                Some(serde_json::from_str(text).expect("the daemon writes JSON"))
-            }
-            Wire::Lsp { .. } => {
-                let mut headers = String::new();
-                let mut length = None;
-                loop {
-                    let mut line = String::new();
-                    match self.reader.read_line(&mut line).await {
-                        Ok(0) | Err(_) => return None,
-                        Ok(_) => {}
-                    }
-                    headers.push_str(&line);
-                    let content = line.trim_end_matches(['\r', '\n']);
-                    if content.is_empty() {
-                        break;
-                    }
-                    let (name, value) = content.split_once(':').expect("a header line");
-                    if name.eq_ignore_ascii_case("content-length") {
-                        length = Some(value.trim().parse::<usize>().expect("a length"));
-                    }
-                }
-                self.last_headers = headers;
-                let length = length.expect("the daemon's reply has Content-Length");
-                let mut body = vec![0; length];
-                self.reader
-                    .read_exact(&mut body)
-                    .await
-                    .expect("the announced body");
-                Some(serde_json::from_slice(&body).expect("the daemon writes JSON"))
-            }
-        }
-    }
-
-    /// The next response, skipping the notifications (events) before it.
-    async fn response(&mut self) -> Value {
-        loop {
-            let message = self.receive().await;
-            if message.get("method").is_none() {
-                return message;
-            }
-        }
-    }
-
-    /// Sends a request and returns the whole response object.
-    async fn call(&mut self, id: i64, method: &str, params: Value) -> Value {
-        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
-            .await;
-        let response = self.response().await;
-        assert_eq!(
-            response["id"],
-            json!(id),
-            "the answer to {method}: {response}"
-        );
-        assert_eq!(response["jsonrpc"], "2.0");
-        response
-    }
-
-    /// Sends a request that must succeed; returns its result.
-    async fn call_ok(&mut self, id: i64, method: &str, params: Value) -> Value {
-        let response = self.call(id, method, params).await;
-        assert!(
-            response.get("error").is_none(),
-            "{method} failed: {response}"
-        );
-        response["result"].clone()
-    }
-
-    async fn initialize(&mut self) -> Value {
-        self.call_ok(0, "initialize", json!({"protocol_version": 1}))
-            .await
-    }
-}
 
 /// The error code of a response object.
 fn code_of(response: &Value) -> i64 {
@@ -914,7 +749,7 @@ async fn a_20_mb_line_closes_its_connection_while_another_is_served_during_and_a
     // part of the expected outcome.
     let mut rest = half;
     rest.extend_from_slice(b"\"}}\n");
-    let _ = flooder.writer.write_all(&rest).await;
+    flooder.try_send_bytes(&rest).await;
 
     let answer = flooder
         .receive_or_closed()

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
-use toold_tests::daemon::{RawClient, TestDaemon};
+use toold_tests::daemon::{RawConnection, TestDaemon, Wire};
 
 /// Requests a client keeps in flight on its connection.
 const PIPELINED: usize = 16;
@@ -71,7 +71,7 @@ async fn concurrent_pipelined_clients_lose_and_mismatch_nothing() {
 /// One client: initialize, a session, then `batches` one-call batches with up to [`PIPELINED`]
 /// in flight, checking every message. Returns how many batches were answered.
 async fn run_client(client: usize, socket: PathBuf, work: PathBuf, batches: usize) -> usize {
-    let mut raw = RawClient::connect(&socket).await;
+    let mut raw = RawConnection::connect(&socket, Wire::Ndjson).await;
     let init = raw
         .call(
             1,
@@ -80,8 +80,9 @@ async fn run_client(client: usize, socket: PathBuf, work: PathBuf, batches: usiz
         )
         .await;
     assert!(init["result"].is_object(), "client {client}: initialize");
-    raw.send(2, "session/create", json!({"cwd": work})).await;
-    let session = raw.next_message().await["result"]["session_id"]
+    raw.send_request(2, "session/create", json!({"cwd": work}))
+        .await;
+    let session = raw.receive().await["result"]["session_id"]
         .as_str()
         .unwrap()
         .to_owned();
@@ -98,7 +99,7 @@ async fn run_client(client: usize, socket: PathBuf, work: PathBuf, batches: usiz
             let file = (client + sent) % FILES;
             let call_id = format!("c{id}");
             batch_of_call.insert(call_id.clone(), id);
-            raw.send(
+            raw.send_request(
                 id,
                 "tools/execute",
                 json!({
@@ -111,7 +112,7 @@ async fn run_client(client: usize, socket: PathBuf, work: PathBuf, batches: usiz
             pending.insert(id, file);
             sent += 1;
         }
-        let mut message = raw.next_message().await;
+        let mut message = raw.receive().await;
         if let Some(method) = message["method"].as_str() {
             let params = &message["params"];
             let seq = params["seq"].as_u64().unwrap();
@@ -275,7 +276,7 @@ async fn timed_calls(
     work: PathBuf,
     done: std::sync::Arc<std::sync::atomic::AtomicBool>,
 ) -> Vec<Duration> {
-    let mut raw = RawClient::connect(&socket).await;
+    let mut raw = RawConnection::connect(&socket, Wire::Ndjson).await;
     raw.call(
         1,
         "initialize",
@@ -465,7 +466,7 @@ async fn a_client_that_stops_reading_holds_back_its_command_not_the_daemon() {
     std::fs::write(&flood, line.repeat(1_000_000)).unwrap(); // 100 MB
 
     let before = daemon.rss_bytes();
-    let mut stalled = RawClient::connect(&daemon.socket()).await;
+    let mut stalled = RawConnection::connect(&daemon.socket(), Wire::Ndjson).await;
     stalled
         .call(
             1,
@@ -480,7 +481,7 @@ async fn a_client_that_stops_reading_holds_back_its_command_not_the_daemon() {
         .to_owned();
     let execute = json!({"session_id": session, "calls": [{"id": "flood", "name": "run_command",
         "arguments": {"command": format!("cat {}", flood.display())}}]});
-    stalled.send(4, "tools/execute", execute).await;
+    stalled.send_request(4, "tools/execute", execute).await;
     // From here on this client reads nothing.
 
     let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -536,7 +537,7 @@ async fn retained_events_are_bounded_in_bytes_not_only_in_number() {
         })
         .unwrap();
 
-    let mut client = RawClient::connect(&daemon.socket()).await;
+    let mut client = RawConnection::connect(&daemon.socket(), Wire::Ndjson).await;
     client
         .call(
             1,
@@ -560,7 +561,7 @@ async fn retained_events_are_bounded_in_bytes_not_only_in_number() {
             .collect();
         let id = 100 + batch;
         client
-            .send(
+            .send_request(
                 id,
                 "tools/execute",
                 json!({"session_id": session, "calls": calls}),
@@ -586,7 +587,7 @@ async fn retained_events_are_bounded_in_bytes_not_only_in_number() {
     );
 
     // Another connection replays the whole log: every event is there, in order.
-    let mut replaying = RawClient::connect(&daemon.socket()).await;
+    let mut replaying = RawConnection::connect(&daemon.socket(), Wire::Ndjson).await;
     replaying
         .call(
             1,
@@ -595,7 +596,7 @@ async fn retained_events_are_bounded_in_bytes_not_only_in_number() {
         )
         .await;
     replaying
-        .send(
+        .send_request(
             2,
             "session/attach",
             json!({"session_id": session, "after_seq": 0}),
@@ -604,7 +605,7 @@ async fn retained_events_are_bounded_in_bytes_not_only_in_number() {
     let mut results = Vec::new();
     let mut seqs = Vec::new();
     let snapshot = loop {
-        let message = replaying.next_message().await;
+        let message = replaying.receive().await;
         if message.get("method").is_none() {
             break message;
         }
