@@ -34,7 +34,8 @@ use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tokio::sync::Semaphore;
 use toold_protocol::sync::LockUnpoisoned;
 
-use super::{CommandLine, MAX_LINE_BYTES, analyze};
+use super::guards::MAX_LINE_BYTES;
+use super::{CommandLine, analyze};
 use crate::process_tree;
 
 /// The first argument that makes the `toold` binary a parser worker instead of a command line.

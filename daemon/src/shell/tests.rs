@@ -1,5 +1,6 @@
 //! Tests of the command-line analysis: the forms rules match, and what makes a line opaque.
 
+use super::guards::{MAX_HERE_DOCUMENTS, MAX_LINE_BYTES, substitutions_in};
 use super::*;
 
 fn forms(line: &str) -> Vec<Vec<String>> {
