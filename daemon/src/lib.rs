@@ -3,33 +3,33 @@
 //! This library is the whole daemon; its one entry point is [`serve::serve`], which the
 //! `toold` binary (the command line, in `daemon/cli/`) calls for `toold serve`. In the order a
 //! request walks through it: the socket server ([`server`]), the JSON-RPC method table and
-//! handlers over `toold_protocol`'s peer ([`rpc`]), sessions ([`session`]), the call pipeline
+//! handlers over `toold_protocol`'s peer (`rpc`), sessions ([`session`]), the call pipeline
 //! ([`pipeline`]: batches, each call's steps, a session as they see it) with the sink events
 //! go through ([`events`]), its hooks ([`hooks`]), permission engine ([`permission`]),
 //! command-line analysis ([`shell`]) and approvals ([`approval`]), then the tool runtime
 //! ([`tools`]: the registry, its execution boundary and the six builtin tools) with what it
-//! runs on: the [`Env`] ([`env`]), path arguments ([`paths`], [`confined`]), process trees
-//! ([`process_tree`]), the command sandbox ([`sandbox`], [`spawn`]). Around it: the
+//! runs on: the [`Env`] ([`env`]), path arguments ([`paths`], `confined`), process trees
+//! ([`process_tree`]), the command sandbox (`sandbox`, `spawn`). Around it: the
 //! configuration ([`config`]) and the daemon's life ([`serve`]).
 
 pub mod approval;
 pub mod config;
-pub mod confined;
+pub(crate) mod confined;
 pub mod env;
 pub mod events;
 pub mod hooks;
-pub mod logging;
+pub(crate) mod logging;
 pub mod paths;
 pub mod permission;
 pub mod pipeline;
 pub mod process_tree;
-pub mod rpc;
-pub mod sandbox;
+pub(crate) mod rpc;
+pub(crate) mod sandbox;
 pub mod serve;
 pub mod server;
 pub mod session;
 pub mod shell;
-pub mod spawn;
+pub(crate) mod spawn;
 pub mod tools;
 
 pub use env::Env;

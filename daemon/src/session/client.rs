@@ -1,7 +1,7 @@
 //! A client as the sessions reach it: its connection's id, what it declared in `initialize`,
 //! and its way out ([`Outbound`]: requests and notifications towards it, implemented by the
 //! server over the connection's peer). The one handle below the server through which anything
-//! reaches a client: a session's events ([`forward_events`]), its approval requests
+//! reaches a client: a session's events (`forward_events`), its approval requests
 //! (`approvals`) and hooks (`ClientHooks` here); client tools (`rpc`) use it too.
 
 use std::future::Future;

@@ -2,7 +2,7 @@
 //! child processes it can kill, never on its own threads.
 //!
 //! brush-parser has taken exponential time and unbounded memory on lines found by fuzzing
-//! (docs/reliability.md, "Fuzzing"). The guards in [`super::parsable`] stop the shapes known so
+//! (docs/reliability.md, "Fuzzing"). The guards in `guards::parsable` stop the shapes known so
 //! far; this boundary bounds the ones not known yet. Each worker is the `toold` binary itself,
 //! started with [`WORKER_ARGUMENT`]: it caps its own address space, dies with the daemon, and
 //! answers one line at a time over its stdin/stdout. The daemon gives each line a deadline; a
