@@ -151,6 +151,9 @@ impl Executor {
 
     /// Whether a call may join a concurrent run: registered, read-only, visible, and certain
     /// to need no approval from the rules and the mode as they stand (a hook may still ask).
+    /// A prediction for the plan only: each call is judged again at its permission step, since
+    /// a pre hook may replace its arguments and the session may change before its turn. A
+    /// batch of one call makes no plan and pays for no prediction.
     fn runs_concurrently(&self, state: &SessionState, call: &ToolCall) -> bool {
         let Ok(resolved) = self.registry.resolve(call) else {
             return false;
