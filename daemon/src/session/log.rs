@@ -26,7 +26,7 @@ mod retention;
 pub const MIN_RETAINED_EVENTS: usize = 10_000;
 
 /// How many bytes of events a session's log keeps whole (each event's
-/// [`retention::weight`]). Past it, the oldest events that every reader has taken keep their
+/// `retention::weight`). Past it, the oldest events that every reader has taken keep their
 /// place and `seq` but lose their bulk (`elided_bytes` says how much): output data, a call's
 /// arguments, a result's content. 10,000 results of a 1 MiB read must not hold 10 GiB, nor a
 /// command that prints 100 MB leave 100 MB.
@@ -209,7 +209,7 @@ impl EventLog {
         self
     }
 
-    /// The [`retention::weight`] of the retained events together: what the log holds.
+    /// The `retention::weight` of the retained events together: what the log holds.
     pub fn retained_bytes(&self) -> usize {
         self.lock().retained_bytes
     }

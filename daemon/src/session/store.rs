@@ -64,7 +64,7 @@ pub struct SessionRecord {
     /// `None`: every tool is visible.
     #[serde(default)]
     pub allowed_tools: Option<Vec<String>>,
-    /// Read leniently (see [`lenient_rules`]): the protocol's `Rules` refuses unknown fields.
+    /// Read leniently (see `lenient_rules`): the protocol's `Rules` refuses unknown fields.
     #[serde(default, deserialize_with = "lenient_rules")]
     pub rules: Rules,
     #[serde(default = "default_timeout_ms")]

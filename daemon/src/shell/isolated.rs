@@ -17,7 +17,7 @@
 //! at once when it comes again, without a worker. A worker is the daemon's child but no command's: it is registered with
 //! `process_tree`, so that the fast end of a command still applies.
 //!
-//! Wire format: the worker first says it is ready ([`READY`]); then, both ways, a 4-byte
+//! Wire format: the worker first says it is ready (`READY`); then, both ways, a 4-byte
 //! little-endian length and that many bytes: the request is the line (UTF-8), the answer the
 //! [`CommandLine`] as JSON.
 

@@ -3,7 +3,7 @@
 //!
 //! Bounded whatever the file and the strings: the file is at most [`MAX_EDIT_BYTES`] before
 //! and after the edit (checked before the new text is built), the diff is computed within
-//! [`DIFF_TIME_LIMIT`] (then coarser) and shown up to the session's `max_read_bytes`, and a
+//! `DIFF_TIME_LIMIT` (then coarser) and shown up to the session's `max_read_bytes`, and a
 //! call stopped before its new text is ready leaves the file as it was.
 
 use serde::Deserialize;

@@ -5,7 +5,7 @@
 //! whatever the file's size.
 //!
 //! The file is opened on the calling task (as cheap as judging its path, which happened there
-//! too); a small one (up to [`INLINE_READ_MAX_BYTES`]) is also read there, which saves two
+//! too); a small one (up to `INLINE_READ_MAX_BYTES`) is also read there, which saves two
 //! thread hand-offs, the largest part of a small read's latency. A larger one is read on the
 //! blocking pool, so a worker never waits long.
 

@@ -7,15 +7,15 @@
 //! would run code or change how it reads the line before the line runs: `BASH_ENV` and `ENV`
 //! (files sourced first), exported functions (`BASH_FUNC_*`, which could stand in for any
 //! command), `SHELLOPTS`, `BASHOPTS`, `BASH_COMPAT` and `POSIXLY_CORRECT` (options and
-//! dialect) are removed, whoever set them ([`shell_reads_it`]).
+//! dialect) are removed, whoever set them (`shell_reads_it`).
 //!
 //! **The command's processes.** The shell runs in its own process group with stdin on
 //! `/dev/null`, the daemon's environment minus `LISTEN_*`, `NOTIFY_SOCKET`, `WATCHDOG_*` and
 //! `TOOLD_*`, plus the session's `command_env`, plus the call's `env`, plus `TOOLD_RUN_TAG`
 //! ([`RUN_TAG_VAR`]), the per-call tag the process-tree sweep finds escapees by (set last, so
 //! a call cannot forge another call's tag). `PWD` is set to
-//! the working directory. The shell starts through [`crate::spawn`] (no copy of the daemon's
-//! memory), in the session's sandbox ([`crate::sandbox`]; `read_only` also gets a `TMPDIR` of
+//! the working directory. The shell starts through `crate::spawn` (no copy of the daemon's
+//! memory), in the session's sandbox (`crate::sandbox`; `read_only` also gets a `TMPDIR` of
 //! the call's own), and is killed if this future is dropped before it was waited for.
 //!
 //! **Output.** stdout and stderr are read concurrently (`pump`); each read is decoded per

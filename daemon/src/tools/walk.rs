@@ -251,7 +251,7 @@ fn relative_to<'p>(path: &'p Path, root: &Path) -> Option<&'p Path> {
     Some(Path::new(OsStr::from_bytes(rest)))
 }
 
-/// Looks at a cancellation token only every [`CANCEL_CHECK_EVERY`] calls (and on the first).
+/// Looks at a cancellation token only every `CANCEL_CHECK_EVERY` calls (and on the first).
 /// The token takes a lock shared by every thread of the walk; looking at it for each file or
 /// matching line made the threads contend. Stopping a few dozen files late costs microseconds.
 pub struct CancelCheck<'a> {

@@ -4,7 +4,7 @@
 //! the directory fsynced: a reader, a crash or a `kill -9` sees the old file or the new one,
 //! never a torn or empty one. Writes go to the resolved path, so a symlink stays a symlink and
 //! its target is replaced. Everything happens relative to the target's directory opened as it
-//! was judged ([`crate::confined`]): a symlink swapped into the path after the check makes the
+//! was judged (`crate::confined`): a symlink swapped into the path after the check makes the
 //! write fail rather than land somewhere else.
 
 use std::fs::{self, File, Permissions};
