@@ -8,7 +8,7 @@
 //! go through ([`events`]), its hooks ([`hooks`]), permission engine ([`permission`]),
 //! command-line analysis ([`shell`]) and approvals ([`approval`]), then the tool runtime
 //! ([`tools`]: the registry, its execution boundary and the six builtin tools) with what it
-//! runs on: the [`Env`] ([`env`]), path arguments ([`paths`], `confined`), process trees
+//! runs on: the [`Env`] ([`env`](mod@env)), path arguments ([`paths`], `confined`), process trees
 //! ([`process_tree`]), the command sandbox (`sandbox`, `spawn`). Around it: the
 //! configuration ([`config`]) and the daemon's life ([`serve`]).
 
