@@ -24,12 +24,12 @@ const RESOLVE: ResolveFlag =
 
 /// The error a tool reports when the path changed under it: a symlink appeared on a path that
 /// had none when it was checked.
-pub fn is_changed_path(err: &io::Error) -> bool {
+pub(crate) fn is_changed_path(err: &io::Error) -> bool {
     err.raw_os_error() == Some(Errno::ELOOP as i32)
 }
 
 /// Opens the judged path `path` (absolute, fully resolved) with `flags` (`O_CLOEXEC` added).
-pub fn open(path: &Path, flags: OFlag) -> io::Result<OwnedFd> {
+pub(crate) fn open(path: &Path, flags: OFlag) -> io::Result<OwnedFd> {
     let flags = flags | OFlag::O_CLOEXEC;
     match openat2(AT_FDCWD, path, OpenHow::new().flags(flags).resolve(RESOLVE)) {
         Err(Errno::ENOSYS) => walk_open(path, flags, false),
@@ -38,14 +38,14 @@ pub fn open(path: &Path, flags: OFlag) -> io::Result<OwnedFd> {
 }
 
 /// Opens a judged file for reading (`O_NONBLOCK` too, so that a FIFO does not block the open).
-pub fn open_read(path: &Path) -> io::Result<File> {
+pub(crate) fn open_read(path: &Path) -> io::Result<File> {
     open(path, OFlag::O_RDONLY | OFlag::O_NONBLOCK).map(File::from)
 }
 
 /// Opens the judged directory `path` for use as the base of `*at` calls, creating it and its
 /// missing parents (mode 0777 under the umask, as `mkdir -p`), each created or entered without
 /// following a symlink.
-pub fn open_dir_creating(path: &Path) -> io::Result<OwnedFd> {
+pub(crate) fn open_dir_creating(path: &Path) -> io::Result<OwnedFd> {
     let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY;
     match open(path, flags) {
         Err(err) if err.kind() == io::ErrorKind::NotFound => {

@@ -12,6 +12,10 @@
 //! ([`process_tree`]), the command sandbox (`sandbox`, `spawn`). Around it: the
 //! configuration ([`config`]) and the daemon's life ([`serve`]).
 
+// An item the library does not publish is `pub(crate)`, not `pub`: what is `pub` is the
+// library's surface (the binary, the tests, the benchmarks and the fuzz targets use it).
+#![warn(unreachable_pub)]
+
 pub mod approval;
 pub mod config;
 pub(crate) mod confined;

@@ -6,7 +6,7 @@
 use std::io::{self, Write};
 
 /// Starts the log at the level `TOOLD_LOG` gives (`info` when unset or invalid).
-pub fn init() {
+pub(crate) fn init() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("TOOLD_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     tracing_subscriber::fmt()

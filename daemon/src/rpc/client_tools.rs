@@ -12,13 +12,13 @@ use crate::session::client::{Client, OutboundError};
 use crate::tools::{Tool, ToolContext, ToolFailure, ToolFuture, ToolOutput};
 
 /// A tool registered by a connection and run by it through `tool/invoke`.
-pub struct ClientTool {
+pub(crate) struct ClientTool {
     definition: ToolDefinition,
     owner: Arc<Client>,
 }
 
 impl ClientTool {
-    pub fn new(definition: ToolDefinition, owner: Arc<Client>) -> Self {
+    pub(crate) fn new(definition: ToolDefinition, owner: Arc<Client>) -> Self {
         Self { definition, owner }
     }
 }

@@ -95,7 +95,7 @@ macro_rules! method {
 }
 
 /// Builds the method table.
-pub fn method_table(daemon: Arc<Daemon>) -> Methods {
+pub(crate) fn method_table(daemon: Arc<Daemon>) -> Methods {
     use toold_protocol::methods::{
         Initialize, SessionAttach, SessionClose, SessionCreate, SessionDetach, SessionGet,
         SessionList, SessionUpdate, ToolsCancel, ToolsExecute, ToolsList, ToolsRegister,
@@ -147,7 +147,7 @@ pub fn method_table(daemon: Arc<Daemon>) -> Methods {
 /// Runs one request through the table. The answer comes back as jsonrpsee rendered it, under
 /// the request's own id, so the peer sends it as is (no parse and render again); beside it, the
 /// error code when the answer is an error, for logs.
-pub async fn call(
+pub(crate) async fn call(
     methods: &Methods,
     connection: &Arc<Connection>,
     id: &toold_protocol::Id,

@@ -23,7 +23,7 @@ use crate::tools::{RegisterError, is_valid_tool_name};
 
 pub(super) type Reply<T> = Result<T, ErrorObject>;
 
-pub fn initialize(
+pub(crate) fn initialize(
     daemon: &Daemon,
     connection: &Connection,
     params: InitializeParams,
@@ -77,7 +77,7 @@ pub fn initialize(
     })
 }
 
-pub fn session_create(
+pub(crate) fn session_create(
     daemon: &Daemon,
     connection: &Arc<Connection>,
     params: SessionCreateParams,
@@ -94,7 +94,7 @@ pub fn session_create(
 }
 
 /// Attaches, replaying retained events after `after_seq` first; the snapshot comes after them.
-pub async fn session_attach(
+pub(crate) async fn session_attach(
     daemon: &Daemon,
     connection: &Arc<Connection>,
     params: SessionAttachParams,
@@ -110,7 +110,7 @@ pub async fn session_attach(
     Ok(snapshot)
 }
 
-pub fn session_detach(
+pub(crate) fn session_detach(
     daemon: &Daemon,
     connection: &Connection,
     params: SessionIdParams,
@@ -120,7 +120,10 @@ pub fn session_detach(
     Ok(Empty {})
 }
 
-pub fn session_update(daemon: &Daemon, params: SessionUpdateParams) -> Reply<SessionSnapshot> {
+pub(crate) fn session_update(
+    daemon: &Daemon,
+    params: SessionUpdateParams,
+) -> Reply<SessionSnapshot> {
     Ok(daemon
         .sessions
         .update(params, &known_tools(daemon))?
@@ -132,11 +135,11 @@ fn known_tools(daemon: &Daemon) -> Vec<toold_protocol::ToolDefinition> {
     daemon.registry.definitions()
 }
 
-pub fn session_get(daemon: &Daemon, params: SessionIdParams) -> Reply<SessionSnapshot> {
+pub(crate) fn session_get(daemon: &Daemon, params: SessionIdParams) -> Reply<SessionSnapshot> {
     Ok(daemon.sessions.get(&params.session_id)?.snapshot())
 }
 
-pub fn session_list(daemon: &Daemon) -> Reply<SessionListResult> {
+pub(crate) fn session_list(daemon: &Daemon) -> Reply<SessionListResult> {
     Ok(SessionListResult {
         sessions: daemon
             .sessions
@@ -147,13 +150,13 @@ pub fn session_list(daemon: &Daemon) -> Reply<SessionListResult> {
     })
 }
 
-pub fn session_close(daemon: &Daemon, params: SessionIdParams) -> Reply<Empty> {
+pub(crate) fn session_close(daemon: &Daemon, params: SessionIdParams) -> Reply<Empty> {
     daemon.sessions.close(&params.session_id)?;
     tracing::info!(session = %params.session_id, "session closed");
     Ok(Empty {})
 }
 
-pub fn tools_list(daemon: &Daemon, params: ToolsListParams) -> Reply<ToolsListResult> {
+pub(crate) fn tools_list(daemon: &Daemon, params: ToolsListParams) -> Reply<ToolsListResult> {
     let session = match &params.session_id {
         Some(session_id) => Some(daemon.sessions.get(session_id)?.session.state()),
         None => None,
@@ -172,7 +175,7 @@ pub fn tools_list(daemon: &Daemon, params: ToolsListParams) -> Reply<ToolsListRe
     Ok(ToolsListResult { revision, tools })
 }
 
-pub fn tools_register(
+pub(crate) fn tools_register(
     daemon: &Daemon,
     connection: &Arc<Connection>,
     params: ToolsRegisterParams,
@@ -238,7 +241,7 @@ pub fn tools_register(
     })
 }
 
-pub fn tools_unregister(
+pub(crate) fn tools_unregister(
     daemon: &Daemon,
     connection: &Connection,
     params: ToolsUnregisterParams,
@@ -260,7 +263,7 @@ pub fn tools_unregister(
 
 /// Runs a batch; answers after every call has ended and after the submitting connection, if
 /// attached, has been sent the batch's events.
-pub async fn tools_execute(
+pub(crate) async fn tools_execute(
     daemon: &Daemon,
     connection: &Arc<Connection>,
     request_id: String,
@@ -299,7 +302,7 @@ pub async fn tools_execute(
     Ok(ExecuteResult { batch_id, results })
 }
 
-pub fn tools_cancel(daemon: &Daemon, params: CancelParams) -> Reply<CancelResult> {
+pub(crate) fn tools_cancel(daemon: &Daemon, params: CancelParams) -> Reply<CancelResult> {
     let managed = daemon.sessions.get(&params.session_id)?;
     let canceled = managed.cancel(params.batch_id.as_deref(), params.call_ids.as_deref());
     Ok(CancelResult { canceled })
@@ -307,7 +310,7 @@ pub fn tools_cancel(daemon: &Daemon, params: CancelParams) -> Reply<CancelResult
 
 /// `$/cancelRequest` naming a `tools/execute` request cancels its batch; anything else is
 /// ignored, as JSON-RPC allows.
-pub fn cancel_request(connection: &Connection, params: Option<Value>) {
+pub(crate) fn cancel_request(connection: &Connection, params: Option<Value>) {
     if let Some(id) = params.as_ref().and_then(|params| params.get("id")) {
         connection.cancel_execute(&id.to_string());
     }

@@ -1,10 +1,10 @@
 //! The daemon's JSON-RPC side: the shared daemon state, connections, the method table and its
 //! handlers, and the peers (hooks, client tools) reached over connections.
 
-pub mod client_tools;
-pub mod connection;
-pub mod dispatch;
-pub mod handlers;
+pub(crate) mod client_tools;
+pub(crate) mod connection;
+pub(crate) mod dispatch;
+pub(crate) mod handlers;
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;

@@ -6,7 +6,7 @@ use std::sync::OnceLock;
 
 /// The daemon's socket, which commands must not reach.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DaemonSocket {
+pub(crate) struct DaemonSocket {
     pub path: PathBuf,
     /// toold's own directory holding the socket, covered whole; `None` when the socket lies
     /// in a shared directory (`--socket /tmp/x.sock`), where only the socket is covered.
@@ -17,7 +17,7 @@ static DAEMON_SOCKET: OnceLock<DaemonSocket> = OnceLock::new();
 
 /// Records the socket the daemon listens on (once, at start). `own_dir`: the directory holding
 /// it is toold's own, and may be covered whole.
-pub fn keep_commands_from(socket: &Path, own_dir: bool) {
+pub(crate) fn keep_commands_from(socket: &Path, own_dir: bool) {
     let hidden_dir = own_dir
         .then(|| socket.parent().map(Path::to_path_buf))
         .flatten();
@@ -28,7 +28,7 @@ pub fn keep_commands_from(socket: &Path, own_dir: bool) {
 }
 
 /// The socket commands are kept from, once the daemon has one.
-pub fn daemon_socket() -> Option<&'static DaemonSocket> {
+pub(crate) fn daemon_socket() -> Option<&'static DaemonSocket> {
     DAEMON_SOCKET.get()
 }
 
@@ -36,13 +36,13 @@ pub fn daemon_socket() -> Option<&'static DaemonSocket> {
 /// user's runtime directory (`$XDG_RUNTIME_DIR`: systemd's and the session bus's sockets, and
 /// often an SSH or GPG agent's) and the system's container engines and bus.
 #[derive(Debug, Default)]
-pub struct LocalServices {
+pub(crate) struct LocalServices {
     pub dirs: Vec<PathBuf>,
     pub sockets: Vec<PathBuf>,
 }
 
 /// The [`LocalServices`] of this machine, found once.
-pub fn local_services() -> &'static LocalServices {
+pub(crate) fn local_services() -> &'static LocalServices {
     static SERVICES: OnceLock<LocalServices> = OnceLock::new();
     SERVICES.get_or_init(|| {
         use std::os::unix::fs::FileTypeExt;

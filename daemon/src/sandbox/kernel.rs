@@ -14,7 +14,7 @@ use crate::spawn::{self, Launch};
 
 /// The layers that work here.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Kernel {
+pub(crate) struct Kernel {
     pub landlock_abi: Option<u32>,
     /// A Landlock ruleset could be applied.
     landlock: bool,
@@ -27,17 +27,17 @@ pub struct Kernel {
 }
 
 impl Kernel {
-    pub fn landlock_fs(&self) -> bool {
+    pub(crate) fn landlock_fs(&self) -> bool {
         self.landlock
     }
 
     /// Landlock's signal and abstract-socket scopes: ABI 6 and later.
-    pub fn landlock_scopes(&self) -> bool {
+    pub(crate) fn landlock_scopes(&self) -> bool {
         self.landlock && self.landlock_abi.is_some_and(|abi| abi >= 6)
     }
 
     /// Whether this kernel can enforce `protection`: which layer each one rests on.
-    pub fn enforces(&self, protection: Protection) -> bool {
+    pub(crate) fn enforces(&self, protection: Protection) -> bool {
         match protection {
             Protection::Filesystem => self.landlock_fs(),
             Protection::Network | Protection::IoUring => self.seccomp,
@@ -47,7 +47,7 @@ impl Kernel {
     }
 
     /// How commands are kept from the daemon's socket: the first tier that works.
-    pub fn daemon_socket_tier(&self) -> &'static str {
+    pub(crate) fn daemon_socket_tier(&self) -> &'static str {
         if self.namespaces {
             "mount_namespace"
         } else {
@@ -57,7 +57,7 @@ impl Kernel {
 
     /// How no process of a command outlives its call: its PID namespace, or the daemon's
     /// sweep of `/proc` alone.
-    pub fn processes_tier(&self) -> &'static str {
+    pub(crate) fn processes_tier(&self) -> &'static str {
         if self.pid_namespace {
             "pid_namespace"
         } else {
@@ -66,7 +66,7 @@ impl Kernel {
     }
 
     /// The report of `initialize` and `toold status`.
-    pub fn report(&self) -> SandboxReport {
+    pub(crate) fn report(&self) -> SandboxReport {
         let degraded = Protection::ALL
             .into_iter()
             .filter(|protection| !self.enforces(*protection))
@@ -85,7 +85,7 @@ impl Kernel {
 
 /// What the kernel enforces, probed on first use (the daemon probes at start, before it
 /// reports anything).
-pub fn probe() -> &'static Kernel {
+pub(crate) fn probe() -> &'static Kernel {
     static KERNEL: OnceLock<Kernel> = OnceLock::new();
     KERNEL.get_or_init(|| {
         let namespaces = |own_pids: bool| {

@@ -26,8 +26,8 @@
 //! What the kernel offers is probed once ([`kernel`]); what a call asked for and could not get
 //! is named in `metadata.sandbox.degraded`, never silently dropped.
 
-pub mod kept_out;
-pub mod kernel;
+pub(crate) mod kept_out;
+pub(crate) mod kernel;
 mod landlock;
 mod namespace;
 mod seccomp;
@@ -119,7 +119,7 @@ impl Default for CommandSandbox {
 /// The protections a sandbox is made of, by the names `metadata.sandbox` and the start-up
 /// report use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Protection {
+pub(crate) enum Protection {
     /// Writes only where the mode allows (Landlock).
     Filesystem,
     /// No IP sockets (seccomp, and Landlock's TCP rules where the kernel has them).
@@ -135,7 +135,7 @@ pub enum Protection {
 
 impl Protection {
     /// Every protection, in the order reports list them.
-    pub const ALL: [Protection; 5] = [
+    pub(crate) const ALL: [Protection; 5] = [
         Protection::Filesystem,
         Protection::Network,
         Protection::IoUring,
@@ -143,7 +143,7 @@ impl Protection {
         Protection::GitMetadata,
     ];
 
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Protection::Filesystem => "filesystem",
             Protection::Network => "network",
@@ -156,7 +156,7 @@ impl Protection {
 
 /// Why a command's sandbox could not be built.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Unbuildable {
+pub(crate) enum Unbuildable {
     /// The kernel cannot enforce what the sandbox needs, and the config says
     /// `on_unsupported = "refuse"`: the command must not run.
     #[error("{0}")]
@@ -168,7 +168,7 @@ pub enum Unbuildable {
 
 /// Everything one command's sandbox is, built in the daemon before the child is cloned.
 #[derive(Debug)]
-pub struct Confinement {
+pub(crate) struct Confinement {
     settings: SandboxSettings,
     /// `None` with mode `off`.
     plan: Option<Arc<ChildPlan>>,
@@ -196,7 +196,7 @@ impl Confinement {
     /// The sandbox for a command of a session with `sandbox`, whose roots are `roots`. Under
     /// `on_unsupported = "refuse"`, a sandbox the kernel cannot fully enforce is refused with
     /// `sandbox_unavailable`, naming what is missing.
-    pub fn prepare(
+    pub(crate) fn prepare(
         sandbox: &CommandSandbox,
         roots: &[PathBuf],
         cwd: &Path,
@@ -331,7 +331,7 @@ impl Confinement {
     /// Builds the ruleset of the next command of this sandbox in the background (see
     /// [`landlock::build_ahead`]); a command's private temp directory is its own, so its
     /// sandbox is never asked for again.
-    pub fn build_ahead(&self) {
+    pub(crate) fn build_ahead(&self) {
         let uses_landlock = self
             .plan
             .as_ref()
@@ -345,7 +345,7 @@ impl Confinement {
     /// (`.git/commondir` where there was none: it would move the repository's config and
     /// hooks to a place of the command's choosing); returns what was removed. Called once the
     /// call's processes are gone.
-    pub fn undo_forbidden_creations(&self) -> Vec<PathBuf> {
+    pub(crate) fn undo_forbidden_creations(&self) -> Vec<PathBuf> {
         let mut removed = Vec::new();
         for forbidden in &self.must_not_appear {
             match forbidden.remove() {
@@ -368,17 +368,17 @@ impl Confinement {
     }
 
     /// Whether the command runs confined (any mode but `off`).
-    pub fn is_confined(&self) -> bool {
+    pub(crate) fn is_confined(&self) -> bool {
         self.plan.is_some()
     }
 
     /// The command's `TMPDIR`, when the sandbox gives it a private one.
-    pub fn private_tmp(&self) -> Option<&Path> {
+    pub(crate) fn private_tmp(&self) -> Option<&Path> {
         self.private_tmp.as_ref().map(tempfile::TempDir::path)
     }
 
     /// What the child applies between its clone and its exec ([`crate::spawn`]).
-    pub fn child_setup(&self) -> &dyn ChildSetup {
+    pub(crate) fn child_setup(&self) -> &dyn ChildSetup {
         match &self.plan {
             Some(plan) => plan.as_ref(),
             None => &Plain,
@@ -387,7 +387,7 @@ impl Confinement {
 
     /// `metadata.sandbox` for the call's result; `denial_hint` from [`Self::denial_hint`] when
     /// the command failed, `removed` from [`Self::undo_forbidden_creations`].
-    pub fn metadata(&self, denial_hint: Option<&str>, removed: &[PathBuf]) -> Value {
+    pub(crate) fn metadata(&self, denial_hint: Option<&str>, removed: &[PathBuf]) -> Value {
         let mut metadata = json!({
             "mode": self.settings.mode.as_str(),
             "network": self.settings.network,
@@ -406,7 +406,7 @@ impl Confinement {
 
     /// A hint for a command that failed with the marks of a denial, naming where it may
     /// write; `None` when the output shows none or the command ran unconfined.
-    pub fn denial_hint(&self, output: &str) -> Option<String> {
+    pub(crate) fn denial_hint(&self, output: &str) -> Option<String> {
         if !self.is_confined() || !looks_denied(output) {
             return None;
         }

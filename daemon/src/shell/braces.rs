@@ -4,19 +4,19 @@
 
 /// One character of a word after quote removal, and whether bash may treat it as syntax (it
 /// came from unquoted text: a quoted or escaped `{` never opens a brace expansion).
-pub type Char = (char, bool);
+pub(super) type Char = (char, bool);
 
 /// More words than this and the expansion is not followed: the line is unreadable.
-pub const MAX_WORDS: usize = 256;
+pub(super) const MAX_WORDS: usize = 256;
 
 /// Why an expansion was not followed.
 #[derive(Debug, PartialEq, Eq)]
-pub struct TooMany;
+pub(super) struct TooMany;
 
 /// The words bash makes of `word` by brace expansion, each with its syntax flags (so that a
 /// `~` at the start of one can still be told from a quoted one); `None` when the word has no
 /// brace expansion. Empty words are dropped, as bash drops unquoted empty words.
-pub fn expand(word: &[Char]) -> Result<Option<Vec<Vec<Char>>>, TooMany> {
+pub(super) fn expand(word: &[Char]) -> Result<Option<Vec<Vec<Char>>>, TooMany> {
     let Some((open, close, body)) = first_expansion(word) else {
         return Ok(None);
     };

@@ -11,7 +11,7 @@
 
 /// The files the program `name` writes because of its arguments `args`: each with the index of
 /// the word it comes from (whose computed parts make it computed).
-pub fn files_written(name: &str, args: &[String]) -> Vec<(usize, String)> {
+pub(super) fn files_written(name: &str, args: &[String]) -> Vec<(usize, String)> {
     match name {
         // Every operand is a file written (`tee`), made (`touch`, `mkdir`'s directories are
         // harmless but `touch .git/HEAD` is not), cut (`truncate`) or made executable (`chmod
@@ -93,7 +93,7 @@ fn copied(name: &str, args: &[String]) -> Vec<(usize, String)> {
 
 /// Whether the command makes links (`ln`, `link`, `cp -s`/`-l`/`--link`/`--symbolic-link`):
 /// a path written after it in the same line may lead through one made a moment before.
-pub fn makes_links(name: &str, args: &[String]) -> bool {
+pub(super) fn makes_links(name: &str, args: &[String]) -> bool {
     matches!(name, "ln" | "link")
         || (name == "cp"
             && (has_short_flag(args, &['s', 'l'])

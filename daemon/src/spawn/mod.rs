@@ -14,7 +14,7 @@
 //! **A PID namespace of its own** (`CLONE_NEWPID` among [`ChildSetup::clone_flags`]): the
 //! daemon's child is then an init of toold's, which starts the shell the same way ([`init`]).
 
-pub mod init;
+pub(crate) mod init;
 
 use std::collections::BTreeMap;
 use std::ffi::{CString, OsStr, OsString};
@@ -30,11 +30,11 @@ use tokio::io::unix::AsyncFd;
 
 /// The shell commands run in (`run_command`, and the sandbox's probe). An absolute path: the
 /// command's own `PATH` must not choose it.
-pub const SHELL: &str = "/bin/bash";
+pub(crate) const SHELL: &str = "/bin/bash";
 
 /// What the child does between the clone and the exec, besides its standard steps. Every
 /// method runs in the vfork child (or the init): system calls only.
-pub trait ChildSetup: Sync {
+pub(crate) trait ChildSetup: Sync {
     /// Extra `clone` flags (namespaces the child is born in). With `CLONE_NEWPID` the shell
     /// gets an init between it and the daemon (module docs).
     fn clone_flags(&self) -> libc::c_int {
@@ -64,20 +64,20 @@ pub trait ChildSetup: Sync {
 
 /// The uid and gid maps of a user namespace, one line each (`inside outside count`).
 #[derive(Debug, Clone, Copy)]
-pub struct IdMaps<'a> {
+pub(crate) struct IdMaps<'a> {
     pub uid: &'a [u8],
     pub gid: &'a [u8],
 }
 
 /// No setup: a plain spawn.
 #[derive(Debug)]
-pub struct Plain;
+pub(crate) struct Plain;
 
 impl ChildSetup for Plain {}
 
 /// A program, its arguments, environment and working directory, as the child needs them.
 #[derive(Debug)]
-pub struct Launch {
+pub(crate) struct Launch {
     program: CString,
     /// The C strings the pointer arrays below point into.
     _strings: Vec<CString>,
@@ -96,7 +96,7 @@ unsafe impl Sync for Launch {}
 impl Launch {
     /// `program` (an absolute path) with `args` (after its name) in `cwd`, with `env`: a
     /// later entry of a name replaces an earlier one. A NUL byte anywhere is refused.
-    pub fn new<'a>(
+    pub(crate) fn new<'a>(
         program: &Path,
         args: impl IntoIterator<Item = &'a OsStr>,
         env: impl IntoIterator<Item = (OsString, OsString)>,
@@ -149,7 +149,7 @@ impl Launch {
 /// With a PID namespace the child is the shell's init: its pid is the one to signal (its
 /// process group is the shell's), and the status waited for is the shell's.
 #[derive(Debug)]
-pub struct Spawned {
+pub(crate) struct Spawned {
     pid: u32,
     pidfd: Watched,
     /// The shell's exit status, once known.
@@ -265,7 +265,7 @@ struct ChildArgs<'a> {
 /// descriptors, `setup` applied between the clone and the exec. Returns once the child has
 /// exec'd; a step that failed is the error (the child is reaped).
 #[allow(unsafe_code)]
-pub fn spawn(
+pub(crate) fn spawn(
     launch: &Launch,
     setup: &dyn ChildSetup,
     stdin: &OwnedFd,
@@ -462,13 +462,13 @@ fn become_the_shell(args: &ChildArgs<'_>) -> io::Result<std::convert::Infallible
 }
 
 impl Spawned {
-    pub fn id(&self) -> u32 {
+    pub(crate) fn id(&self) -> u32 {
         self.pid
     }
 
     /// Keeps `guard` until the daemon's child is reaped, which for an init may be after this
     /// `Spawned` is dropped (see [`Self::namespace_emptied`]).
-    pub fn hold_until_reaped(&mut self, guard: impl Send + 'static) {
+    pub(crate) fn hold_until_reaped(&mut self, guard: impl Send + 'static) {
         self.held = Some(Held(Box::new(guard)));
     }
 
@@ -476,7 +476,7 @@ impl Spawned {
     /// namespace: the init is then exiting, and the kernel ends the namespace with it, so
     /// nothing of the command can be left to sweep. Reaping the exiting init is left to the
     /// drop (in the background: the teardown of its namespaces is no part of the call).
-    pub fn namespace_emptied(&self) -> bool {
+    pub(crate) fn namespace_emptied(&self) -> bool {
         self.init
             .as_ref()
             .is_some_and(|init| init.reported_nothing_left())
@@ -484,7 +484,7 @@ impl Spawned {
 
     /// Waits for the shell to exit (and reaps it, unless an init reports its end); the status
     /// again on later calls. Cancel-safe.
-    pub async fn wait(&mut self) -> io::Result<ExitStatus> {
+    pub(crate) async fn wait(&mut self) -> io::Result<ExitStatus> {
         if let Some(status) = self.status {
             return Ok(status);
         }
@@ -513,7 +513,7 @@ impl Spawned {
     /// Waits for the shell to exit, blocking the thread, and reaps the daemon's child (an
     /// init once its namespace is empty: for commands that leave nothing behind, as the
     /// probe's).
-    pub fn wait_blocking(&mut self) -> io::Result<ExitStatus> {
+    pub(crate) fn wait_blocking(&mut self) -> io::Result<ExitStatus> {
         if let Some(status) = self.status {
             return Ok(status);
         }

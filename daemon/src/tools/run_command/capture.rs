@@ -4,13 +4,13 @@
 /// Decodes one stream's bytes to UTF-8 as they arrive. Invalid bytes become U+FFFD; a
 /// character split across two reads is carried over (at most 3 bytes) and never split.
 #[derive(Debug, Default)]
-pub struct Utf8Decoder {
+pub(super) struct Utf8Decoder {
     carried: Vec<u8>,
 }
 
 impl Utf8Decoder {
     /// The text of `bytes`, minus an incomplete character at the end, which waits for the next.
-    pub fn decode(&mut self, bytes: &[u8]) -> String {
+    pub(super) fn decode(&mut self, bytes: &[u8]) -> String {
         let joined;
         let mut rest: &[u8] = if self.carried.is_empty() {
             bytes
@@ -46,7 +46,7 @@ impl Utf8Decoder {
     }
 
     /// The stream ended: an incomplete character left over is invalid.
-    pub fn finish(&mut self) -> String {
+    pub(super) fn finish(&mut self) -> String {
         let carried = std::mem::take(&mut self.carried);
         String::from_utf8_lossy(&carried).into_owned()
     }
@@ -58,7 +58,7 @@ impl Utf8Decoder {
 /// `limit - head` bytes. So a text of at most `limit` bytes is kept whole, and a longer one
 /// becomes head, a marker line saying how many bytes were left out, and tail.
 #[derive(Debug)]
-pub struct HeadTail {
+pub(super) struct HeadTail {
     limit: usize,
     head: String,
     head_full: bool,
@@ -70,7 +70,7 @@ pub struct HeadTail {
 }
 
 impl HeadTail {
-    pub fn new(limit: usize) -> Self {
+    pub(super) fn new(limit: usize) -> Self {
         Self {
             limit,
             head: String::new(),
@@ -80,7 +80,7 @@ impl HeadTail {
         }
     }
 
-    pub fn push(&mut self, text: &str) {
+    pub(super) fn push(&mut self, text: &str) {
         self.total += text.len() as u64;
         let mut rest = text;
         if !self.head_full {
@@ -109,7 +109,7 @@ impl HeadTail {
     }
 
     /// The kept text, and whether anything was left out.
-    pub fn finish(self) -> (String, bool) {
+    pub(super) fn finish(self) -> (String, bool) {
         let kept = (self.head.len() + self.tail.len()) as u64;
         if kept == self.total {
             // Nothing was dropped, so the tail starts where the head's last character ended.

@@ -18,7 +18,7 @@ const READ_BUFFER_BYTES: usize = 16 * 1024;
 
 /// Reads both pipes as output arrives and keeps it: decoded per stream, sent live, and cut to
 /// head and tail.
-pub struct OutputPump {
+pub(super) struct OutputPump {
     stdout: Option<Receiver>,
     stderr: Option<Receiver>,
     stdout_buffer: Box<[u8]>,
@@ -32,7 +32,7 @@ pub struct OutputPump {
 }
 
 impl OutputPump {
-    pub fn new(
+    pub(super) fn new(
         stdout: Option<Receiver>,
         stderr: Option<Receiver>,
         max_output_bytes: usize,
@@ -51,13 +51,13 @@ impl OutputPump {
         }
     }
 
-    pub fn is_open(&self) -> bool {
+    pub(super) fn is_open(&self) -> bool {
         self.stdout.is_some() || self.stderr.is_some()
     }
 
     /// Waits for one read on either pipe. Cancel-safe (only reads are awaited), so it can race
     /// in a `select!`; the bytes stay in that stream's buffer for [`accept`](Self::accept).
-    pub async fn read(&mut self) -> (OutputStream, io::Result<usize>) {
+    pub(super) async fn read(&mut self) -> (OutputStream, io::Result<usize>) {
         let Self {
             stdout,
             stderr,
@@ -85,7 +85,7 @@ impl OutputPump {
 
     /// Takes in what [`read`](Self::read) returned: keeps it, sends it live, or closes the
     /// stream at its end.
-    pub async fn accept(
+    pub(super) async fn accept(
         &mut self,
         stream: OutputStream,
         read: io::Result<usize>,
@@ -148,7 +148,7 @@ impl OutputPump {
 
     /// The kept output and whether it was cut. An incomplete character left in a stream that
     /// never closed becomes U+FFFD.
-    pub fn finish(mut self) -> (String, bool) {
+    pub(super) fn finish(mut self) -> (String, bool) {
         for stream in [OutputStream::Stdout, OutputStream::Stderr] {
             let rest = self.finish_stream(stream);
             self.kept.push(&rest);
