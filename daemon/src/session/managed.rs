@@ -69,11 +69,23 @@ pub(super) struct SaveState {
 impl ManagedSession {
     /// Saves the session in `store` in the background; saves land in the order asked.
     pub fn save(self: &Arc<Self>, store: &SessionStore) {
-        let record = self.record();
-        let generation = self.requested_saves.fetch_add(1, Ordering::AcqRel) + 1;
+        let (record, generation) = self.next_save();
         let managed = Arc::clone(self);
         let store = store.clone();
         tokio::task::spawn_blocking(move || managed.write_record(&store, &record, generation));
+    }
+
+    /// Saves the session in `store` now, on this thread (shutdown).
+    pub(super) fn save_blocking(&self, store: &SessionStore) {
+        let (record, generation) = self.next_save();
+        self.write_record(store, &record, generation);
+    }
+
+    /// The record to save as it is now, and the number of this save.
+    fn next_save(&self) -> (SessionRecord, u64) {
+        let record = self.record();
+        let generation = self.requested_saves.fetch_add(1, Ordering::AcqRel) + 1;
+        (record, generation)
     }
 
     /// Runs a batch `submitter` sent, as one of the session's running batches (which

@@ -249,8 +249,7 @@ impl SessionManager {
     pub fn persist_all(&self) {
         let Some(store) = &self.store else { return };
         for managed in self.all() {
-            let generation = managed.requested_saves.fetch_add(1, Ordering::AcqRel) + 1;
-            managed.write_record(store, &managed.record(), generation);
+            managed.save_blocking(store);
         }
     }
 
