@@ -1,0 +1,248 @@
+//! What stays read-only to commands wherever it lies: git metadata (also what git would read
+//! once it exists, undone after the call), what the mount API could lift, and toold's own
+//! directories and config file.
+
+use std::path::Path;
+
+use serde_json::json;
+use toold_tests::daemon::TestDaemon;
+use toold_tests::require;
+
+use super::{Places, connected, output, quoted, run, session};
+
+/// `dir` made a git repository by the real `git`.
+fn git_init(git: &Path, dir: &Path) {
+    let init = std::process::Command::new(git)
+        .args(["init", "-q"])
+        .current_dir(dir)
+        .status()
+        .unwrap();
+    assert!(init.success());
+}
+
+#[tokio::test]
+async fn git_metadata_inside_the_root_stays_read_only() {
+    let Some(git) = require::program(
+        "git_metadata_inside_the_root_stays_read_only",
+        "git",
+        &[],
+        "apt-get install git",
+    ) else {
+        return;
+    };
+    let daemon = TestDaemon::start();
+    let client = connected(&daemon).await;
+    let places = Places::new();
+    git_init(&git, &places.project);
+    let git_dir = places.project.join(".git");
+    let session = session(&client, &places.project, json!({})).await;
+    let before = Places::snapshot(&git_dir);
+    for line in [
+        "echo '[core] hooksPath = /tmp' >> .git/config",
+        "git config core.hooksPath /tmp",
+        "echo 'touch /tmp/pwned' > .git/hooks/pre-commit",
+        "rm -r .git/hooks",
+        "mv .git/config .git/config.old",
+        "mv .git .git-old && mkdir .git",
+        "rm -rf .git",
+    ] {
+        let result = run(&client, &session, line).await;
+        assert_eq!(result["ok"], json!(false), "{line}: {result}");
+    }
+    assert_eq!(Places::snapshot(&git_dir), before);
+}
+
+/// A command run as root cannot lift the read-only mounts with the new mount API either:
+/// `mount_setattr` to clear read-only, `open_tree` to reach what a mount covers.
+#[tokio::test]
+async fn the_mount_api_cannot_lift_what_covers_git_or_the_socket() {
+    let daemon = TestDaemon::start();
+    let client = connected(&daemon).await;
+    let places = Places::new();
+    std::fs::create_dir_all(places.project.join(".git/hooks")).unwrap();
+    std::fs::write(places.project.join(".git/config"), "[core]\n").unwrap();
+    let socket_parent = daemon
+        .socket()
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .to_owned();
+    // x86_64 and aarch64 share these numbers (the syscalls newer than 5.1 are numbered alike).
+    let script = format!(
+        "import ctypes, os, socket\n\
+         libc = ctypes.CDLL(None, use_errno=True)\n\
+         class Attr(ctypes.Structure):\n\
+         \x20   _fields_ = [('set', ctypes.c_uint64), ('clr', ctypes.c_uint64), ('prop', ctypes.c_uint64), ('userns', ctypes.c_uint64)]\n\
+         attr = Attr(0, 1, 0, 0)\n\
+         r = libc.syscall(442, -100, b'.git/config', 0, ctypes.byref(attr), ctypes.sizeof(attr))\n\
+         print('mount_setattr', r, ctypes.get_errno())\n\
+         try:\n\
+         \x20   open('.git/config', 'a').write('[core] fsmonitor = touch /tmp/pwned\\n')\n\
+         except OSError as e:\n\
+         \x20   print('write', e)\n\
+         fd = libc.syscall(428, -100, os.getcwd().encode(), 1 | 0o2000000)\n\
+         print('open_tree', fd, ctypes.get_errno())\n\
+         if fd >= 0:\n\
+         \x20   try:\n\
+         \x20       f = os.open('.git/config', os.O_WRONLY | os.O_APPEND, dir_fd=fd)\n\
+         \x20       os.write(f, b'[core] fsmonitor = touch /tmp/pwned\\n')\n\
+         \x20   except OSError as e:\n\
+         \x20       print('write through the clone', e)\n\
+         fd = libc.syscall(428, -100, {parent:?}.encode(), 1 | 0o2000000)\n\
+         print('open_tree socket', fd, ctypes.get_errno())\n\
+         if fd >= 0:\n\
+         \x20   s = socket.socket(socket.AF_UNIX)\n\
+         \x20   s.connect(f'/proc/self/fd/{{fd}}/toold/toold.sock')\n\
+         \x20   s.sendall(b'{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{{\"protocol_version\":1}}}}\\n')\n\
+         \x20   s.settimeout(3)\n\
+         \x20   print('reply', s.recv(4096))\n",
+        parent = socket_parent.display().to_string()
+    );
+    std::fs::write(places.project.join("lift.py"), script).unwrap();
+    let session = session(&client, &places.project, json!({})).await;
+    let result = run(&client, &session, "python3 lift.py").await;
+    let printed = output(&result);
+    assert!(!printed.contains("protocol_version"), "{result}");
+    assert_eq!(
+        std::fs::read_to_string(places.project.join(".git/config")).unwrap(),
+        "[core]\n",
+        "{result}"
+    );
+}
+
+/// What git reads but a mount cannot cover because it does not exist yet — a `commondir`
+/// that would move the repository's config and hooks elsewhere — is removed after the call,
+/// and the result says so; a missing `hooks` directory is made (empty) and covered.
+#[tokio::test]
+async fn git_metadata_made_where_git_would_read_it_is_undone() {
+    let Some(git) = require::program(
+        "git_metadata_made_where_git_would_read_it_is_undone",
+        "git",
+        &[],
+        "apt-get install git",
+    ) else {
+        return;
+    };
+    let daemon = TestDaemon::start();
+    let client = connected(&daemon).await;
+    let places = Places::new();
+    git_init(&git, &places.project);
+    std::fs::remove_dir_all(places.project.join(".git/hooks")).unwrap();
+    // In a script, out of the permission engine's sight.
+    std::fs::write(
+        places.project.join("redirect.sh"),
+        "mkdir -p /tmp/evil-$$ && cp .git/config /tmp/evil-$$/config\n\
+         ln -s \"$PWD/.git/objects\" \"$PWD/.git/refs\" /tmp/evil-$$/\n\
+         echo /tmp/evil-$$ > .git/commondir\n\
+         mkdir -p .git/hooks; echo 'touch /tmp/pwned' > .git/hooks/pre-commit\n",
+    )
+    .unwrap();
+    let session = session(&client, &places.project, json!({})).await;
+    let result = run(&client, &session, "bash redirect.sh").await;
+    assert_eq!(
+        result["metadata"]["sandbox"]["removed"],
+        json!([places.project.join(".git/commondir")]),
+        "{result}"
+    );
+    assert!(!places.project.join(".git/commondir").exists());
+    assert!(places.project.join(".git/hooks").is_dir());
+    assert!(!places.project.join(".git/hooks/pre-commit").exists());
+}
+
+/// The removal after the call touches only the git directory it looked at: a command that
+/// swaps its root for a symlink to another repository cannot make the daemon delete that
+/// repository's `commondir`.
+#[tokio::test]
+async fn undoing_a_commondir_follows_no_symlink() {
+    let daemon = TestDaemon::start();
+    let client = connected(&daemon).await;
+    let places = Places::new();
+    std::fs::create_dir_all(places.project.join(".git/hooks")).unwrap();
+    std::fs::write(places.project.join(".git/config"), "[core]\n").unwrap();
+    let victim = places.outside.join("victim");
+    std::fs::create_dir_all(victim.join(".git")).unwrap();
+    std::fs::write(victim.join(".git/commondir"), "../main/.git\n").unwrap();
+    let script = places.outside.join("swap.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "cd /\nmv {project} {project}-moved\nln -s {victim} {project}\n",
+            project = places.project.display(),
+            victim = victim.display()
+        ),
+    )
+    .unwrap();
+    let session = session(&client, &places.project, json!({})).await;
+    let result = run(&client, &session, &format!("bash {}", script.display())).await;
+    assert_eq!(result["ok"], json!(true), "{result}");
+    assert_eq!(
+        result["metadata"]["sandbox"].get("removed"),
+        None,
+        "{result}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(victim.join(".git/commondir")).unwrap(),
+        "../main/.git\n"
+    );
+}
+
+/// toold's own config (whose hooks run unsandboxed) and saved sessions, here under `/tmp`
+/// where commands may write: read-only to commands, whatever the line looks like.
+#[tokio::test]
+async fn toolds_own_directories_are_read_only_to_commands() {
+    let daemon = TestDaemon::start_with_config(Some("# the user's config\n"));
+    let client = connected(&daemon).await;
+    let places = Places::new();
+    let session = session(&client, &places.project, json!({})).await;
+    let config = daemon.root().join("config/toold/config.toml");
+    let state = daemon.root().join("state/toold");
+    assert!(config.starts_with("/tmp") && state.is_dir());
+    let script = places.project.join("plant.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "echo '[[hooks.pre_tool_use]]' >> {config}\ntouch {state}/planted\n",
+            config = config.display(),
+            state = state.display()
+        ),
+    )
+    .unwrap();
+    let result = run(&client, &session, "bash plant.sh").await;
+    assert_eq!(result["ok"], json!(false), "{result}");
+    assert_eq!(
+        std::fs::read_to_string(&config).unwrap(),
+        "# the user's config\n"
+    );
+    assert!(!state.join("planted").exists());
+}
+
+/// A config file given with `--config` in a place commands may write, in a directory that is
+/// not toold's own, is read-only to them too (its hooks would run unsandboxed at the next
+/// start).
+#[tokio::test]
+async fn a_config_file_in_a_writable_place_stays_read_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().canonicalize().unwrap().join("settings.toml");
+    std::fs::write(&config, "# the user's config\n").unwrap();
+    let wrapper = [
+        "/bin/sh".to_owned(),
+        "-c".to_owned(),
+        format!("exec \"$0\" \"$@\" --config '{}'", config.display()),
+    ];
+    let daemon = TestDaemon::start_under(&wrapper, &[]);
+    let client = connected(&daemon).await;
+    let places = Places::new();
+    let session = session(&client, &places.project, json!({})).await;
+    let result = run(
+        &client,
+        &session,
+        &format!("echo '[[hooks.pre_tool_use]]' >> {}", quoted(&config)),
+    )
+    .await;
+    assert_eq!(result["ok"], json!(false), "{result}");
+    assert_eq!(
+        std::fs::read_to_string(&config).unwrap(),
+        "# the user's config\n"
+    );
+}

@@ -1,0 +1,170 @@
+//! The sandbox a session gets and what the kernel enforces of it: a session may tighten the
+//! config's sandbox and loosen it only when the config allows, `initialize` reports this
+//! kernel's tier, and without Landlock `warn` says so and `refuse` does not run.
+
+use serde_json::{Value, json};
+use toold_tests::daemon::TestDaemon;
+
+use super::{Places, connected, quoted, run, sandbox_report, session, without};
+
+#[tokio::test]
+async fn the_session_may_tighten_the_sandbox_and_loosen_it_only_when_the_config_allows() {
+    let strict = TestDaemon::start_with_config(Some("[sandbox]\nnetwork = false\n"));
+    let client = connected(&strict).await;
+    let places = Places::new();
+    let tight = client
+        .request(
+            "session/create",
+            json!({"cwd": places.project, "sandbox": {"mode": "read_only"}}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        tight["sandbox"],
+        json!({"mode": "read_only", "network": false})
+    );
+    for loose in [json!({"mode": "off"}), json!({"network": true})] {
+        let refused = client
+            .request(
+                "session/create",
+                json!({"cwd": places.project, "sandbox": loose}),
+            )
+            .await
+            .unwrap_err();
+        let text = format!("{refused:?}");
+        assert!(
+            text.contains("-32602") && text.contains("allow_unsandboxed"),
+            "{text}"
+        );
+        let update = client
+            .request(
+                "session/update",
+                json!({"session_id": tight["session_id"], "sandbox": loose}),
+            )
+            .await
+            .unwrap_err();
+        assert!(format!("{update:?}").contains("allow_unsandboxed"));
+    }
+    // Back to the config's own: allowed.
+    let back = client
+        .request(
+            "session/update",
+            json!({"session_id": tight["session_id"], "sandbox": {}}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        back["sandbox"],
+        json!({"mode": "workspace_write", "network": false})
+    );
+
+    let lenient = TestDaemon::start_with_config(Some(
+        "[sandbox]\nnetwork = false\nallow_unsandboxed = true\n",
+    ));
+    let client = connected(&lenient).await;
+    let off = client
+        .request(
+            "session/create",
+            json!({"cwd": places.project, "sandbox": {"mode": "off", "network": true},
+                   "rules": {"allow": ["run_command"]}}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(off["sandbox"], json!({"mode": "off", "network": true}));
+    let result = run(&client, off["session_id"].as_str().unwrap(), "true").await;
+    assert_eq!(
+        result["metadata"]["sandbox"],
+        json!({"mode": "off", "network": true, "enforced": [], "degraded": []})
+    );
+}
+
+#[tokio::test]
+async fn initialize_reports_what_this_kernel_enforces() {
+    let daemon = TestDaemon::start();
+    let client = connected(&daemon).await;
+    let result = client
+        .request("initialize", json!({"protocol_version": 1}))
+        .await;
+    // Already initialized: a fresh connection asks.
+    assert!(result.is_err());
+    let report = &sandbox_report(&daemon).await;
+    assert_eq!(report["fs"], true, "{report}");
+    assert_eq!(report["network"], true, "{report}");
+    assert_eq!(report["daemon_socket"], "mount_namespace", "{report}");
+    assert_eq!(report["processes"], "pid_namespace", "{report}");
+    assert_eq!(report["degraded"], json!([]), "{report}");
+    assert!(report["landlock_abi"].as_u64().unwrap() >= 6, "{report}");
+}
+
+/// Without Landlock, `warn` runs the command and says what was not enforced; `refuse` does
+/// not run it at all.
+#[tokio::test]
+async fn without_landlock_warn_says_so_and_refuse_does_not_run() {
+    let places = Places::new();
+    let marker = places.outside.join("ran");
+    let line = format!("echo x > {}", quoted(&marker));
+
+    let warn = TestDaemon::start_under_with_config(&without(&["--landlock"]), "");
+    let client = connected(&warn).await;
+    let session_id = session(&client, &places.project, json!({})).await;
+    let result = run(&client, &session_id, &line).await;
+    let sandbox = &result["metadata"]["sandbox"];
+    assert_eq!(
+        sandbox["degraded"],
+        json!(["filesystem", "signals"]),
+        "{result}"
+    );
+    // Honest: the write was not confined, and the result said so.
+    assert!(marker.exists());
+    std::fs::remove_file(&marker).unwrap();
+    // The daemon's socket is still out of reach (mount namespace and peer check).
+    let reach = run(
+        &client,
+        &session_id,
+        &format!(
+            "python3 -c \"import socket; s=socket.socket(socket.AF_UNIX); s.connect('{}')\"",
+            warn.socket().display()
+        ),
+    )
+    .await;
+    assert_eq!(reach["ok"], json!(false), "{reach}");
+
+    // Without Landlock to forbid unmounting, the namespace's mounts still hold: not even a
+    // command run as root keeps the capability to remove them.
+    std::fs::create_dir_all(places.project.join(".git/hooks")).unwrap();
+    std::fs::write(places.project.join(".git/config"), "[core]\n").unwrap();
+    // In a script, which the permission engine cannot read (a line naming `.git` would not
+    // even run): only the sandbox stands in the way.
+    std::fs::write(
+        places.project.join("unmount.sh"),
+        "umount .git/config; umount -l .git/config; umount .git/hooks\n\
+         echo x >> .git/config; touch .git/hooks/pre-commit\n",
+    )
+    .unwrap();
+    let session_id = session(&client, &places.project, json!({})).await;
+    let unmounted = run(&client, &session_id, "bash unmount.sh").await;
+    assert_eq!(unmounted["ok"], json!(false), "{unmounted}");
+    assert_eq!(
+        std::fs::read_to_string(places.project.join(".git/config")).unwrap(),
+        "[core]\n"
+    );
+    assert!(!places.project.join(".git/hooks/pre-commit").exists());
+
+    let refuse = TestDaemon::start_under_with_config(
+        &without(&["--landlock"]),
+        "[sandbox]\non_unsupported = \"refuse\"\n",
+    );
+    let client = connected(&refuse).await;
+    let session_id = session(&client, &places.project, json!({})).await;
+    let result = run(&client, &session_id, &line).await;
+    assert_eq!(result["error_type"], "sandbox_unavailable", "{result}");
+    let message = result["error"].as_str().unwrap();
+    assert!(
+        message.contains("filesystem") && message.contains("refuse"),
+        "{message}"
+    );
+    assert!(!marker.exists(), "the refused command ran");
+    let report = sandbox_report(&refuse).await;
+    assert_eq!(report["fs"], false, "{report}");
+    assert_eq!(report["landlock_abi"], Value::Null, "{report}");
+}
