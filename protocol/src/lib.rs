@@ -55,7 +55,7 @@ pub use invoke::{InvokeEnv, InvokeParams};
 pub use methods::{NotificationMethod, RequestMethod};
 pub use peer::{
     BoxFuture, CloseReason, Handler, OutgoingRequest, Peer, PeerClosed, PeerFraming, PeerHandle,
-    PeerOptions, PeerTask, Reply, RequestError, TrySendError, render_notification,
+    PeerOptions, PeerTask, Reply, RequestError, TrySendError, Unsent, render_notification,
 };
 pub use rpc::{
     Empty, ErrorObject, Id, InvalidMessage, Message, Notification, Request, Response, error_code,

@@ -62,7 +62,8 @@ mod writer;
 mod tests;
 
 pub use handle::{
-    OutgoingRequest, PeerClosed, PeerHandle, RequestError, TrySendError, render_notification,
+    OutgoingRequest, PeerClosed, PeerHandle, RequestError, TrySendError, Unsent,
+    render_notification,
 };
 
 /// A boxed future that can move between threads: what a [`Handler`] returns.

@@ -608,7 +608,7 @@ fn bad_rules_are_refused_with_the_rule_named() {
 
 /// The bypass classes, as decisions: each line ran something or touched a file no rule
 /// allowed before the engine judged what bash does with it. The effects are checked end to end
-/// in `tests/tests/bypass_classes.rs`.
+/// in `tests/tests/bypass_classes/`.
 #[test]
 fn what_bash_does_beyond_the_words_is_never_allowed_by_words() {
     let world = World::new();

@@ -19,13 +19,13 @@ use tokio_util::task::TaskTracker;
 use toold_protocol::peer::{
     BoxFuture, CloseReason, Handler, Peer, PeerHandle, PeerOptions, Reply, RequestError,
 };
-use toold_protocol::{ErrorObject, JsonText, Notification, Request, methods};
+use toold_protocol::{ErrorObject, JsonText, Notification, Request, TrySendError, methods};
 
 use super::socket::peer_allowed;
 use crate::process_tree;
 use crate::rpc::connection::{Connection, Handshake};
 use crate::rpc::{Daemon, dispatch, handlers};
-use crate::session::client::{Outbound, OutboundError, OutboundFuture};
+use crate::session::client::{Outbound, OutboundError, OutboundFuture, TrySend};
 
 /// How the server runs.
 #[derive(Debug, Clone)]
@@ -405,6 +405,15 @@ impl Outbound for PeerOutbound {
                 .await
                 .map_err(|_| OutboundError::Closed)
         })
+    }
+
+    fn try_send_rendered(&self, text: JsonText) -> Result<(), TrySend> {
+        self.0
+            .try_send_text(text)
+            .map_err(|unsent| match unsent.reason {
+                TrySendError::Full => TrySend::Full(unsent.text),
+                TrySendError::Closed => TrySend::Closed,
+            })
     }
 
     fn is_closed(&self) -> bool {

@@ -1,7 +1,7 @@
 //! A client as the sessions reach it: its connection's id, what it declared in `initialize`,
 //! and its way out ([`Outbound`]: requests and notifications towards it, implemented by the
 //! server over the connection's peer). The one handle below the server through which anything
-//! reaches a client: a session's events (`forward_events`), its approval requests
+//! reaches a client: a session's events (`forward`), its approval requests
 //! (`approvals`) and hooks (`ClientHooks` here); client tools (`rpc`) use it too.
 
 use std::future::Future;
@@ -10,14 +10,11 @@ use std::sync::{Arc, OnceLock};
 
 use serde::de::DeserializeOwned;
 use serde_json::Value;
-use tokio::sync::watch;
-use tokio_util::sync::CancellationToken;
 use toold_protocol::{
     ClientCapabilities, ErrorObject, HookEvent, JsonText, PostToolUseAnswer, PostToolUseParams,
     PreToolUseAnswer, PreToolUseParams, methods,
 };
 
-use super::log::LogReader;
 use crate::hooks::{ClientHooks, HookFuture};
 
 /// Why a request towards the client did not get a result.
@@ -26,6 +23,15 @@ pub enum OutboundError {
     /// The client answered with an error.
     Error(ErrorObject),
     /// The connection closed before an answer came.
+    Closed,
+}
+
+/// Why [`Outbound::try_send_rendered`] did not queue a message.
+#[derive(Debug)]
+pub enum TrySend {
+    /// The client is not reading fast enough: here is the message, for later.
+    Full(JsonText),
+    /// The connection is gone.
     Closed,
 }
 
@@ -49,6 +55,8 @@ pub trait Outbound: Send + Sync + 'static {
     /// Sends a message rendered elsewhere (an event), waiting for room in the queue; fails
     /// once the connection is gone.
     fn send_rendered(&self, text: JsonText) -> OutboundFuture<Result<(), OutboundError>>;
+    /// Queues a message rendered elsewhere if there is room now; a full queue hands it back.
+    fn try_send_rendered(&self, text: JsonText) -> Result<(), TrySend>;
     /// Resolves when the connection has closed.
     fn closed(&self) -> OutboundFuture<()>;
     /// Whether the connection has started closing.
@@ -144,49 +152,4 @@ fn ask<P: serde::Serialize, T: DeserializeOwned + 'static>(
             }
         }
     })
-}
-
-/// Sends `client` a session's events as `reader` yields them, each rendered once, until
-/// `stop`, the log's end or the connection's; `sent` follows the `seq` of the last one sent
-/// (responses that must follow their events wait on it).
-pub(super) async fn forward_events(
-    client: Arc<Client>,
-    session_id: String,
-    mut reader: LogReader,
-    sent: watch::Sender<u64>,
-    stop: CancellationToken,
-) {
-    loop {
-        let next = tokio::select! {
-            next = reader.next() => next,
-            () = stop.cancelled() => return,
-        };
-        let event = match next {
-            Some(Ok(event)) => event,
-            Some(Err(lagged)) => {
-                tracing::warn!(session = %session_id, connection = client.id(), ?lagged, "a connection fell behind the event log; it continues from the oldest retained event");
-                continue;
-            }
-            None => return,
-        };
-        let seq = event.seq();
-        let text = match event.render() {
-            Ok(text) => text,
-            Err(err) => {
-                tracing::error!(session = %session_id, %err, "cannot encode an event");
-                // Past it all the same: a response waiting for this seq must not hang.
-                let _ = sent.send(seq);
-                continue;
-            }
-        };
-        let delivered = tokio::select! {
-            delivered = client.outbound().send_rendered(text) => delivered,
-            () = stop.cancelled() => return,
-        };
-        if delivered.is_err() {
-            return;
-        }
-        // Nobody listening is fine: the attachment may be gone already.
-        let _ = sent.send(seq);
-    }
 }

@@ -382,6 +382,13 @@ impl LogReader {
         self.step().ok()
     }
 
+    /// Whether the log is closed and this reader has taken everything in it: nothing more will
+    /// come.
+    pub fn is_ended(&self) -> bool {
+        let inner = self.log.lock();
+        inner.closed && self.position_in(&inner) >= inner.last_seq
+    }
+
     /// Takes the next item if there is one, deciding under one lock whether the reader has
     /// ended, so that an event appended just before a close is never skipped.
     fn step(&self) -> Result<Result<Arc<Event>, Lagged>, AtHead> {

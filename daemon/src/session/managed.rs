@@ -1,5 +1,5 @@
 //! One session as the daemon manages it: the session itself, its event log and approval
-//! board, the connections attached to it (each with a task that forwards the log to it), its
+//! board, the connections attached to it (each with its forwarder of the session's events), its
 //! running batches, and its saves, which land in order.
 
 use std::collections::BTreeMap;
@@ -7,13 +7,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use tokio::sync::watch;
-use tokio_util::sync::CancellationToken;
 use toold_protocol::sync::LockUnpoisoned;
 use toold_protocol::{CallOutcome, OnDisconnect, SessionEnv, SessionSnapshot};
 
 use super::approvals::{ApprovalBoard, BoardApprover};
-use super::client::{Client, forward_events};
+use super::client::Client;
+use super::forward::{Forwarder, SessionEvents};
 use super::log::EventLog;
 use super::store::{SessionRecord, SessionStore};
 use crate::hooks::ClientHooks;
@@ -29,12 +28,10 @@ pub(super) struct RunningBatch {
     pub(super) submitter: u64,
 }
 
-/// A client attached to a session, and the task forwarding it the session's events.
+/// A client attached to a session, and its place in the session's events.
 pub(super) struct Attachment {
     client: Arc<Client>,
-    stop: CancellationToken,
-    /// The `seq` of the last event sent to the connection.
-    sent: watch::Receiver<u64>,
+    forwarder: Arc<Forwarder>,
 }
 
 pub(super) struct Meta {
@@ -51,6 +48,8 @@ pub(super) struct Meta {
 pub struct ManagedSession {
     pub session: Arc<Session>,
     pub log: Arc<EventLog>,
+    /// The log and the attached clients' forwarders: the session's event listener.
+    pub(super) events: Arc<SessionEvents>,
     pub approvals: Arc<ApprovalBoard>,
     pub(super) meta: Mutex<Meta>,
     /// Numbers each save request, so that a slow older save never overwrites a newer one.
@@ -192,25 +191,16 @@ impl ManagedSession {
         // Events already dropped are skipped here, so that the watermark `flushed` waits on
         // starts past them (a restored session retains none of its old events).
         let truncated = reader.take_lag().is_some();
-        let stop = CancellationToken::new();
-        let (sent_tx, sent) = watch::channel(reader.position());
-        tokio::spawn(forward_events(
-            Arc::clone(client),
-            self.id().to_owned(),
-            reader,
-            sent_tx,
-            stop.clone(),
-        ));
+        let forwarder = self.events.attach(client, self.id(), reader);
         let previous = self.lock().attached.insert(
             client.id(),
             Attachment {
                 client: Arc::clone(client),
-                stop,
-                sent,
+                forwarder,
             },
         );
         if let Some(previous) = previous {
-            previous.stop.cancel();
+            self.events.detach(&previous.forwarder);
         }
         self.lock().idle_since = None;
         if client.approves() {
@@ -226,7 +216,7 @@ impl ManagedSession {
         let Some(attachment) = removed else {
             return false;
         };
-        attachment.stop.cancel();
+        self.events.detach(&attachment.forwarder);
         self.approvals.remove_approver(connection_id);
         self.refresh_peers();
         self.mark_idle_if_unused();
@@ -236,14 +226,13 @@ impl ManagedSession {
     /// Waits until the connection has been sent every event up to `seq` (or is no longer
     /// attached): responses that must follow their events wait on this.
     pub async fn flushed(&self, connection_id: u64, seq: u64) {
-        let sent = self
+        let forwarder = self
             .lock()
             .attached
             .get(&connection_id)
-            .map(|attachment| attachment.sent.clone());
-        if let Some(mut sent) = sent {
-            // An error means the forwarder ended (detached, connection gone): nothing to wait for.
-            let _ = sent.wait_for(|sent| *sent >= seq).await;
+            .map(|attachment| Arc::clone(&attachment.forwarder));
+        if let Some(forwarder) = forwarder {
+            forwarder.flushed(seq).await;
         }
     }
 
@@ -352,11 +341,11 @@ impl ManagedSession {
         for batch in meta.running.values() {
             batch.control.batch.cancel();
         }
-        for attachment in meta.attached.values() {
-            attachment.stop.cancel();
-        }
-        meta.attached.clear();
+        let attached = std::mem::take(&mut meta.attached);
         drop(meta);
+        for attachment in attached.values() {
+            self.events.detach(&attachment.forwarder);
+        }
         self.log.close();
     }
 }

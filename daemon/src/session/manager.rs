@@ -16,6 +16,7 @@ use toold_protocol::{
 
 use super::approvals::ApprovalBoard;
 use super::client::Client;
+use super::forward::SessionEvents;
 use super::log::EventLog;
 use super::managed::{ManagedSession, Meta, SaveState};
 use super::store::{MAX_REQUESTED_RECORD_BYTES, MAX_TITLE_BYTES, SessionRecord, SessionStore};
@@ -373,15 +374,17 @@ impl SessionManager {
             self.defaults.log_capacity,
             last_seq,
         ));
+        let events = Arc::new(SessionEvents::new(Arc::clone(&log)));
         let session = Arc::new(Session::new(
             session_id.clone(),
             state,
-            log.clone(),
+            Arc::clone(&events) as _,
             last_seq,
         ));
         let managed = Arc::new(ManagedSession {
             session,
             log,
+            events,
             approvals: Arc::new(ApprovalBoard::default()),
             meta: Mutex::new(meta),
             requested_saves: AtomicU64::new(0),

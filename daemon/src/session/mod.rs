@@ -4,6 +4,7 @@
 
 pub mod approvals;
 pub mod client;
+pub mod forward;
 pub mod log;
 pub mod managed;
 pub mod manager;

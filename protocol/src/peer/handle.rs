@@ -41,6 +41,13 @@ impl Queued {
     }
 }
 
+/// A message [`PeerHandle::try_send_text`] could not queue, and why.
+#[derive(Debug)]
+pub struct Unsent {
+    pub reason: TrySendError,
+    pub text: JsonText,
+}
+
 /// How one of our requests ended.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum RequestError {
@@ -259,6 +266,7 @@ impl PeerHandle {
         params: Option<Value>,
     ) -> Result<(), TrySendError> {
         self.try_send_text(render(&Notification::new(method, params)))
+            .map_err(|unsent| unsent.reason)
     }
 
     /// Sends one complete message (or batch) already rendered as JSON, such as a response
@@ -281,12 +289,17 @@ impl PeerHandle {
             .map_err(|_| PeerClosed)
     }
 
-    /// [`send_text`](Self::send_text) without waiting.
-    pub fn try_send_text(&self, text: JsonText) -> Result<(), TrySendError> {
+    /// [`send_text`](Self::send_text) without waiting; a message that could not be queued is
+    /// handed back, so that a caller may send it later without rendering it again.
+    pub fn try_send_text(&self, text: JsonText) -> Result<(), Unsent> {
         let cost = self.budget_cost(&text);
-        let budget = Arc::clone(&self.shared.outgoing_budget)
-            .try_acquire_many_owned(cost)
-            .map_err(|_| TrySendError::Full)?;
+        let Ok(budget) = Arc::clone(&self.shared.outgoing_budget).try_acquire_many_owned(cost)
+        else {
+            return Err(Unsent {
+                reason: TrySendError::Full,
+                text,
+            });
+        };
         self.shared
             .outgoing
             .try_send(Queued {
@@ -294,8 +307,14 @@ impl PeerHandle {
                 _budget: Some(budget),
             })
             .map_err(|err| match err {
-                mpsc::error::TrySendError::Full(_) => TrySendError::Full,
-                mpsc::error::TrySendError::Closed(_) => TrySendError::Closed,
+                mpsc::error::TrySendError::Full(queued) => Unsent {
+                    reason: TrySendError::Full,
+                    text: queued.text,
+                },
+                mpsc::error::TrySendError::Closed(queued) => Unsent {
+                    reason: TrySendError::Closed,
+                    text: queued.text,
+                },
             })
     }
 
