@@ -53,119 +53,112 @@ pub struct SessionEnv {
     pub max_read_bytes: u64,
 }
 
-/// `session/create` params. Absent optional fields take the daemon's defaults
-/// (`roots` = `[cwd]`, `mode` = `default`, `on_disconnect` = `cancel`, limits from the config).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SessionCreateParams {
-    /// Absolute; the daemon refuses a relative or missing directory.
-    pub cwd: PathBuf,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub roots: Option<Vec<PathBuf>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mode: Option<SessionMode>,
-    /// The tool names the session's model may see; absent means every tool.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub allowed_tools: Option<Vec<String>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rules: Option<Rules>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub timeout_ms: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_output_bytes: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_read_bytes: Option<u64>,
-    /// Extra environment variables for commands.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub command_env: Option<BTreeMap<String, String>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub title: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub on_disconnect: Option<OnDisconnect>,
-    /// The sandbox for the session's commands, over the config's: tighter always, looser
-    /// only when the config allows it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sandbox: Option<SandboxRequest>,
+/// Declares `session/create`'s and `session/update`'s params: their leading members, then the
+/// settings both take, written once here. Absent settings are `None`. `$clearable` wraps the two
+/// settings an update may also clear with `null` (`allowed_tools`, `title`), with
+/// `$clear_serde` as their extra serde attributes.
+macro_rules! session_params {
+    (
+        $(#[$meta:meta])*
+        pub struct $name:ident {
+            $($(#[$lead_meta:meta])* pub $lead:ident: $lead_ty:ty,)+
+        }
+        clearable: $clearable:ident { $($clear_serde:tt)* }
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+        #[serde(deny_unknown_fields)]
+        pub struct $name {
+            $($(#[$lead_meta])* pub $lead: $lead_ty,)+
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub roots: Option<Vec<PathBuf>>,
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub mode: Option<SessionMode>,
+            /// The tool names the session's model may see; absent at creation means every tool
+            /// (an update's `null` makes every tool visible again).
+            #[serde(default, skip_serializing_if = "Option::is_none" $($clear_serde)*)]
+            pub allowed_tools: Option<$clearable<Vec<String>>>,
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub rules: Option<Rules>,
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub timeout_ms: Option<u64>,
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub max_output_bytes: Option<u64>,
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub max_read_bytes: Option<u64>,
+            /// Extra environment variables for commands.
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub command_env: Option<BTreeMap<String, String>>,
+            /// An update's `null` removes the title.
+            #[serde(default, skip_serializing_if = "Option::is_none" $($clear_serde)*)]
+            pub title: Option<$clearable<String>>,
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub on_disconnect: Option<OnDisconnect>,
+            /// The sandbox for the session's commands, over the config's: tighter always,
+            /// looser only when the config allows it. An update replaces the session's request
+            /// whole (members not given: the config's).
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub sandbox: Option<SandboxRequest>,
+        }
+
+        impl $name {
+            /// The leading members, every setting absent.
+            fn with_settings_absent($($lead: $lead_ty),+) -> Self {
+                Self {
+                    $($lead,)+
+                    roots: None,
+                    mode: None,
+                    allowed_tools: None,
+                    rules: None,
+                    timeout_ms: None,
+                    max_output_bytes: None,
+                    max_read_bytes: None,
+                    command_env: None,
+                    title: None,
+                    on_disconnect: None,
+                    sandbox: None,
+                }
+            }
+        }
+    };
+}
+
+/// A setting as `session/create` gives it.
+type Given<T> = T;
+/// A setting an update may give (`Some`) or clear (`None`, from JSON `null`).
+type Clearable<T> = Option<T>;
+
+session_params! {
+    /// `session/create` params. Absent optional fields take the daemon's defaults
+    /// (`roots` = `[cwd]`, `mode` = `default`, `on_disconnect` = `cancel`, limits from the
+    /// config).
+    pub struct SessionCreateParams {
+        /// Absolute; the daemon refuses a relative or missing directory.
+        pub cwd: PathBuf,
+    }
+    clearable: Given {}
 }
 
 impl SessionCreateParams {
     pub fn new(cwd: impl Into<PathBuf>) -> Self {
-        Self {
-            cwd: cwd.into(),
-            roots: None,
-            mode: None,
-            allowed_tools: None,
-            rules: None,
-            timeout_ms: None,
-            max_output_bytes: None,
-            max_read_bytes: None,
-            command_env: None,
-            title: None,
-            on_disconnect: None,
-            sandbox: None,
-        }
+        Self::with_settings_absent(cwd.into())
     }
 }
 
-/// `session/update` params: any of create's fields but `cwd`; an absent field is left
-/// as it is, a present one replaces the session's value whole (lists and `rules` are
-/// not merged). `allowed_tools` and `title` may also be `null`, which clears them.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SessionUpdateParams {
-    pub session_id: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub roots: Option<Vec<PathBuf>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mode: Option<SessionMode>,
-    /// `Some(None)` (JSON `null`) makes every tool visible again.
-    #[serde(
-        default,
-        deserialize_with = "present_or_null",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub allowed_tools: Option<Option<Vec<String>>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rules: Option<Rules>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub timeout_ms: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_output_bytes: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_read_bytes: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub command_env: Option<BTreeMap<String, String>>,
-    /// `Some(None)` (JSON `null`) removes the title.
-    #[serde(
-        default,
-        deserialize_with = "present_or_null",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub title: Option<Option<String>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub on_disconnect: Option<OnDisconnect>,
-    /// Replaces the session's sandbox request whole (members not given: the config's).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sandbox: Option<SandboxRequest>,
+session_params! {
+    /// `session/update` params: any of create's fields but `cwd`; an absent field is left
+    /// as it is, a present one replaces the session's value whole (lists and `rules` are
+    /// not merged). `allowed_tools` and `title` may also be `null`, which clears them.
+    pub struct SessionUpdateParams {
+        pub session_id: String,
+    }
+    clearable: Clearable { , deserialize_with = "present_or_null" }
 }
 
 impl SessionUpdateParams {
     /// An update that changes nothing yet.
     pub fn new(session_id: impl Into<String>) -> Self {
-        Self {
-            session_id: session_id.into(),
-            roots: None,
-            mode: None,
-            allowed_tools: None,
-            rules: None,
-            timeout_ms: None,
-            max_output_bytes: None,
-            max_read_bytes: None,
-            command_env: None,
-            title: None,
-            on_disconnect: None,
-            sandbox: None,
-        }
+        Self::with_settings_absent(session_id.into())
     }
 }
 
