@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::panic::AssertUnwindSafe;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Duration;
 
 use futures_util::FutureExt;
@@ -39,8 +39,27 @@ pub enum RegisterError {
 /// A registered tool: its definition, its compiled schema and its implementation.
 struct Entry {
     definition: ToolDefinition,
-    validator: Arc<jsonschema::Validator>,
+    /// Compiled at registration for a client's tool (an invalid schema is refused then); for a
+    /// builtin, whose schema a test checks, at its first call: a daemon nobody has called yet
+    /// holds no validator, nor the meta-schema validator that compiling builds (3 MiB).
+    validator: OnceLock<Result<jsonschema::Validator, String>>,
     tool: Arc<dyn Tool>,
+}
+
+impl Entry {
+    /// Checks arguments against the tool's schema, compiling it first if it is not yet.
+    fn validate(&self, arguments: &Map<String, Value>) -> Result<(), super::ToolFailure> {
+        let compiled = self
+            .validator
+            .get_or_init(|| compile_schema(&self.definition));
+        match compiled {
+            Ok(validator) => validate(validator, arguments),
+            Err(reason) => Err(super::ToolFailure::new(
+                ErrorType::InternalError,
+                format!("the tool's input_schema does not compile: {reason}"),
+            )),
+        }
+    }
 }
 
 #[derive(Default)]
@@ -71,7 +90,8 @@ impl ResolvedCall {
     /// Replaces the arguments (a hook or an approver rewrote them), validating them again.
     pub fn replace_arguments(&mut self, arguments: Map<String, Value>) -> Result<(), ToolResult> {
         let tool = &self.entry.definition.name;
-        validate(&self.entry.validator, &arguments)
+        self.entry
+            .validate(&arguments)
             .map_err(|failure| stamp(failure.into_result(tool), &self.call_id))?;
         self.arguments = arguments;
         Ok(())
@@ -105,15 +125,20 @@ impl Registry {
         if !is_valid_tool_name(&name) {
             return Err(RegisterError::InvalidName(name));
         }
-        // Compiled outside the lock: compilation can take a while for large schemas.
-        let validator =
-            compile_schema(&definition).map_err(|reason| RegisterError::InvalidSchema {
-                name: name.clone(),
-                reason,
-            })?;
+        let validator = if definition.source == ToolSource::Builtin {
+            OnceLock::new()
+        } else {
+            // Compiled outside the lock: compilation can take a while for large schemas.
+            let compiled =
+                compile_schema(&definition).map_err(|reason| RegisterError::InvalidSchema {
+                    name: name.clone(),
+                    reason,
+                })?;
+            OnceLock::from(Ok(compiled))
+        };
         let entry = Arc::new(Entry {
             definition,
-            validator: Arc::new(validator),
+            validator,
             tool,
         });
         let mut inner = self.write();
@@ -185,7 +210,8 @@ impl Registry {
                 &call.id,
             )
         })?;
-        validate(&entry.validator, &arguments)
+        entry
+            .validate(&arguments)
             .map_err(|failure| stamp(failure.into_result(tool), &call.id))?;
         Ok(ResolvedCall {
             call_id: call.id.clone(),
@@ -392,14 +418,17 @@ fn stamp(mut result: ToolResult, call_id: &str) -> ToolResult {
     result
 }
 
-/// Compiles a tool's input schema. Builtin schemas are written for draft 7 (a test checks them
-/// against the 2020-12 meta-schema too): compiling them so keeps the 2020-12 meta-schema's
-/// validator, about 10 MiB once built, out of a daemon that no client has registered a tool
-/// with. Every other schema follows its `$schema`, 2020-12 by default.
+/// Compiles a tool's input schema. Builtin schemas use only keywords that mean the same in
+/// draft 4, draft 7 and 2020-12 (a test checks each against all three meta-schemas and the
+/// keywords against that list; draft 4 alone refuses `1.0` as an integer, which the tools'
+/// argument types refuse anyway), and are compiled as draft 4: compiling a schema builds its
+/// draft's meta-schema validator once, for good, and draft 4's takes about 3 MiB where draft 7's
+/// takes 6 and 2020-12's 13. A daemon that no client has registered a tool with never builds the
+/// larger ones. Every other schema follows its `$schema`, 2020-12 by default.
 fn compile_schema(definition: &ToolDefinition) -> Result<jsonschema::Validator, String> {
     let compiled = if definition.source == ToolSource::Builtin {
         jsonschema::options()
-            .with_draft(jsonschema::Draft::Draft7)
+            .with_draft(jsonschema::Draft::Draft4)
             .build(&definition.input_schema)
     } else {
         jsonschema::validator_for(&definition.input_schema)
@@ -443,13 +472,66 @@ fn validate(
 mod tests {
     use super::*;
 
-    /// Builtins compile as draft 7 (see `compile_schema`); they must mean the same under the
-    /// 2020-12 default that a client's copy of them would get.
+    /// The keywords whose meaning draft 4, draft 7 and 2020-12 share, as builtin schemas use
+    /// them (`exclusiveMinimum`, `const`, `if` and the like changed or came later).
+    const KEYWORDS_OF_EVERY_DRAFT: &[&str] = &[
+        "type",
+        "description",
+        "default",
+        "properties",
+        "required",
+        "additionalProperties",
+        "items",
+        "enum",
+        "minLength",
+        "maxLength",
+        "minimum",
+        "maximum",
+        "pattern",
+        "minItems",
+        "maxItems",
+    ];
+
+    /// Every keyword of `schema` and its subschemas (property names are not keywords).
+    fn keywords(schema: &Value, found: &mut Vec<String>) {
+        let Some(members) = schema.as_object() else {
+            return;
+        };
+        for (keyword, value) in members {
+            found.push(keyword.clone());
+            match keyword.as_str() {
+                "properties" => value
+                    .as_object()
+                    .into_iter()
+                    .flat_map(|properties| properties.values())
+                    .for_each(|subschema| keywords(subschema, found)),
+                "items" | "additionalProperties" => keywords(value, found),
+                _ => {}
+            }
+        }
+    }
+
+    /// Builtins compile as draft 4 (see `compile_schema`); they must mean the same under
+    /// draft 7 and under the 2020-12 default that a client's copy of them would get.
     #[test]
-    fn builtin_schemas_are_valid_draft_7_and_2020_12() {
+    fn builtin_schemas_mean_the_same_in_draft_4_7_and_2020_12() {
         for tool in crate::tools::builtins() {
             let definition = tool.definition();
             let schema = &definition.input_schema;
+            let mut found = Vec::new();
+            keywords(schema, &mut found);
+            for keyword in found {
+                assert!(
+                    KEYWORDS_OF_EVERY_DRAFT.contains(&keyword.as_str()),
+                    "{}: `{keyword}` is not a keyword draft 4, 7 and 2020-12 share",
+                    definition.name
+                );
+            }
+            assert!(
+                jsonschema::draft4::meta::is_valid(schema),
+                "{}: not draft 4",
+                definition.name
+            );
             assert!(
                 jsonschema::draft7::meta::is_valid(schema),
                 "{}: not draft 7",
