@@ -3,7 +3,7 @@
 
 use serde_json::json;
 use toold_protocol::Notification;
-use toold_tests::daemon::{TestDaemon, no_answers};
+use toold_tests::daemon::{RawConnection, TestDaemon, Wire, no_answers};
 
 use super::{command_call, event_call_id, methods, outcomes, params, result, seq};
 
@@ -225,4 +225,68 @@ async fn replay_from_before_a_restart_is_truncated() {
         .expect("session/attach");
     assert!(snapshot.get("replay_truncated").is_none(), "{snapshot}");
     assert!(current.session_events().is_empty());
+}
+
+/// A client that stops reading while a command floods it still gets every event, in `seq` order
+/// with none missing, and then the response: the events its queue could not take wait in the
+/// session's log (and the command's output waits for them) until it reads again.
+#[tokio::test]
+async fn a_client_that_stops_reading_gets_every_event_in_order_then_the_response() {
+    let daemon = TestDaemon::start();
+    let mut client = RawConnection::connect(&daemon.socket(), Wire::Ndjson).await;
+    client.initialize().await;
+    let created = client
+        .call_ok(
+            1,
+            "session/create",
+            json!({"cwd": daemon.work(), "rules": {"allow": ["run_command(seq *)"]}}),
+        )
+        .await;
+    let session = created["session_id"].as_str().expect("a session id");
+    client
+        .call_ok(2, "session/attach", json!({"session_id": session}))
+        .await;
+
+    // About 1.3 MB of output: more than a connection's outgoing queue holds (1 MiB).
+    let lines = 200_000;
+    client
+        .send_request(
+            3,
+            "tools/execute",
+            json!({"session_id": session, "calls": [command_call("flood", &format!("seq 1 {lines}"))]}),
+        )
+        .await;
+    // Not reading: the queue fills, the rest waits.
+    tokio::time::sleep(std::time::Duration::from_millis(1000)).await;
+
+    let mut stdout = String::new();
+    let mut previous_seq = None;
+    let mut last_method = String::new();
+    let response = loop {
+        let message = client.receive().await;
+        let Some(method) = message["method"].as_str() else {
+            break message;
+        };
+        let seq = message["params"]["seq"].as_u64().expect("a seq");
+        if let Some(previous) = previous_seq {
+            assert_eq!(seq, previous + 1, "an event is missing or out of order");
+        }
+        previous_seq = Some(seq);
+        if method == "tool/output" {
+            stdout.push_str(message["params"]["data"].as_str().expect("output data"));
+        }
+        last_method = method.to_owned();
+    };
+    assert_eq!(response["id"], 3, "{response}");
+    assert_eq!(
+        last_method, "batch/done",
+        "the response comes after every event"
+    );
+    assert_eq!(
+        response["result"]["results"][0]["result"]["ok"], true,
+        "{response}"
+    );
+    let expected: String = (1..=lines).map(|n| format!("{n}\n")).collect();
+    assert_eq!(stdout.len(), expected.len(), "output bytes lost");
+    assert!(stdout == expected, "the output arrived out of order");
 }
