@@ -16,6 +16,7 @@ use toold_protocol::{HookEvent, Rules};
 
 use crate::env::{Env, defaults};
 use crate::hooks::ConfiguredHook;
+use crate::mcp::McpServerConfig;
 use crate::pipeline::Limits;
 use crate::sandbox::SandboxConfig;
 
@@ -63,6 +64,8 @@ pub struct Config {
     pub hooks: Vec<ConfiguredHook>,
     /// `[sandbox]`.
     pub sandbox: SandboxConfig,
+    /// `[mcp.servers.NAME]`, in file order; those with `enabled = false` left out.
+    pub mcp_servers: Vec<McpServerConfig>,
     /// Valid values that are most likely not what was meant (a rule that can never match),
     /// each with its place in the file: `check-config` prints them, the daemon logs them.
     pub warnings: Vec<ConfigError>,
@@ -90,6 +93,7 @@ impl Default for Config {
             rules: Rules::default(),
             hooks: Vec::new(),
             sandbox: SandboxConfig::default(),
+            mcp_servers: Vec::new(),
             warnings: Vec::new(),
         }
     }
@@ -227,6 +231,16 @@ impl Config {
             count(HookEvent::PostToolUse)
         ));
         lines.push(self.sandbox.summary());
+        if self.mcp_servers.is_empty() {
+            lines.push("MCP servers: none".to_owned());
+        } else {
+            lines.push(format!("MCP servers: {}", self.mcp_servers.len()));
+            lines.extend(
+                self.mcp_servers
+                    .iter()
+                    .map(|server| format!("  {}", server.summary())),
+            );
+        }
         lines.join("\n")
     }
 }

@@ -23,6 +23,7 @@ pub mod env;
 pub mod events;
 pub mod hooks;
 pub(crate) mod logging;
+pub mod mcp;
 pub mod paths;
 pub mod permission;
 pub mod pipeline;

@@ -75,6 +75,12 @@ pub fn serve(args: ServeArgs) -> Result<(), ServeError> {
     for warning in &config.warnings {
         tracing::warn!(%warning, "config");
     }
+    if !config.mcp_servers.is_empty() {
+        tracing::warn!(
+            servers = config.mcp_servers.len(),
+            "config: [mcp.servers] are checked but not started yet by this version of toold"
+        );
+    }
     // Before the runtime's threads exist: only then can the LISTEN_* variables be removed.
     let inherited = systemd::take_inherited_listener()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -7,6 +7,7 @@ use std::time::Duration;
 use pretty_assertions::assert_eq;
 use toold::config::{Config, ConfigError, check_config};
 use toold::env::{Env, defaults};
+use toold::mcp::{McpTransport, Start, Trust};
 use toold::pipeline::Limits;
 use toold_protocol::{HookEvent, Rules};
 
@@ -433,7 +434,7 @@ fn unknown_keys_are_refused_at_every_level() {
             ":1:1: colour: unknown key; the keys here are socket, max_message_bytes, \
              max_connections, max_parallel, max_stream_bytes, timeout_ms, max_command_timeout_ms, \
              max_output_bytes, max_read_bytes, session_idle_ttl, approval_timeout_ms, \
-             hook_timeout_ms, frame_timeout_ms, allow_bypass, permissions, hooks, sandbox",
+             hook_timeout_ms, frame_timeout_ms, allow_bypass, permissions, hooks, sandbox, mcp",
         ),
         (
             "[permissions]\nallow = []\nalow = []",
@@ -455,6 +456,196 @@ fn unknown_keys_are_refused_at_every_level() {
         (
             "[hooks]\n\"on error\" = []",
             ":2:1: hooks.\"on error\": unknown key; the keys here are pre_tool_use, post_tool_use",
+        ),
+    ]);
+}
+
+#[test]
+fn mcp_servers_are_read_with_every_key() {
+    let config = parse(
+        r#"
+[mcp.servers.fs]
+command = "npx"
+args = ["--offline", "@modelcontextprotocol/server-filesystem", "~/src"]
+env = { LOG_LEVEL = "warn" }
+cwd = "/srv/src"
+trust = "trusted"
+start = "lazy"
+startup_timeout_ms = 5000
+tool_timeout_ms = 60000
+enabled_tools = ["read_*", "list_directory"]
+disabled_tools = ["read_media_file"]
+
+[mcp.servers.remote]
+url = "http://127.0.0.1:3001/mcp"
+headers = { "X-Team" = "a" }
+bearer_token_env = "REMOTE_TOKEN"
+
+[mcp.servers.off]
+command = "never-started"
+enabled = false
+"#,
+    )
+    .unwrap();
+    let names: Vec<&str> = config
+        .mcp_servers
+        .iter()
+        .map(|server| server.name.as_str())
+        .collect();
+    assert_eq!(
+        names,
+        ["fs", "remote"],
+        "file order; `enabled = false` left out"
+    );
+
+    let fs = &config.mcp_servers[0];
+    assert_eq!(
+        fs.transport,
+        McpTransport::Stdio {
+            command: "npx".into(),
+            args: vec![
+                "--offline".into(),
+                "@modelcontextprotocol/server-filesystem".into(),
+                "~/src".into()
+            ],
+            env: [("LOG_LEVEL".to_owned(), "warn".to_owned())].into(),
+            cwd: Some(PathBuf::from("/srv/src")),
+        }
+    );
+    assert_eq!(fs.trust, Trust::Trusted);
+    assert_eq!(fs.start, Start::Lazy);
+    assert_eq!(fs.startup_timeout, Duration::from_millis(5000));
+    assert_eq!(fs.tool_timeout, Duration::from_millis(60000));
+    assert!(fs.tools.admits("read_text_file"));
+    assert!(fs.tools.admits("list_directory"));
+    assert!(!fs.tools.admits("read_media_file"));
+    assert!(!fs.tools.admits("write_file"));
+
+    let remote = &config.mcp_servers[1];
+    assert_eq!(
+        remote.transport,
+        McpTransport::Http {
+            url: "http://127.0.0.1:3001/mcp".into(),
+            headers: [("X-Team".to_owned(), "a".to_owned())].into(),
+            bearer_token_env: Some("REMOTE_TOKEN".into()),
+        }
+    );
+    // The defaults of section A.
+    assert_eq!(remote.trust, Trust::Untrusted);
+    assert_eq!(remote.start, Start::Eager);
+    assert_eq!(remote.startup_timeout, Duration::from_secs(30));
+    assert_eq!(remote.tool_timeout, Duration::from_secs(120));
+    assert!(remote.tools.admits("anything"));
+
+    let summary = config.summary();
+    assert!(
+        summary.contains("MCP servers: 2\n  fs: stdio (npx), trusted, lazy, tools [\"read_*\", \"list_directory\"] but not [\"read_media_file\"]\n  remote: http (http://127.0.0.1:3001/mcp), untrusted, eager"),
+        "{summary}"
+    );
+    assert!(Config::default().summary().contains("MCP servers: none"));
+}
+
+#[test]
+fn bad_mcp_servers_are_refused_naming_the_key() {
+    check_refusals(&[
+        (
+            "[mcp.servers.my_fs]\ncommand = \"x\"",
+            ":1:14: mcp.servers.my_fs: \"my_fs\" is not a valid server name: lowercase \
+             letters, digits and `-`, starting with a letter or digit, at most 32 (no `_`: tools \
+             are named mcp__NAME__TOOL)",
+        ),
+        (
+            "[mcp.servers.Fs]\ncommand = \"x\"",
+            ":1:14: mcp.servers.Fs: \"Fs\" is not a valid server name: lowercase letters, \
+             digits and `-`, starting with a letter or digit, at most 32 (no `_`: tools are \
+             named mcp__NAME__TOOL)",
+        ),
+        (
+            "[mcp.servers.fs]\ncommand = \"x\"\nurl = \"http://h/mcp\"",
+            ":1:14: mcp.servers.fs: has both `command` and `url`: a server is either started \
+             (command) or reached over HTTP (url)",
+        ),
+        (
+            "[mcp.servers.fs]\ntrust = \"trusted\"",
+            ":1:14: mcp.servers.fs: has neither `command` (a program to start) nor `url` (a \
+             streamable HTTP endpoint)",
+        ),
+        (
+            "[mcp.servers.fs]\ncommand = \"x\"\nheaders = { A = \"b\" }",
+            ":3:1: mcp.servers.fs.headers: `headers` is for a server with `url`; this one has \
+             `command`",
+        ),
+        (
+            "[mcp.servers.fs]\nurl = \"http://h/mcp\"\nargs = [\"a\"]",
+            ":3:1: mcp.servers.fs.args: `args` is for a server with `command`; this one has \
+             `url`",
+        ),
+        (
+            "[mcp.servers.fs]\ncommand = \"x\"\ncomand = \"y\"",
+            ":3:1: mcp.servers.fs.comand: unknown key; did you mean `command`?",
+        ),
+        (
+            "[mcp.server.fs]\ncommand = \"x\"",
+            ":1:6: mcp.server: unknown key; did you mean `servers`?",
+        ),
+        (
+            "[mcp.servers.fs]\ncommand = \"\"",
+            ":2:11: mcp.servers.fs.command: is empty; it names the program to run",
+        ),
+        (
+            "[mcp.servers.fs]\ncommand = [\"npx\"]",
+            ":2:11: mcp.servers.fs.command: expected a string, found an array",
+        ),
+        (
+            "[mcp.servers.fs]\ncommand = \"x\"\nargs = \"-y\"",
+            ":3:8: mcp.servers.fs.args: expected an array of strings, found a string",
+        ),
+        (
+            "[mcp.servers.fs]\ncommand = \"x\"\nenv = { A = 1 }",
+            ":3:13: mcp.servers.fs.env.A: expected a string (the environment variable's \
+             value), found an integer",
+        ),
+        (
+            "[mcp.servers.fs]\ncommand = \"x\"\ncwd = \"src\"",
+            ":3:7: mcp.servers.fs.cwd: \"src\" is not an absolute path (or one that starts \
+             with ~/)",
+        ),
+        (
+            "[mcp.servers.fs]\nurl = \"ftp://h/mcp\"",
+            ":2:7: mcp.servers.fs.url: \"ftp://h/mcp\" is not an http:// or https:// URL \
+             with a host, as in \"http://127.0.0.1:3001/mcp\"",
+        ),
+        (
+            "[mcp.servers.fs]\nurl = \"http:///mcp\"",
+            ":2:7: mcp.servers.fs.url: \"http:///mcp\" is not an http:// or https:// URL \
+             with a host, as in \"http://127.0.0.1:3001/mcp\"",
+        ),
+        (
+            "[mcp.servers.fs]\nurl = \"http://h/mcp\"\nbearer_token_env = \"MY TOKEN\"",
+            ":3:20: mcp.servers.fs.bearer_token_env: \"MY TOKEN\" is not an environment \
+             variable name (letters, digits and `_`, not starting with a digit)",
+        ),
+        (
+            "[mcp.servers.fs]\ncommand = \"x\"\ntrust = \"yes\"",
+            ":3:9: mcp.servers.fs.trust: unknown value \"yes\": expected \"untrusted\" or \
+             \"trusted\"",
+        ),
+        (
+            "[mcp.servers.fs]\ncommand = \"x\"\nstart = \"now\"",
+            ":3:9: mcp.servers.fs.start: unknown value \"now\": expected \"eager\" or \"lazy\"",
+        ),
+        (
+            "[mcp.servers.fs]\ncommand = \"x\"\ntool_timeout_ms = 0",
+            ":3:19: mcp.servers.fs.tool_timeout_ms: must be at least 1, got 0",
+        ),
+        (
+            "[mcp.servers.fs]\ncommand = \"x\"\ndisabled_tools = [\"ok\", \"[\"]",
+            ":3:25: mcp.servers.fs.disabled_tools[1]: invalid glob: unclosed character class; \
+             missing ']'",
+        ),
+        (
+            "[mcp.servers.fs]\ncommand = \"x\"\nenabled = \"no\"",
+            ":3:11: mcp.servers.fs.enabled: expected true or false, found a string",
         ),
     ]);
 }
@@ -545,7 +736,8 @@ fn check_config_summarises_what_differs() {
              session_idle_ttl = \"0s\" (default \"7d\")\n\
              permission rules: 2 allow, 0 ask, 1 deny\n\
              hooks: 1 pre_tool_use, 0 post_tool_use\n\
-             sandbox: mode workspace_write, network on, on_unsupported warn",
+             sandbox: mode workspace_write, network on, on_unsupported warn\n\
+             MCP servers: none",
             path.display()
         )
     );

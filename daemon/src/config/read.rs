@@ -5,6 +5,8 @@
 //! full key path (`hooks.pre_tool_use[1].matcher`) and points at the key or value at fault,
 //! unknown keys are refused at every level, and each key's checks sit beside it.
 
+mod mcp;
+
 use std::borrow::Cow;
 use std::fmt::Display;
 use std::ops::Range;
@@ -86,7 +88,7 @@ pub(super) struct Fault {
 }
 
 /// The keys of the top level, for "unknown key" errors.
-const TOP_LEVEL_KEYS: [&str; 17] = [
+const TOP_LEVEL_KEYS: [&str; 18] = [
     "socket",
     "max_message_bytes",
     "max_connections",
@@ -104,6 +106,7 @@ const TOP_LEVEL_KEYS: [&str; 17] = [
     "permissions",
     "hooks",
     "sandbox",
+    "mcp",
 ];
 
 /// The settings a parsed file gives, every key checked; the first fault in file order. The
@@ -132,6 +135,7 @@ pub(super) fn read_document(document: &DeTable<'_>) -> Result<(Config, Vec<Fault
             "permissions" => config.rules = permissions(&field, &mut warnings)?,
             "hooks" => config.hooks = hooks(&field)?,
             "sandbox" => config.sandbox = sandbox(&field, &mut warnings)?,
+            "mcp" => config.mcp_servers = mcp::mcp(&field)?,
             _ => return Err(field.unknown(&TOP_LEVEL_KEYS)),
         }
     }
@@ -441,6 +445,15 @@ impl<'a, 'i> Field<'a, 'i> {
         Fault {
             key: self.key.clone(),
             span: self.value.span(),
+            reason,
+        }
+    }
+
+    /// A fault in the key itself: a name that is not allowed, or a table's problem as a whole.
+    fn key_fault(&self, reason: String) -> Fault {
+        Fault {
+            key: self.key.clone(),
+            span: self.key_span.clone(),
             reason,
         }
     }
