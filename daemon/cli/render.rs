@@ -129,10 +129,7 @@ pub fn tools_table(tools: &[ToolDefinition]) -> String {
                 .ok()
                 .and_then(|value| value.as_str().map(str::to_owned))
                 .unwrap_or_default();
-            let source = serde_json::to_value(tool.source)
-                .ok()
-                .and_then(|value| value.as_str().map(str::to_owned))
-                .unwrap_or_default();
+            let source = visible::line(&tool.source.to_string()).into_owned();
             let source = if tool.system {
                 format!("{source}, system")
             } else {

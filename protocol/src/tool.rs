@@ -17,13 +17,26 @@ pub enum Safety {
 }
 
 /// Who provides a tool's implementation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ToolSource {
     /// Built into the daemon.
     Builtin,
     /// Registered by a connection and executed through `tool/invoke`.
     Client,
+    /// A tool of the MCP server the config names so: `{"mcp": "fs"}` (EXTENSIONS.md section A).
+    Mcp(String),
+}
+
+/// `builtin`, `client`, or `mcp:SERVER`, as tables show a tool's source.
+impl fmt::Display for ToolSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ToolSource::Builtin => f.write_str("builtin"),
+            ToolSource::Client => f.write_str("client"),
+            ToolSource::Mcp(server) => write!(f, "mcp:{server}"),
+        }
+    }
 }
 
 /// A tool definition as it travels on the wire.
@@ -143,6 +156,9 @@ pub enum ErrorType {
     /// `run_command` did not run: the sandbox its session asks for cannot be enforced here
     /// and the config says `on_unsupported = "refuse"`.
     SandboxUnavailable,
+    /// An MCP server's tool reported a failure (`isError`, or a JSON-RPC error from the
+    /// server); the message is the server's.
+    ToolError,
     /// An error type this crate does not know, such as one a client tool returned.
     Other(String),
 }
@@ -166,6 +182,7 @@ impl ErrorType {
             ErrorType::IsDirectory => "is_directory",
             ErrorType::BinaryFile => "binary_file",
             ErrorType::SandboxUnavailable => "sandbox_unavailable",
+            ErrorType::ToolError => "tool_error",
             ErrorType::Other(other) => other,
         }
     }
@@ -192,6 +209,7 @@ impl FromStr for ErrorType {
             "is_directory" => ErrorType::IsDirectory,
             "binary_file" => ErrorType::BinaryFile,
             "sandbox_unavailable" => ErrorType::SandboxUnavailable,
+            "tool_error" => ErrorType::ToolError,
             other => ErrorType::Other(other.to_owned()),
         })
     }
@@ -351,6 +369,23 @@ mod tests {
         assert_eq!(definition.source, ToolSource::Builtin);
         let back = serde_json::to_value(&definition).unwrap();
         assert_eq!(back, serde_json::from_str::<Value>(text).unwrap());
+    }
+
+    #[test]
+    fn an_mcp_source_names_its_server() {
+        let source: ToolSource = serde_json::from_value(json!({"mcp": "fs"})).unwrap();
+        assert_eq!(source, ToolSource::Mcp("fs".into()));
+        assert_eq!(serde_json::to_value(&source).unwrap(), json!({"mcp": "fs"}));
+        assert_eq!(
+            serde_json::to_value(ToolSource::Client).unwrap(),
+            json!("client")
+        );
+        assert_eq!(source.to_string(), "mcp:fs");
+        assert_eq!(
+            "tool_error".parse::<ErrorType>().unwrap(),
+            ErrorType::ToolError
+        );
+        assert_eq!(ErrorType::ToolError.as_str(), "tool_error");
     }
 
     #[test]

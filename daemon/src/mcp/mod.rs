@@ -1,8 +1,10 @@
 //! MCP servers as shared tool sources (docs/protocol.md section 11.9): what the config says of
-//! each server (`[mcp.servers.NAME]`, checked by `config`), and the names its tools
-//! take in the registry. Each server is meant to run once per daemon, shared by every session,
+//! each server (`[mcp.servers.NAME]`, checked by `config`), the names its tools take
+//! (`names`), and what its `tools/list` becomes in the registry (`listing`: definitions with
+//! the safety its trust allows, and the tools quarantined). Each server is meant to run once per daemon, shared by every session,
 //! its tools going through the same pipeline as the builtins.
 
+pub mod listing;
 pub mod names;
 
 use std::collections::BTreeMap;
