@@ -26,6 +26,9 @@ pub fn never_matches(
     home: &Path,
 ) -> Option<String> {
     let rule = Rule::parse(text, cwd.unwrap_or(Path::new("/")), home).ok()?;
+    if rule.is_pattern() {
+        return pattern_never_matches(&rule, tools);
+    }
     if !is_valid_tool_name(&rule.tool) {
         return Some(format!(
             "no tool can be named {:?}: tool names are 1 to 64 ASCII letters, digits, '_', '.' \
@@ -167,10 +170,41 @@ fn on_disk(pattern: &str, cwd: Option<&Path>, home: &Path) -> Option<PathBuf> {
     Some(cwd?.join(pattern.strip_prefix("./").unwrap_or(pattern)))
 }
 
+/// A tool pattern (`mcp__fs__*`) that no tool name can match (a character no name has), or
+/// one with a specifier that a known tool it names would need judged as paths or a command
+/// line: the pattern reads arguments as strings and so never covers that tool.
+fn pattern_never_matches(rule: &Rule, tools: &[ToolDefinition]) -> Option<String> {
+    let literal = rule.tool.replace('*', "");
+    if !literal.is_empty() && !is_valid_tool_name(&literal) {
+        return Some(format!(
+            "no tool name can match {:?}: tool names are 1 to 64 ASCII letters, digits, '_', \
+             '.' or '-' (and `*` matches any run of them)",
+            rule.tool
+        ));
+    }
+    if matches!(rule.specifier, Specifier::Any) {
+        return None;
+    }
+    let judged_elsewise = tools.iter().find(|tool| {
+        rule.tool_pattern
+            .as_ref()
+            .is_some_and(|pattern| pattern.matches(&tool.name))
+            && !rule.covers(&tool.name)
+    })?;
+    Some(format!(
+        "it never covers {}: a pattern's argument is matched as a string, and {}'s arguments \
+         are judged as a path or a command line; write a rule for {} itself",
+        judged_elsewise.name, judged_elsewise.name, judged_elsewise.name
+    ))
+}
+
 /// For the config, whose rules may name tools that clients register later: a note when `text`
-/// names none of `tools`.
+/// names none of `tools` (a pattern may cover tools that register later: no note).
 pub fn names_an_unknown_tool(text: &str, tools: &[ToolDefinition], home: &Path) -> Option<String> {
     let rule = Rule::parse(text, Path::new("/"), home).ok()?;
+    if rule.is_pattern() {
+        return None;
+    }
     (!tools.iter().any(|tool| tool.name == rule.tool)).then(|| {
         format!(
             "no builtin tool is named {:?}; the rule covers only a tool a client or an MCP \

@@ -61,7 +61,9 @@ pub enum RuleError {
 pub struct Rule {
     text: String,
     tool: String,
-    /// What the tool declares its rules judge.
+    /// Set when `tool` has a `*`: the tool names it covers (`mcp__fs__*`, `mcp__*`, `*`).
+    tool_pattern: Option<Wildcard>,
+    /// What the tool declares its rules judge; `ByName` for a pattern.
     judged: JudgedArguments,
     specifier: Specifier,
 }
@@ -90,7 +92,8 @@ impl Rule {
             return Ok(Self {
                 text: trimmed.to_owned(),
                 tool: trimmed.to_owned(),
-                judged: judged_arguments(trimmed),
+                tool_pattern: tool_pattern(trimmed),
+                judged: judged_of_rule(trimmed),
                 specifier: Specifier::Any,
             });
         };
@@ -104,7 +107,7 @@ impl Rule {
         let argument = inner
             .split_once('=')
             .filter(|(name, _)| is_argument_name(name));
-        let judged = judged_arguments(tool);
+        let judged = judged_of_rule(tool);
         let specifier = match (argument, judged) {
             (Some((name, pattern)), JudgedArguments::CommandLine { line, .. }) if name == line => {
                 Specifier::Command(Wildcard::new(pattern))
@@ -134,6 +137,7 @@ impl Rule {
         Ok(Self {
             text: trimmed.to_owned(),
             tool: tool.to_owned(),
+            tool_pattern: tool_pattern(tool),
             judged,
             specifier,
         })
@@ -141,6 +145,42 @@ impl Rule {
 
     pub fn text(&self) -> &str {
         &self.text
+    }
+
+    /// Whether the rule is about calls of `tool`. A pattern with a specifier reads arguments
+    /// by name, as strings, so it never covers a tool whose arguments the engine judges as
+    /// paths or a command line (a builtin's `path` matched as a string would let `..` or a
+    /// symlink through an allow): `*(path=/tmp/*)` covers only tools judged by name, while `*`
+    /// alone covers every tool.
+    fn covers(&self, tool: &str) -> bool {
+        match &self.tool_pattern {
+            None => self.tool == tool,
+            Some(pattern) => {
+                pattern.matches(tool)
+                    && (matches!(self.specifier, Specifier::Any)
+                        || judged_arguments(tool) == JudgedArguments::ByName)
+            }
+        }
+    }
+
+    /// Whether the tool part is a pattern (`mcp__fs__*`) rather than one tool's name.
+    pub fn is_pattern(&self) -> bool {
+        self.tool_pattern.is_some()
+    }
+}
+
+/// The pattern of a rule's tool part, if it has a `*` (only `*` is special: it matches any
+/// run of characters).
+fn tool_pattern(tool: &str) -> Option<Wildcard> {
+    tool.contains('*').then(|| Wildcard::new(tool))
+}
+
+/// What a rule judges: its tool's declaration; a pattern's arguments are read by name.
+fn judged_of_rule(tool: &str) -> JudgedArguments {
+    if tool.contains('*') {
+        JudgedArguments::ByName
+    } else {
+        judged_arguments(tool)
     }
 }
 
@@ -320,7 +360,7 @@ impl Policy {
             // Besides the walking tool's own, the rules of the tools that show contents
             // (docs/protocol.md section 7, "What else is judged"): a file no model may read
             // is not shown by a search or a listing either.
-            .filter(|rule| rule.tool == tool || rule.judged.only_shows_contents())
+            .filter(|rule| rule.covers(tool) || rule.judged.only_shows_contents())
         {
             match &rule.specifier {
                 Specifier::Path(glob) => hidden.globs.push(glob.clone()),
@@ -632,7 +672,7 @@ fn protected_write(
     let granted = session.mode != Mode::Plan && session.grants.iter().any(|g| g == suggestion);
     let named = call.command.is_none()
         && session.policy.allow.iter().any(|rule| {
-            rule.tool == call.tool
+            rule.covers(call.tool)
                 && rule.text.contains(".git")
                 && matches!(&rule.specifier, Specifier::Path(glob) if call.paths.iter().all(|path| {
                     glob.matches(&path.lexical, Scope::UnderCwd)
@@ -699,7 +739,7 @@ pub fn canonical_form(call: &CallFacts<'_>) -> String {
 
 /// Deny and ask: the rule matches if any form of the call matches it.
 fn matches_restrictive(rule: &Rule, call: &CallFacts<'_>) -> bool {
-    if rule.tool != call.tool {
+    if !rule.covers(call.tool) {
         return false;
     }
     match &rule.specifier {
@@ -731,7 +771,7 @@ fn matches_restrictive(rule: &Rule, call: &CallFacts<'_>) -> bool {
 fn allowed_by_rules(call: &CallFacts<'_>, allow: &[Rule]) -> bool {
     let mut rules = allow
         .iter()
-        .filter(|rule| rule.tool == call.tool)
+        .filter(|rule| rule.covers(call.tool))
         .peekable();
     if rules.peek().is_none() {
         return false;

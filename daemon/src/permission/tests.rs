@@ -5,7 +5,7 @@ use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
-use toold_protocol::{Rules as RuleStrings, Safety, SessionMode as Mode};
+use toold_protocol::{Rules as RuleStrings, Safety, SessionMode as Mode, ToolDefinition};
 
 use super::facts::{AnalysedLine, command_facts, command_line, judged_paths};
 use super::*;
@@ -578,6 +578,115 @@ fn argument_rules_match_top_level_strings() {
     );
     assert_eq!(check.outcome("deploy", json!({ "env": "dev" })), "ask");
     assert_eq!(check.outcome("deploy", json!({ "env": 5 })), "ask");
+}
+
+#[test]
+fn tool_patterns_cover_the_tools_they_name() {
+    let world = World::new();
+    let check = Check::new(
+        &world,
+        CaseRules {
+            deny: &["mcp__fs__write_file"],
+            allow: &["mcp__fs__*", "mcp__db__*(query=select *)"],
+            ..Default::default()
+        },
+    );
+    assert_eq!(
+        check.outcome("mcp__fs__read_file", json!({"path": "/etc/passwd"})),
+        "allow"
+    );
+    assert_eq!(
+        check.outcome("mcp__fs__write_file", json!({"path": "x"})),
+        "deny",
+        "a deny of one tool beats an allow of its server's pattern"
+    );
+    assert_eq!(
+        check.outcome("mcp__fs2__read_file", json!({})),
+        "ask",
+        "mcp__fs__* is not mcp__fs2__*"
+    );
+    assert_eq!(
+        check.outcome("mcp__db__run", json!({"query": "select 1"})),
+        "allow"
+    );
+    assert_eq!(
+        check.outcome("mcp__db__run", json!({"query": "drop table t"})),
+        "ask"
+    );
+
+    // A bare pattern covers every tool it names, builtins too.
+    let everything = Check::new(
+        &world,
+        CaseRules {
+            deny: &["*"],
+            ..Default::default()
+        },
+    );
+    assert_eq!(
+        everything.outcome("read_file", json!({"path": "a"})),
+        "deny"
+    );
+    assert_eq!(everything.command("ls"), "deny");
+    assert_eq!(everything.outcome("mcp__x__y", json!({})), "deny");
+}
+
+/// A pattern's argument is matched as a string: it must never stand in for the judging of a
+/// builtin's paths or command line, where a string match would let `..`, a symlink or a second
+/// command through an allow.
+#[test]
+fn a_pattern_with_an_argument_never_covers_a_tool_judged_by_path_or_command() {
+    let world = World::new();
+    let outside = world.outside.join("file");
+    let check = Check::new(
+        &world,
+        CaseRules {
+            allow: &["*(path=*)", "*(command=*)", "*_file(*)"],
+            ..Default::default()
+        },
+    );
+    assert_eq!(
+        check.outcome("write_file", json!({"path": outside, "content": "x"})),
+        "ask"
+    );
+    assert_eq!(
+        check.outcome("read_file", json!({"path": outside})),
+        "ask",
+        "outside the roots, a read asks"
+    );
+    assert_eq!(check.command("rm -rf /tmp/x"), "ask");
+    assert_eq!(
+        check.outcome("deploy", json!({"path": "anything"})),
+        "allow",
+        "a tool judged by name is covered"
+    );
+
+    // Neither does a deny pattern with an argument weaken a builtin's judging: the builtin
+    // is left to its own rules, and the lint says so.
+    let builtins: Vec<ToolDefinition> = crate::tools::builtins()
+        .iter()
+        .map(|tool| tool.definition())
+        .collect();
+    let home = Path::new("/home/user");
+    let reason = lint::never_matches("*_file(path=/etc/*)", &builtins, None, home).unwrap();
+    assert!(reason.contains("never covers read_file"), "{reason}");
+    assert_eq!(
+        lint::never_matches("mcp__fs__*", &builtins, None, home),
+        None
+    );
+    assert_eq!(lint::never_matches("*", &builtins, None, home), None);
+    assert_eq!(
+        lint::never_matches("mcp__db__*(query=x)", &builtins, None, home),
+        None
+    );
+    assert!(
+        lint::never_matches("mcp__fs__*/x", &builtins, None, home)
+            .is_some_and(|reason| reason.contains("no tool name can match")),
+    );
+    assert_eq!(
+        lint::names_an_unknown_tool("mcp__fs__*", &builtins, home),
+        None,
+        "a pattern may cover tools that register later"
+    );
 }
 
 #[test]

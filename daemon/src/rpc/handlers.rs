@@ -192,6 +192,14 @@ pub(crate) fn tools_register(
                 RegisterError::InvalidName(definition.name.clone()).to_string(),
             ));
         }
+        if definition.name.starts_with(crate::mcp::names::PREFIX) {
+            return Err(ErrorObject::invalid_params(format!(
+                "the tool {:?} starts with {:?}, which names the tools of the daemon's MCP \
+                 servers (rules such as `allow mcp__fs__*` trust that prefix); choose another name",
+                definition.name,
+                crate::mcp::names::PREFIX
+            )));
+        }
         if definition.system {
             return Err(ErrorObject::invalid_params(format!(
                 "the tool {:?} declares system: true; only the daemon's own tools are system tools \

@@ -176,6 +176,11 @@ async fn a_taken_tool_name_is_refused_and_replace_only_replaces_ones_own() {
             &second,
             json!({"tools": [client_tool("e2e_echo")], "replace": true}),
         ),
+        // The prefix of the MCP servers' tools, which `allow mcp__fs__*` trusts.
+        (
+            &second,
+            json!({"tools": [client_tool("mcp__fs__read_file")]}),
+        ),
     ];
     for (client, params) in refusals {
         let name = params["tools"][0]["name"]
