@@ -6,6 +6,7 @@
 
 pub mod listing;
 pub mod names;
+pub mod process;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -1,0 +1,346 @@
+//! An MCP server's process: started directly (never through a shell) with a filtered
+//! environment, in a process group of its own and tagged like a command's tree, so that
+//! stopping it reaches whatever it started; its stderr kept in a bounded, rotated log file
+//! (`<log_dir>/NAME.log`) and its last lines in memory, to quote when it fails.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::ffi::OsString;
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+use tokio::task::JoinHandle;
+use toold_protocol::sync::LockUnpoisoned;
+
+use crate::process_tree::{KnownChild, ProcessTree, RUN_TAG_VAR, new_run_tag, spawn_known};
+
+/// The variables of the daemon's environment a server starts with (the MCP SDKs' default set,
+/// and the locale, time zone and temporary directory); its table's `env` is added on top.
+const INHERITED_VARIABLES: &[&str] = &[
+    "HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER", "LANG", "LC_ALL", "LC_CTYPE", "TZ",
+    "TMPDIR",
+];
+
+/// How large a server's log grows before it is rotated to `NAME.log.1` (the one before is
+/// dropped): two files of this size at most per server.
+pub const MAX_LOG_BYTES: u64 = 1024 * 1024;
+
+/// How many of the last lines of stderr are kept to quote in errors.
+const TAIL_LINES: usize = 20;
+/// How long one quoted line may be.
+const MAX_TAIL_LINE_CHARS: usize = 500;
+
+/// How long a server gets to exit after its stdin closes and SIGTERM, before SIGKILL.
+pub const STOP_GRACE: Duration = Duration::from_secs(3);
+
+/// What starting a server needs from its config table.
+#[derive(Debug, Clone)]
+pub struct Launch<'a> {
+    pub name: &'a str,
+    pub command: &'a str,
+    pub args: &'a [String],
+    pub env: &'a BTreeMap<String, String>,
+    pub cwd: Option<&'a Path>,
+}
+
+/// A running server process.
+pub struct ServerProcess {
+    child: Child,
+    tree: ProcessTree,
+    _known: Option<KnownChild>,
+    /// Taken by the MCP client, which speaks on them.
+    pub stdin: Option<ChildStdin>,
+    pub stdout: Option<ChildStdout>,
+    stderr: Arc<StderrLog>,
+    stderr_task: JoinHandle<()>,
+}
+
+impl ServerProcess {
+    /// Starts the server, its stderr going to `<log_dir>/NAME.log`.
+    pub fn spawn(launch: &Launch<'_>, log_dir: &Path) -> io::Result<Self> {
+        let log = Arc::new(StderrLog::open(log_dir, launch.name)?);
+        let tag = new_run_tag();
+        let mut command = Command::new(launch.command);
+        command
+            .args(launch.args)
+            .env_clear()
+            .envs(inherited_variables())
+            .envs(launch.env)
+            // Like a command's: a sweep of a command's tree never takes the server's processes
+            // (reparented to the daemon, a child subreaper) for its orphans.
+            .env(RUN_TAG_VAR, &tag)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true);
+        if let Some(cwd) = launch.cwd {
+            command.current_dir(cwd);
+        }
+        let (mut child, known) = spawn_known(|| command.spawn(), Child::id)?;
+        let pid = child
+            .id()
+            .ok_or_else(|| io::Error::other("the server exited as it started"))?;
+        let tree = ProcessTree::new(pid, &tag);
+        let stderr = child.stderr.take().map(|stderr| {
+            let log = Arc::clone(&log);
+            tokio::spawn(async move {
+                let mut lines = BufReader::new(stderr).lines();
+                while let Ok(Some(line)) = lines.next_line().await {
+                    log.record(&line);
+                }
+            })
+        });
+        Ok(Self {
+            stdin: child.stdin.take(),
+            stdout: child.stdout.take(),
+            child,
+            tree,
+            _known: known,
+            stderr: log,
+            stderr_task: stderr.unwrap_or_else(|| tokio::spawn(async {})),
+        })
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
+    /// Resolves when the server's process has exited.
+    pub async fn exited(&mut self) -> io::Result<std::process::ExitStatus> {
+        self.child.wait().await
+    }
+
+    /// The last lines the server wrote to stderr, oldest first, for an error to quote.
+    pub fn stderr_tail(&self) -> Vec<String> {
+        self.stderr.tail()
+    }
+
+    /// A handle on the server's stderr that outlives the process (to quote after a crash).
+    pub fn stderr_log(&self) -> Arc<StderrLog> {
+        Arc::clone(&self.stderr)
+    }
+
+    /// Stops the server and everything it started: its stdin closed, then SIGTERM, then
+    /// SIGKILL after [`STOP_GRACE`]; returns once none of them is alive.
+    pub async fn stop(mut self) {
+        drop(self.stdin.take());
+        drop(self.stdout.take());
+        // A server that exits when its input ends is given a moment before any signal.
+        let exited = tokio::time::timeout(Duration::from_millis(200), self.child.wait()).await;
+        let mut tree = self.tree;
+        let sweep = tokio::task::spawn_blocking(move || tree.terminate(STOP_GRACE));
+        if let Err(err) = sweep.await {
+            tracing::warn!(%err, "the sweep of an MCP server's processes failed");
+        }
+        if exited.is_err() {
+            let _ = self.child.wait().await;
+        }
+        let _ = self.stderr_task.await;
+    }
+}
+
+fn inherited_variables() -> impl Iterator<Item = (OsString, OsString)> {
+    crate::process_tree::inherited_env().filter(|(name, _)| {
+        name.to_str()
+            .is_some_and(|name| INHERITED_VARIABLES.contains(&name))
+    })
+}
+
+/// A server's stderr: appended to its log file (rotated past [`MAX_LOG_BYTES`]) and its last
+/// lines kept.
+pub struct StderrLog {
+    path: PathBuf,
+    state: Mutex<LogState>,
+}
+
+struct LogState {
+    file: Option<File>,
+    written: u64,
+    tail: VecDeque<String>,
+}
+
+impl StderrLog {
+    fn open(dir: &Path, name: &str) -> io::Result<Self> {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)?;
+        let path = dir.join(format!("{name}.log"));
+        let file = open_log(&path)?;
+        let written = file.metadata().map(|meta| meta.len()).unwrap_or(0);
+        Ok(Self {
+            path,
+            state: Mutex::new(LogState {
+                file: Some(file),
+                written,
+                tail: VecDeque::new(),
+            }),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn record(&self, line: &str) {
+        let mut state = self.state.lock_unpoisoned();
+        let bytes = line.len() as u64 + 1;
+        if state.written + bytes > MAX_LOG_BYTES {
+            state.file = None;
+            let rotated = self.path.with_extension("log.1");
+            let reopened =
+                std::fs::rename(&self.path, &rotated).and_then(|()| open_log(&self.path));
+            match reopened {
+                Ok(file) => {
+                    state.file = Some(file);
+                    state.written = 0;
+                }
+                Err(err) => {
+                    tracing::warn!(path = %self.path.display(), %err, "cannot rotate an MCP server's log; its stderr is no longer kept on disk");
+                }
+            }
+        }
+        if let Some(file) = state.file.as_mut()
+            && writeln!(file, "{line}").is_ok()
+        {
+            state.written += bytes;
+        }
+        if state.tail.len() == TAIL_LINES {
+            state.tail.pop_front();
+        }
+        let shown: String = line.chars().take(MAX_TAIL_LINE_CHARS).collect();
+        state.tail.push_back(shown);
+    }
+
+    /// The last lines, oldest first.
+    pub fn tail(&self) -> Vec<String> {
+        self.state.lock_unpoisoned().tail.iter().cloned().collect()
+    }
+}
+
+fn open_log(path: &Path) -> io::Result<File> {
+    OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use nix::errno::Errno;
+    use nix::sys::signal::kill;
+    use nix::unistd::Pid;
+
+    use super::*;
+
+    fn launch<'a>(script: &'a [String], env: &'a BTreeMap<String, String>) -> Launch<'a> {
+        Launch {
+            name: "test",
+            command: "sh",
+            args: script,
+            env,
+            cwd: None,
+        }
+    }
+
+    fn alive(pid: i32) -> bool {
+        kill(Pid::from_raw(pid), None) != Err(Errno::ESRCH)
+            && !std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+                stat.rsplit(')')
+                    .next()
+                    .is_some_and(|rest| rest.trim_start().starts_with('Z'))
+            })
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn stderr_is_logged_and_the_environment_is_filtered() {
+        let dir = tempfile::tempdir().unwrap();
+        let script = vec![
+            "-c".to_owned(),
+            "echo \"from $EXTRA, home $HOME, cargo ${CARGO_MANIFEST_DIR:-none}\" >&2".to_owned(),
+        ];
+        let env = BTreeMap::from([("EXTRA".to_owned(), "the table".to_owned())]);
+        let mut process = ServerProcess::spawn(&launch(&script, &env), dir.path()).unwrap();
+        process.exited().await.unwrap();
+        let log = process.stderr_log();
+        process.stop().await;
+        // Cargo runs tests with CARGO_MANIFEST_DIR set: not one of the variables a server gets.
+        assert!(std::env::var_os("CARGO_MANIFEST_DIR").is_some());
+        let home = std::env::var("HOME").unwrap_or_default();
+        let expected = format!("from the table, home {home}, cargo none");
+        assert_eq!(log.tail(), std::slice::from_ref(&expected));
+        let on_disk = std::fs::read_to_string(dir.path().join("test.log")).unwrap();
+        assert_eq!(on_disk, format!("{expected}\n"));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn stopping_reaches_what_the_server_started_even_if_it_ignores_sigterm() {
+        let dir = tempfile::tempdir().unwrap();
+        // The server ignores SIGTERM and leaves a child that does too, in another session.
+        let pid_file = dir.path().join("grandchild.pid");
+        let script = vec![
+            "-c".to_owned(),
+            format!(
+                "trap '' TERM; setsid sh -c 'trap \"\" TERM; echo $$ > {}; exec sleep 60' & \
+                 exec sleep 60",
+                pid_file.display()
+            ),
+        ];
+        let env = BTreeMap::new();
+        let process = ServerProcess::spawn(&launch(&script, &env), dir.path()).unwrap();
+        let server_pid = process.pid().unwrap() as i32;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let grandchild: i32 = loop {
+            if let Some(pid) = std::fs::read_to_string(&pid_file)
+                .ok()
+                .and_then(|text| text.trim().parse().ok())
+            {
+                break pid;
+            }
+            assert!(Instant::now() < deadline, "the grandchild never started");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        assert!(alive(server_pid) && alive(grandchild));
+        let started = Instant::now();
+        process.stop().await;
+        let took = started.elapsed();
+        assert!(!alive(server_pid), "the server survived");
+        assert!(!alive(grandchild), "what the server started survived");
+        assert!(
+            took >= STOP_GRACE && took < STOP_GRACE + Duration::from_secs(5),
+            "SIGKILL came after the grace: {took:?}"
+        );
+    }
+
+    #[test]
+    fn the_log_rotates_and_the_tail_is_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = StderrLog::open(dir.path(), "big").unwrap();
+        let line = "x".repeat(1000);
+        for _ in 0..(MAX_LOG_BYTES / 1001 + 10) {
+            log.record(&line);
+        }
+        let current = std::fs::metadata(dir.path().join("big.log")).unwrap().len();
+        let rotated = std::fs::metadata(dir.path().join("big.log.1"))
+            .unwrap()
+            .len();
+        assert!(current <= MAX_LOG_BYTES && rotated <= MAX_LOG_BYTES);
+        assert_eq!(current, 10 * 1001);
+        assert_eq!(log.tail().len(), TAIL_LINES);
+        log.record(&"y".repeat(2000));
+        assert_eq!(
+            log.tail().last().map(|line| line.chars().count()),
+            Some(MAX_TAIL_LINE_CHARS)
+        );
+    }
+}
