@@ -6,7 +6,6 @@
 use std::future::Future;
 use std::path::Path;
 use std::pin::Pin;
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,13 +13,12 @@ use regex::Regex;
 use serde::Serialize;
 use serde_json::{Map, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::process::Command;
 use toold_protocol::{
     HookEvent, HookProgramInput, PostToolUseAnswer, PostToolUseParams, PreToolUseAnswer,
     PreToolUseDecision, PreToolUseParams,
 };
 
-use crate::process_tree::{self, ProcessTree, RUN_TAG_VAR};
+use crate::process_tree::{self, ProcessTree};
 
 /// The most of a hook program's stdout or stderr that is kept; the rest is read and dropped.
 const MAX_HOOK_OUTPUT: usize = 1024 * 1024;
@@ -293,20 +291,9 @@ async fn run_program<P: Serialize>(
     let (program, args) = argv.split_first().ok_or("the hook has an empty command")?;
     let stdin_json =
         serde_json::to_vec(input).map_err(|err| format!("cannot encode its input: {err}"))?;
-    process_tree::ensure_subreaper();
     let tag = process_tree::new_run_tag();
-    let mut command = Command::new(program);
-    command
-        .args(args)
-        .current_dir(cwd)
-        .env_clear()
-        .envs(process_tree::inherited_env())
-        .env(RUN_TAG_VAR, &tag)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true);
+    let mut command = process_tree::tagged_command(program, process_tree::inherited_env(), &tag);
+    command.args(args).current_dir(cwd);
     let (mut child, _known) =
         process_tree::spawn_known(|| command.spawn(), tokio::process::Child::id)
             .map_err(|err| format!("cannot start {program}: {err}"))?;

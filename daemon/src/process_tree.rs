@@ -569,6 +569,33 @@ impl Drop for KnownChild {
     }
 }
 
+/// The command for a program the daemon runs beside calls (a hook, an MCP server): started
+/// directly (no shell) with `env` only and the tag of its own tree, its stdio piped, in a
+/// process group of its own, killed if dropped. The daemon is made a child subreaper first, so
+/// that whatever the program leaves behind stays findable by its tree's sweep.
+pub fn tagged_command<K, V>(
+    program: &str,
+    env: impl IntoIterator<Item = (K, V)>,
+    tag: &str,
+) -> tokio::process::Command
+where
+    K: AsRef<OsStr>,
+    V: AsRef<OsStr>,
+{
+    ensure_subreaper();
+    let mut command = tokio::process::Command::new(program);
+    command
+        .env_clear()
+        .envs(env)
+        .env(RUN_TAG_VAR, tag)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    command
+}
+
 /// Spawns a child of the daemon's own and records it, so that sweeps never take it for an
 /// orphan of a command: every process the daemon starts goes through here. `pid` reads the
 /// spawned child's pid.

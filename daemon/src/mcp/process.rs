@@ -9,16 +9,15 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+use tokio::process::{Child, ChildStdin, ChildStdout};
 use tokio::task::JoinHandle;
 use toold_protocol::sync::LockUnpoisoned;
 
-use crate::process_tree::{KnownChild, ProcessTree, RUN_TAG_VAR, new_run_tag, spawn_known};
+use crate::process_tree::{KnownChild, ProcessTree, new_run_tag, spawn_known, tagged_command};
 
 /// The variables of the daemon's environment a server starts with (the MCP SDKs' default set,
 /// and the locale, time zone and temporary directory); its table's `env` is added on top.
@@ -66,20 +65,16 @@ impl ServerProcess {
     pub fn spawn(launch: &Launch<'_>, log_dir: &Path) -> io::Result<Self> {
         let log = Arc::new(StderrLog::open(log_dir, launch.name)?);
         let tag = new_run_tag();
-        let mut command = Command::new(launch.command);
-        command
-            .args(launch.args)
-            .env_clear()
-            .envs(inherited_variables())
-            .envs(launch.env)
-            // Like a command's: a sweep of a command's tree never takes the server's processes
-            // (reparented to the daemon, a child subreaper) for its orphans.
-            .env(RUN_TAG_VAR, &tag)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0)
-            .kill_on_drop(true);
+        // Tagged like a command's tree: a sweep of a command's tree never takes the server's
+        // processes (reparented to the daemon, a child subreaper) for its orphans.
+        let env = inherited_variables().chain(
+            launch
+                .env
+                .iter()
+                .map(|(name, value)| (OsString::from(name), OsString::from(value))),
+        );
+        let mut command = tagged_command(launch.command, env, &tag);
+        command.args(launch.args);
         if let Some(cwd) = launch.cwd {
             command.current_dir(cwd);
         }
