@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::{Config, ConfigError};
+use crate::mcp::server::McpServers;
 use crate::pipeline::Executor;
 use crate::rpc::{Daemon, Settings};
 use crate::server::run::{ServerOptions, run};
@@ -75,12 +76,6 @@ pub fn serve(args: ServeArgs) -> Result<(), ServeError> {
     for warning in &config.warnings {
         tracing::warn!(%warning, "config");
     }
-    if !config.mcp_servers.is_empty() {
-        tracing::warn!(
-            servers = config.mcp_servers.len(),
-            "config: [mcp.servers] are checked but not started yet by this version of toold"
-        );
-    }
     // Before the runtime's threads exist: only then can the LISTEN_* variables be removed.
     let inherited = systemd::take_inherited_listener()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -142,6 +137,8 @@ pub fn serve(args: ServeArgs) -> Result<(), ServeError> {
         executor.hooks = config.hooks.clone();
         executor.limits = config.limits();
         let store = SessionStore::new(SessionStore::default_dir().ok_or(ServeError::NoStateDirectory)?);
+        // Beside the sessions: `$XDG_STATE_HOME/toold/mcp`, each server's stderr log.
+        let mcp_log_dir = store.dir().parent().map_or_else(|| store.dir().join("mcp"), |toold| toold.join("mcp"));
 
         let defaults = SessionDefaults {
             env: config.env_for(PathBuf::from("/")),
@@ -155,6 +152,13 @@ pub fn serve(args: ServeArgs) -> Result<(), ServeError> {
         let restored = sessions.restore();
         let settings = Settings { allow_bypass: config.allow_bypass, max_message_bytes: config.max_message_bytes };
         let daemon = Arc::new(Daemon::new(Arc::new(executor), sessions, settings));
+        // Each server once, for every session; their tools' coming and going told to clients.
+        let told = Arc::downgrade(&daemon);
+        let mcp = McpServers::start(&config.mcp_servers, mcp_log_dir, &daemon.registry, Arc::new(move || {
+            if let Some(daemon) = told.upgrade() {
+                daemon.tools_changed();
+            }
+        }));
         let shutdown = CancellationToken::new();
         tokio::spawn(stop_signals.drain_on_signal(shutdown.clone()));
         let options = ServerOptions {
@@ -170,6 +174,7 @@ pub fn serve(args: ServeArgs) -> Result<(), ServeError> {
         let _ = systemd::notify_status(&format!("serving on {place}"));
         let _ = systemd::notify_ready();
         run(listener, daemon, options, shutdown).await;
+        mcp.stop_all().await;
         if let Some(bound) = bound {
             bound.remove();
         }

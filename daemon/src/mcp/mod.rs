@@ -1,12 +1,16 @@
-//! MCP servers as shared tool sources (docs/protocol.md section 11.9): what the config says of
-//! each server (`[mcp.servers.NAME]`, checked by `config`), the names its tools take
-//! (`names`), and what its `tools/list` becomes in the registry (`listing`: definitions with
-//! the safety its trust allows, and the tools quarantined). Each server is meant to run once per daemon, shared by every session,
-//! its tools going through the same pipeline as the builtins.
+//! MCP servers as shared tool sources (docs/protocol.md section 11.9): each configured server
+//! runs once per daemon, shared by every session, its tools going through the same pipeline as
+//! the builtins. Here: what the config says of a server (`[mcp.servers.NAME]`, checked by
+//! `config`); the names its tools take (`names`); what its `tools/list` becomes in the registry
+//! (`listing`); its process (`process`), its MCP session (`client`), its supervisor and the
+//! daemon's set of servers (`server`), and its tools as the registry runs them (`tool`).
 
+pub mod client;
 pub mod listing;
 pub mod names;
 pub mod process;
+pub mod server;
+pub mod tool;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

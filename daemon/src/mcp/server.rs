@@ -1,0 +1,396 @@
+//! One configured MCP server at run time, and the daemon's set of them: each server's
+//! supervisor starts its process and session, registers the tools its listing gives (and lists
+//! them again when the server says they changed), and when the server exits removes them, ends
+//! the calls in flight and starts it again after a backoff, until it has failed too often.
+
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio_util::sync::CancellationToken;
+use toold_protocol::sync::LockUnpoisoned;
+
+use super::client::{McpSession, Reachable, ServerNotices};
+use super::listing::{self, Quarantined};
+use super::process::{Launch, ServerProcess, StderrLog};
+use super::tool::{McpTool, ToolServer};
+use super::{McpServerConfig, McpTransport, Start};
+use crate::tools::Registry;
+use crate::tools::registry::RegisterError;
+
+/// The first wait before a crashed server starts again; doubled after each crash.
+const FIRST_BACKOFF: Duration = Duration::from_secs(1);
+const MAX_BACKOFF: Duration = Duration::from_secs(60);
+/// A server that fails this often within [`FAILURE_WINDOW`] is left `failed`.
+const MAX_FAILURES: usize = 5;
+const FAILURE_WINDOW: Duration = Duration::from_secs(600);
+
+/// Where a server is in its life (`mcp/status`'s `state`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServerState {
+    Starting,
+    Ready,
+    /// Failed too often, or cannot start at all: why.
+    Failed(String),
+    Stopped,
+}
+
+/// Called whenever the registry gained or lost a server's tools.
+pub type ToolsChanged = Arc<dyn Fn() + Send + Sync>;
+
+/// One server, shared by its supervisor and its tools.
+pub struct McpServer {
+    pub config: McpServerConfig,
+    log_dir: PathBuf,
+    registry: Arc<Registry>,
+    tools_changed: ToolsChanged,
+    live: Mutex<Live>,
+    /// Fired when the daemon stops the server.
+    stop: CancellationToken,
+}
+
+#[derive(Default)]
+struct Live {
+    state: Option<ServerState>,
+    session: Option<Arc<McpSession>>,
+    /// Fired when the current session's process exits: calls in flight end at once.
+    ended: CancellationToken,
+    pid: Option<u32>,
+    stderr: Option<Arc<StderrLog>>,
+    registered: Vec<String>,
+    quarantined: Vec<Quarantined>,
+    restarts: u64,
+    last_error: Option<String>,
+}
+
+impl McpServer {
+    pub fn new(
+        config: McpServerConfig,
+        log_dir: PathBuf,
+        registry: Arc<Registry>,
+        tools_changed: ToolsChanged,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            config,
+            log_dir,
+            registry,
+            tools_changed,
+            live: Mutex::new(Live::default()),
+            stop: CancellationToken::new(),
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    pub fn state(&self) -> ServerState {
+        self.live().state.clone().unwrap_or(ServerState::Stopped)
+    }
+
+    pub fn quarantined(&self) -> Vec<Quarantined> {
+        self.live().quarantined.clone()
+    }
+
+    /// The registered names of the server's tools now.
+    pub fn tools(&self) -> Vec<String> {
+        self.live().registered.clone()
+    }
+
+    fn live(&self) -> std::sync::MutexGuard<'_, Live> {
+        // Plain assignments only: a poisoned lock still holds sound state.
+        self.live.lock_unpoisoned()
+    }
+
+    fn set_state(&self, state: ServerState) {
+        self.live().state = Some(state);
+    }
+
+    /// Runs the server until the daemon stops it: starts, serves, and starts again after a
+    /// crash, with backoff, until it fails [`MAX_FAILURES`] times within [`FAILURE_WINDOW`].
+    pub async fn supervise(self: Arc<Self>) {
+        let mut failures: VecDeque<Instant> = VecDeque::new();
+        let mut backoff = FIRST_BACKOFF;
+        loop {
+            self.set_state(ServerState::Starting);
+            let ended_by = self.run_once().await;
+            self.withdraw_tools();
+            if self.stop.is_cancelled() {
+                self.set_state(ServerState::Stopped);
+                return;
+            }
+            let now = Instant::now();
+            failures.push_back(now);
+            while failures
+                .front()
+                .is_some_and(|at| now.duration_since(*at) > FAILURE_WINDOW)
+            {
+                failures.pop_front();
+            }
+            tracing::warn!(server = %self.config.name, reason = %ended_by, "an MCP server ended");
+            {
+                let mut live = self.live();
+                live.last_error = Some(ended_by.clone());
+                live.restarts += 1;
+            }
+            if failures.len() >= MAX_FAILURES {
+                let reason = format!(
+                    "failed {MAX_FAILURES} times within {} minutes; the last time: {ended_by}",
+                    FAILURE_WINDOW.as_secs() / 60
+                );
+                tracing::error!(server = %self.config.name, %reason, "an MCP server is left failed");
+                self.set_state(ServerState::Failed(reason));
+                return;
+            }
+            tokio::select! {
+                () = tokio::time::sleep(backoff) => {}
+                () = self.stop.cancelled() => {
+                    self.set_state(ServerState::Stopped);
+                    return;
+                }
+            }
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+        }
+    }
+
+    /// One life of the server; returns why it ended.
+    async fn run_once(self: &Arc<Self>) -> String {
+        let McpTransport::Stdio {
+            command,
+            args,
+            env,
+            cwd,
+        } = &self.config.transport
+        else {
+            return "streamable HTTP servers are not reached yet by this version of toold"
+                .to_owned();
+        };
+        let launch = Launch {
+            name: &self.config.name,
+            command,
+            args,
+            env,
+            cwd: cwd.as_deref(),
+        };
+        let mut process = match ServerProcess::spawn(&launch, &self.log_dir) {
+            Ok(process) => process,
+            Err(err) => return format!("cannot start {command}: {err}"),
+        };
+        let ended = CancellationToken::new();
+        {
+            let mut live = self.live();
+            live.pid = process.pid();
+            live.stderr = Some(process.stderr_log());
+            live.ended = ended.clone();
+        }
+        let notices = Arc::new(ServerNotices::default());
+        let (Some(stdout), Some(stdin)) = (process.stdout.take(), process.stdin.take()) else {
+            process.stop().await;
+            return "its standard streams were not piped".to_owned();
+        };
+        let started = tokio::select! {
+            started = McpSession::start(stdout, stdin, Arc::clone(&notices), self.config.startup_timeout) => started,
+            status = process.exited() => Err(format!("it exited during the handshake ({})", show_exit(status))),
+            () = self.stop.cancelled() => Err("stopped".to_owned()),
+        };
+        let session = match started {
+            Ok(session) => Arc::new(session),
+            Err(reason) => {
+                ended.cancel();
+                let tail = self.stderr_tail();
+                process.stop().await;
+                return format!("{reason}; {tail}");
+            }
+        };
+        self.live().session = Some(Arc::clone(&session));
+        if let Err(reason) = self.register_tools(&session).await {
+            ended.cancel();
+            self.live().session = None;
+            process.stop().await;
+            return reason;
+        }
+        self.set_state(ServerState::Ready);
+        tracing::info!(server = %self.config.name, tools = self.live().registered.len(), "an MCP server is ready");
+        let reason = loop {
+            tokio::select! {
+                status = process.exited() => {
+                    break format!("it exited ({}); {}", show_exit(status), self.stderr_tail());
+                }
+                () = notices.tools_changed.notified() => {
+                    if let Err(reason) = self.register_tools(&session).await {
+                        tracing::warn!(server = %self.config.name, %reason, "cannot list an MCP server's tools again");
+                    }
+                }
+                () = self.stop.cancelled() => break "stopped".to_owned(),
+            }
+        };
+        ended.cancel();
+        self.live().session = None;
+        if let Ok(session) = Arc::try_unwrap(session) {
+            session.close().await;
+        }
+        process.stop().await;
+        reason
+    }
+
+    /// Lists the server's tools and makes the registry hold exactly them.
+    async fn register_tools(self: &Arc<Self>, session: &McpSession) -> Result<(), String> {
+        let tools = session.list_tools().await?;
+        let listed = listing::list(&self.config, &tools);
+        let mut quarantined = listed.quarantined;
+        let mut registered = Vec::new();
+        for tool in listed.tools {
+            let name = tool.definition.name.clone();
+            let server: Arc<dyn ToolServer> = Arc::clone(self) as Arc<dyn ToolServer>;
+            let mcp_tool = McpTool::new(Arc::downgrade(&server), tool);
+            match self.registry.register_or_replace(Arc::new(mcp_tool)) {
+                Ok(_) => registered.push(name),
+                Err(RegisterError::InvalidSchema { reason, .. }) => quarantined.push(Quarantined {
+                    tool: name,
+                    reason: format!("its inputSchema does not compile: {reason}"),
+                }),
+                Err(err) => quarantined.push(Quarantined {
+                    tool: name,
+                    reason: err.to_string(),
+                }),
+            }
+        }
+        for quarantine in &quarantined {
+            tracing::warn!(server = %self.config.name, tool = %quarantine.tool, reason = %quarantine.reason, "an MCP tool is quarantined");
+        }
+        let gone: Vec<String> = {
+            let mut live = self.live();
+            let gone = live
+                .registered
+                .iter()
+                .filter(|name| !registered.contains(name))
+                .cloned()
+                .collect();
+            live.registered = registered;
+            live.quarantined = quarantined;
+            gone
+        };
+        for name in gone {
+            self.registry.unregister(&name);
+        }
+        (self.tools_changed)();
+        Ok(())
+    }
+
+    /// Removes the server's tools from the registry.
+    fn withdraw_tools(&self) {
+        let registered = std::mem::take(&mut self.live().registered);
+        let mut changed = false;
+        for name in registered {
+            changed |= self.registry.unregister(&name);
+        }
+        if changed {
+            (self.tools_changed)();
+        }
+    }
+
+    /// Stops the server (its supervisor ends it and removes its tools).
+    pub fn stop(&self) {
+        self.stop.cancel();
+    }
+}
+
+impl ToolServer for McpServer {
+    fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    fn reachable(&self) -> Result<Reachable, String> {
+        let live = self.live();
+        match (&live.session, &live.state) {
+            (Some(session), Some(ServerState::Ready)) => Ok(Reachable {
+                session: Arc::clone(session),
+                ended: live.ended.clone(),
+            }),
+            _ => Err(format!(
+                "the MCP server {:?} is not running ({})",
+                self.config.name,
+                live.last_error.as_deref().unwrap_or("it is starting")
+            )),
+        }
+    }
+
+    fn stderr_tail(&self) -> String {
+        let lines = self
+            .live()
+            .stderr
+            .as_ref()
+            .map(|log| log.tail())
+            .unwrap_or_default();
+        if lines.is_empty() {
+            "it wrote nothing to stderr".to_owned()
+        } else {
+            format!("its stderr ended with: {}", lines.join(" | "))
+        }
+    }
+}
+
+fn show_exit(status: std::io::Result<std::process::ExitStatus>) -> String {
+    match status {
+        Ok(status) => status.to_string(),
+        Err(err) => format!("cannot wait for it: {err}"),
+    }
+}
+
+/// The daemon's MCP servers.
+#[derive(Default)]
+pub struct McpServers {
+    servers: Vec<Arc<McpServer>>,
+    supervisors: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl McpServers {
+    /// Every configured server, eager ones started in the background now.
+    pub fn start(
+        configs: &[McpServerConfig],
+        log_dir: PathBuf,
+        registry: &Arc<Registry>,
+        tools_changed: ToolsChanged,
+    ) -> Self {
+        let servers: Vec<Arc<McpServer>> = configs
+            .iter()
+            .map(|config| {
+                McpServer::new(
+                    config.clone(),
+                    log_dir.clone(),
+                    Arc::clone(registry),
+                    Arc::clone(&tools_changed),
+                )
+            })
+            .collect();
+        let supervisors = servers
+            .iter()
+            .filter(|server| server.config.start == Start::Eager)
+            .map(|server| tokio::spawn(Arc::clone(server).supervise()))
+            .collect();
+        Self {
+            servers,
+            supervisors,
+        }
+    }
+
+    pub fn servers(&self) -> &[Arc<McpServer>] {
+        &self.servers
+    }
+
+    /// Stops every server and waits until their processes are gone (each within its stop
+    /// grace, bounded here as a whole).
+    pub async fn stop_all(self) {
+        for server in &self.servers {
+            server.stop();
+        }
+        let all = futures_util::future::join_all(self.supervisors);
+        if tokio::time::timeout(super::process::STOP_GRACE * 2, all)
+            .await
+            .is_err()
+        {
+            tracing::warn!("MCP servers still stopping at exit");
+        }
+    }
+}

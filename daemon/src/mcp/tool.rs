@@ -1,0 +1,177 @@
+//! An MCP server's tool in the registry: a call sent to the server as `tools/call` (under the
+//! server's own name for the tool), its result mapped to toold's (text joined as `content`,
+//! other parts described there and kept whole in `metadata.mcp_content`, `structuredContent` as
+//! `metadata.structured`, `isError` and JSON-RPC errors as `tool_error`), and a call whose
+//! server exits ended at once, quoting the server's stderr.
+
+use std::sync::Weak;
+
+use serde_json::{Map, Value};
+use toold_protocol::{ErrorType, ToolDefinition};
+
+use super::client::{CallError, Reachable};
+use super::listing::ListedTool;
+use crate::tools::{Tool, ToolContext, ToolFailure, ToolFuture, ToolOutput};
+
+/// What a tool needs of its server; the server's supervisor provides it.
+pub trait ToolServer: Send + Sync {
+    fn name(&self) -> &str;
+    /// The live session, or why there is none.
+    fn reachable(&self) -> Result<Reachable, String>;
+    /// The last lines of the server's stderr, for an error to quote.
+    fn stderr_tail(&self) -> String;
+}
+
+/// One tool of one server. The server is held weakly: a tool left in a registry never keeps
+/// its server alive.
+pub struct McpTool {
+    server: Weak<dyn ToolServer>,
+    listed: ListedTool,
+}
+
+impl McpTool {
+    pub fn new(server: Weak<dyn ToolServer>, listed: ListedTool) -> Self {
+        Self { server, listed }
+    }
+}
+
+impl Tool for McpTool {
+    fn definition(&self) -> ToolDefinition {
+        self.listed.definition.clone()
+    }
+
+    fn run(&self, args: Map<String, Value>, ctx: ToolContext) -> ToolFuture {
+        let server = self.server.clone();
+        let name = self.listed.server_name.clone();
+        Box::pin(async move {
+            let server = server.upgrade().ok_or_else(|| {
+                ToolFailure::new(ErrorType::InternalError, "the MCP server was removed")
+            })?;
+            let reachable = server
+                .reachable()
+                .map_err(|reason| ToolFailure::new(ErrorType::InternalError, reason))?;
+            let answer = tokio::select! {
+                answer = reachable.session.call(&name, args, &ctx.cancel) => answer,
+                () = reachable.ended.cancelled() => Err(CallError::Closed("it exited".to_owned())),
+            };
+            match answer {
+                Ok(result) => output(&result),
+                Err(CallError::Stopped) => Err(ToolFailure::new(
+                    ErrorType::Canceled,
+                    "the call was stopped; the MCP server was told",
+                )),
+                Err(CallError::Server(message)) => {
+                    Err(ToolFailure::new(ErrorType::ToolError, message))
+                }
+                Err(CallError::Closed(why)) => Err(ToolFailure::new(
+                    ErrorType::InternalError,
+                    format!(
+                        "the MCP server {:?} ended during the call ({why}); {}",
+                        server.name(),
+                        server.stderr_tail()
+                    ),
+                )),
+            }
+        })
+    }
+}
+
+/// The server's `CallToolResult` (as JSON) as toold's output or failure.
+fn output(result: &Value) -> Result<ToolOutput, ToolFailure> {
+    let parts = result
+        .get("content")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let mut texts = Vec::new();
+    let mut other_parts = false;
+    for part in parts {
+        match part.get("type").and_then(Value::as_str) {
+            Some("text") => texts.push(
+                part.get("text")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned(),
+            ),
+            kind => {
+                other_parts = true;
+                texts.push(describe(kind.unwrap_or("unknown"), part));
+            }
+        }
+    }
+    let content = texts.join("\n");
+    if result.get("isError").and_then(Value::as_bool) == Some(true) {
+        let message = if content.is_empty() {
+            "the tool reported an error".to_owned()
+        } else {
+            content.clone()
+        };
+        return Err(ToolFailure::new(ErrorType::ToolError, message).with_content(content));
+    }
+    let mut output = ToolOutput::new(content);
+    if other_parts {
+        output = output.with_meta("mcp_content", Value::Array(parts.to_vec()));
+    }
+    if let Some(structured) = result.get("structuredContent") {
+        output = output.with_meta("structured", structured.clone());
+    }
+    Ok(output)
+}
+
+/// `[image: image/png, 1234 bytes]`: a part that is not text, in a line of the content.
+fn describe(kind: &str, part: &Value) -> String {
+    let mime = part
+        .get("mimeType")
+        .or_else(|| {
+            part.get("resource")
+                .and_then(|resource| resource.get("mimeType"))
+        })
+        .and_then(Value::as_str);
+    let size = part
+        .get("data")
+        .and_then(Value::as_str)
+        .map(|data| data.len() / 4 * 3);
+    match (mime, size) {
+        (Some(mime), Some(bytes)) => format!("[{kind}: {mime}, {bytes} bytes]"),
+        (Some(mime), None) => format!("[{kind}: {mime}]"),
+        (None, _) => format!("[{kind}]"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn results_map_as_section_a_says() {
+        let text = output(
+            &json!({"content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}),
+        )
+        .unwrap();
+        assert_eq!(text.content, "a\nb");
+        assert!(text.metadata.is_empty());
+
+        let mixed = output(&json!({
+            "content": [
+                {"type": "text", "text": "see"},
+                {"type": "image", "mimeType": "image/png", "data": "AAAA"}
+            ],
+            "structuredContent": {"n": 1}
+        }))
+        .unwrap();
+        assert_eq!(mixed.content, "see\n[image: image/png, 3 bytes]");
+        assert_eq!(mixed.metadata["structured"], json!({"n": 1}));
+        assert_eq!(mixed.metadata["mcp_content"][1]["type"], "image");
+
+        let failed = output(
+            &json!({"content": [{"type": "text", "text": "no such file"}], "isError": true}),
+        )
+        .unwrap_err();
+        assert_eq!(failed.error_type, ErrorType::ToolError);
+        assert_eq!(failed.message, "no such file");
+        let bare = output(&json!({"isError": true})).unwrap_err();
+        assert_eq!(bare.message, "the tool reported an error");
+    }
+}

@@ -1,0 +1,79 @@
+#!/usr/bin/env python3
+"""A small MCP server over stdio, written for toold's tests, that lists three tools of which one
+is malformed: `no_schema` has no object inputSchema (toold must quarantine it), a tool whose name
+is over 64 characters once prefixed (toold must shorten it), and `echo`, which works. `fail`
+reports an error (isError). Standard library only; one JSON-RPC message per line."""
+
+import json
+import sys
+
+LONG_NAME = "a_tool_with_a_name_long_enough_that_its_qualified_name_passes_sixty_four"
+
+TOOLS = [
+    {
+        "name": "echo",
+        "description": "Echoes its text",
+        "inputSchema": {
+            "type": "object",
+            "properties": {"text": {"type": "string"}},
+            "required": ["text"],
+        },
+    },
+    {"name": "no_schema", "description": "Lacks an object schema", "inputSchema": {"type": "array"}},
+    {"name": LONG_NAME, "inputSchema": {"type": "object"}},
+    {"name": "fail", "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": True}},
+]
+
+
+def send(message):
+    sys.stdout.write(json.dumps(message) + "\n")
+    sys.stdout.flush()
+
+
+def answer(request):
+    method = request.get("method")
+    params = request.get("params") or {}
+    if method == "initialize":
+        return {
+            "protocolVersion": params.get("protocolVersion", "2025-06-18"),
+            "capabilities": {"tools": {"listChanged": True}},
+            "serverInfo": {"name": "malformed", "version": "1.0.0"},
+        }
+    if method == "ping":
+        return {}
+    if method == "tools/list":
+        return {"tools": TOOLS}
+    if method == "tools/call":
+        name = params.get("name")
+        arguments = params.get("arguments") or {}
+        if name == "echo":
+            return {"content": [{"type": "text", "text": "echo: " + arguments.get("text", "")}]}
+        if name == LONG_NAME:
+            return {"content": [{"type": "text", "text": "the long one answered"}]}
+        if name == "fail":
+            return {"content": [{"type": "text", "text": "it failed on purpose"}], "isError": True}
+        raise LookupError("no tool named " + str(name))
+    raise NotImplementedError(method)
+
+
+def main():
+    print("malformed test server started", file=sys.stderr, flush=True)
+    for line in sys.stdin:
+        line = line.strip()
+        if not line:
+            continue
+        message = json.loads(line)
+        if "id" not in message or "method" not in message:
+            continue  # a notification or a response: nothing to answer
+        try:
+            send({"jsonrpc": "2.0", "id": message["id"], "result": answer(message)})
+        except NotImplementedError as unknown:
+            send({"jsonrpc": "2.0", "id": message["id"],
+                  "error": {"code": -32601, "message": "method not found: " + str(unknown)}})
+        except LookupError as missing:
+            send({"jsonrpc": "2.0", "id": message["id"],
+                  "error": {"code": -32602, "message": str(missing)}})
+
+
+if __name__ == "__main__":
+    main()

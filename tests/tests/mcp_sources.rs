@@ -1,0 +1,239 @@
+//! MCP servers as tool sources, end to end: a real daemon starts a real MCP server (a small
+//! one written for these tests, in `tests/mcp_servers/`), registers the tools its listing
+//! gives (quarantining the malformed one, shortening the long name), and runs calls through
+//! the pipeline under the session's rules.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use toold_tests::daemon::{TestDaemon, no_answers, outcome, results};
+use toold_tests::require;
+
+fn test_server(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("mcp_servers")
+        .join(name)
+}
+
+/// The config of one server, `bad`, running the malformed test server under python3; `None`
+/// (the test skipped) without python3.
+fn malformed_server_config(test: &str) -> Option<String> {
+    let python = require::program(test, "python3", &[], "apt-get install python3")?;
+    Some(format!(
+        "[mcp.servers.bad]\ncommand = {:?}\nargs = [{:?}]\n",
+        python.display().to_string(),
+        test_server("malformed.py").display().to_string()
+    ))
+}
+
+/// The registry's tools whose names start with `prefix`, once `expected` of them are there.
+async fn mcp_tools(
+    client: &toold_tests::daemon::TestClient,
+    prefix: &str,
+    expected: usize,
+) -> Vec<Value> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let listed = client
+            .request("tools/list", json!({}))
+            .await
+            .expect("tools/list");
+        let tools: Vec<Value> = listed["tools"]
+            .as_array()
+            .expect("tools")
+            .iter()
+            .filter(|tool| {
+                tool["name"]
+                    .as_str()
+                    .is_some_and(|name| name.starts_with(prefix))
+            })
+            .cloned()
+            .collect();
+        if tools.len() >= expected {
+            return tools;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the MCP server's tools never appeared: {tools:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_malformed_servers_good_tools_are_registered_and_called_through_the_pipeline() {
+    let Some(config) = malformed_server_config("mcp_sources::a_malformed_servers_good_tools")
+    else {
+        return;
+    };
+    let daemon = TestDaemon::start_with_config(Some(&config));
+    let client = daemon.connect(json!({}), no_answers()).await;
+
+    let tools = mcp_tools(&client, "mcp__bad__", 3).await;
+    let mut names: Vec<&str> = tools
+        .iter()
+        .filter_map(|tool| tool["name"].as_str())
+        .collect();
+    names.sort_unstable();
+    assert_eq!(names.len(), 3, "no_schema is quarantined: {names:?}");
+    assert!(names.contains(&"mcp__bad__echo"));
+    assert!(names.contains(&"mcp__bad__fail"));
+    let long = *names
+        .iter()
+        .find(|name| name.starts_with("mcp__bad__a_tool_with"))
+        .expect("the long-named tool, shortened");
+    assert_eq!(long.len(), 64, "{long}");
+    let suffix = &long[long.len() - 9..];
+    assert!(
+        suffix.starts_with('_') && suffix[1..].chars().all(|c| c.is_ascii_hexdigit()),
+        "{long}"
+    );
+    let echo = tools
+        .iter()
+        .find(|tool| tool["name"] == "mcp__bad__echo")
+        .expect("echo");
+    assert_eq!(echo["source"], json!({"mcp": "bad"}));
+    assert_eq!(echo["safety"], "side_effect");
+    assert_eq!(echo["description"], "Echoes its text");
+    let fail = tools
+        .iter()
+        .find(|tool| tool["name"] == "mcp__bad__fail")
+        .expect("fail");
+    assert_eq!(
+        fail["safety"], "side_effect",
+        "an untrusted server's readOnlyHint lowers no risk"
+    );
+
+    // Calls go through the pipeline: the session's rules decide.
+    let asking = client.create_session(&daemon.work(), json!({})).await;
+    let denied = client
+        .execute(
+            &asking,
+            json!([{"id": "c1", "name": "mcp__bad__echo", "arguments": {"text": "hi"}}]),
+        )
+        .await;
+    assert_eq!(
+        results(&denied)
+            .into_iter()
+            .map(outcome)
+            .collect::<Vec<_>>(),
+        ["permission_denied"],
+        "a side-effect tool asks, and no approver answers: {denied}"
+    );
+
+    let session = client
+        .create_session(
+            &daemon.work(),
+            json!({"rules": {"allow": ["mcp__bad__*"], "deny": ["mcp__bad__fail"]}}),
+        )
+        .await;
+    let response = client
+        .execute(
+            &session,
+            json!([
+                {"id": "c1", "name": "mcp__bad__echo", "arguments": {"text": "hi"}},
+                {"id": "c2", "name": long, "arguments": {}},
+                {"id": "c3", "name": "mcp__bad__fail", "arguments": {}},
+                {"id": "c4", "name": "mcp__bad__echo", "arguments": {"text": 5}},
+            ]),
+        )
+        .await;
+    let results = results(&response);
+    assert_eq!(
+        results
+            .iter()
+            .map(|result| outcome(result))
+            .collect::<Vec<_>>(),
+        ["ok", "ok", "permission_denied", "invalid_arguments"],
+        "{response}"
+    );
+    assert_eq!(results[0]["content"], "echo: hi");
+    assert_eq!(results[1]["content"], "the long one answered");
+
+    // Without the deny, the server's own failure is a tool_error with its message.
+    let open = client
+        .create_session(&daemon.work(), json!({"rules": {"allow": ["mcp__bad__*"]}}))
+        .await;
+    let failed = client
+        .execute(
+            &open,
+            json!([{"id": "c1", "name": "mcp__bad__fail", "arguments": {}}]),
+        )
+        .await;
+    let failed = &results_of(&failed)[0];
+    assert_eq!(outcome(failed), "tool_error", "{failed}");
+    assert_eq!(failed["error"], "it failed on purpose", "{failed}");
+
+    // The server's stderr went to its log, not to the daemon's.
+    let log = daemon.state_dir().join("mcp/bad.log");
+    let logged = std::fs::read_to_string(&log).expect("the server's log");
+    assert!(logged.contains("malformed test server started"), "{logged}");
+}
+
+fn results_of(response: &Value) -> Vec<Value> {
+    results(response).into_iter().cloned().collect()
+}
+
+/// The daemon's child running `script`, if any.
+fn server_pid(daemon: &TestDaemon, script: &str) -> Option<u32> {
+    let daemon_pid = daemon.pid().to_string();
+    std::fs::read_dir("/proc")
+        .ok()?
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .find(|pid| {
+            let parent = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|stat| stat.rsplit(')').next().map(str::to_owned))
+                .and_then(|rest| rest.split_whitespace().nth(1).map(str::to_owned));
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            parent.as_deref() == Some(daemon_pid.as_str())
+                && String::from_utf8_lossy(&cmdline).contains(script)
+        })
+}
+
+/// A server killed with SIGKILL loses its tools, and comes back with them after its backoff,
+/// as a new process.
+#[tokio::test]
+async fn a_killed_server_comes_back_with_its_tools() {
+    let Some(config) = malformed_server_config("mcp_sources::a_killed_server_comes_back") else {
+        return;
+    };
+    let daemon = TestDaemon::start_with_config(Some(&config));
+    let client = daemon.connect(json!({}), no_answers()).await;
+    mcp_tools(&client, "mcp__bad__", 3).await;
+    let first = server_pid(&daemon, "malformed.py").expect("the server's process");
+
+    toold_tests::daemon::send_signal(first, nix::sys::signal::Signal::SIGKILL);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let second = loop {
+        if let Some(pid) = server_pid(&daemon, "malformed.py").filter(|pid| *pid != first) {
+            break pid;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the server was not started again"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_ne!(first, second);
+    let tools = mcp_tools(&client, "mcp__bad__", 3).await;
+    assert_eq!(tools.len(), 3);
+    let session = client
+        .create_session(
+            &daemon.work(),
+            json!({"rules": {"allow": ["mcp__bad__echo"]}}),
+        )
+        .await;
+    let response = client
+        .execute(
+            &session,
+            json!([{"id": "c1", "name": "mcp__bad__echo", "arguments": {"text": "again"}}]),
+        )
+        .await;
+    assert_eq!(
+        results(&response)[0]["content"],
+        "echo: again",
+        "{response}"
+    );
+}
