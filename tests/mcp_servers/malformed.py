@@ -2,9 +2,12 @@
 """A small MCP server over stdio, written for toold's tests, that lists three tools of which one
 is malformed: `no_schema` has no object inputSchema (toold must quarantine it), a tool whose name
 is over 64 characters once prefixed (toold must shorten it), and `echo`, which works. `fail`
-reports an error (isError). Standard library only; one JSON-RPC message per line."""
+reports an error (isError); `slow` never answers, and says on stderr when its request is
+cancelled; `crash` says its last words on stderr and exits. Standard library only; one JSON-RPC
+message per line."""
 
 import json
+import os
 import sys
 
 LONG_NAME = "a_tool_with_a_name_long_enough_that_its_qualified_name_passes_sixty_four"
@@ -22,7 +25,16 @@ TOOLS = [
     {"name": "no_schema", "description": "Lacks an object schema", "inputSchema": {"type": "array"}},
     {"name": LONG_NAME, "inputSchema": {"type": "object"}},
     {"name": "fail", "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": True}},
+    {"name": "slow", "inputSchema": {"type": "object"}},
+    {"name": "crash", "inputSchema": {"type": "object", "properties": {"words": {"type": "string"}}}},
 ]
+
+# Requests of `slow`, never answered: a cancel names one of them.
+PENDING = set()
+
+
+class NoAnswer(Exception):
+    """The request is not answered (now)."""
 
 
 def send(message):
@@ -52,6 +64,12 @@ def answer(request):
             return {"content": [{"type": "text", "text": "the long one answered"}]}
         if name == "fail":
             return {"content": [{"type": "text", "text": "it failed on purpose"}], "isError": True}
+        if name == "slow":
+            PENDING.add(json.dumps(request["id"]))
+            raise NoAnswer()
+        if name == "crash":
+            print("dying now: " + arguments.get("words", ""), file=sys.stderr, flush=True)
+            os._exit(3)
         raise LookupError("no tool named " + str(name))
     raise NotImplementedError(method)
 
@@ -63,10 +81,18 @@ def main():
         if not line:
             continue
         message = json.loads(line)
+        if message.get("method") == "notifications/cancelled":
+            request = json.dumps((message.get("params") or {}).get("requestId"))
+            if request in PENDING:
+                PENDING.discard(request)
+                print("cancelled request " + request, file=sys.stderr, flush=True)
+            continue
         if "id" not in message or "method" not in message:
             continue  # a notification or a response: nothing to answer
         try:
             send({"jsonrpc": "2.0", "id": message["id"], "result": answer(message)})
+        except NoAnswer:
+            pass
         except NotImplementedError as unknown:
             send({"jsonrpc": "2.0", "id": message["id"],
                   "error": {"code": -32601, "message": "method not found: " + str(unknown)}})

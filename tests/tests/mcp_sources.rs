@@ -70,13 +70,13 @@ async fn a_malformed_servers_good_tools_are_registered_and_called_through_the_pi
     let daemon = TestDaemon::start_with_config(Some(&config));
     let client = daemon.connect(json!({}), no_answers()).await;
 
-    let tools = mcp_tools(&client, "mcp__bad__", 3).await;
+    let tools = mcp_tools(&client, "mcp__bad__", 5).await;
     let mut names: Vec<&str> = tools
         .iter()
         .filter_map(|tool| tool["name"].as_str())
         .collect();
     names.sort_unstable();
-    assert_eq!(names.len(), 3, "no_schema is quarantined: {names:?}");
+    assert_eq!(names.len(), 5, "no_schema is quarantined: {names:?}");
     assert!(names.contains(&"mcp__bad__echo"));
     assert!(names.contains(&"mcp__bad__fail"));
     let long = *names
@@ -201,7 +201,7 @@ async fn a_killed_server_comes_back_with_its_tools() {
     };
     let daemon = TestDaemon::start_with_config(Some(&config));
     let client = daemon.connect(json!({}), no_answers()).await;
-    mcp_tools(&client, "mcp__bad__", 3).await;
+    mcp_tools(&client, "mcp__bad__", 5).await;
     let first = server_pid(&daemon, "malformed.py").expect("the server's process");
 
     toold_tests::daemon::send_signal(first, nix::sys::signal::Signal::SIGKILL);
@@ -217,8 +217,8 @@ async fn a_killed_server_comes_back_with_its_tools() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     assert_ne!(first, second);
-    let tools = mcp_tools(&client, "mcp__bad__", 3).await;
-    assert_eq!(tools.len(), 3);
+    let tools = mcp_tools(&client, "mcp__bad__", 5).await;
+    assert_eq!(tools.len(), 5);
     let session = client
         .create_session(
             &daemon.work(),
@@ -236,4 +236,102 @@ async fn a_killed_server_comes_back_with_its_tools() {
         "echo: again",
         "{response}"
     );
+}
+
+/// Waits until the server's log holds `count` lines containing `text`.
+async fn logged(daemon: &TestDaemon, text: &str, count: usize) -> String {
+    let log = daemon.state_dir().join("mcp/bad.log");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let logged = std::fs::read_to_string(&log).unwrap_or_default();
+        if logged.matches(text).count() >= count {
+            return logged;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the server's log never showed {count} × {text:?}: {logged}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A call stopped by a cancel or by its timeout ends at once, the server is told
+/// (`notifications/cancelled`), and it still answers afterwards; a server that exits during a
+/// call fails it with its last words quoted.
+#[tokio::test]
+async fn stopped_calls_end_at_once_and_a_crash_is_quoted() {
+    let Some(mut config) = malformed_server_config("mcp_sources::stopped_calls_end_at_once") else {
+        return;
+    };
+    config.push_str("tool_timeout_ms = 3000\n");
+    let daemon = TestDaemon::start_with_config(Some(&config));
+    let client = daemon.connect(json!({}), no_answers()).await;
+    mcp_tools(&client, "mcp__bad__", 5).await;
+    let session = client
+        .create_session(&daemon.work(), json!({"rules": {"allow": ["mcp__bad__*"]}}))
+        .await;
+    let slow = json!([{"id": "c1", "name": "mcp__bad__slow", "arguments": {}}]);
+
+    // Canceled: the batch ends before the tool's timeout could end it.
+    let started = Instant::now();
+    let (canceled, _) = tokio::join!(client.execute(&session, slow.clone()), async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        client
+            .request("tools/cancel", json!({"session_id": session}))
+            .await
+            .expect("tools/cancel")
+    });
+    assert_eq!(outcome(results(&canceled)[0]), "canceled", "{canceled}");
+    assert!(
+        started.elapsed() < Duration::from_millis(3000),
+        "the cancel, not the timeout, ended it"
+    );
+    logged(&daemon, "cancelled request", 1).await;
+
+    // Timed out: ended at the tool's timeout, the server told again.
+    let timed_out = client.execute(&session, slow).await;
+    assert_eq!(outcome(results(&timed_out)[0]), "timeout", "{timed_out}");
+    logged(&daemon, "cancelled request", 2).await;
+
+    let echo = client
+        .execute(
+            &session,
+            json!([{"id": "c1", "name": "mcp__bad__echo", "arguments": {"text": "still here"}}]),
+        )
+        .await;
+    assert_eq!(results(&echo)[0]["content"], "echo: still here", "{echo}");
+
+    let crashed = client
+        .execute(
+            &session,
+            json!([{"id": "c1", "name": "mcp__bad__crash", "arguments": {"words": "farewell"}}]),
+        )
+        .await;
+    let result = results(&crashed)[0];
+    assert_eq!(outcome(result), "internal_error", "{crashed}");
+    let message = result["error"].as_str().expect("a message");
+    assert!(message.contains("dying now: farewell"), "{message}");
+}
+
+/// A daemon killed with SIGKILL leaves no server process behind.
+#[tokio::test]
+async fn a_daemon_killed_leaves_no_server_behind() {
+    let Some(config) = malformed_server_config("mcp_sources::a_daemon_killed_leaves_no_server")
+    else {
+        return;
+    };
+    let daemon = TestDaemon::start_with_config(Some(&config));
+    let client = daemon.connect(json!({}), no_answers()).await;
+    mcp_tools(&client, "mcp__bad__", 5).await;
+    let server = server_pid(&daemon, "malformed.py").expect("the server's process");
+
+    toold_tests::daemon::send_signal(daemon.pid(), nix::sys::signal::Signal::SIGKILL);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while toold_tests::daemon::process_alive(server) {
+        assert!(
+            Instant::now() < deadline,
+            "the server outlived its daemon by 5 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }

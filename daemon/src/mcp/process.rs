@@ -15,6 +15,7 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, ChildStdin, ChildStdout};
 use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 use toold_protocol::sync::LockUnpoisoned;
 
 use crate::process_tree::{KnownChild, ProcessTree, new_run_tag, spawn_known, tagged_command};
@@ -75,6 +76,7 @@ impl ServerProcess {
         );
         let mut command = tagged_command(launch.command, env, &tag);
         command.args(launch.args);
+        die_with_the_daemon(&mut command);
         if let Some(cwd) = launch.cwd {
             command.current_dir(cwd);
         }
@@ -90,6 +92,7 @@ impl ServerProcess {
                 while let Ok(Some(line)) = lines.next_line().await {
                     log.record(&line);
                 }
+                log.read_to_end.cancel();
             })
         });
         Ok(Self {
@@ -141,6 +144,28 @@ impl ServerProcess {
     }
 }
 
+/// Has the kernel SIGKILL the server when the daemon's thread that started it ends: the
+/// daemon dying, in practice, as servers are started from the runtime's worker threads, which
+/// live as long as the daemon (never start one from a blocking-pool thread, which may end when
+/// idle). What the server started sees its stdin close then; an MCP server exits on that.
+#[allow(unsafe_code)]
+fn die_with_the_daemon(command: &mut tokio::process::Command) {
+    let daemon = nix::unistd::getpid();
+    // SAFETY: the closure runs in the child between fork and exec; it makes only the prctl and
+    // getppid system calls, both async-signal-safe, and allocates nothing.
+    unsafe {
+        command.pre_exec(move || {
+            nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+                .map_err(std::io::Error::from)?;
+            // A daemon that died before the request above would never send the signal.
+            if nix::unistd::getppid() != daemon {
+                return Err(std::io::Error::other("the daemon is gone"));
+            }
+            Ok(())
+        });
+    }
+}
+
 fn inherited_variables() -> impl Iterator<Item = (OsString, OsString)> {
     crate::process_tree::inherited_env().filter(|(name, _)| {
         name.to_str()
@@ -153,6 +178,9 @@ fn inherited_variables() -> impl Iterator<Item = (OsString, OsString)> {
 pub struct StderrLog {
     path: PathBuf,
     state: Mutex<LogState>,
+    /// Fired once the server's stderr has been read to its end (the server and whatever it
+    /// started have closed it): its last words are all in.
+    pub read_to_end: CancellationToken,
 }
 
 struct LogState {
@@ -172,6 +200,7 @@ impl StderrLog {
         let written = file.metadata().map(|meta| meta.len()).unwrap_or(0);
         Ok(Self {
             path,
+            read_to_end: CancellationToken::new(),
             state: Mutex::new(LogState {
                 file: Some(file),
                 written,

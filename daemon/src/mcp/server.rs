@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use futures_util::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 use toold_protocol::sync::LockUnpoisoned;
 
@@ -25,6 +26,9 @@ const MAX_BACKOFF: Duration = Duration::from_secs(60);
 /// A server that fails this often within [`FAILURE_WINDOW`] is left `failed`.
 const MAX_FAILURES: usize = 5;
 const FAILURE_WINDOW: Duration = Duration::from_secs(600);
+
+/// How long an error quoting a server's stderr waits for the last of it to be read.
+const STDERR_DRAIN: Duration = Duration::from_millis(500);
 
 /// Where a server is in its life (`mcp/status`'s `state`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -198,9 +202,8 @@ impl McpServer {
             Ok(session) => Arc::new(session),
             Err(reason) => {
                 ended.cancel();
-                let tail = self.stderr_tail();
                 process.stop().await;
-                return format!("{reason}; {tail}");
+                return format!("{reason}; {}", self.stderr_tail().await);
             }
         };
         self.live().session = Some(Arc::clone(&session));
@@ -215,7 +218,7 @@ impl McpServer {
         let reason = loop {
             tokio::select! {
                 status = process.exited() => {
-                    break format!("it exited ({}); {}", show_exit(status), self.stderr_tail());
+                    break format!("it exited ({}); {}", show_exit(status), self.stderr_tail().await);
                 }
                 () = notices.tools_changed.notified() => {
                     if let Err(reason) = self.register_tools(&session).await {
@@ -316,18 +319,21 @@ impl ToolServer for McpServer {
         }
     }
 
-    fn stderr_tail(&self) -> String {
-        let lines = self
-            .live()
-            .stderr
-            .as_ref()
-            .map(|log| log.tail())
-            .unwrap_or_default();
-        if lines.is_empty() {
-            "it wrote nothing to stderr".to_owned()
-        } else {
-            format!("its stderr ended with: {}", lines.join(" | "))
-        }
+    fn stderr_tail(&self) -> BoxFuture<'_, String> {
+        let log = self.live().stderr.clone();
+        Box::pin(async move {
+            let Some(log) = log else {
+                return "it wrote nothing to stderr".to_owned();
+            };
+            // Bounded: a child of the server may hold its stderr open after it exited.
+            let _ = tokio::time::timeout(STDERR_DRAIN, log.read_to_end.cancelled()).await;
+            let lines = log.tail();
+            if lines.is_empty() {
+                "it wrote nothing to stderr".to_owned()
+            } else {
+                format!("its stderr ended with: {}", lines.join(" | "))
+            }
+        })
     }
 }
 

@@ -6,6 +6,7 @@
 
 use std::sync::Weak;
 
+use futures_util::future::BoxFuture;
 use serde_json::{Map, Value};
 use toold_protocol::{ErrorType, ToolDefinition};
 
@@ -18,8 +19,9 @@ pub trait ToolServer: Send + Sync {
     fn name(&self) -> &str;
     /// The live session, or why there is none.
     fn reachable(&self) -> Result<Reachable, String>;
-    /// The last lines of the server's stderr, for an error to quote.
-    fn stderr_tail(&self) -> String;
+    /// The last lines of the server's stderr, for an error to quote, once it has been read to
+    /// its end (a server that just exited may have written its last words a moment before).
+    fn stderr_tail(&self) -> BoxFuture<'_, String>;
 }
 
 /// One tool of one server. The server is held weakly: a tool left in a registry never keeps
@@ -68,7 +70,7 @@ impl Tool for McpTool {
                     format!(
                         "the MCP server {:?} ended during the call ({why}); {}",
                         server.name(),
-                        server.stderr_tail()
+                        server.stderr_tail().await
                     ),
                 )),
             }
