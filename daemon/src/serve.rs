@@ -154,11 +154,12 @@ pub fn serve(args: ServeArgs) -> Result<(), ServeError> {
         let daemon = Arc::new(Daemon::new(Arc::new(executor), sessions, settings));
         // Each server once, for every session; their tools' coming and going told to clients.
         let told = Arc::downgrade(&daemon);
-        let mcp = McpServers::start(&config.mcp_servers, mcp_log_dir, &daemon.registry, Arc::new(move || {
+        let mcp = Arc::new(McpServers::start(&config.mcp_servers, mcp_log_dir, &daemon.registry, Arc::new(move || {
             if let Some(daemon) = told.upgrade() {
                 daemon.tools_changed();
             }
-        }));
+        })));
+        let _ = daemon.mcp.set(Arc::clone(&mcp));
         let shutdown = CancellationToken::new();
         tokio::spawn(stop_signals.drain_on_signal(shutdown.clone()));
         let options = ServerOptions {

@@ -18,6 +18,7 @@ pub mod framing;
 pub mod hooks;
 pub mod initialize;
 pub mod invoke;
+pub mod mcp;
 pub mod methods;
 pub mod peer;
 pub mod rpc;
@@ -52,6 +53,7 @@ pub use initialize::{
     ServerCapabilities, UnsupportedVersionData,
 };
 pub use invoke::{InvokeEnv, InvokeParams};
+pub use mcp::{McpServerStatus, McpStatusParams, McpStatusResult, QuarantinedTool};
 pub use methods::{NotificationMethod, RequestMethod};
 pub use peer::{
     BoxFuture, CloseReason, Handler, OutgoingRequest, Peer, PeerClosed, PeerFraming, PeerHandle,

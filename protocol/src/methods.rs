@@ -18,6 +18,7 @@ use crate::framing::render_notification_as;
 use crate::hooks::{PostToolUseAnswer, PostToolUseParams, PreToolUseAnswer, PreToolUseParams};
 use crate::initialize::{InitializeParams, InitializeResult};
 use crate::invoke::InvokeParams;
+use crate::mcp::{McpStatusParams, McpStatusResult};
 use crate::rpc::Empty;
 use crate::session::{
     SessionAttachParams, SessionCreateParams, SessionIdParams, SessionListParams,
@@ -42,6 +43,7 @@ pub const TOOLS_REGISTER: &str = "tools/register";
 pub const TOOLS_UNREGISTER: &str = "tools/unregister";
 pub const TOOLS_EXECUTE: &str = "tools/execute";
 pub const TOOLS_CANCEL: &str = "tools/cancel";
+pub const MCP_STATUS: &str = "mcp/status";
 
 // Sent by either peer.
 pub const CANCEL_REQUEST: &str = "$/cancelRequest";
@@ -116,6 +118,7 @@ request_methods! {
     ToolsUnregister = TOOLS_UNREGISTER: ToolsUnregisterParams => Revision;
     ToolsExecute = TOOLS_EXECUTE: ExecuteParams => ExecuteResult;
     ToolsCancel = TOOLS_CANCEL: CancelParams => CancelResult;
+    McpStatus = MCP_STATUS: McpStatusParams => McpStatusResult;
     /// Daemon → client.
     ApprovalRequest = APPROVAL_REQUEST: ApprovalRequestParams => ApprovalAnswer;
     /// Daemon → client.
@@ -227,6 +230,7 @@ mod tests {
             request::<ToolsUnregister>(),
             request::<ToolsExecute>(),
             request::<ToolsCancel>(),
+            request::<McpStatus>(),
             request::<ApprovalRequest>(),
             request::<HookPreToolUse>(),
             request::<HookPostToolUse>(),

@@ -105,6 +105,35 @@ async fn a_malformed_servers_good_tools_are_registered_and_called_through_the_pi
         "an untrusted server's readOnlyHint lowers no risk"
     );
 
+    // mcp/status: the server, its tools, the quarantined one and why.
+    let status = client
+        .request("mcp/status", json!({}))
+        .await
+        .expect("mcp/status");
+    let server = &status["servers"][0];
+    assert_eq!(server["name"], "bad", "{status}");
+    assert_eq!(server["state"], "ready", "{status}");
+    assert_eq!(server["transport"], "stdio", "{status}");
+    assert_eq!(server["restarts"], 0, "{status}");
+    assert_eq!(
+        server["pid"].as_u64(),
+        server_pid(&daemon, "malformed.py").map(u64::from),
+        "{status}"
+    );
+    assert!(server["protocol_version"].is_string(), "{status}");
+    assert_eq!(
+        server["tools"].as_array().map(Vec::len),
+        Some(5),
+        "{status}"
+    );
+    assert_eq!(server["quarantined"][0]["tool"], "no_schema", "{status}");
+    assert!(
+        server["quarantined"][0]["reason"]
+            .as_str()
+            .is_some_and(|reason| reason.contains("\"type\": \"object\"")),
+        "{status}"
+    );
+
     // Calls go through the pipeline: the session's rules decide.
     let asking = client.create_session(&daemon.work(), json!({})).await;
     let denied = client
@@ -219,6 +248,17 @@ async fn a_killed_server_comes_back_with_its_tools() {
     assert_ne!(first, second);
     let tools = mcp_tools(&client, "mcp__bad__", 5).await;
     assert_eq!(tools.len(), 5);
+    let status = client
+        .request("mcp/status", json!({}))
+        .await
+        .expect("mcp/status");
+    assert_eq!(status["servers"][0]["restarts"], 1, "{status}");
+    assert!(
+        status["servers"][0]["last_error"]
+            .as_str()
+            .is_some_and(|error| error.contains("exited")),
+        "{status}"
+    );
     let session = client
         .create_session(
             &daemon.work(),
@@ -334,4 +374,16 @@ async fn a_daemon_killed_leaves_no_server_behind() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// Without MCP servers in the config, `mcp/status` lists none.
+#[tokio::test]
+async fn mcp_status_lists_no_server_without_one_configured() {
+    let daemon = TestDaemon::start();
+    let client = daemon.connect(json!({}), no_answers()).await;
+    let status = client
+        .request("mcp/status", json!({}))
+        .await
+        .expect("mcp/status");
+    assert_eq!(status, json!({"servers": []}));
 }

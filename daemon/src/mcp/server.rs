@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use futures_util::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 use toold_protocol::sync::LockUnpoisoned;
+use toold_protocol::{McpServerStatus, QuarantinedTool};
 
 use super::client::{McpSession, Reachable, ServerNotices};
 use super::listing::{self, Quarantined};
@@ -38,6 +39,17 @@ pub enum ServerState {
     /// Failed too often, or cannot start at all: why.
     Failed(String),
     Stopped,
+}
+
+impl ServerState {
+    pub fn name(&self) -> &'static str {
+        match self {
+            ServerState::Starting => "starting",
+            ServerState::Ready => "ready",
+            ServerState::Failed(_) => "failed",
+            ServerState::Stopped => "stopped",
+        }
+    }
 }
 
 /// Called whenever the registry gained or lost a server's tools.
@@ -100,6 +112,37 @@ impl McpServer {
     /// The registered names of the server's tools now.
     pub fn tools(&self) -> Vec<String> {
         self.live().registered.clone()
+    }
+
+    /// The server as `mcp/status` shows it.
+    pub fn status(&self) -> McpServerStatus {
+        let live = self.live();
+        let state = live.state.clone().unwrap_or(ServerState::Stopped);
+        let running = matches!(state, ServerState::Starting | ServerState::Ready);
+        McpServerStatus {
+            name: self.config.name.clone(),
+            state: state.name().to_owned(),
+            pid: live.pid.filter(|_| running),
+            transport: self.config.transport.kind().to_owned(),
+            protocol_version: live
+                .session
+                .as_ref()
+                .and_then(|session| session.protocol_version()),
+            tools: live.registered.clone(),
+            quarantined: live
+                .quarantined
+                .iter()
+                .map(|quarantined| QuarantinedTool {
+                    tool: quarantined.tool.clone(),
+                    reason: quarantined.reason.clone(),
+                })
+                .collect(),
+            restarts: live.restarts,
+            last_error: match &state {
+                ServerState::Failed(reason) => Some(reason.clone()),
+                _ => live.last_error.clone(),
+            },
+        }
     }
 
     fn live(&self) -> std::sync::MutexGuard<'_, Live> {
@@ -348,7 +391,7 @@ fn show_exit(status: std::io::Result<std::process::ExitStatus>) -> String {
 #[derive(Default)]
 pub struct McpServers {
     servers: Vec<Arc<McpServer>>,
-    supervisors: Vec<tokio::task::JoinHandle<()>>,
+    supervisors: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
 impl McpServers {
@@ -377,8 +420,13 @@ impl McpServers {
             .collect();
         Self {
             servers,
-            supervisors,
+            supervisors: Mutex::new(supervisors),
         }
+    }
+
+    /// Every server as `mcp/status` shows it, in the config's order.
+    pub fn status(&self) -> Vec<McpServerStatus> {
+        self.servers.iter().map(|server| server.status()).collect()
     }
 
     pub fn servers(&self) -> &[Arc<McpServer>] {
@@ -387,11 +435,12 @@ impl McpServers {
 
     /// Stops every server and waits until their processes are gone (each within its stop
     /// grace, bounded here as a whole).
-    pub async fn stop_all(self) {
+    pub async fn stop_all(&self) {
         for server in &self.servers {
             server.stop();
         }
-        let all = futures_util::future::join_all(self.supervisors);
+        let supervisors = std::mem::take(&mut *self.supervisors.lock_unpoisoned());
+        let all = futures_util::future::join_all(supervisors);
         if tokio::time::timeout(super::process::STOP_GRACE * 2, all)
             .await
             .is_err()

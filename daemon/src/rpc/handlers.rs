@@ -8,10 +8,11 @@ use std::sync::atomic::Ordering;
 use serde_json::{Value, json};
 use toold_protocol::{
     CancelParams, CancelResult, Empty, ErrorObject, ExecuteParams, ExecuteResult, HookEvent,
-    InitializeParams, InitializeResult, PROTOCOL_VERSION, PeerInfo, Revision, ServerCapabilities,
-    SessionAttachParams, SessionCreateParams, SessionIdParams, SessionListResult, SessionMode,
-    SessionSnapshot, SessionUpdateParams, ToolDefinition, ToolSource, ToolsListParams,
-    ToolsListResult, ToolsRegisterParams, ToolsUnregisterParams, UnsupportedVersionData,
+    InitializeParams, InitializeResult, McpStatusResult, PROTOCOL_VERSION, PeerInfo, Revision,
+    ServerCapabilities, SessionAttachParams, SessionCreateParams, SessionIdParams,
+    SessionListResult, SessionMode, SessionSnapshot, SessionUpdateParams, ToolDefinition,
+    ToolSource, ToolsListParams, ToolsListResult, ToolsRegisterParams, ToolsUnregisterParams,
+    UnsupportedVersionData,
 };
 
 use super::Daemon;
@@ -308,6 +309,15 @@ pub(crate) async fn tools_execute(
         .await;
     connection.end_execute(&request_id);
     Ok(ExecuteResult { batch_id, results })
+}
+
+pub(crate) fn mcp_status(daemon: &Daemon) -> Reply<McpStatusResult> {
+    let servers = daemon
+        .mcp
+        .get()
+        .map(|servers| servers.status())
+        .unwrap_or_default();
+    Ok(McpStatusResult { servers })
 }
 
 pub(crate) fn tools_cancel(daemon: &Daemon, params: CancelParams) -> Reply<CancelResult> {

@@ -14,6 +14,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use toold_protocol::methods;
 
+use crate::mcp::server::McpServers;
 use crate::pipeline::Executor;
 use crate::session::manager::SessionManager;
 use crate::tools::Registry;
@@ -42,6 +43,9 @@ pub struct Daemon {
     pub next_batch: AtomicU64,
     /// Every open connection, for `tools/list_changed`.
     connections: Mutex<HashMap<u64, Arc<Connection>>>,
+    /// The configured MCP servers, set once they are started (they need the daemon to tell
+    /// clients of their tools).
+    pub mcp: std::sync::OnceLock<Arc<McpServers>>,
 }
 
 impl Daemon {
@@ -61,6 +65,7 @@ impl Daemon {
             shutdown: CancellationToken::new(),
             next_batch: AtomicU64::new(1),
             connections: Mutex::new(HashMap::new()),
+            mcp: std::sync::OnceLock::new(),
         }
     }
 
