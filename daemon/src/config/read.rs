@@ -260,19 +260,8 @@ fn sandbox(field: &Field<'_, '_>, warnings: &mut Vec<Fault>) -> Result<SandboxCo
             }
             "network" => sandbox.settings.network = entry.boolean()?,
             "writable" => {
-                let home = home_dir();
                 for item in entry.elements("an array of directory paths")? {
-                    let text = item.string()?;
-                    let path = match text.strip_prefix("~/") {
-                        Some(rest) => home.join(rest),
-                        None if text == "~" => home.clone(),
-                        None => PathBuf::from(text),
-                    };
-                    if !path.is_absolute() {
-                        return Err(item.fault(format!(
-                            "{text:?} is not an absolute path (or one that starts with ~/)"
-                        )));
-                    }
+                    let path = item.absolute_path()?;
                     if !path.is_dir() {
                         warnings.push(item.fault(format!(
                             "{} is not an existing directory: commands cannot write there until it is",
@@ -537,6 +526,22 @@ impl<'a, 'i> Field<'a, 'i> {
             DeValue::String(text) => Ok(text.as_ref()),
             _ => Err(self.wrong_type("a string")),
         }
+    }
+
+    /// An absolute path, or one under `~/` (expanded here).
+    fn absolute_path(&self) -> Result<PathBuf, Fault> {
+        let text = self.string()?;
+        let path = match text.strip_prefix("~/") {
+            Some(rest) => home_dir().join(rest),
+            None if text == "~" => home_dir(),
+            None => PathBuf::from(text),
+        };
+        if !path.is_absolute() {
+            return Err(self.fault(format!(
+                "{text:?} is not an absolute path (or one that starts with ~/)"
+            )));
+        }
+        Ok(path)
     }
 
     /// The entries of a table value, keyed below this one.

@@ -97,21 +97,8 @@ impl McpServer {
         })
     }
 
-    pub fn name(&self) -> &str {
-        &self.config.name
-    }
-
     pub fn state(&self) -> ServerState {
         self.live().state.clone().unwrap_or(ServerState::Stopped)
-    }
-
-    pub fn quarantined(&self) -> Vec<Quarantined> {
-        self.live().quarantined.clone()
-    }
-
-    /// The registered names of the server's tools now.
-    pub fn tools(&self) -> Vec<String> {
-        self.live().registered.clone()
     }
 
     /// The server as `mcp/status` shows it.

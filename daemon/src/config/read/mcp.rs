@@ -14,7 +14,6 @@ use crate::mcp::{
     DEFAULT_STARTUP_TIMEOUT, DEFAULT_TOOL_TIMEOUT, McpServerConfig, McpTransport, Start,
     ToolFilter, Trust,
 };
-use crate::permission::home_dir;
 
 /// The keys of a server's table.
 const SERVER_KEYS: [&str; 14] = [
@@ -110,7 +109,7 @@ fn server(field: &Field<'_, '_>) -> Result<Option<McpServerConfig>, Fault> {
                     .collect::<Result<_, _>>()?;
             }
             "env" => given.env = string_table(&entry, "environment variable")?,
-            "cwd" => given.cwd = Some(directory(&entry)?),
+            "cwd" => given.cwd = Some(entry.absolute_path()?),
             "url" => given.url = Some(url(&entry)?),
             "headers" => given.headers = string_table(&entry, "header")?,
             "bearer_token_env" => {
@@ -252,22 +251,6 @@ fn string_table(field: &Field<'_, '_>, what: &str) -> Result<BTreeMap<String, St
         table.insert(entry.name.to_owned(), value);
     }
     Ok(table)
-}
-
-/// An absolute directory, or one under `~/`.
-fn directory(field: &Field<'_, '_>) -> Result<PathBuf, Fault> {
-    let text = field.string()?;
-    let path = match text.strip_prefix("~/") {
-        Some(rest) => home_dir().join(rest),
-        None if text == "~" => home_dir(),
-        None => PathBuf::from(text),
-    };
-    if !path.is_absolute() {
-        return Err(field.fault(format!(
-            "{text:?} is not an absolute path (or one that starts with ~/)"
-        )));
-    }
-    Ok(path)
 }
 
 /// An `http://` or `https://` URL with a host.
