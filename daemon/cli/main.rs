@@ -1,7 +1,7 @@
 //! The `toold` binary, its command line: `serve` runs the daemon (the library's
 //! [`toold::serve`]), `check-config` validates a configuration
-//! file, `connect` bridges stdio to the daemon; `call`, `exec`, `tools`, `sessions` and
-//! `status` talk to it through `toold-client`; `completions` prints shell completions. The
+//! file, `connect` bridges stdio to the daemon; `call`, `exec`, `tools`, `sessions`,
+//! `status` and `mcp` talk to it through `toold-client`; `completions` prints shell completions. The
 //! edge of the program: errors become messages and exit codes here.
 //!
 //! Exit codes of the subcommands that talk to the daemon: 0 when everything asked for
@@ -19,6 +19,7 @@ mod call;
 mod connect;
 mod exec;
 mod listing;
+mod mcp;
 mod render;
 mod status;
 mod visible;
@@ -98,6 +99,11 @@ enum Command {
     ///
     /// Example: toold status --socket /tmp/toold-test/toold.sock
     Status(status::StatusArgs),
+    /// The daemon's MCP servers: `status` lists them, `restart NAME` starts one again.
+    ///
+    /// Example: toold mcp status
+    #[command(subcommand)]
+    Mcp(mcp::McpCommand),
     /// Print a completion script for a shell.
     ///
     /// Example: toold completions bash > ~/.local/share/bash-completion/completions/toold
@@ -155,6 +161,7 @@ fn main() -> ExitCode {
         Command::Tools(args) => client_side(on_runtime(listing::tools(args))),
         Command::Sessions(args) => client_side(on_runtime(listing::sessions(args))),
         Command::Status(args) => client_side(on_runtime(status::status(args))),
+        Command::Mcp(command) => client_side(on_runtime(mcp::mcp(command))),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "toold", &mut std::io::stdout());
             ExitCode::SUCCESS

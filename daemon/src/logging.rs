@@ -5,10 +5,15 @@
 
 use std::io::{self, Write};
 
-/// Starts the log at the level `TOOLD_LOG` gives (`info` when unset or invalid).
+/// The filter when `TOOLD_LOG` is unset or invalid: toold's own `info`, and only warnings from
+/// the MCP library, whose `info` lines repeat a server's whole handshake (its instructions
+/// included) at every start.
+const DEFAULT_FILTER: &str = "info,rmcp=warn";
+
+/// Starts the log at the level `TOOLD_LOG` gives ([`DEFAULT_FILTER`] when unset or invalid).
 pub(crate) fn init() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("TOOLD_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_FILTER));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         // Colours are escape sequences, which the writer would show as text.

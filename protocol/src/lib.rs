@@ -53,7 +53,9 @@ pub use initialize::{
     ServerCapabilities, UnsupportedVersionData,
 };
 pub use invoke::{InvokeEnv, InvokeParams};
-pub use mcp::{McpServerStatus, McpStatusParams, McpStatusResult, QuarantinedTool};
+pub use mcp::{
+    McpRestartParams, McpServerStatus, McpStatusParams, McpStatusResult, QuarantinedTool,
+};
 pub use methods::{NotificationMethod, RequestMethod};
 pub use peer::{
     BoxFuture, CloseReason, Handler, OutgoingRequest, Peer, PeerClosed, PeerFraming, PeerHandle,

@@ -1,4 +1,5 @@
-//! The daemon's MCP servers as clients see them (EXTENSIONS.md section A): `mcp/status`.
+//! The daemon's MCP servers as clients see them (EXTENSIONS.md section A): `mcp/status` and
+//! `mcp/restart`.
 
 use serde::{Deserialize, Serialize};
 
@@ -6,6 +7,14 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct McpStatusParams {}
+
+/// `mcp/restart` params: the server to stop and start again (its result: the server's new
+/// [`McpServerStatus`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct McpRestartParams {
+    pub name: String,
+}
 
 /// `mcp/status` result: every configured server, in the config's order.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

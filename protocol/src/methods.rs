@@ -18,7 +18,7 @@ use crate::framing::render_notification_as;
 use crate::hooks::{PostToolUseAnswer, PostToolUseParams, PreToolUseAnswer, PreToolUseParams};
 use crate::initialize::{InitializeParams, InitializeResult};
 use crate::invoke::InvokeParams;
-use crate::mcp::{McpStatusParams, McpStatusResult};
+use crate::mcp::{McpRestartParams, McpServerStatus, McpStatusParams, McpStatusResult};
 use crate::rpc::Empty;
 use crate::session::{
     SessionAttachParams, SessionCreateParams, SessionIdParams, SessionListParams,
@@ -44,6 +44,7 @@ pub const TOOLS_UNREGISTER: &str = "tools/unregister";
 pub const TOOLS_EXECUTE: &str = "tools/execute";
 pub const TOOLS_CANCEL: &str = "tools/cancel";
 pub const MCP_STATUS: &str = "mcp/status";
+pub const MCP_RESTART: &str = "mcp/restart";
 
 // Sent by either peer.
 pub const CANCEL_REQUEST: &str = "$/cancelRequest";
@@ -119,6 +120,7 @@ request_methods! {
     ToolsExecute = TOOLS_EXECUTE: ExecuteParams => ExecuteResult;
     ToolsCancel = TOOLS_CANCEL: CancelParams => CancelResult;
     McpStatus = MCP_STATUS: McpStatusParams => McpStatusResult;
+    McpRestart = MCP_RESTART: McpRestartParams => McpServerStatus;
     /// Daemon → client.
     ApprovalRequest = APPROVAL_REQUEST: ApprovalRequestParams => ApprovalAnswer;
     /// Daemon → client.
@@ -231,6 +233,7 @@ mod tests {
             request::<ToolsExecute>(),
             request::<ToolsCancel>(),
             request::<McpStatus>(),
+            request::<McpRestart>(),
             request::<ApprovalRequest>(),
             request::<HookPreToolUse>(),
             request::<HookPostToolUse>(),

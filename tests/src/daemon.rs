@@ -66,7 +66,7 @@ fn with_directories_in(command: &mut Command, root: &Path) {
         .env("XDG_STATE_HOME", root.join("state"))
         .env("XDG_CONFIG_HOME", root.join("config"))
         .env("HOME", root.join("home"))
-        .env("TOOLD_LOG", "info,toold=debug")
+        .env("TOOLD_LOG", "info,toold=debug,rmcp=warn")
         .env_remove("TOOLD_SOCKET")
         .env_remove("NOTIFY_SOCKET")
         .env_remove("LISTEN_FDS")

@@ -54,3 +54,15 @@ fn missing(test: &str, why: &str) {
         "skipped {test}: {why} (with {REQUIRE_ALL}=1 this fails instead)"
     );
 }
+
+/// Whether the file `path` exists; says so when it does not (`install` says how to get it).
+pub fn file(test: &str, path: &Path, install: &str) -> bool {
+    let found = path.exists();
+    if !found {
+        missing(
+            test,
+            &format!("{} is not there ({install})", path.display()),
+        );
+    }
+    found
+}

@@ -387,3 +387,47 @@ async fn mcp_status_lists_no_server_without_one_configured() {
         .expect("mcp/status");
     assert_eq!(status, json!({"servers": []}));
 }
+
+/// `toold mcp status` shows each server and its quarantined tools (exit 0 when all are
+/// ready); `toold mcp restart NAME` starts a new process; an unknown name is an error (exit 2).
+#[tokio::test]
+async fn the_mcp_commands_show_and_restart_servers() {
+    let Some(config) = malformed_server_config("mcp_sources::the_mcp_commands") else {
+        return;
+    };
+    let daemon = TestDaemon::start_with_config(Some(&config));
+    let client = daemon.connect(json!({}), no_answers()).await;
+    mcp_tools(&client, "mcp__bad__", 5).await;
+    let first = server_pid(&daemon, "malformed.py").expect("the server's process");
+
+    let status = toold(&daemon, &["mcp", "status"]).await;
+    let shown = String::from_utf8_lossy(&status.stdout);
+    assert_eq!(status.status.code(), Some(0), "{shown}");
+    assert!(shown.contains(&format!("bad: ready (pid {first}, stdio")), "{shown}");
+    assert!(shown.contains("5 tools"), "{shown}");
+    assert!(shown.contains("quarantined no_schema:"), "{shown}");
+
+    let restarted = toold(&daemon, &["mcp", "restart", "bad", "--json"]).await;
+    assert_eq!(restarted.status.code(), Some(0));
+    let restarted: Value = serde_json::from_slice(&restarted.stdout).expect("JSON");
+    assert_eq!(restarted["name"], "bad");
+    mcp_tools(&client, "mcp__bad__", 5).await;
+    let second = server_pid(&daemon, "malformed.py").expect("a new process");
+    assert_ne!(first, second);
+    assert!(!toold_tests::daemon::process_alive(first), "the old one is gone");
+
+    let unknown = toold(&daemon, &["mcp", "restart", "nope"]).await;
+    assert_eq!(unknown.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&unknown.stderr).contains("no MCP server is named \"nope\""),
+        "{}",
+        String::from_utf8_lossy(&unknown.stderr)
+    );
+}
+
+/// Runs `toold ARGS` against `daemon`.
+async fn toold(daemon: &TestDaemon, args: &[&str]) -> std::process::Output {
+    let mut command = tokio::process::Command::from(daemon.command());
+    command.args(args);
+    command.output().await.expect("run toold")
+}

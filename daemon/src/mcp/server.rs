@@ -374,11 +374,22 @@ fn show_exit(status: std::io::Result<std::process::ExitStatus>) -> String {
     }
 }
 
-/// The daemon's MCP servers.
-#[derive(Default)]
+/// The daemon's MCP servers, in the config's order. Restarting one, or reloading the config,
+/// replaces servers whole: the old one stopped (its tools withdrawn, its process gone), a new
+/// one with a fresh count of failures started in its place.
 pub struct McpServers {
-    servers: Vec<Arc<McpServer>>,
-    supervisors: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    log_dir: PathBuf,
+    registry: Arc<Registry>,
+    tools_changed: ToolsChanged,
+    running: Mutex<Vec<Running>>,
+    /// Held by a restart or a reload from start to end, so that two never interleave.
+    changing: tokio::sync::Mutex<()>,
+}
+
+/// A server and its supervisor task (none for a lazy server not yet used).
+struct Running {
+    server: Arc<McpServer>,
+    supervisor: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl McpServers {
@@ -389,50 +400,98 @@ impl McpServers {
         registry: &Arc<Registry>,
         tools_changed: ToolsChanged,
     ) -> Self {
-        let servers: Vec<Arc<McpServer>> = configs
+        let servers = Self {
+            log_dir,
+            registry: Arc::clone(registry),
+            tools_changed,
+            running: Mutex::new(Vec::new()),
+            changing: tokio::sync::Mutex::new(()),
+        };
+        let running = configs
             .iter()
-            .map(|config| {
-                McpServer::new(
-                    config.clone(),
-                    log_dir.clone(),
-                    Arc::clone(registry),
-                    Arc::clone(&tools_changed),
-                )
-            })
+            .map(|config| servers.launch(config.clone()))
             .collect();
-        let supervisors = servers
-            .iter()
-            .filter(|server| server.config.start == Start::Eager)
-            .map(|server| tokio::spawn(Arc::clone(server).supervise()))
-            .collect();
-        Self {
-            servers,
-            supervisors: Mutex::new(supervisors),
-        }
+        *servers.running.lock_unpoisoned() = running;
+        servers
+    }
+
+    /// A new server for `config`, its supervisor started unless it starts lazily.
+    fn launch(&self, config: McpServerConfig) -> Running {
+        let eager = config.start == Start::Eager;
+        let server = McpServer::new(
+            config,
+            self.log_dir.clone(),
+            Arc::clone(&self.registry),
+            Arc::clone(&self.tools_changed),
+        );
+        let supervisor = eager.then(|| supervise(&server));
+        Running { server, supervisor }
     }
 
     /// Every server as `mcp/status` shows it, in the config's order.
     pub fn status(&self) -> Vec<McpServerStatus> {
-        self.servers.iter().map(|server| server.status()).collect()
+        self.running
+            .lock_unpoisoned()
+            .iter()
+            .map(|running| running.server.status())
+            .collect()
     }
 
-    pub fn servers(&self) -> &[Arc<McpServer>] {
-        &self.servers
+    /// Stops server `name` (whatever its state) and starts it again with a fresh count of
+    /// failures; returns its new status. `None`: no server has that name.
+    pub async fn restart(&self, name: &str) -> Option<McpServerStatus> {
+        let _changing = self.changing.lock().await;
+        let old = {
+            let mut running = self.running.lock_unpoisoned();
+            let slot = running
+                .iter_mut()
+                .find(|running| running.server.config.name == name)?;
+            let config = slot.server.config.clone();
+            let mut fresh = self.launch(config);
+            if fresh.supervisor.is_none() {
+                // A restart asked for is a use: a lazy server starts now.
+                fresh.supervisor = Some(supervise(&fresh.server));
+            }
+            std::mem::replace(slot, fresh)
+        };
+        stop(vec![old]).await;
+        let running = self.running.lock_unpoisoned();
+        running
+            .iter()
+            .find(|running| running.server.config.name == name)
+            .map(|running| running.server.status())
     }
 
     /// Stops every server and waits until their processes are gone (each within its stop
     /// grace, bounded here as a whole).
     pub async fn stop_all(&self) {
-        for server in &self.servers {
-            server.stop();
-        }
-        let supervisors = std::mem::take(&mut *self.supervisors.lock_unpoisoned());
-        let all = futures_util::future::join_all(supervisors);
-        if tokio::time::timeout(super::process::STOP_GRACE * 2, all)
-            .await
-            .is_err()
-        {
-            tracing::warn!("MCP servers still stopping at exit");
-        }
+        let _changing = self.changing.lock().await;
+        let all = std::mem::take(&mut *self.running.lock_unpoisoned());
+        stop(all).await;
+    }
+}
+
+/// Starts `server`'s supervisor; the server is `starting` from now on.
+fn supervise(server: &Arc<McpServer>) -> tokio::task::JoinHandle<()> {
+    server.set_state(ServerState::Starting);
+    tokio::spawn(Arc::clone(server).supervise())
+}
+
+/// Stops `servers` and waits, bounded, for their supervisors to end (their tools withdrawn,
+/// their processes gone).
+async fn stop(servers: Vec<Running>) {
+    let supervisors: Vec<_> = servers
+        .into_iter()
+        .filter_map(|running| {
+            running.server.stop();
+            running.supervisor
+        })
+        .collect();
+    let all = futures_util::future::join_all(supervisors);
+    if tokio::time::timeout(super::process::STOP_GRACE * 2, all)
+        .await
+        .is_err()
+    {
+        tracing::warn!("MCP servers still stopping");
     }
 }

@@ -97,9 +97,9 @@ macro_rules! method {
 /// Builds the method table.
 pub(crate) fn method_table(daemon: Arc<Daemon>) -> Methods {
     use toold_protocol::methods::{
-        Initialize, McpStatus, SessionAttach, SessionClose, SessionCreate, SessionDetach,
-        SessionGet, SessionList, SessionUpdate, ToolsCancel, ToolsExecute, ToolsList,
-        ToolsRegister, ToolsUnregister,
+        Initialize, McpRestart, McpStatus, SessionAttach, SessionClose, SessionCreate,
+        SessionDetach, SessionGet, SessionList, SessionUpdate, ToolsCancel, ToolsExecute,
+        ToolsList, ToolsRegister, ToolsUnregister,
     };
     let mut module = RpcModule::from_arc(daemon);
     method!(module, Initialize, |daemon, request, params| {
@@ -143,6 +143,9 @@ pub(crate) fn method_table(daemon: Arc<Daemon>) -> Methods {
     });
     method!(module, McpStatus, |daemon, _request, _params| {
         handlers::mcp_status(&daemon)
+    });
+    method!(module, McpRestart, |daemon, _request, params| {
+        handlers::mcp_restart(&daemon, params).await
     });
     module.into()
 }

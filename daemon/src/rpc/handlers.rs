@@ -8,11 +8,11 @@ use std::sync::atomic::Ordering;
 use serde_json::{Value, json};
 use toold_protocol::{
     CancelParams, CancelResult, Empty, ErrorObject, ExecuteParams, ExecuteResult, HookEvent,
-    InitializeParams, InitializeResult, McpStatusResult, PROTOCOL_VERSION, PeerInfo, Revision,
-    ServerCapabilities, SessionAttachParams, SessionCreateParams, SessionIdParams,
-    SessionListResult, SessionMode, SessionSnapshot, SessionUpdateParams, ToolDefinition,
-    ToolSource, ToolsListParams, ToolsListResult, ToolsRegisterParams, ToolsUnregisterParams,
-    UnsupportedVersionData,
+    InitializeParams, InitializeResult, McpRestartParams, McpServerStatus, McpStatusResult,
+    PROTOCOL_VERSION, PeerInfo, Revision, ServerCapabilities, SessionAttachParams,
+    SessionCreateParams, SessionIdParams, SessionListResult, SessionMode, SessionSnapshot,
+    SessionUpdateParams, ToolDefinition, ToolSource, ToolsListParams, ToolsListResult,
+    ToolsRegisterParams, ToolsUnregisterParams, UnsupportedVersionData,
 };
 
 use super::Daemon;
@@ -318,6 +318,22 @@ pub(crate) fn mcp_status(daemon: &Daemon) -> Reply<McpStatusResult> {
         .map(|servers| servers.status())
         .unwrap_or_default();
     Ok(McpStatusResult { servers })
+}
+
+pub(crate) async fn mcp_restart(
+    daemon: &Daemon,
+    params: McpRestartParams,
+) -> Reply<McpServerStatus> {
+    let restarted = match daemon.mcp.get() {
+        Some(servers) => servers.restart(&params.name).await,
+        None => None,
+    };
+    restarted.ok_or_else(|| {
+        ErrorObject::invalid_params(format!(
+            "no MCP server is named {:?} (mcp/status lists them)",
+            params.name
+        ))
+    })
 }
 
 pub(crate) fn tools_cancel(daemon: &Daemon, params: CancelParams) -> Reply<CancelResult> {
