@@ -46,4 +46,14 @@ impl DaemonAddress {
         )?;
         Ok(resolve_socket_path(None, config.socket.as_deref(), &env))
     }
+
+    /// As [`Self::socket_path`], but a config file with an error still gives its `socket` key
+    /// if that can be read, else the default: for `toold reload`, which must reach the daemon
+    /// to be told what is wrong with the file.
+    pub fn socket_path_despite_config_errors(&self) -> PathBuf {
+        self.socket_path().unwrap_or_else(|_| {
+            let socket = Config::socket_leniently(self.config.as_deref());
+            resolve_socket_path(None, socket.as_deref(), &SocketEnv::from_process())
+        })
+    }
 }

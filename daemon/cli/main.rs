@@ -1,7 +1,7 @@
 //! The `toold` binary, its command line: `serve` runs the daemon (the library's
 //! [`toold::serve`]), `check-config` validates a configuration
 //! file, `connect` bridges stdio to the daemon; `call`, `exec`, `tools`, `sessions`,
-//! `status` and `mcp` talk to it through `toold-client`; `completions` prints shell completions. The
+//! `status`, `reload` and `mcp` talk to it through `toold-client`; `completions` prints shell completions. The
 //! edge of the program: errors become messages and exit codes here.
 //!
 //! Exit codes of the subcommands that talk to the daemon: 0 when everything asked for
@@ -20,6 +20,7 @@ mod connect;
 mod exec;
 mod listing;
 mod mcp;
+mod reload;
 mod render;
 mod status;
 mod visible;
@@ -99,6 +100,14 @@ enum Command {
     ///
     /// Example: toold status --socket /tmp/toold-test/toold.sock
     Status(status::StatusArgs),
+    /// Make the daemon read its config file again (as SIGHUP does): rules, hooks, limits and
+    /// MCP servers take effect; a file with an error is refused and the running config kept.
+    ///
+    /// Exit code: 0 when reloaded, 1 when the file was refused, 2 when the daemon cannot be
+    /// reached.
+    ///
+    /// Example: toold reload
+    Reload(reload::ReloadArgs),
     /// The daemon's MCP servers: `status` lists them, `restart NAME` starts one again.
     ///
     /// Example: toold mcp status
@@ -161,6 +170,7 @@ fn main() -> ExitCode {
         Command::Tools(args) => client_side(on_runtime(listing::tools(args))),
         Command::Sessions(args) => client_side(on_runtime(listing::sessions(args))),
         Command::Status(args) => client_side(on_runtime(status::status(args))),
+        Command::Reload(args) => client_side(on_runtime(reload::reload(args))),
         Command::Mcp(command) => client_side(on_runtime(mcp::mcp(command))),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "toold", &mut std::io::stdout());

@@ -66,6 +66,20 @@ pub fn event_line(event: &Event) -> Option<String> {
             stream_name(output.body.stream),
             visible::line(output.body.data.trim_end_matches('\n'))
         )),
+        Event::Progress(progress) => {
+            let mut line = format!(
+                "  {} progress {}",
+                visible::line(&progress.body.call_id),
+                progress.body.progress
+            );
+            if let Some(total) = progress.body.total {
+                line.push_str(&format!("/{total}"));
+            }
+            if let Some(message) = &progress.body.message {
+                line.push_str(&format!(": {}", visible::line(message)));
+            }
+            Some(line)
+        }
         Event::Result(ended) => Some(format!(
             "{} {}",
             visible::line(&ended.body.call_id),

@@ -17,7 +17,7 @@ use toold_protocol::{HookEvent, Rules};
 use crate::env::{Env, defaults};
 use crate::hooks::ConfiguredHook;
 use crate::mcp::McpServerConfig;
-use crate::pipeline::Limits;
+use crate::pipeline::{BatchSettings, Limits};
 use crate::sandbox::SandboxConfig;
 
 /// How many connections the daemon serves at once unless the config says otherwise.
@@ -127,6 +127,18 @@ impl Config {
         }
     }
 
+    /// The `socket` key of a config file that may not check as a whole: what a client reads to
+    /// find a daemon whose file is being edited (`toold reload` must reach it to be told what
+    /// is wrong). `None` when the file is unreadable, is not TOML, or has no usable key.
+    pub fn socket_leniently(explicit: Option<&Path>) -> Option<PathBuf> {
+        let path = explicit.map(Path::to_path_buf).or_else(default_path)?;
+        let text = read_file(&path).ok()?;
+        let document = DeTable::parse(&text).ok()?;
+        let value = document.get_ref().get("socket")?;
+        let socket = PathBuf::from(value.get_ref().as_str()?);
+        socket.is_absolute().then_some(socket)
+    }
+
     /// Checks the text of a config file; `path` is what errors name.
     pub fn from_toml(text: &str, path: &Path) -> Result<Self, ConfigError> {
         let document = DeTable::parse(text).map_err(|error| ConfigError {
@@ -154,6 +166,14 @@ impl Config {
             max_stream_bytes: self.max_stream_bytes,
             approval_timeout: Duration::from_millis(self.approval_timeout_ms),
             hook_timeout: Duration::from_millis(self.hook_timeout_ms),
+        }
+    }
+
+    /// What batches run under: the config's hooks and limits.
+    pub fn batch_settings(&self) -> BatchSettings {
+        BatchSettings {
+            hooks: self.hooks.clone(),
+            limits: self.limits(),
         }
     }
 

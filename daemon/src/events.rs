@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use toold_protocol::sync::LockUnpoisoned;
 use toold_protocol::{
     ApprovalResolved, ArgumentsReplaced, BatchDone, BatchStart, CallEnded, CallStart, Event,
-    EventParams, ToolOutput,
+    EventParams, ToolOutput, ToolProgress,
 };
 
 /// The body of an event, before the sink stamps it.
@@ -19,6 +19,7 @@ pub enum EventBody {
     CallStart(CallStart),
     ArgumentsReplaced(ArgumentsReplaced),
     Output(ToolOutput),
+    Progress(ToolProgress),
     Result(CallEnded),
     CallDone(CallEnded),
     ApprovalResolved(ApprovalResolved),
@@ -85,6 +86,7 @@ impl EventSink {
             EventBody::CallStart(body) => Event::CallStart(stamp(header, body)),
             EventBody::ArgumentsReplaced(body) => Event::ArgumentsReplaced(stamp(header, body)),
             EventBody::Output(body) => Event::Output(stamp(header, body)),
+            EventBody::Progress(body) => Event::Progress(stamp(header, body)),
             EventBody::Result(body) => Event::Result(stamp(header, body)),
             EventBody::CallDone(body) => Event::CallDone(stamp(header, body)),
             EventBody::ApprovalResolved(body) => Event::ApprovalResolved(stamp(header, body)),

@@ -39,6 +39,14 @@ pub struct ConfiguredHook {
 }
 
 impl ConfiguredHook {
+    /// Whether `other` is the same hook (a matcher is compared by its pattern).
+    pub fn same_as(&self, other: &Self) -> bool {
+        self.event == other.event
+            && self.command == other.command
+            && self.timeout == other.timeout
+            && self.matcher.as_ref().map(Regex::as_str) == other.matcher.as_ref().map(Regex::as_str)
+    }
+
     fn applies_to(&self, event: HookEvent, tool: &str) -> bool {
         self.event == event
             && self

@@ -9,22 +9,20 @@ use std::time::Duration;
 use crate::config::{Config, ConfigError};
 use crate::mcp::server::McpServers;
 use crate::pipeline::Executor;
+use crate::rpc::reload::session_defaults;
 use crate::rpc::{Daemon, Settings};
 use crate::server::run::{ServerOptions, run};
 use crate::server::socket::SocketError;
 use crate::server::{socket, systemd};
-use crate::session::manager::{SessionDefaults, SessionManager};
+use crate::session::manager::SessionManager;
 use crate::session::store::SessionStore;
 use crate::shell::isolated::ShellParser;
 use crate::tools::write_journal;
-use crate::{Registry, paths, permission, process_tree};
+use crate::{Registry, paths, process_tree};
 use tokio_util::sync::CancellationToken;
 
 /// How long running batches may finish after SIGTERM before they are canceled.
 const DRAIN_GRACE: Duration = Duration::from_secs(10);
-
-/// Events each session keeps for replay after a reconnect.
-const EVENT_LOG_CAPACITY: usize = 10_000;
 
 /// How the daemon was asked to run.
 #[derive(Debug, Default)]
@@ -87,6 +85,8 @@ pub fn serve(args: ServeArgs) -> Result<(), ServeError> {
         // daemon (systemd's stop right after start, a script's kill after its first answer)
         // must drain, not kill.
         let stop_signals = StopSignals::install();
+        // Likewise SIGHUP, whose default would kill the daemon: it reloads the config.
+        let hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup());
         // A child subreaper adopts every orphan of its commands: the dead must be reaped.
         tokio::spawn(process_tree::reap_orphans_as_they_die());
         recover_interrupted_writes();
@@ -130,28 +130,19 @@ pub fn serve(args: ServeArgs) -> Result<(), ServeError> {
             .flatten()
             .map(toold_dir_of),
         );
-        let mut executor = Executor::new(
+        let executor = Executor::with_settings(
             Arc::new(Registry::with_builtins()),
             Arc::new(ShellParser::of_this_binary()),
+            config.batch_settings(),
         );
-        executor.hooks = config.hooks.clone();
-        executor.limits = config.limits();
         let store = SessionStore::new(SessionStore::default_dir().ok_or(ServeError::NoStateDirectory)?);
         // Beside the sessions: `$XDG_STATE_HOME/toold/mcp`, each server's stderr log.
         let mcp_log_dir = store.dir().parent().map_or_else(|| store.dir().join("mcp"), |toold| toold.join("mcp"));
 
-        let defaults = SessionDefaults {
-            env: config.env_for(PathBuf::from("/")),
-            config_rules: config.rules.clone(),
-            allow_bypass: config.allow_bypass,
-            allow_unsandboxed: config.sandbox.allow_unsandboxed,
-            home: permission::home_dir(),
-            log_capacity: EVENT_LOG_CAPACITY,
-        };
-        let sessions = SessionManager::new(defaults, Some(store));
+        let sessions = SessionManager::new(session_defaults(&config), Some(store));
         let restored = sessions.restore();
         let settings = Settings { allow_bypass: config.allow_bypass, max_message_bytes: config.max_message_bytes };
-        let daemon = Arc::new(Daemon::new(Arc::new(executor), sessions, settings));
+        let daemon = Arc::new(Daemon::new(Arc::new(executor), sessions, settings, config.clone(), config_path.clone()));
         // Each server once, for every session; their tools' coming and going told to clients.
         let told = Arc::downgrade(&daemon);
         let mcp = Arc::new(McpServers::start(&config.mcp_servers, mcp_log_dir, &daemon.registry, Arc::new(move || {
@@ -162,6 +153,12 @@ pub fn serve(args: ServeArgs) -> Result<(), ServeError> {
         let _ = daemon.mcp.set(Arc::clone(&mcp));
         let shutdown = CancellationToken::new();
         tokio::spawn(stop_signals.drain_on_signal(shutdown.clone()));
+        match hangups {
+            Ok(hangups) => {
+                tokio::spawn(reload_on_hangup(hangups, Arc::downgrade(&daemon)));
+            }
+            Err(err) => tracing::error!(%err, "cannot listen for SIGHUP; reload with `toold reload`"),
+        }
         let options = ServerOptions {
             max_connections: config.max_connections,
             max_message_bytes: config.max_message_bytes,
@@ -232,6 +229,21 @@ fn recover_interrupted_writes() {
 }
 
 /// SIGTERM and SIGINT, listened for from the moment they are installed.
+/// Reloads the config at each SIGHUP, for as long as the daemon runs.
+async fn reload_on_hangup(
+    mut hangups: tokio::signal::unix::Signal,
+    daemon: std::sync::Weak<Daemon>,
+) {
+    while hangups.recv().await.is_some() {
+        let Some(daemon) = daemon.upgrade() else {
+            return;
+        };
+        tracing::info!("SIGHUP: reloading the config");
+        // The outcome is logged by the reload itself.
+        let _ = daemon.reload().await;
+    }
+}
+
 struct StopSignals {
     /// `None` when they cannot be listened for (logged); the daemon then stops only by SIGKILL.
     streams: Option<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)>,

@@ -88,6 +88,20 @@ pub struct ToolOutput {
     pub elided_bytes: u64,
 }
 
+/// `tool/progress`: a tool's progress as it reports it (an MCP server's
+/// `notifications/progress` for the call).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolProgress {
+    pub call_id: String,
+    /// Increases with each report; its unit is the tool's.
+    pub progress: f64,
+    /// What `progress` reaches at the end, when the tool knows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
 fn is_false(value: &bool) -> bool {
     !*value
 }
@@ -147,6 +161,7 @@ pub enum Event {
     CallStart(EventParams<CallStart>),
     ArgumentsReplaced(EventParams<ArgumentsReplaced>),
     Output(EventParams<ToolOutput>),
+    Progress(EventParams<ToolProgress>),
     Result(EventParams<CallEnded>),
     CallDone(EventParams<CallEnded>),
     ApprovalResolved(EventParams<ApprovalResolved>),
@@ -161,6 +176,7 @@ impl Event {
             Event::CallStart(params) => serde_json::to_value(params),
             Event::ArgumentsReplaced(params) => serde_json::to_value(params),
             Event::Output(params) => serde_json::to_value(params),
+            Event::Progress(params) => serde_json::to_value(params),
             Event::Result(params) => serde_json::to_value(params),
             Event::CallDone(params) => serde_json::to_value(params),
             Event::ApprovalResolved(params) => serde_json::to_value(params),
@@ -178,6 +194,7 @@ impl Event {
             Event::CallStart(params) => Some(&params.body.call.id),
             Event::ArgumentsReplaced(params) => Some(&params.body.call.id),
             Event::Output(params) => Some(&params.body.call_id),
+            Event::Progress(params) => Some(&params.body.call_id),
             Event::Result(params) | Event::CallDone(params) => Some(&params.body.call_id),
             Event::ApprovalResolved(params) => Some(&params.body.call_id),
             Event::BatchStart(_) | Event::BatchDone(_) => None,
@@ -201,6 +218,7 @@ impl Event {
             Event::CallStart(params) => of(params),
             Event::ArgumentsReplaced(params) => of(params),
             Event::Output(params) => of(params),
+            Event::Progress(params) => of(params),
             Event::Result(params) => of(params),
             Event::CallDone(params) => of(params),
             Event::ApprovalResolved(params) => of(params),
@@ -254,6 +272,14 @@ mod tests {
             (
                 methods::TOOL_OUTPUT,
                 header(json!({"call_id":"call_a","stream":"stderr","data":"","truncated":true})),
+            ),
+            (
+                methods::TOOL_PROGRESS,
+                header(json!({"call_id":"call_a","progress":2.0,"total":5.0,"message":"step 2"})),
+            ),
+            (
+                methods::TOOL_PROGRESS,
+                header(json!({"call_id":"call_a","progress":0.5})),
             ),
             (
                 methods::TOOL_RESULT,

@@ -21,6 +21,7 @@ pub mod invoke;
 pub mod mcp;
 pub mod methods;
 pub mod peer;
+pub mod reload;
 pub mod rpc;
 pub mod sandbox;
 pub mod session;
@@ -36,7 +37,7 @@ mod test_support;
 pub use approval::{ApprovalAnswer, ApprovalDecision, ApprovalRequestParams};
 pub use events::{
     ApprovalResolved, ArgumentsReplaced, BatchDone, BatchStart, CallEnded, CallStart, Event,
-    EventParams, OutputStream, ReplacedBy, ResolvedBy, ToolOutput,
+    EventParams, OutputStream, ReplacedBy, ResolvedBy, ToolOutput, ToolProgress,
 };
 pub use execute::{
     CallOutcome, CancelParams, CancelRequestParams, CancelResult, ExecuteParams, ExecuteResult,
@@ -61,6 +62,7 @@ pub use peer::{
     BoxFuture, CloseReason, Handler, OutgoingRequest, Peer, PeerClosed, PeerFraming, PeerHandle,
     PeerOptions, PeerTask, Reply, RequestError, TrySendError, Unsent, render_notification,
 };
+pub use reload::{ReloadParams, ReloadResult};
 pub use rpc::{
     Empty, ErrorObject, Id, InvalidMessage, Message, Notification, Request, Response, error_code,
 };

@@ -9,6 +9,7 @@ use crate::approval::{ApprovalAnswer, ApprovalRequestParams};
 use crate::events::{
     ApprovalResolved as ApprovalResolvedBody, ArgumentsReplaced, BatchDone as BatchDoneBody,
     BatchStart as BatchStartBody, CallEnded, CallStart, Event, EventParams, ToolOutput,
+    ToolProgress,
 };
 use crate::execute::{
     CancelParams, CancelRequestParams, CancelResult, ExecuteParams, ExecuteResult,
@@ -19,6 +20,7 @@ use crate::hooks::{PostToolUseAnswer, PostToolUseParams, PreToolUseAnswer, PreTo
 use crate::initialize::{InitializeParams, InitializeResult};
 use crate::invoke::InvokeParams;
 use crate::mcp::{McpRestartParams, McpServerStatus, McpStatusParams, McpStatusResult};
+use crate::reload::{ReloadParams, ReloadResult};
 use crate::rpc::Empty;
 use crate::session::{
     SessionAttachParams, SessionCreateParams, SessionIdParams, SessionListParams,
@@ -45,6 +47,7 @@ pub const TOOLS_EXECUTE: &str = "tools/execute";
 pub const TOOLS_CANCEL: &str = "tools/cancel";
 pub const MCP_STATUS: &str = "mcp/status";
 pub const MCP_RESTART: &str = "mcp/restart";
+pub const CONFIG_RELOAD: &str = "config/reload";
 
 // Sent by either peer.
 pub const CANCEL_REQUEST: &str = "$/cancelRequest";
@@ -60,6 +63,7 @@ pub const BATCH_START: &str = "batch/start";
 pub const TOOL_CALL_START: &str = "tool/call_start";
 pub const TOOL_ARGUMENTS_REPLACED: &str = "tool/arguments_replaced";
 pub const TOOL_OUTPUT: &str = "tool/output";
+pub const TOOL_PROGRESS: &str = "tool/progress";
 pub const TOOL_RESULT: &str = "tool/result";
 pub const TOOL_CALL_DONE: &str = "tool/call_done";
 pub const APPROVAL_RESOLVED: &str = "approval/resolved";
@@ -121,6 +125,7 @@ request_methods! {
     ToolsCancel = TOOLS_CANCEL: CancelParams => CancelResult;
     McpStatus = MCP_STATUS: McpStatusParams => McpStatusResult;
     McpRestart = MCP_RESTART: McpRestartParams => McpServerStatus;
+    ConfigReload = CONFIG_RELOAD: ReloadParams => ReloadResult;
     /// Daemon → client.
     ApprovalRequest = APPROVAL_REQUEST: ApprovalRequestParams => ApprovalAnswer;
     /// Daemon → client.
@@ -137,6 +142,7 @@ notification_methods! {
     ToolCallStart = TOOL_CALL_START: EventParams<CallStart>;
     ToolArgumentsReplaced = TOOL_ARGUMENTS_REPLACED: EventParams<ArgumentsReplaced>;
     ToolOutputEvent = TOOL_OUTPUT: EventParams<ToolOutput>;
+    ToolProgressEvent = TOOL_PROGRESS: EventParams<ToolProgress>;
     ToolResultEvent = TOOL_RESULT: EventParams<CallEnded>;
     ToolCallDone = TOOL_CALL_DONE: EventParams<CallEnded>;
     ApprovalResolved = APPROVAL_RESOLVED: EventParams<ApprovalResolvedBody>;
@@ -154,6 +160,7 @@ impl Event {
             Event::CallStart(_) => TOOL_CALL_START,
             Event::ArgumentsReplaced(_) => TOOL_ARGUMENTS_REPLACED,
             Event::Output(_) => TOOL_OUTPUT,
+            Event::Progress(_) => TOOL_PROGRESS,
             Event::Result(_) => TOOL_RESULT,
             Event::CallDone(_) => TOOL_CALL_DONE,
             Event::ApprovalResolved(_) => APPROVAL_RESOLVED,
@@ -170,6 +177,7 @@ impl Event {
             Event::CallStart(params) => render_notification_as(method, params),
             Event::ArgumentsReplaced(params) => render_notification_as(method, params),
             Event::Output(params) => render_notification_as(method, params),
+            Event::Progress(params) => render_notification_as(method, params),
             Event::Result(params) => render_notification_as(method, params),
             Event::CallDone(params) => render_notification_as(method, params),
             Event::ApprovalResolved(params) => render_notification_as(method, params),
@@ -194,6 +202,7 @@ impl Event {
             TOOL_CALL_START => parse(params, Event::CallStart),
             TOOL_ARGUMENTS_REPLACED => parse(params, Event::ArgumentsReplaced),
             TOOL_OUTPUT => parse(params, Event::Output),
+            TOOL_PROGRESS => parse(params, Event::Progress),
             TOOL_RESULT => parse(params, Event::Result),
             TOOL_CALL_DONE => parse(params, Event::CallDone),
             APPROVAL_RESOLVED => parse(params, Event::ApprovalResolved),
@@ -234,6 +243,7 @@ mod tests {
             request::<ToolsCancel>(),
             request::<McpStatus>(),
             request::<McpRestart>(),
+            request::<ConfigReload>(),
             request::<ApprovalRequest>(),
             request::<HookPreToolUse>(),
             request::<HookPostToolUse>(),
@@ -242,6 +252,7 @@ mod tests {
             notification::<BatchStart>(),
             notification::<ToolCallStart>(),
             notification::<ToolOutputEvent>(),
+            notification::<ToolProgressEvent>(),
             notification::<ToolResultEvent>(),
             notification::<ToolCallDone>(),
             notification::<ApprovalResolved>(),

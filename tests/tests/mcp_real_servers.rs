@@ -543,3 +543,59 @@ async fn a_killed_server_fails_its_call_comes_back_and_fails_after_five_crashes(
         .expect_err("no such server");
     assert!(unknown.to_string().contains("nope"), "{unknown:?}");
 }
+
+/// server-everything's long-running operation reports progress: each report is a
+/// `tool/progress` event of the call, and restarts the call's timeout (a 3 s operation that
+/// reports every 0.5 s finishes under a 1.5 s `tool_timeout_ms`).
+#[tokio::test]
+async fn progress_becomes_events_and_keeps_a_call_alive() {
+    let test = "mcp_real_servers::progress_becomes_events";
+    if !servers_installed(test) {
+        return;
+    }
+    let config = format!("{}tool_timeout_ms = 1500\n", everything_config());
+    let daemon = TestDaemon::start_with_config(Some(&config));
+    let mut client = daemon.connect(json!({}), no_answers()).await;
+    status_when(&client, "everything", "ready").await;
+    let session = client
+        .create_session(
+            &daemon.work(),
+            json!({"rules": {"allow": ["mcp__everything__*"]}}),
+        )
+        .await;
+    let response = client
+        .execute(
+            &session,
+            json!([{"id": "long", "name": "mcp__everything__trigger-long-running-operation",
+                "arguments": {"duration": 3, "steps": 6}}]),
+        )
+        .await;
+    let result = results(&response)[0];
+    assert_eq!(outcome(result), "ok", "{response}");
+    assert!(text(result).contains("Steps: 6"), "{response}");
+    let progress: Vec<Value> = client
+        .session_events()
+        .into_iter()
+        .filter(|event| event.method == "tool/progress")
+        .filter_map(|event| event.params)
+        .collect();
+    // Six reports; the last, sent just before the answer, may arrive after it (the MCP
+    // library hands each notification to a task of its own), and is then not reported.
+    assert!((5..=6).contains(&progress.len()), "{progress:?}");
+    for (step, event) in progress.iter().enumerate() {
+        assert_eq!(event["call_id"], "long");
+        assert_eq!(event["session_id"], session.as_str());
+        assert_eq!(event["progress"].as_f64(), Some((step + 1) as f64));
+        assert_eq!(event["total"].as_f64(), Some(6.0));
+    }
+
+    // Without progress, the same timeout ends a call that runs longer.
+    let quiet = client
+        .execute(
+            &session,
+            json!([{"id": "quiet", "name": "mcp__everything__trigger-long-running-operation",
+                "arguments": {"duration": 3, "steps": 1}}]),
+        )
+        .await;
+    assert_eq!(outcome(results(&quiet)[0]), "timeout", "{quiet}");
+}

@@ -403,7 +403,10 @@ async fn the_mcp_commands_show_and_restart_servers() {
     let status = toold(&daemon, &["mcp", "status"]).await;
     let shown = String::from_utf8_lossy(&status.stdout);
     assert_eq!(status.status.code(), Some(0), "{shown}");
-    assert!(shown.contains(&format!("bad: ready (pid {first}, stdio")), "{shown}");
+    assert!(
+        shown.contains(&format!("bad: ready (pid {first}, stdio")),
+        "{shown}"
+    );
     assert!(shown.contains("5 tools"), "{shown}");
     assert!(shown.contains("quarantined no_schema:"), "{shown}");
 
@@ -414,7 +417,10 @@ async fn the_mcp_commands_show_and_restart_servers() {
     mcp_tools(&client, "mcp__bad__", 5).await;
     let second = server_pid(&daemon, "malformed.py").expect("a new process");
     assert_ne!(first, second);
-    assert!(!toold_tests::daemon::process_alive(first), "the old one is gone");
+    assert!(
+        !toold_tests::daemon::process_alive(first),
+        "the old one is gone"
+    );
 
     let unknown = toold(&daemon, &["mcp", "restart", "nope"]).await;
     assert_eq!(unknown.status.code(), Some(2));

@@ -8,7 +8,7 @@ use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use toold::tools::{OutputChunk, OutputStream};
+use toold::tools::{LiveUpdate, OutputStream};
 use toold::{Env, Registry};
 use toold_protocol::{ErrorType, ToolCall, ToolResult};
 use toold_tests::alone_in_a_process;
@@ -26,7 +26,7 @@ async fn run_with(
     env: Env,
     arguments: Value,
     cancel: CancellationToken,
-    output: Option<mpsc::Sender<OutputChunk>>,
+    output: Option<mpsc::Sender<LiveUpdate>>,
 ) -> ToolResult {
     let call = ToolCall::new("call_1", "run_command", arguments);
     Registry::with_builtins()
@@ -100,11 +100,14 @@ async fn eventually(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
 }
 
 /// Waits until the live output has shown `text`, keeping what arrived.
-async fn wait_for_output(chunks: &mut mpsc::Receiver<OutputChunk>, seen: &mut String, text: &str) {
+async fn wait_for_output(chunks: &mut mpsc::Receiver<LiveUpdate>, seen: &mut String, text: &str) {
     let waited = tokio::time::timeout(Duration::from_secs(20), async {
         while !seen.contains(text) {
             match chunks.recv().await {
-                Some(chunk) => seen.push_str(&chunk.text),
+                Some(LiveUpdate::Output(chunk)) => seen.push_str(&chunk.text),
+                Some(LiveUpdate::Progress(progress)) => {
+                    panic!("run_command reports no progress: {progress:?}")
+                }
                 None => break,
             }
         }
@@ -357,7 +360,10 @@ async fn output_arrives_live_per_stream() {
     let mut stdout = String::new();
     let mut stderr = String::new();
     let mut stdout_chunks = 0;
-    while let Ok(chunk) = chunks.try_recv() {
+    while let Ok(update) = chunks.try_recv() {
+        let LiveUpdate::Output(chunk) = update else {
+            panic!("run_command reports no progress: {update:?}");
+        };
         match chunk.stream {
             OutputStream::Stdout => {
                 stdout_chunks += 1;

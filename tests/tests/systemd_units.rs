@@ -1,6 +1,6 @@
 //! The systemd user units in `systemd/` carry the settings the daemon relies on: the socket's
-//! path, modes and descriptor name, and the service's notify type, watchdog, kill mode and
-//! restart policy.
+//! path, modes and descriptor name, and the service's notify type, reload command, watchdog,
+//! kill mode and restart policy.
 
 use std::path::PathBuf;
 
@@ -82,6 +82,10 @@ fn the_service_unit_notifies_is_watched_and_drains() {
     assert_eq!(
         value(&unit, "Service", "ExecStart"),
         "%h/.cargo/bin/toold serve"
+    );
+    assert_eq!(
+        value(&unit, "Service", "ExecReload"),
+        "%h/.cargo/bin/toold reload"
     );
     assert_eq!(value(&unit, "Service", "WatchdogSec"), "30");
     assert_eq!(value(&unit, "Service", "KillMode"), "mixed");

@@ -1,11 +1,14 @@
 //! The MCP session with one server, over its process's stdin and stdout (rmcp's client): the
 //! handshake (rmcp's automatic lifecycle, which settles the protocol version with servers old
 //! and new), the tool listing read as raw JSON so that one malformed tool never fails the rest,
-//! and calls that a stop ends at once, telling the server (`notifications/cancelled`).
+//! and calls that report the server's progress and that a stop ends at once, telling the server
+//! (`notifications/cancelled`).
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::{FutureExt, StreamExt};
+use rmcp::handler::client::progress::ProgressDispatcher;
 use rmcp::model::{
     CallToolRequestParams, CancelledNotificationParam, ClientCapabilities, ClientConfig,
     ClientRequest, Implementation, PaginatedRequestParams, ProgressNotificationParam,
@@ -21,6 +24,16 @@ use tokio::process::{ChildStdin, ChildStdout};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use crate::tools::{Progress, ToolContext};
+
+/// The longest progress message kept (bytes): a message is one line for people, and every
+/// event is kept in the session's log.
+const MAX_PROGRESS_MESSAGE: usize = 1024;
+
+/// How many turns of the scheduler a call's answer waits for progress reports still on their
+/// way (see [`McpSession::call`]).
+const LATE_PROGRESS_TURNS: usize = 3;
+
 /// How many pages of `tools/list` are read at most: a server that never ends its cursor
 /// chain must not hold the daemon.
 const MAX_LIST_PAGES: usize = 100;
@@ -30,6 +43,8 @@ const MAX_LIST_PAGES: usize = 100;
 pub struct ServerNotices {
     /// Rung on `notifications/tools/list_changed`.
     pub tools_changed: Notify,
+    /// `notifications/progress`, to the call whose token it names.
+    progress: ProgressDispatcher,
 }
 
 /// The handler rmcp calls, sharing the notices with the server's supervisor.
@@ -46,10 +61,10 @@ impl ClientHandler for Notices {
 
     fn on_progress(
         &self,
-        _params: ProgressNotificationParam,
+        params: ProgressNotificationParam,
         _context: NotificationContext<RoleClient>,
     ) -> impl Future<Output = ()> + MaybeSendFuture + '_ {
-        std::future::ready(())
+        self.0.progress.handle_notification(params)
     }
 
     fn get_info(&self) -> ClientConfig {
@@ -60,9 +75,22 @@ impl ClientHandler for Notices {
     }
 }
 
+/// `message` cut to [`MAX_PROGRESS_MESSAGE`] bytes, on a character boundary.
+fn cut_message(mut message: String) -> String {
+    if message.len() > MAX_PROGRESS_MESSAGE {
+        let mut cut = MAX_PROGRESS_MESSAGE;
+        while !message.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        message.truncate(cut);
+    }
+    message
+}
+
 /// A live MCP session.
 pub struct McpSession {
     service: RunningService<RoleClient, Notices>,
+    notices: Arc<ServerNotices>,
 }
 
 /// What a call needs of a server: its live session, and the token the session's end fires
@@ -98,7 +126,7 @@ impl McpSession {
         };
         let started = tokio::time::timeout(
             timeout,
-            serve_client_with_lifecycle(Notices(notices), (stdout, stdin), lifecycle),
+            serve_client_with_lifecycle(Notices(Arc::clone(&notices)), (stdout, stdin), lifecycle),
         )
         .await
         .map_err(|_| {
@@ -108,7 +136,7 @@ impl McpSession {
             )
         })?;
         let service = started.map_err(|err| format!("the handshake failed: {err}"))?;
-        Ok(Self { service })
+        Ok(Self { service, notices })
     }
 
     /// The protocol version the server agreed, when it said.
@@ -158,13 +186,15 @@ impl McpSession {
     }
 
     /// Calls tool `name` (the server's own name for it) and returns the server's result as
-    /// JSON. `stop` ends the call at once, whether or not the server stops its work.
+    /// JSON; the server's progress for the call goes to `ctx` as it comes. `ctx.cancel` ends the
+    /// call at once, whether or not the server stops its work.
     pub async fn call(
         &self,
         name: &str,
         arguments: Map<String, Value>,
-        stop: &CancellationToken,
+        ctx: &ToolContext,
     ) -> Result<Value, CallError> {
+        let stop = &ctx.cancel;
         let peer = self.service.peer();
         let mut params = CallToolRequestParams::new(name.to_owned());
         params.arguments = Some(arguments);
@@ -174,24 +204,61 @@ impl McpSession {
             .await
             .map_err(|err| CallError::Closed(err.to_string()))?;
         let request_id = handle.id.clone();
-        tokio::select! {
-            answer = handle.await_response() => match answer {
-                Ok(ServerResult::CallToolResult(result)) => serde_json::to_value(result)
-                    .map_err(|err| CallError::Server(format!("an unreadable result: {err}"))),
-                Ok(ServerResult::CustomResult(custom)) => Ok(custom.0),
-                Ok(other) => serde_json::to_value(other)
-                    .map_err(|err| CallError::Server(format!("an unreadable result: {err}"))),
-                Err(rmcp::ServiceError::McpError(error)) => Err(CallError::Server(error.message.to_string())),
-                Err(err) => Err(CallError::Closed(err.to_string())),
-            },
-            () = stop.cancelled() => {
-                let notice = CancelledNotificationParam::new(
-                    Some(request_id),
-                    Some("the call was stopped".to_owned()),
-                );
-                // The call ends now whatever happens to the notice; a server gone needs none.
-                let _ = peer.notify_cancelled(notice).await;
-                Err(CallError::Stopped)
+        // rmcp gives every request a progress token of its own, known once the request is
+        // queued; it is subscribed to at once, with no await in between, while the server (a
+        // process away) has yet to read the request.
+        let mut progress = self
+            .notices
+            .progress
+            .subscribe(handle.progress_token.clone())
+            .await;
+        let answer = handle.await_response();
+        tokio::pin!(answer);
+        let report = async |update: ProgressNotificationParam| {
+            ctx.report_progress(Progress {
+                progress: update.progress,
+                total: update.total,
+                message: update.message.map(cut_message),
+            })
+            .await;
+        };
+        loop {
+            tokio::select! {
+                // Progress first: the server sent it before its answer.
+                biased;
+                Some(update) = progress.next() => report(update).await,
+                answer = &mut answer => {
+                    // Progress sent just before the answer is reported before it, if it is
+                    // here by then: rmcp hands each notification to a task of its own, which
+                    // may run after the answer is in; it gets a few turns of the scheduler.
+                    for _ in 0..LATE_PROGRESS_TURNS {
+                        while let Some(Some(update)) = progress.next().now_or_never() {
+                            report(update).await;
+                        }
+                        tokio::task::yield_now().await;
+                    }
+                    return match answer {
+                    Ok(ServerResult::CallToolResult(result)) => serde_json::to_value(result)
+                        .map_err(|err| CallError::Server(format!("an unreadable result: {err}"))),
+                    Ok(ServerResult::CustomResult(custom)) => Ok(custom.0),
+                    Ok(other) => serde_json::to_value(other)
+                        .map_err(|err| CallError::Server(format!("an unreadable result: {err}"))),
+                    Err(rmcp::ServiceError::McpError(error)) => {
+                        Err(CallError::Server(error.message.to_string()))
+                    }
+                    Err(err) => Err(CallError::Closed(err.to_string())),
+                    };
+                }
+                () = stop.cancelled() => {
+                    let notice = CancelledNotificationParam::new(
+                        Some(request_id),
+                        Some("the call was stopped".to_owned()),
+                    );
+                    // The call ends now whatever happens to the notice; a server gone needs
+                    // none.
+                    let _ = peer.notify_cancelled(notice).await;
+                    return Err(CallError::Stopped);
+                }
             }
         }
     }

@@ -26,7 +26,7 @@ pub const DEFAULT_STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
 pub const DEFAULT_TOOL_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// One `[mcp.servers.NAME]` table, every key checked.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct McpServerConfig {
     /// `NAME`: `[a-z0-9][a-z0-9-]{0,31}` ([`names::is_valid_server_name`]).
     pub name: String,

@@ -386,6 +386,14 @@ pub struct McpServers {
     changing: tokio::sync::Mutex<()>,
 }
 
+/// What a reload did to the set of servers, by name.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct McpChanges {
+    pub started: Vec<String>,
+    pub stopped: Vec<String>,
+    pub restarted: Vec<String>,
+}
+
 /// A server and its supervisor task (none for a lazy server not yet used).
 struct Running {
     server: Arc<McpServer>,
@@ -441,25 +449,83 @@ impl McpServers {
     /// failures; returns its new status. `None`: no server has that name.
     pub async fn restart(&self, name: &str) -> Option<McpServerStatus> {
         let _changing = self.changing.lock().await;
-        let old = {
-            let mut running = self.running.lock_unpoisoned();
-            let slot = running
-                .iter_mut()
-                .find(|running| running.server.config.name == name)?;
-            let config = slot.server.config.clone();
-            let mut fresh = self.launch(config);
-            if fresh.supervisor.is_none() {
-                // A restart asked for is a use: a lazy server starts now.
-                fresh.supervisor = Some(supervise(&fresh.server));
-            }
-            std::mem::replace(slot, fresh)
-        };
-        stop(vec![old]).await;
-        let running = self.running.lock_unpoisoned();
-        running
+        let index = self
+            .running
+            .lock_unpoisoned()
             .iter()
-            .find(|running| running.server.config.name == name)
-            .map(|running| running.server.status())
+            .position(|running| running.server.config.name == name)?;
+        let old = self.take(|config| config.name == name);
+        let config = old.first()?.server.config.clone();
+        // The old one is gone, its tools withdrawn, before the new one registers the same
+        // names.
+        stop(old).await;
+        let mut fresh = self.launch(config);
+        if fresh.supervisor.is_none() {
+            // A restart asked for is a use: a lazy server starts now.
+            fresh.supervisor = Some(supervise(&fresh.server));
+        }
+        let status = fresh.server.status();
+        let mut running = self.running.lock_unpoisoned();
+        let index = index.min(running.len());
+        running.insert(index, fresh);
+        Some(status)
+    }
+
+    /// A config reload: servers gone from `configs` stopped, new ones started, those whose
+    /// table changed stopped and started again; the others left running. Returns the names
+    /// started, stopped and restarted.
+    pub async fn reload(&self, configs: &[McpServerConfig]) -> McpChanges {
+        let _changing = self.changing.lock().await;
+        let retired = self.take(|config| !configs.contains(config));
+        let mut changes = McpChanges::default();
+        for old in &retired {
+            let name = &old.server.config.name;
+            if configs.iter().any(|config| &config.name == name) {
+                changes.restarted.push(name.clone());
+            } else {
+                changes.stopped.push(name.clone());
+            }
+        }
+        stop(retired).await;
+        let kept: Vec<String> = self
+            .running
+            .lock_unpoisoned()
+            .iter()
+            .map(|running| running.server.config.name.clone())
+            .collect();
+        let fresh: Vec<Running> = configs
+            .iter()
+            .filter(|config| !kept.contains(&config.name))
+            .map(|config| {
+                if !changes.restarted.contains(&config.name) {
+                    changes.started.push(config.name.clone());
+                }
+                self.launch(config.clone())
+            })
+            .collect();
+        self.place(fresh);
+        // In the new file's order.
+        self.running.lock_unpoisoned().sort_by_key(|running| {
+            configs
+                .iter()
+                .position(|config| config.name == running.server.config.name)
+        });
+        changes
+    }
+
+    /// Takes the servers whose config `which` picks out of the set.
+    fn take(&self, which: impl Fn(&McpServerConfig) -> bool) -> Vec<Running> {
+        let mut running = self.running.lock_unpoisoned();
+        let (taken, kept) = std::mem::take(&mut *running)
+            .into_iter()
+            .partition(|running| which(&running.server.config));
+        *running = kept;
+        taken
+    }
+
+    /// Adds servers to the set.
+    fn place(&self, servers: Vec<Running>) {
+        self.running.lock_unpoisoned().extend(servers);
     }
 
     /// Stops every server and waits until their processes are gone (each within its stop

@@ -53,7 +53,7 @@ impl Tool for McpTool {
                 .reachable()
                 .map_err(|reason| ToolFailure::new(ErrorType::InternalError, reason))?;
             let answer = tokio::select! {
-                answer = reachable.session.call(&name, args, &ctx.cancel) => answer,
+                answer = reachable.session.call(&name, args, &ctx) => answer,
                 () = reachable.ended.cancelled() => Err(CallError::Closed("it exited".to_owned())),
             };
             match answer {

@@ -91,6 +91,7 @@ impl Executor {
         let runs = plan::plan(&flags);
         let scope = CallScope {
             executor: Arc::clone(self),
+            settings: self.settings(),
             session: Arc::clone(session),
             batch_id: Arc::from(id.as_str()),
             iteration,
@@ -102,7 +103,7 @@ impl Executor {
             plan: runs.clone(),
         }));
         // Bounds a concurrent run; serial runs take one permit at a time anyway.
-        let permits = Arc::new(Semaphore::new(self.limits.max_parallel.max(1)));
+        let permits = Arc::new(Semaphore::new(scope.settings.limits.max_parallel.max(1)));
         let mut outcomes: Vec<Option<CallOutcome>> = vec![None; calls.len()];
         for run in runs {
             if let [index] = run[..] {

@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use toold_protocol::{
     ApprovalDecision, ApprovalRequestParams, ApprovalResolved, ArgumentsReplaced, CallEnded,
     CallOutcome, CallStart, ErrorType, PostToolUseParams, PreToolUseDecision, PreToolUseParams,
-    ReplacedBy, ResolvedBy, ToolCall, ToolOutput as OutputEvent, ToolResult,
+    ReplacedBy, ResolvedBy, ToolCall, ToolOutput as OutputEvent, ToolProgress, ToolResult,
 };
 
 use super::session::{Session, SessionState};
@@ -22,9 +22,9 @@ use crate::events::EventBody;
 use crate::paths::ResolvedPath;
 use crate::permission::facts::{AnalysedLine, command_line, with_facts, with_facts_and_paths};
 use crate::permission::{self, Decision, HookVerdict};
-use crate::pipeline::Executor;
+use crate::pipeline::{BatchSettings, Executor};
 use crate::tools::registry::run_resolved;
-use crate::tools::{CallOrigin, Judged, OutputChunk, ResolvedCall};
+use crate::tools::{CallOrigin, Judged, LiveUpdate, ResolvedCall};
 
 /// How many live output chunks may wait for the event sink before the tool waits.
 const OUTPUT_QUEUE: usize = 64;
@@ -33,6 +33,8 @@ const OUTPUT_QUEUE: usize = 64;
 #[derive(Clone)]
 pub struct CallScope {
     pub executor: Arc<Executor>,
+    /// The config's hooks and limits, as they were when the batch started.
+    pub settings: Arc<BatchSettings>,
     pub session: Arc<Session>,
     pub batch_id: Arc<str>,
     pub iteration: u64,
@@ -137,7 +139,7 @@ async fn step_pre_hooks(
 ) -> Result<HookVerdict, ToolResult> {
     let state = scope.session.state();
     let peers = scope.session.peers();
-    let hooks = scope.executor.hook_set(&peers.hooks, &state.env.cwd);
+    let hooks = scope.settings.hook_set(&peers.hooks, &state.env.cwd);
     if !hooks.any_for(toold_protocol::HookEvent::PreToolUse, &call.name) {
         return Ok(HookVerdict::None);
     }
@@ -259,7 +261,7 @@ async fn step_approval(
         reason: reason.clone(),
         suggestions: vec![suggestion],
     };
-    let timeout = scope.executor.limits.approval_timeout;
+    let timeout = scope.settings.limits.approval_timeout;
     let reply = tokio::select! {
         reply = tokio::time::timeout(timeout, approver.request(params)) => reply.ok(),
         () = cancel.cancelled() => {
@@ -430,7 +432,7 @@ async fn step_execute(
     cancel: &CancellationToken,
 ) -> ToolResult {
     let call_id = resolved.call_id.clone();
-    let (sender, mut receiver) = mpsc::channel::<OutputChunk>(OUTPUT_QUEUE);
+    let (sender, mut receiver) = mpsc::channel::<LiveUpdate>(OUTPUT_QUEUE);
     let mut stream = OutputStreamer {
         scope,
         call_id: &call_id,
@@ -486,11 +488,23 @@ struct OutputStreamer<'a> {
 }
 
 impl OutputStreamer<'_> {
-    fn forward(&mut self, chunk: OutputChunk) {
+    fn forward(&mut self, update: LiveUpdate) {
+        let chunk = match update {
+            LiveUpdate::Output(chunk) => chunk,
+            LiveUpdate::Progress(progress) => {
+                self.scope.emit(EventBody::Progress(ToolProgress {
+                    call_id: self.call_id.to_owned(),
+                    progress: progress.progress,
+                    total: progress.total,
+                    message: progress.message,
+                }));
+                return;
+            }
+        };
         if self.truncated {
             return;
         }
-        let limit = self.scope.executor.limits.max_stream_bytes;
+        let limit = self.scope.settings.limits.max_stream_bytes;
         let room = limit.saturating_sub(self.sent);
         let mut data = chunk.text;
         if data.len() > room {
@@ -521,7 +535,7 @@ async fn step_post_hooks(
 ) -> ToolResult {
     let state = scope.session.state();
     let peers = scope.session.peers();
-    let hooks = scope.executor.hook_set(&peers.hooks, &state.env.cwd);
+    let hooks = scope.settings.hook_set(&peers.hooks, &state.env.cwd);
     if !hooks.any_for(toold_protocol::HookEvent::PostToolUse, &call.name) {
         return result;
     }

@@ -14,15 +14,17 @@ pub mod plan;
 pub mod session;
 
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
+
+use toold_protocol::sync::RwLockUnpoisoned;
 
 use crate::hooks::{ClientHooks, ConfiguredHook, HookSet};
 use crate::shell::isolated::ShellParser;
 use crate::tools::Registry;
 
 /// The limits of docs/protocol.md section 10 that the pipeline applies.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Limits {
     /// How many calls of one concurrent run execute at once.
     pub max_parallel: usize,
@@ -43,25 +45,15 @@ impl Default for Limits {
     }
 }
 
-/// What runs batches: the registry, the configured hooks, the limits.
-pub struct Executor {
-    pub registry: Arc<Registry>,
-    /// Where `run_command` lines are analysed before they are judged.
-    pub shell: Arc<ShellParser>,
+/// What the config file sets for running batches: replaced whole by a reload, and read once
+/// per batch, so that a batch runs under one config from its start to its end.
+#[derive(Clone, Default)]
+pub struct BatchSettings {
     pub hooks: Vec<ConfiguredHook>,
     pub limits: Limits,
 }
 
-impl Executor {
-    pub fn new(registry: Arc<Registry>, shell: Arc<ShellParser>) -> Self {
-        Self {
-            registry,
-            shell,
-            hooks: Vec::new(),
-            limits: Limits::default(),
-        }
-    }
-
+impl BatchSettings {
     /// The hooks that apply to a session's calls.
     pub fn hook_set<'a>(
         &'a self,
@@ -74,5 +66,41 @@ impl Executor {
             timeout: self.limits.hook_timeout,
             cwd,
         }
+    }
+}
+
+/// What runs batches: the registry, the shell parser, the settings of the config file.
+pub struct Executor {
+    pub registry: Arc<Registry>,
+    /// Where `run_command` lines are analysed before they are judged.
+    pub shell: Arc<ShellParser>,
+    settings: RwLock<Arc<BatchSettings>>,
+}
+
+impl Executor {
+    pub fn new(registry: Arc<Registry>, shell: Arc<ShellParser>) -> Self {
+        Self::with_settings(registry, shell, BatchSettings::default())
+    }
+
+    pub fn with_settings(
+        registry: Arc<Registry>,
+        shell: Arc<ShellParser>,
+        settings: BatchSettings,
+    ) -> Self {
+        Self {
+            registry,
+            shell,
+            settings: RwLock::new(Arc::new(settings)),
+        }
+    }
+
+    /// The settings batches starting now run under.
+    pub fn settings(&self) -> Arc<BatchSettings> {
+        Arc::clone(&self.settings.read_unpoisoned())
+    }
+
+    /// Replaces the settings (a config reload): batches already running keep theirs.
+    pub fn set_settings(&self, settings: BatchSettings) {
+        *self.settings.write_unpoisoned() = Arc::new(settings);
     }
 }

@@ -62,6 +62,14 @@ impl SessionState {
         })
     }
 
+    /// Compiles the policy again from `config_rules` (a reload's) and the session's own rules;
+    /// on an error the policy is left as it was.
+    pub fn recompile(&mut self, config_rules: &Rules, home: &Path) -> Result<(), RuleError> {
+        let policy = Policy::compile([config_rules, &self.rules], &self.env.cwd, home)?;
+        self.policy = Arc::new(policy);
+        Ok(())
+    }
+
     /// The permission engine's decision on a resolved call under this state (paths resolved
     /// first; `analysed` is the call's `run_command` line analysed, when it has one).
     pub fn decide(

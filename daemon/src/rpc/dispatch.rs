@@ -97,9 +97,9 @@ macro_rules! method {
 /// Builds the method table.
 pub(crate) fn method_table(daemon: Arc<Daemon>) -> Methods {
     use toold_protocol::methods::{
-        Initialize, McpRestart, McpStatus, SessionAttach, SessionClose, SessionCreate,
-        SessionDetach, SessionGet, SessionList, SessionUpdate, ToolsCancel, ToolsExecute,
-        ToolsList, ToolsRegister, ToolsUnregister,
+        ConfigReload, Initialize, McpRestart, McpStatus, SessionAttach, SessionClose,
+        SessionCreate, SessionDetach, SessionGet, SessionList, SessionUpdate, ToolsCancel,
+        ToolsExecute, ToolsList, ToolsRegister, ToolsUnregister,
     };
     let mut module = RpcModule::from_arc(daemon);
     method!(module, Initialize, |daemon, request, params| {
@@ -143,6 +143,13 @@ pub(crate) fn method_table(daemon: Arc<Daemon>) -> Methods {
     });
     method!(module, McpStatus, |daemon, _request, _params| {
         handlers::mcp_status(&daemon)
+    });
+    method!(module, ConfigReload, |daemon, _request, _params| {
+        daemon.reload().await.map_err(|reason| {
+            ErrorObject::invalid_params(format!(
+                "the config was not reloaded (the running config is kept): {reason}"
+            ))
+        })
     });
     method!(module, McpRestart, |daemon, _request, params| {
         handlers::mcp_restart(&daemon, params).await

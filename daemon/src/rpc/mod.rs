@@ -5,8 +5,10 @@ pub(crate) mod client_tools;
 pub(crate) mod connection;
 pub(crate) mod dispatch;
 pub(crate) mod handlers;
+pub(crate) mod reload;
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -14,6 +16,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use toold_protocol::methods;
 
+use crate::config::Config;
 use crate::mcp::server::McpServers;
 use crate::pipeline::Executor;
 use crate::session::manager::SessionManager;
@@ -46,10 +49,22 @@ pub struct Daemon {
     /// The configured MCP servers, set once they are started (they need the daemon to tell
     /// clients of their tools).
     pub mcp: std::sync::OnceLock<Arc<McpServers>>,
+    /// `--config`, read again by a reload (`None`: the default file).
+    config_path: Option<PathBuf>,
+    /// The config in effect, which a reload compares the file with.
+    running_config: tokio::sync::Mutex<Config>,
+    /// Held by a reload from its start to its end: two never interleave.
+    reloading: tokio::sync::Mutex<()>,
 }
 
 impl Daemon {
-    pub fn new(executor: Arc<Executor>, sessions: SessionManager, settings: Settings) -> Self {
+    pub fn new(
+        executor: Arc<Executor>,
+        sessions: SessionManager,
+        settings: Settings,
+        config: Config,
+        config_path: Option<PathBuf>,
+    ) -> Self {
         let started = std::time::SystemTime::now();
         let started_nanos = started
             .duration_since(std::time::UNIX_EPOCH)
@@ -66,6 +81,9 @@ impl Daemon {
             next_batch: AtomicU64::new(1),
             connections: Mutex::new(HashMap::new()),
             mcp: std::sync::OnceLock::new(),
+            config_path,
+            running_config: tokio::sync::Mutex::new(config),
+            reloading: tokio::sync::Mutex::new(()),
         }
     }
 

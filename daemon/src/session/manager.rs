@@ -5,10 +5,10 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant};
 
-use toold_protocol::sync::LockUnpoisoned;
+use toold_protocol::sync::{LockUnpoisoned, RwLockUnpoisoned};
 use toold_protocol::{
     ErrorObject, Rules, SandboxRequest, SandboxSettings, SessionCreateParams, SessionMode,
     SessionUpdateParams, ToolDefinition,
@@ -40,7 +40,8 @@ pub struct SessionDefaults {
 
 /// Every session of the daemon.
 pub struct SessionManager {
-    defaults: SessionDefaults,
+    /// Replaced whole by a config reload.
+    defaults: RwLock<Arc<SessionDefaults>>,
     store: Option<SessionStore>,
     sessions: Mutex<HashMap<String, Arc<ManagedSession>>>,
     next_id: AtomicU64,
@@ -50,11 +51,34 @@ impl SessionManager {
     /// A manager that persists sessions in `store` (none: sessions live only in memory).
     pub fn new(defaults: SessionDefaults, store: Option<SessionStore>) -> Self {
         Self {
-            defaults,
+            defaults: RwLock::new(Arc::new(defaults)),
             store,
             sessions: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
         }
+    }
+
+    fn defaults(&self) -> Arc<SessionDefaults> {
+        Arc::clone(&self.defaults.read_unpoisoned())
+    }
+
+    /// A config reload: new sessions get `defaults`, and every live session's rules are
+    /// compiled again with the new config rules (its own rules, grants and mode kept). Returns
+    /// the sessions whose rules did not compile with the new ones (they keep their policy),
+    /// with why.
+    pub fn reload(&self, defaults: SessionDefaults) -> Vec<(String, String)> {
+        let defaults = Arc::new(defaults);
+        *self.defaults.write_unpoisoned() = Arc::clone(&defaults);
+        let mut refused = Vec::new();
+        for managed in self.all() {
+            let recompiled = managed
+                .session
+                .update(|state| state.recompile(&defaults.config_rules, &defaults.home));
+            if let Err(err) = recompiled {
+                refused.push((managed.session.id().to_owned(), err.to_string()));
+            }
+        }
+        refused
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<String, Arc<ManagedSession>>> {
@@ -97,7 +121,7 @@ impl SessionManager {
         if let Some(rules) = &params.rules {
             self.check_rules_can_match(rules, known_tools, &cwd)?;
         }
-        let mut env = self.defaults.env.clone();
+        let mut env = self.defaults().env.clone();
         env.cwd = cwd;
         env.roots = roots;
         env.sandbox.settings = self.sandbox_for(params.sandbox.unwrap_or_default())?;
@@ -113,8 +137,8 @@ impl SessionManager {
             env,
             mode,
             rules,
-            &self.defaults.config_rules,
-            &self.defaults.home,
+            &self.defaults().config_rules,
+            &self.defaults().home,
         )
         .map_err(|err| ErrorObject::invalid_params(format!("rules: {err}")))?;
         state.allowed_tools = params.allowed_tools;
@@ -184,8 +208,8 @@ impl SessionManager {
             env,
             params.mode.unwrap_or(current.mode),
             rules,
-            &self.defaults.config_rules,
-            &self.defaults.home,
+            &self.defaults().config_rules,
+            &self.defaults().home,
         )
         .map_err(|err| ErrorObject::invalid_params(format!("rules: {err}")))?;
         next.grants = current.grants.clone();
@@ -276,10 +300,10 @@ impl SessionManager {
     }
 
     fn restore_one(&self, record: SessionRecord) -> Result<(), String> {
-        let mut env = record.env(self.defaults.env.max_command_timeout_ms);
-        env.sandbox = self.defaults.env.sandbox.clone();
+        let mut env = record.env(self.defaults().env.max_command_timeout_ms);
+        env.sandbox = self.defaults().env.sandbox.clone();
         if let Some(saved) = record.sandbox {
-            if saved.is_looser_than(env.sandbox.settings) && !self.defaults.allow_unsandboxed {
+            if saved.is_looser_than(env.sandbox.settings) && !self.defaults().allow_unsandboxed {
                 tracing::warn!(
                     session = %record.session_id,
                     "the session's sandbox is looser than the config now allows: restored with the config's"
@@ -288,7 +312,7 @@ impl SessionManager {
                 env.sandbox.settings = saved;
             }
         }
-        let mode = if record.mode == SessionMode::Bypass && !self.defaults.allow_bypass {
+        let mode = if record.mode == SessionMode::Bypass && !self.defaults().allow_bypass {
             tracing::warn!(
                 session = %record.session_id,
                 "the session was in bypass mode, which the config no longer allows: restored in default mode"
@@ -301,8 +325,8 @@ impl SessionManager {
             env,
             mode,
             record.rules.clone(),
-            &self.defaults.config_rules,
-            &self.defaults.home,
+            &self.defaults().config_rules,
+            &self.defaults().home,
         )
         .map_err(|err| err.to_string())?;
         state.grants = record.grants.clone();
@@ -371,7 +395,7 @@ impl SessionManager {
         last_seq: u64,
     ) -> Arc<ManagedSession> {
         let log = Arc::new(EventLog::with_capacity(
-            self.defaults.log_capacity,
+            self.defaults().log_capacity,
             last_seq,
         ));
         let events = Arc::new(SessionEvents::new(Arc::clone(&log)));
@@ -416,9 +440,9 @@ impl SessionManager {
     /// The sandbox a session asking for `request` gets: the config's with the request's
     /// members; looser than the config only when the config allows it.
     fn sandbox_for(&self, request: SandboxRequest) -> Result<SandboxSettings, ErrorObject> {
-        let config = self.defaults.env.sandbox.settings;
+        let config = self.defaults().env.sandbox.settings;
         let asked = config.overlaid(request);
-        if asked.is_looser_than(config) && !self.defaults.allow_unsandboxed {
+        if asked.is_looser_than(config) && !self.defaults().allow_unsandboxed {
             return Err(ErrorObject::invalid_params(format!(
                 "sandbox: mode {} with network {} is looser than the config's (mode {}, network \
                  {}); a session may only tighten it unless the config sets [sandbox] \
@@ -433,7 +457,7 @@ impl SessionManager {
     }
 
     fn check_mode(&self, mode: SessionMode) -> Result<(), ErrorObject> {
-        if mode == SessionMode::Bypass && !self.defaults.allow_bypass {
+        if mode == SessionMode::Bypass && !self.defaults().allow_bypass {
             return Err(ErrorObject::invalid_params(
                 "mode bypass is refused: the daemon's config does not set allow_bypass = true",
             ));
@@ -458,7 +482,7 @@ impl SessionManager {
         ] {
             for text in list {
                 if let Some(reason) =
-                    lint::never_matches(text, known_tools, Some(cwd), &self.defaults.home)
+                    lint::never_matches(text, known_tools, Some(cwd), &self.defaults().home)
                 {
                     return Err(ErrorObject::invalid_params(format!(
                         "rules.{kind}: {text:?} can never match: {reason}"

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
-use tokio::sync::mpsc;
+use tokio::sync::{Notify, mpsc};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 pub use toold_protocol::OutputStream;
@@ -202,15 +202,28 @@ pub struct ToolContext {
     pub cancel: CancellationToken,
     /// When the call times out.
     pub deadline: Instant,
-    /// Live output, for tools that produce it as they go (the daemon turns it into
-    /// `tool/output` events). Sending waits when the receiver lags: memory stays bounded.
-    pub output: Option<mpsc::Sender<OutputChunk>>,
+    /// Live output and progress, for tools that report as they go (the daemon turns them into
+    /// `tool/output` and `tool/progress` events). Sending waits when the receiver lags: memory
+    /// stays bounded.
+    pub live: Option<mpsc::Sender<LiveUpdate>>,
+    /// Rung by [`ToolContext::report_progress`]: progress restarts the call's timeout.
+    pub progressed: Arc<Notify>,
 }
 
 impl ToolContext {
     /// A path argument resolved: as the permission step judged it, when it did, so that the tool
     /// acts on what was checked and never on a second resolution of the string (which a symlink
     /// swapped in between would redirect); else resolved now.
+    /// Reports progress (a `tool/progress` event) and restarts the call's timeout, which
+    /// counts from the last progress (a long call that keeps reporting is not cut off).
+    /// Waits while the event listener lags, like live output.
+    pub async fn report_progress(&self, progress: Progress) {
+        self.progressed.notify_one();
+        if let Some(live) = &self.live {
+            let _ = live.send(LiveUpdate::Progress(progress)).await;
+        }
+    }
+
     pub fn resolve_path(&self, raw: &str) -> ResolvedPath {
         self.judged
             .iter()
@@ -225,6 +238,23 @@ impl ToolContext {
 pub struct CallOrigin {
     pub session_id: Arc<str>,
     pub batch_id: Arc<str>,
+}
+
+/// What a tool reports while it runs.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LiveUpdate {
+    /// Output as it comes (`tool/output`, up to `max_stream_bytes` a call).
+    Output(OutputChunk),
+    /// Progress (`tool/progress`).
+    Progress(Progress),
+}
+
+/// A tool's progress: `progress` increases, towards `total` when known.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Progress {
+    pub progress: f64,
+    pub total: Option<f64>,
+    pub message: Option<String>,
 }
 
 /// One piece of live output, valid UTF-8 (invalid bytes replaced, characters never split).

@@ -9,13 +9,13 @@ use std::time::Duration;
 
 use futures_util::FutureExt;
 use serde_json::{Map, Value, json};
-use tokio::sync::mpsc;
+use tokio::sync::{Notify, mpsc};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use toold_protocol::sync::RwLockUnpoisoned;
 use toold_protocol::{ErrorType, Safety, ToolCall, ToolDefinition, ToolResult, ToolSource};
 
-use super::{CallOrigin, Judged, OutputChunk, Tool, ToolContext, ToolOutcome};
+use super::{CallOrigin, Judged, LiveUpdate, Tool, ToolContext, ToolOutcome};
 use crate::env::Env;
 
 /// How long a tool has, once cancelled or past its deadline, to stop and hand back its partial
@@ -226,11 +226,11 @@ impl Registry {
         call: &ToolCall,
         env: Arc<Env>,
         cancel: CancellationToken,
-        output: Option<mpsc::Sender<OutputChunk>>,
+        live: Option<mpsc::Sender<LiveUpdate>>,
     ) -> ToolResult {
         match self.resolve(call) {
             Ok(resolved) => {
-                run_resolved(resolved, env, Judged::default(), cancel, output, None).await
+                run_resolved(resolved, env, Judged::default(), cancel, live, None).await
             }
             Err(failure) => failure,
         }
@@ -306,7 +306,7 @@ pub async fn run_resolved(
     env: Arc<Env>,
     judged: Judged,
     cancel: CancellationToken,
-    output: Option<mpsc::Sender<OutputChunk>>,
+    live: Option<mpsc::Sender<LiveUpdate>>,
     origin: Option<CallOrigin>,
 ) -> ToolResult {
     let ResolvedCall {
@@ -319,7 +319,9 @@ pub async fn run_resolved(
         Some(requested) => requested.min(env.max_command_timeout_ms),
         None => entry.definition.timeout_ms.unwrap_or(env.timeout_ms),
     };
-    let deadline = Instant::now() + Duration::from_millis(timeout_ms);
+    let timeout = Duration::from_millis(timeout_ms);
+    let mut deadline = Instant::now() + timeout;
+    let progressed = Arc::new(Notify::new());
     // The tool's own token, fired only here: were it a child of `cancel`, the tool could stop
     // and return before the select below saw the cancellation, and the call would end with the
     // tool's own failure instead of `canceled`. The guard stops the tool if this future is dropped.
@@ -333,16 +335,20 @@ pub async fn run_resolved(
         hidden: judged.hidden,
         cancel: stop.clone(),
         deadline,
-        output,
+        live,
+        progressed: Arc::clone(&progressed),
     };
     // Polled here rather than spawned (a task hop costs more than most tools take); a panic in
     // it is caught as one in a spawned task would be, and on a stop the future is simply dropped.
     let mut task = AssertUnwindSafe(entry.tool.run(arguments, ctx)).catch_unwind();
 
-    let stopped = tokio::select! {
-        joined = &mut task => return stamp(finished(&name, joined), &call_id),
-        () = cancel.cancelled() => StopReason::Canceled,
-        () = tokio::time::sleep_until(deadline) => StopReason::Timeout,
+    let stopped = loop {
+        tokio::select! {
+            joined = &mut task => return stamp(finished(&name, joined), &call_id),
+            () = cancel.cancelled() => break StopReason::Canceled,
+            () = tokio::time::sleep_until(deadline) => break StopReason::Timeout,
+            () = progressed.notified() => deadline = Instant::now() + timeout,
+        }
     };
 
     // Tell the tool, give it a moment to stop and hand back what it has, then leave it.

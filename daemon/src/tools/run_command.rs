@@ -19,7 +19,7 @@
 //! the call's own), and is killed if this future is dropped before it was waited for.
 //!
 //! **Output.** stdout and stderr are read concurrently (`pump`); each read is decoded per
-//! stream without splitting characters, sent live to `ctx.output`, and appended to one
+//! stream without splitting characters, sent live to `ctx.live`, and appended to one
 //! head-and-tail buffer in arrival order (`capture`), so memory stays bounded whatever the
 //! command prints. Metadata: `exit_code` (null when a signal killed the shell), `signal`,
 //! `output_bytes` (every byte read, before decoding), `truncated`, and
@@ -232,7 +232,7 @@ async fn run_command(mut args: Map<String, Value>, ctx: ToolContext) -> ToolOutc
         Some(stdout),
         Some(stderr),
         ctx.env.max_output_bytes,
-        ctx.output.clone(),
+        ctx.live.clone(),
     );
     let halt_signal = || halted(&ctx.cancel, ctx.deadline);
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 use pretty_assertions::assert_eq;
 use serde_json::json;
 use toold::hooks::{ClientHooks, ConfiguredHook, HookFuture};
-use toold::pipeline::Executor;
+use toold::pipeline::{BatchSettings, Executor};
 use toold_protocol::{
     CallOutcome, HookEvent, PostToolUseAnswer, PostToolUseParams, PreToolUseAnswer,
     PreToolUseDecision, PreToolUseParams, Rules, SessionMode,
@@ -161,10 +161,14 @@ async fn with_program(
         timeout_ms,
     );
     let harness = Harness {
-        executor: Arc::new(Executor {
-            hooks: vec![hook],
-            ..Executor::new(probe.executor.registry.clone(), shell_parser())
-        }),
+        executor: Arc::new(Executor::with_settings(
+            probe.executor.registry.clone(),
+            shell_parser(),
+            BatchSettings {
+                hooks: vec![hook],
+                ..BatchSettings::default()
+            },
+        )),
         ..probe
     };
     let result = harness
@@ -274,10 +278,14 @@ async fn a_missing_hook_program_blocks() {
         timeout: None,
     };
     let harness = Harness {
-        executor: Arc::new(Executor {
-            hooks: vec![hook],
-            ..Executor::new(harness.executor.registry.clone(), shell_parser())
-        }),
+        executor: Arc::new(Executor::with_settings(
+            harness.executor.registry.clone(),
+            shell_parser(),
+            BatchSettings {
+                hooks: vec![hook],
+                ..BatchSettings::default()
+            },
+        )),
         ..harness
     };
     let results = harness
@@ -312,10 +320,14 @@ async fn post_hook_programs_add_context_and_their_failures_change_nothing() {
         None,
     );
     let harness = Harness {
-        executor: Arc::new(Executor {
-            hooks: vec![good, bad],
-            ..Executor::new(probe.executor.registry.clone(), shell_parser())
-        }),
+        executor: Arc::new(Executor::with_settings(
+            probe.executor.registry.clone(),
+            shell_parser(),
+            BatchSettings {
+                hooks: vec![good, bad],
+                ..BatchSettings::default()
+            },
+        )),
         ..probe
     };
     let results = harness

@@ -13,9 +13,9 @@ use serde_json::{Map, Value};
 use toold::approval::{ApprovalFuture, ApprovalReply, Approver};
 use toold::events::CollectingListener;
 use toold::hooks::{ClientHooks, ConfiguredHook};
-use toold::pipeline::Executor;
 use toold::pipeline::batch::{Batch, BatchControl};
 use toold::pipeline::session::{Session, SessionPeers, SessionState};
+use toold::pipeline::{BatchSettings, Executor};
 use toold::tools::ToolFuture;
 use toold::{Registry, ToolOutput};
 use toold_protocol::{
@@ -168,9 +168,12 @@ impl Harness {
         for tool in tools {
             registry.register(Arc::new(tool)).unwrap();
         }
-        let mut executor = Executor::new(Arc::new(registry), shell_parser());
-        executor.hooks = hooks;
-        executor.limits.approval_timeout = Duration::from_secs(20);
+        let mut settings = BatchSettings {
+            hooks,
+            ..BatchSettings::default()
+        };
+        settings.limits.approval_timeout = Duration::from_secs(20);
+        let executor = Executor::with_settings(Arc::new(registry), shell_parser(), settings);
         let state = SessionState::new(
             tree.env(),
             mode,

@@ -7,8 +7,8 @@ use std::time::Duration;
 use pretty_assertions::assert_eq;
 use serde_json::json;
 use toold::approval::ApprovalReply;
-use toold::pipeline::Executor;
 use toold::pipeline::batch::{Batch, BatchControl};
+use toold::pipeline::{BatchSettings, Executor};
 use toold_protocol::{
     ApprovalAnswer, ApprovalDecision, Event, Rules, Safety, SessionMode, ToolCall,
 };
@@ -131,9 +131,13 @@ async fn failed_silent_and_vanished_approvers_cancel_the_permission() {
         None,
     ]);
     harness.approver(approver);
-    let mut executor = Executor::new(harness.executor.registry.clone(), shell_parser());
-    executor.limits.approval_timeout = Duration::from_millis(200);
-    let executor = Arc::new(executor);
+    let mut settings = BatchSettings::default();
+    settings.limits.approval_timeout = Duration::from_millis(200);
+    let executor = Arc::new(Executor::with_settings(
+        harness.executor.registry.clone(),
+        shell_parser(),
+        settings,
+    ));
     let calls: Vec<ToolCall> = (1..=3)
         .map(|n| call(&n.to_string(), "run_command", json!({"command": "true"})))
         .collect();

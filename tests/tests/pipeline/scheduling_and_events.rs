@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use pretty_assertions::assert_eq;
 use serde_json::json;
-use toold::pipeline::Executor;
+use toold::pipeline::{BatchSettings, Executor};
 use toold_protocol::{Event, Rules, Safety, SessionMode};
 use toold_tests::daemon::shell_parser;
 
@@ -167,8 +167,10 @@ async fn unknown_tools_and_asking_reads_are_planned_alone() {
 #[tokio::test]
 async fn command_output_streams_as_events_up_to_the_limit() {
     let probe = Harness::new(&[], rules(&["run_command"], &[], &[]), SessionMode::Default);
-    let mut executor = Executor::new(probe.executor.registry.clone(), shell_parser());
-    executor.limits.max_stream_bytes = 1000;
+    let mut settings = BatchSettings::default();
+    settings.limits.max_stream_bytes = 1000;
+    let executor =
+        Executor::with_settings(probe.executor.registry.clone(), shell_parser(), settings);
     let harness = Harness {
         executor: Arc::new(executor),
         ..probe

@@ -37,6 +37,9 @@ pub(super) fn weight(event: &Event) -> usize {
         Event::CallStart(params) => call_weight(&params.body.call),
         Event::ArgumentsReplaced(params) => call_weight(&params.body.call),
         Event::Output(params) => params.body.call_id.len() + params.body.data.len(),
+        Event::Progress(params) => {
+            params.body.call_id.len() + params.body.message.as_ref().map_or(0, String::len) + 16
+        }
         Event::Result(params) | Event::CallDone(params) => {
             params.body.call_id.len() + result_weight(&params.body.result)
         }
@@ -94,6 +97,7 @@ pub(super) fn slim(event: &Event) -> Option<Event> {
         Event::Result(params) => slim_result(params).map(Event::Result),
         Event::CallDone(params) => slim_result(params).map(Event::CallDone),
         Event::Output(_)
+        | Event::Progress(_)
         | Event::CallStart(_)
         | Event::ArgumentsReplaced(_)
         | Event::BatchStart(_)

@@ -9,7 +9,7 @@ use tokio::sync::mpsc;
 
 use super::capture::{HeadTail, Utf8Decoder};
 use super::halted;
-use crate::tools::{OutputChunk, OutputStream, ToolContext};
+use crate::tools::{LiveUpdate, OutputChunk, OutputStream, ToolContext};
 
 /// One read from a pipe, and so the most one `tool/output` event carries. A quarter of what a
 /// pipe holds: the events a slow client has not taken yet (up to `MAX_OUTPUT_LAG` in the
@@ -28,7 +28,7 @@ pub(super) struct OutputPump {
     kept: HeadTail,
     /// Every byte read, before decoding.
     pub total_bytes: u64,
-    live: Option<mpsc::Sender<OutputChunk>>,
+    live: Option<mpsc::Sender<LiveUpdate>>,
 }
 
 impl OutputPump {
@@ -36,7 +36,7 @@ impl OutputPump {
         stdout: Option<Receiver>,
         stderr: Option<Receiver>,
         max_output_bytes: usize,
-        live: Option<mpsc::Sender<OutputChunk>>,
+        live: Option<mpsc::Sender<LiveUpdate>>,
     ) -> Self {
         Self {
             stdout,
@@ -124,7 +124,7 @@ impl OutputPump {
         };
         let receiver_gone = tokio::select! {
             biased;
-            sent = live.send(chunk) => sent.is_err(),
+            sent = live.send(LiveUpdate::Output(chunk)) => sent.is_err(),
             _ = halted(&ctx.cancel, ctx.deadline) => false,
         };
         if receiver_gone {
