@@ -3,12 +3,13 @@
 is malformed: `no_schema` has no object inputSchema (toold must quarantine it), a tool whose name
 is over 64 characters once prefixed (toold must shorten it), and `echo`, which works. `fail`
 reports an error (isError); `slow` never answers, and says on stderr when its request is
-cancelled; `crash` says its last words on stderr and exits. Standard library only; one JSON-RPC
-message per line."""
+cancelled; `crash` says its last words on stderr and exits (with `hang_up`, it closes its
+stdout and lives on instead). Standard library only; one JSON-RPC message per line."""
 
 import json
 import os
 import sys
+import time
 
 LONG_NAME = "a_tool_with_a_name_long_enough_that_its_qualified_name_passes_sixty_four"
 
@@ -67,6 +68,12 @@ def answer(request):
         if name == "slow":
             PENDING.add(json.dumps(request["id"]))
             raise NoAnswer()
+        if name == "crash" and arguments.get("hang_up"):
+            # Closes its output and lives on: a server that answers nothing more.
+            print("hanging up: " + arguments.get("words", ""), file=sys.stderr, flush=True)
+            os.close(1)
+            while True:
+                time.sleep(60)
         if name == "crash":
             print("dying now: " + arguments.get("words", ""), file=sys.stderr, flush=True)
             os._exit(3)

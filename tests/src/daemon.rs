@@ -97,6 +97,12 @@ impl TestDaemon {
         Self::start_with(config, &[])
     }
 
+    /// Starts a daemon with `config` as its configuration file and these variables in its
+    /// environment.
+    pub fn start_with_config_and_env(config: &str, env: &[(&str, &str)]) -> Self {
+        Self::start_with(Some(config), env)
+    }
+
     /// Starts a daemon with every default and these variables in its environment.
     pub fn start_with_env(env: &[(&str, &str)]) -> Self {
         Self::start_with(None, env)

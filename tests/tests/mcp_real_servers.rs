@@ -599,3 +599,127 @@ async fn progress_becomes_events_and_keeps_a_call_alive() {
         .await;
     assert_eq!(outcome(results(&quiet)[0]), "timeout", "{quiet}");
 }
+
+/// server-everything serving streamable HTTP on 127.0.0.1, as a child of the test.
+struct HttpServer {
+    child: std::process::Child,
+    url: String,
+}
+
+impl HttpServer {
+    fn start() -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|listener| listener.local_addr())
+            .expect("a free port")
+            .port();
+        let child = Command::new(node_bin("mcp-server-everything"))
+            .arg("streamableHttp")
+            .env("PORT", port.to_string())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start server-everything over HTTP");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "the HTTP server never listened");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Self {
+            child,
+            url: format!("http://127.0.0.1:{port}/mcp"),
+        }
+    }
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A server reached over streamable HTTP on 127.0.0.1 (its bearer token from the daemon's
+/// environment): listed, called, its progress reported; a server that goes away fails the
+/// call that needed it with a clear error.
+#[tokio::test]
+async fn a_server_over_streamable_http_is_listed_and_called() {
+    let test = "mcp_real_servers::a_server_over_streamable_http";
+    if !servers_installed(test) {
+        return;
+    }
+    let server = HttpServer::start();
+    let config = format!(
+        "[mcp.servers.remote]\nurl = {:?}\nheaders = {{ \"X-Team\" = \"a\" }}\n\
+         bearer_token_env = \"REMOTE_TOKEN\"\n",
+        server.url
+    );
+    let daemon =
+        TestDaemon::start_with_config_and_env(&config, &[("REMOTE_TOKEN", "not-a-secret")]);
+    let mut client = daemon.connect(json!({}), no_answers()).await;
+    let status = status_when(&client, "remote", "ready").await;
+    assert_eq!(status["transport"], "http", "{status}");
+    assert!(status.get("pid").is_none(), "{status}");
+    let tools = registered(&client, "remote").await;
+    assert!(tools.contains_key("mcp__remote__echo"), "{tools:?}");
+    let session = client
+        .create_session(
+            &daemon.work(),
+            json!({"rules": {"allow": ["mcp__remote__*"]}}),
+        )
+        .await;
+    let response = client
+        .execute(
+            &session,
+            json!([
+                {"id": "e", "name": "mcp__remote__echo", "arguments": {"message": "over http"}},
+                {"id": "l", "name": "mcp__remote__trigger-long-running-operation",
+                    "arguments": {"duration": 1, "steps": 2}},
+            ]),
+        )
+        .await;
+    let answered = results(&response);
+    assert_eq!(outcome(answered[0]), "ok", "{response}");
+    assert!(text(answered[0]).contains("over http"), "{response}");
+    assert_eq!(outcome(answered[1]), "ok", "{response}");
+    let progress = client
+        .session_events()
+        .into_iter()
+        .filter(|event| event.method == "tool/progress")
+        .count();
+    assert!(progress >= 1, "progress over HTTP");
+
+    // The server gone: the call fails at once, saying where the server was; the daemon counts
+    // it as ended and tries to reach it again (with backoff).
+    let url = server.url.clone();
+    drop(server);
+    let gone = client
+        .execute(
+            &session,
+            json!([{"id": "e", "name": "mcp__remote__echo", "arguments": {"message": "x"}}]),
+        )
+        .await;
+    let result = results(&gone)[0];
+    assert_eq!(outcome(result), "internal_error", "{gone}");
+    let error = result["error"].as_str().expect("a message");
+    assert!(
+        error.contains("error sending request") && error.contains(&format!("reached at {url}")),
+        "{error}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let status = client
+            .request("mcp/status", json!({}))
+            .await
+            .expect("mcp/status");
+        let server = &status["servers"][0];
+        if server["restarts"].as_u64() >= Some(1) && server["state"] != "ready" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never counted as ended: {status}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

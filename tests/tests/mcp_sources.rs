@@ -351,6 +351,29 @@ async fn stopped_calls_end_at_once_and_a_crash_is_quoted() {
     assert_eq!(outcome(result), "internal_error", "{crashed}");
     let message = result["error"].as_str().expect("a message");
     assert!(message.contains("dying now: farewell"), "{message}");
+
+    // A server that closes its output but lives on answers nothing more: its call ends, and
+    // the process is stopped and a new one started.
+    mcp_tools(&client, "mcp__bad__", 5).await;
+    let hanging = server_pid(&daemon, "malformed.py").expect("the server's process");
+    let hung_up = client
+        .execute(
+            &session,
+            json!([{"id": "c1", "name": "mcp__bad__crash",
+                "arguments": {"words": "bye", "hang_up": true}}]),
+        )
+        .await;
+    assert_eq!(outcome(results(&hung_up)[0]), "internal_error", "{hung_up}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while toold_tests::daemon::process_alive(hanging)
+        || server_pid(&daemon, "malformed.py").is_none_or(|pid| pid == hanging)
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the hung-up server was not replaced"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// A daemon killed with SIGKILL leaves no server process behind.
@@ -436,4 +459,56 @@ async fn toold(daemon: &TestDaemon, args: &[&str]) -> std::process::Output {
     let mut command = tokio::process::Command::from(daemon.command());
     command.args(args);
     command.output().await.expect("run toold")
+}
+
+/// A lazy server starts at its first use: a call that names one of its tools (which then
+/// runs), or the first `tools/list` (which then lists its tools).
+#[tokio::test]
+async fn a_lazy_server_starts_at_its_first_use() {
+    let Some(mut config) = malformed_server_config("mcp_sources::a_lazy_server_starts") else {
+        return;
+    };
+    config.push_str("start = \"lazy\"\n");
+
+    let daemon = TestDaemon::start_with_config(Some(&config));
+    let client = daemon.connect(json!({}), no_answers()).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(server_pid(&daemon, "malformed.py"), None, "not started yet");
+    let status = client
+        .request("mcp/status", json!({}))
+        .await
+        .expect("mcp/status");
+    assert_eq!(status["servers"][0]["state"], "stopped", "{status}");
+    let session = client
+        .create_session(&daemon.work(), json!({"rules": {"allow": ["mcp__bad__*"]}}))
+        .await;
+    let response = client
+        .execute(
+            &session,
+            json!([{"id": "c1", "name": "mcp__bad__echo", "arguments": {"text": "lazy"}}]),
+        )
+        .await;
+    assert_eq!(results(&response)[0]["content"], "echo: lazy", "{response}");
+    assert!(server_pid(&daemon, "malformed.py").is_some());
+
+    let listing = TestDaemon::start_with_config(Some(&config));
+    let client = listing.connect(json!({}), no_answers()).await;
+    let listed = client
+        .request("tools/list", json!({}))
+        .await
+        .expect("tools/list");
+    let mcp_tools = listed["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .filter(|tool| {
+            tool["name"]
+                .as_str()
+                .is_some_and(|name| name.starts_with("mcp__bad__"))
+        })
+        .count();
+    assert_eq!(
+        mcp_tools, 5,
+        "the first listing has the lazy server's tools"
+    );
 }

@@ -1,5 +1,5 @@
-//! The MCP session with one server, over its process's stdin and stdout (rmcp's client): the
-//! handshake (rmcp's automatic lifecycle, which settles the protocol version with servers old
+//! The MCP session with one server, over its process's stdin and stdout or over streamable
+//! HTTP (rmcp's client and transports), watched so that its end is known: the handshake (rmcp's automatic lifecycle, which settles the protocol version with servers old
 //! and new), the tool listing read as raw JSON so that one malformed tool never fails the rest,
 //! and calls that report the server's progress and that a stop ends at once, telling the server
 //! (`notifications/cancelled`).
@@ -17,6 +17,12 @@ use rmcp::model::{
 use rmcp::service::{
     ClientLifecycleMode, MaybeSendFuture, NotificationContext, PeerRequestOptions, RunningService,
     serve_client_with_lifecycle,
+};
+use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
+use rmcp::transport::Transport;
+use rmcp::transport::async_rw::AsyncRwTransport;
+use rmcp::transport::streamable_http_client::{
+    StreamableHttpClientTransport, StreamableHttpClientTransportConfig,
 };
 use rmcp::{ClientHandler, RoleClient};
 use serde_json::{Map, Value};
@@ -91,6 +97,52 @@ fn cut_message(mut message: String) -> String {
 pub struct McpSession {
     service: RunningService<RoleClient, Notices>,
     notices: Arc<ServerNotices>,
+    /// Fired when the transport closed (the server's output ended, the HTTP stream broke).
+    closed: CancellationToken,
+}
+
+/// A transport that says when it closed: when its receiving side gives nothing more.
+struct Watched<T> {
+    inner: T,
+    closed: CancellationToken,
+}
+
+impl<T: Transport<RoleClient>> Transport<RoleClient> for Watched<T> {
+    type Error = T::Error;
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleClient>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        self.inner.send(item)
+    }
+
+    fn receive(&mut self) -> impl Future<Output = Option<RxJsonRpcMessage<RoleClient>>> + Send {
+        let closed = self.closed.clone();
+        let next = self.inner.receive();
+        async move {
+            let item = next.await;
+            if item.is_none() {
+                closed.cancel();
+            }
+            item
+        }
+    }
+
+    fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        self.inner.close()
+    }
+}
+
+/// How the daemon reaches a server, made ready to speak MCP over.
+pub enum Connect {
+    Stdio(ChildStdout, ChildStdin),
+    Http {
+        url: String,
+        /// The bearer token, without `Bearer `.
+        bearer: Option<String>,
+        headers: std::collections::HashMap<http::HeaderName, http::HeaderValue>,
+    },
 }
 
 /// What a call needs of a server: its live session, and the token the session's end fires
@@ -112,21 +164,56 @@ pub enum CallError {
 }
 
 impl McpSession {
-    /// Speaks MCP over the server's stdout and stdin; fails if the handshake does not complete
-    /// within `timeout`.
+    /// Speaks MCP over `connect`; fails if the handshake does not complete within `timeout`.
     pub async fn start(
-        stdout: ChildStdout,
-        stdin: ChildStdin,
+        connect: Connect,
         notices: Arc<ServerNotices>,
         timeout: Duration,
     ) -> Result<Self, String> {
+        let closed = CancellationToken::new();
+        let service = match connect {
+            Connect::Stdio(stdout, stdin) => {
+                let transport = AsyncRwTransport::new_client(stdout, stdin);
+                Self::handshake(transport, &closed, &notices, timeout).await?
+            }
+            Connect::Http {
+                url,
+                bearer,
+                headers,
+            } => {
+                let mut config =
+                    StreamableHttpClientTransportConfig::with_uri(url).custom_headers(headers);
+                if let Some(bearer) = bearer {
+                    config = config.auth_header(bearer);
+                }
+                let transport = StreamableHttpClientTransport::from_config(config);
+                Self::handshake(transport, &closed, &notices, timeout).await?
+            }
+        };
+        Ok(Self {
+            service,
+            notices,
+            closed,
+        })
+    }
+
+    async fn handshake<T: Transport<RoleClient> + 'static>(
+        transport: T,
+        closed: &CancellationToken,
+        notices: &Arc<ServerNotices>,
+        timeout: Duration,
+    ) -> Result<RunningService<RoleClient, Notices>, String> {
+        let transport = Watched {
+            inner: transport,
+            closed: closed.clone(),
+        };
         let lifecycle = ClientLifecycleMode::Auto {
             preferred_versions: vec![ProtocolVersion::LATEST],
             legacy_version: None,
         };
         let started = tokio::time::timeout(
             timeout,
-            serve_client_with_lifecycle(Notices(Arc::clone(&notices)), (stdout, stdin), lifecycle),
+            serve_client_with_lifecycle(Notices(Arc::clone(notices)), transport, lifecycle),
         )
         .await
         .map_err(|_| {
@@ -135,8 +222,32 @@ impl McpSession {
                 timeout.as_millis()
             )
         })?;
-        let service = started.map_err(|err| format!("the handshake failed: {err}"))?;
-        Ok(Self { service, notices })
+        started.map_err(|err| format!("the handshake failed: {err}"))
+    }
+
+    /// A request that failed in the transport: the server is out of reach (an HTTP server
+    /// gone, a stream broken), so the session counts as closed and its supervisor starts it
+    /// again. The error says why without the transport's type names.
+    fn broken(&self, err: &rmcp::ServiceError) -> CallError {
+        self.closed.cancel();
+        let why = match err {
+            rmcp::ServiceError::TransportSend(sent) => {
+                let mut why = sent.error.to_string();
+                let mut source = sent.error.source();
+                while let Some(cause) = source {
+                    why.push_str(&format!(": {cause}"));
+                    source = cause.source();
+                }
+                why
+            }
+            other => other.to_string(),
+        };
+        CallError::Closed(why)
+    }
+
+    /// Resolves once the transport has closed.
+    pub async fn closed(&self) {
+        self.closed.cancelled().await;
     }
 
     /// The protocol version the server agreed, when it said.
@@ -202,7 +313,7 @@ impl McpSession {
         let handle = peer
             .send_cancellable_request(request, PeerRequestOptions::no_options())
             .await
-            .map_err(|err| CallError::Closed(err.to_string()))?;
+            .map_err(|err| self.broken(&err))?;
         let request_id = handle.id.clone();
         // rmcp gives every request a progress token of its own, known once the request is
         // queued; it is subscribed to at once, with no await in between, while the server (a
@@ -246,7 +357,7 @@ impl McpSession {
                     Err(rmcp::ServiceError::McpError(error)) => {
                         Err(CallError::Server(error.message.to_string()))
                     }
-                    Err(err) => Err(CallError::Closed(err.to_string())),
+                    Err(err) => Err(self.broken(&err)),
                     };
                 }
                 () = stop.cancelled() => {

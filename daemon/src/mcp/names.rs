@@ -21,6 +21,13 @@ pub fn is_valid_server_name(name: &str) -> bool {
         && bytes.all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
 }
 
+/// The server a registered tool name `mcp__S__T` belongs to (`S`), if it has that shape: a
+/// server name never holds `_`, so the first `__` after the prefix ends it.
+pub fn server_of(tool: &str) -> Option<&str> {
+    let rest = tool.strip_prefix(PREFIX)?;
+    rest.split_once("__").map(|(server, _)| server)
+}
+
 /// The registered name of tool `tool` of server `server`: `mcp__S__T` with every character
 /// outside `[A-Za-z0-9_-]` replaced by `_`; past [`MAX_TOOL_NAME_BYTES`], cut and ended with
 /// `_` and 8 hex digits of the SHA-256 of the name as the server gave it, so that two long
@@ -55,6 +62,15 @@ pub fn qualified_tool_name(server: &str, tool: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tool_name_gives_its_server() {
+        assert_eq!(server_of("mcp__fs__read_file"), Some("fs"));
+        assert_eq!(server_of("mcp__my-server__a__b"), Some("my-server"));
+        assert_eq!(server_of(&qualified_tool_name("fs", "x y")), Some("fs"));
+        assert_eq!(server_of("read_file"), None);
+        assert_eq!(server_of("mcp__nothing"), None);
+    }
 
     #[test]
     fn server_names_follow_the_pattern() {

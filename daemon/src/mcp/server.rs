@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use toold_protocol::sync::LockUnpoisoned;
 use toold_protocol::{McpServerStatus, QuarantinedTool};
 
-use super::client::{McpSession, Reachable, ServerNotices};
+use super::client::{Connect, McpSession, Reachable, ServerNotices};
 use super::listing::{self, Quarantined};
 use super::process::{Launch, ServerProcess, StderrLog};
 use super::tool::{McpTool, ToolServer};
@@ -27,6 +27,10 @@ const MAX_BACKOFF: Duration = Duration::from_secs(60);
 /// A server that fails this often within [`FAILURE_WINDOW`] is left `failed`.
 const MAX_FAILURES: usize = 5;
 const FAILURE_WINDOW: Duration = Duration::from_secs(600);
+
+/// What a first use of a lazy server waits beyond its startup timeout: the listing after the
+/// handshake.
+const STARTUP_SLACK: Duration = Duration::from_secs(5);
 
 /// How long an error quoting a server's stderr waits for the last of it to be read.
 const STDERR_DRAIN: Duration = Duration::from_millis(500);
@@ -62,6 +66,8 @@ pub struct McpServer {
     registry: Arc<Registry>,
     tools_changed: ToolsChanged,
     live: Mutex<Live>,
+    /// Rung whenever `state` changes (what a first use of a lazy server waits on).
+    state_changed: tokio::sync::Notify,
     /// Fired when the daemon stops the server.
     stop: CancellationToken,
 }
@@ -93,6 +99,7 @@ impl McpServer {
             registry,
             tools_changed,
             live: Mutex::new(Live::default()),
+            state_changed: tokio::sync::Notify::new(),
             stop: CancellationToken::new(),
         })
     }
@@ -139,6 +146,24 @@ impl McpServer {
 
     fn set_state(&self, state: ServerState) {
         self.live().state = Some(state);
+        self.state_changed.notify_waiters();
+    }
+
+    /// Waits, up to `limit`, until the server is no longer `starting`.
+    async fn settled(&self, limit: Duration) {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let changed = self.state_changed.notified();
+            tokio::pin!(changed);
+            // Registered before the look, so that a change in between is not missed.
+            changed.as_mut().enable();
+            if self.state() != ServerState::Starting {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, changed).await.is_err() {
+                return;
+            }
+        }
     }
 
     /// Runs the server until the daemon stops it: starts, serves, and starts again after a
@@ -190,65 +215,45 @@ impl McpServer {
 
     /// One life of the server; returns why it ended.
     async fn run_once(self: &Arc<Self>) -> String {
-        let McpTransport::Stdio {
-            command,
-            args,
-            env,
-            cwd,
-        } = &self.config.transport
-        else {
-            return "streamable HTTP servers are not reached yet by this version of toold"
-                .to_owned();
-        };
-        let launch = Launch {
-            name: &self.config.name,
-            command,
-            args,
-            env,
-            cwd: cwd.as_deref(),
-        };
-        let mut process = match ServerProcess::spawn(&launch, &self.log_dir) {
-            Ok(process) => process,
-            Err(err) => return format!("cannot start {command}: {err}"),
-        };
-        let ended = CancellationToken::new();
-        {
-            let mut live = self.live();
-            live.pid = process.pid();
-            live.stderr = Some(process.stderr_log());
-            live.ended = ended.clone();
-        }
         let notices = Arc::new(ServerNotices::default());
-        let (Some(stdout), Some(stdin)) = (process.stdout.take(), process.stdin.take()) else {
-            process.stop().await;
-            return "its standard streams were not piped".to_owned();
+        let ended = CancellationToken::new();
+        self.live().ended = ended.clone();
+        let (connect, mut process) = match self.connect() {
+            Ok(connected) => connected,
+            Err(reason) => return reason,
         };
         let started = tokio::select! {
-            started = McpSession::start(stdout, stdin, Arc::clone(&notices), self.config.startup_timeout) => started,
-            status = process.exited() => Err(format!("it exited during the handshake ({})", show_exit(status))),
+            started = McpSession::start(connect, Arc::clone(&notices), self.config.startup_timeout) => started,
+            status = exited(&mut process) => Err(format!("it exited during the handshake ({})", show_exit(status))),
             () = self.stop.cancelled() => Err("stopped".to_owned()),
         };
         let session = match started {
             Ok(session) => Arc::new(session),
             Err(reason) => {
                 ended.cancel();
-                process.stop().await;
-                return format!("{reason}; {}", self.stderr_tail().await);
+                let reason = format!("{reason}; {}", self.stderr_tail().await);
+                stop_process(process).await;
+                return reason;
             }
         };
         self.live().session = Some(Arc::clone(&session));
         if let Err(reason) = self.register_tools(&session).await {
             ended.cancel();
             self.live().session = None;
-            process.stop().await;
+            stop_process(process).await;
             return reason;
         }
         self.set_state(ServerState::Ready);
         tracing::info!(server = %self.config.name, tools = self.live().registered.len(), "an MCP server is ready");
         let reason = loop {
             tokio::select! {
-                status = process.exited() => {
+                status = exited(&mut process) => {
                     break format!("it exited ({}); {}", show_exit(status), self.stderr_tail().await);
+                }
+                // A server that closes its output (or whose HTTP stream breaks) but lives on
+                // answers nothing more: it is stopped and started again like one that exited.
+                () = session.closed() => {
+                    break format!("its connection closed; {}", self.stderr_tail().await);
                 }
                 () = notices.tools_changed.notified() => {
                     if let Err(reason) = self.register_tools(&session).await {
@@ -263,8 +268,81 @@ impl McpServer {
         if let Ok(session) = Arc::try_unwrap(session) {
             session.close().await;
         }
-        process.stop().await;
+        stop_process(process).await;
         reason
+    }
+
+    /// Makes the server reachable: its process started (a stdio server), or the HTTP
+    /// connection's settings read (its bearer token from the daemon's environment, now).
+    fn connect(&self) -> Result<(Connect, Option<ServerProcess>), String> {
+        match &self.config.transport {
+            McpTransport::Stdio {
+                command,
+                args,
+                env,
+                cwd,
+            } => {
+                let launch = Launch {
+                    name: &self.config.name,
+                    command,
+                    args,
+                    env,
+                    cwd: cwd.as_deref(),
+                };
+                let mut process = ServerProcess::spawn(&launch, &self.log_dir)
+                    .map_err(|err| format!("cannot start {command}: {err}"))?;
+                {
+                    let mut live = self.live();
+                    live.pid = process.pid();
+                    live.stderr = Some(process.stderr_log());
+                }
+                match (process.stdout.take(), process.stdin.take()) {
+                    (Some(stdout), Some(stdin)) => {
+                        Ok((Connect::Stdio(stdout, stdin), Some(process)))
+                    }
+                    _ => Err("its standard streams were not piped".to_owned()),
+                }
+            }
+            McpTransport::Http {
+                url,
+                headers,
+                bearer_token_env,
+            } => {
+                if !url.starts_with("http://") {
+                    return Err(format!(
+                        "{url} needs TLS, which this build of toold does not include: only \
+                         http:// servers are reached (for now)"
+                    ));
+                }
+                let bearer = match bearer_token_env {
+                    Some(variable) => Some(std::env::var(variable).map_err(|_| {
+                        format!(
+                            "the variable {variable} (bearer_token_env) is not set in the \
+                             daemon's environment"
+                        )
+                    })?),
+                    None => None,
+                };
+                let headers = headers
+                    .iter()
+                    .map(|(name, value)| {
+                        let name = http::HeaderName::try_from(name.as_str())
+                            .map_err(|err| format!("the header name {name:?}: {err}"))?;
+                        let value = http::HeaderValue::try_from(value.as_str())
+                            .map_err(|err| format!("the value of the header {name}: {err}"))?;
+                        Ok((name, value))
+                    })
+                    .collect::<Result<_, String>>()?;
+                Ok((
+                    Connect::Http {
+                        url: url.clone(),
+                        bearer,
+                        headers,
+                    },
+                    None,
+                ))
+            }
+        }
     }
 
     /// Lists the server's tools and makes the registry hold exactly them.
@@ -353,7 +431,10 @@ impl ToolServer for McpServer {
         let log = self.live().stderr.clone();
         Box::pin(async move {
             let Some(log) = log else {
-                return "it wrote nothing to stderr".to_owned();
+                return match &self.config.transport {
+                    McpTransport::Http { url, .. } => format!("it is reached at {url}"),
+                    McpTransport::Stdio { .. } => "it wrote nothing to stderr".to_owned(),
+                };
             };
             // Bounded: a child of the server may hold its stderr open after it exited.
             let _ = tokio::time::timeout(STDERR_DRAIN, log.read_to_end.cancelled()).await;
@@ -364,6 +445,20 @@ impl ToolServer for McpServer {
                 format!("its stderr ended with: {}", lines.join(" | "))
             }
         })
+    }
+}
+
+/// Resolves when the server's process exits; never for a server without one (HTTP).
+async fn exited(process: &mut Option<ServerProcess>) -> std::io::Result<std::process::ExitStatus> {
+    match process {
+        Some(process) => process.exited().await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn stop_process(process: Option<ServerProcess>) {
+    if let Some(process) = process {
+        process.stop().await;
     }
 }
 
@@ -434,6 +529,32 @@ impl McpServers {
         );
         let supervisor = eager.then(|| supervise(&server));
         Running { server, supervisor }
+    }
+
+    /// Starts the lazy servers not started yet that `wanted` picks (by name), and waits for
+    /// each to be ready or to fail, up to its `startup_timeout_ms`: their first use (the first
+    /// `tools/list`, or a call that names one of their tools) then sees their tools.
+    pub async fn start_lazy(&self, wanted: impl Fn(&str) -> bool) {
+        let started: Vec<Arc<McpServer>> = {
+            let mut running = self.running.lock_unpoisoned();
+            running
+                .iter_mut()
+                .filter(|running| {
+                    running.supervisor.is_none() && wanted(&running.server.config.name)
+                })
+                .map(|running| {
+                    running.supervisor = Some(supervise(&running.server));
+                    Arc::clone(&running.server)
+                })
+                .collect()
+        };
+        for server in &started {
+            tracing::info!(server = %server.config.name, "a lazy MCP server starts at its first use");
+        }
+        let waits = started
+            .iter()
+            .map(|server| server.settled(server.config.startup_timeout + STARTUP_SLACK));
+        futures_util::future::join_all(waits).await;
     }
 
     /// Every server as `mcp/status` shows it, in the config's order.

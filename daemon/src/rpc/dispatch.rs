@@ -127,7 +127,7 @@ pub(crate) fn method_table(daemon: Arc<Daemon>) -> Methods {
         handlers::session_close(&daemon, params)
     });
     method!(module, ToolsList, |daemon, _request, params| {
-        handlers::tools_list(&daemon, params)
+        handlers::tools_list(&daemon, params).await
     });
     method!(module, ToolsRegister, |daemon, request, params| {
         handlers::tools_register(&daemon, &request.connection, params)

@@ -157,7 +157,11 @@ pub(crate) fn session_close(daemon: &Daemon, params: SessionIdParams) -> Reply<E
     Ok(Empty {})
 }
 
-pub(crate) fn tools_list(daemon: &Daemon, params: ToolsListParams) -> Reply<ToolsListResult> {
+pub(crate) async fn tools_list(daemon: &Daemon, params: ToolsListParams) -> Reply<ToolsListResult> {
+    // The first listing is a lazy MCP server's first use: its tools are in this one.
+    if let Some(servers) = daemon.mcp.get() {
+        servers.start_lazy(|_| true).await;
+    }
     let session = match &params.session_id {
         Some(session_id) => Some(daemon.sessions.get(session_id)?.session.state()),
         None => None,
@@ -294,6 +298,17 @@ pub(crate) async fn tools_execute(
         return Err(ErrorObject::overloaded(
             "the daemon is shutting down; no new batches start",
         ));
+    }
+    // A call naming a tool of a lazy MCP server not started yet starts it, and waits for it.
+    if let Some(servers) = daemon.mcp.get() {
+        let named: Vec<&str> = params
+            .calls
+            .iter()
+            .filter_map(|call| crate::mcp::names::server_of(&call.name))
+            .collect();
+        if !named.is_empty() {
+            servers.start_lazy(|server| named.contains(&server)).await;
+        }
     }
     let batch_id = format!("b_{}", daemon.next_batch.fetch_add(1, Ordering::Relaxed));
     let control = BatchControl::new(params.calls.len());
