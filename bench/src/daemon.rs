@@ -25,11 +25,16 @@ pub struct Place {
 
 impl Place {
     pub fn new() -> anyhow::Result<Self> {
+        Self::with_config("")
+    }
+
+    /// A place whose config is the figures' own plus `extra` (TOML tables come last).
+    pub fn with_config(extra: &str) -> anyhow::Result<Self> {
         let dir = tempfile::tempdir()?;
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700))?;
         let config = dir.path().join("config/toold");
         std::fs::create_dir_all(&config)?;
-        std::fs::write(config.join("config.toml"), CONFIG)?;
+        std::fs::write(config.join("config.toml"), format!("{CONFIG}{extra}"))?;
         Ok(Self { dir })
     }
 
@@ -60,7 +65,12 @@ pub struct Daemon {
 
 impl Daemon {
     pub fn start() -> anyhow::Result<Self> {
-        let place = Place::new()?;
+        Self::start_with("")
+    }
+
+    /// A daemon whose config also has `extra` (see [`Place::with_config`]).
+    pub fn start_with(extra: &str) -> anyhow::Result<Self> {
+        let place = Place::with_config(extra)?;
         let child = place
             .command()?
             .spawn()

@@ -7,7 +7,8 @@
 //! cargo run --release -p toold-bench                   # every figure, writes docs/benchmarks.md
 //! cargo run --release -p toold-bench -- --quick        # every figure on small inputs (CI)
 //! cargo run --release -p toold-bench -- --only search  # one section: roundtrip, search,
-//!                                                      #   process, memory, permission
+//!                                                      #   process, memory, permission, mcp
+//! bash tests/mcp_servers/install.sh                    # the MCP servers the mcp section runs
 //! ```
 //!
 //! Options: `--rounds N` (at least 11; default 21, 11 with `--quick`), `--corpus DIR` (instead
@@ -16,6 +17,7 @@
 //! A run that could not produce every figure exits non-zero.
 
 mod daemon;
+mod mcp;
 mod memory;
 mod permission;
 mod process;
@@ -36,10 +38,17 @@ const DEFAULT_ROUNDS: usize = 21;
 /// The least rounds accepted: fewer make the IQR meaningless.
 const MIN_ROUNDS: usize = 11;
 /// The harness's sections, in the order they run and are written.
-const SECTIONS: [&str; 5] = ["roundtrip", "search", "process", "memory", "permission"];
+const SECTIONS: [&str; 6] = [
+    "roundtrip",
+    "search",
+    "process",
+    "memory",
+    "permission",
+    "mcp",
+];
 
 const USAGE: &str = "usage: toold-bench [--quick] [--rounds N] [--only SECTION] [--corpus DIR] [--rg PROGRAM] [--out FILE]
-sections: roundtrip, search, process, memory, permission";
+sections: roundtrip, search, process, memory, permission, mcp";
 
 /// What every section is given.
 pub struct Settings {
@@ -147,6 +156,7 @@ fn run(options: &Options) -> anyhow::Result<()> {
             "process" => process::process_section(settings),
             "memory" => memory::memory_section(settings),
             "permission" => permission::permission_section(settings.rounds),
+            "mcp" => mcp::mcp_section(settings, workspace),
             _ => unreachable!("SECTIONS names every section"),
         }
         .with_context(|| format!("the {name} figures"))?;

@@ -42,6 +42,8 @@ pub const EXPECTED_FIGURES: &[&str] = &[
     "rss-sessions",
     "rss-slow-client",
     "startup",
+    "mcp-call",
+    "mcp-shared-memory",
 ];
 
 /// The whole report: a header naming the machine, the summary table, then every section.

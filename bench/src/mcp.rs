@@ -1,0 +1,268 @@
+//! MCP servers through toold: one call of server-everything's `echo` through the daemon (a
+//! client's `tools/execute`, the pipeline, the daemon's rmcp client, the server) against the
+//! same call from a bare rmcp client of its own copy of the server, interleaved; and the memory
+//! that one shared copy for 10 sessions saves against the 10 copies that 10 hosts would run.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, ensure};
+use rmcp::RoleClient;
+use rmcp::model::CallToolRequestParams;
+use rmcp::service::{RunningService, ServiceExt};
+use serde_json::json;
+
+use crate::Settings;
+use crate::daemon::{Daemon, rss_bytes};
+use crate::report::{Figure, Section, ratio};
+use crate::roundtrip::percentile;
+use crate::stats::Samples;
+
+/// Sessions (and, for the comparison, copies of the server) of the memory figure.
+const SESSIONS: usize = 10;
+
+/// server-everything as `tests/mcp_servers/install.sh` installs it.
+fn everything_program(workspace: &Path) -> anyhow::Result<PathBuf> {
+    let program =
+        workspace.join("tests/mcp_servers/installed/node/node_modules/.bin/mcp-server-everything");
+    ensure!(
+        program.exists(),
+        "{} is not there: run `bash tests/mcp_servers/install.sh` first",
+        program.display()
+    );
+    Ok(program)
+}
+
+pub fn mcp_section(settings: &Settings, workspace: &Path) -> anyhow::Result<Section> {
+    let program = everything_program(workspace)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let config = format!(
+        "[mcp.servers.everything]\ncommand = {:?}\n",
+        program.display().to_string()
+    );
+    let daemon = Daemon::start_with(&config)?;
+    let mut toold = daemon.client()?;
+    let server_pid = wait_ready(&mut toold)?;
+    let work = tempfile::tempdir()?;
+    let session = toold.create_session(
+        &work.path().canonicalize()?,
+        json!({"rules": {"allow": ["mcp__everything__echo"]}}),
+    )?;
+    let echo =
+        json!([{"id": "e", "name": "mcp__everything__echo", "arguments": {"message": "hi"}}]);
+    let bare = runtime.block_on(bare_client(&program))?;
+
+    let per_round = if settings.quick { 50 } else { 200 };
+    for _ in 0..100 {
+        toold.execute_ok(&session, echo.clone())?;
+        runtime.block_on(bare_echo(&bare))?;
+    }
+    let (mut toold_p50s, mut bare_p50s) = (Samples::default(), Samples::default());
+    for _ in 0..settings.rounds {
+        let mut times = Vec::with_capacity(per_round);
+        for _ in 0..per_round {
+            let started = Instant::now();
+            toold.execute_ok(&session, echo.clone())?;
+            times.push(started.elapsed());
+        }
+        toold_p50s.push(percentile(&mut times, 0.5));
+        let mut times = Vec::with_capacity(per_round);
+        for _ in 0..per_round {
+            let started = Instant::now();
+            runtime.block_on(bare_echo(&bare))?;
+            times.push(started.elapsed());
+        }
+        bare_p50s.push(percentile(&mut times, 0.5));
+    }
+    let toold_p50 = toold_p50s.summary();
+    let bare_p50 = bare_p50s.summary();
+    let call_ratio = toold_p50.median / bare_p50.median;
+
+    // Memory: 10 sessions on 10 connections, each having called the server once, against 10
+    // copies of the server, each having answered one call (the bare client's, plus 9 more).
+    let mut clients = Vec::new();
+    for _ in 0..SESSIONS {
+        let mut client = daemon.client()?;
+        let session = client.create_session(
+            &work.path().canonicalize()?,
+            json!({"rules": {"allow": ["mcp__everything__echo"]}}),
+        )?;
+        client.execute_ok(&session, echo.clone())?;
+        clients.push(client);
+    }
+    let shared = tree_rss(server_pid)? + daemon.rss_bytes()?;
+    let mut copies = vec![bare];
+    for _ in 1..SESSIONS {
+        let copy = runtime.block_on(bare_client(&program))?;
+        runtime.block_on(bare_echo(&copy))?;
+        copies.push(copy);
+    }
+    let mut separate = 0;
+    for copy in &copies {
+        separate += tree_rss(copy.pid)?;
+    }
+    for copy in copies {
+        runtime.block_on(copy.close());
+    }
+    drop(clients);
+    daemon.stop()?;
+    let mib = |bytes: u64| bytes as f64 / (1024.0 * 1024.0);
+    let saving = mib(separate) - mib(shared);
+
+    let mut markdown = String::from("## MCP servers\n\n");
+    let _ = writeln!(
+        markdown,
+        "One call of `@modelcontextprotocol/server-everything`'s `echo` (as \
+         `tests/mcp_servers/install.sh` installs it): through toold (`tools/execute` of \
+         `mcp__everything__echo` by the blocking client, in a session whose rule allows it: the \
+         pipeline, the daemon's rmcp client, the server's stdio) against the same `tools/call` \
+         from a bare rmcp client (the same version, in this process) of its own copy of the \
+         server, {} rounds of {per_round} calls each, interleaved. Medians (IQR) of each round's \
+         p50, in µs.\n",
+        settings.rounds
+    );
+    markdown.push_str("| | p50 |\n|---|---:|\n");
+    let _ = writeln!(
+        markdown,
+        "| through toold | {} ({}) |",
+        crate::report::num(toold_p50.median * 1e3),
+        crate::report::num(toold_p50.iqr() * 1e3)
+    );
+    let _ = writeln!(
+        markdown,
+        "| bare rmcp client | {} ({}) |",
+        crate::report::num(bare_p50.median * 1e3),
+        crate::report::num(bare_p50.iqr() * 1e3)
+    );
+    let _ = writeln!(markdown, "| toold / bare | {} |\n", ratio(call_ratio));
+    let _ = writeln!(
+        markdown,
+        "Memory: {SESSIONS} sessions on {SESSIONS} connections, each having called the server \
+         once, share one copy of it: the daemon and that copy (with what it started) take \
+         {:.1} MiB of RSS. {SESSIONS} hosts that each start their own copy (each copy having \
+         answered a call) take {:.1} MiB. Saved: {saving:.1} MiB.\n",
+        mib(shared),
+        mib(separate)
+    );
+    Ok(Section {
+        figures: vec![
+            Figure {
+                id: "mcp-call",
+                what: "one MCP call (server-everything `echo`)".into(),
+                compared_with: "a bare rmcp client of the same server".into(),
+                result: format!(
+                    "p50 {} µs vs {} µs ({})",
+                    crate::report::num(toold_p50.median * 1e3),
+                    crate::report::num(bare_p50.median * 1e3),
+                    ratio(call_ratio)
+                ),
+                target: "≤ 1.5×",
+                met: call_ratio <= 1.5,
+            },
+            Figure {
+                id: "mcp-shared-memory",
+                what: format!("RSS of one shared server for {SESSIONS} sessions"),
+                compared_with: format!("{SESSIONS} copies of the server"),
+                result: format!(
+                    "{:.1} MiB (daemon included) vs {:.1} MiB: {saving:.1} MiB saved",
+                    mib(shared),
+                    mib(separate)
+                ),
+                target: "a saving",
+                met: saving > 0.0,
+            },
+        ],
+        markdown,
+    })
+}
+
+/// Waits until the daemon's server is ready; its pid.
+fn wait_ready(client: &mut crate::daemon::Client) -> anyhow::Result<u32> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let status = client.call("mcp/status", json!({}))?;
+        let server = &status["servers"][0];
+        if server["state"] == "ready" {
+            return u32::try_from(server["pid"].as_u64().context("a pid")?).context("a pid");
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "the MCP server never became ready: {status}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A bare rmcp client of a copy of the server of its own.
+struct Bare {
+    service: RunningService<RoleClient, ()>,
+    child: tokio::process::Child,
+    pid: u32,
+}
+
+impl Bare {
+    async fn close(mut self) {
+        let _ = self.service.cancel().await;
+        let _ = self.child.kill().await;
+    }
+}
+
+async fn bare_client(program: &Path) -> anyhow::Result<Bare> {
+    let mut child = tokio::process::Command::new(program)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .with_context(|| format!("start {}", program.display()))?;
+    let pid = child.id().context("the server's pid")?;
+    let stdout = child.stdout.take().context("stdout")?;
+    let stdin = child.stdin.take().context("stdin")?;
+    let service = ().serve((stdout, stdin)).await?;
+    Ok(Bare {
+        service,
+        child,
+        pid,
+    })
+}
+
+async fn bare_echo(bare: &Bare) -> anyhow::Result<()> {
+    let mut params = CallToolRequestParams::new("echo");
+    params.arguments = json!({"message": "hi"}).as_object().cloned();
+    let result = bare.service.peer().call_tool(params).await?;
+    ensure!(result.is_error != Some(true), "echo failed: {result:?}");
+    Ok(())
+}
+
+/// The RSS of a process and of everything descending from it.
+fn tree_rss(pid: u32) -> anyhow::Result<u64> {
+    let mut total = rss_bytes(pid)?;
+    let mut parents = vec![pid];
+    while let Some(parent) = parents.pop() {
+        for entry in std::fs::read_dir("/proc")? {
+            let Some(child) = entry?
+                .file_name()
+                .to_str()
+                .and_then(|name| name.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{child}/stat")) else {
+                continue;
+            };
+            let ppid = stat
+                .rsplit(')')
+                .next()
+                .and_then(|rest| rest.split_whitespace().nth(1))
+                .and_then(|ppid| ppid.parse::<u32>().ok());
+            if ppid == Some(parent) {
+                total += rss_bytes(child).unwrap_or(0);
+                parents.push(child);
+            }
+        }
+    }
+    Ok(total)
+}
