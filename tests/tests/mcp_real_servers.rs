@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use toold_tests::daemon::{TestClient, TestDaemon, no_answers, outcome, results};
+use toold_tests::mcp::{cmdline, parent_of, tools_named};
 use toold_tests::require;
 
 /// Where `install.sh` puts the servers.
@@ -92,21 +93,18 @@ async fn status_when(client: &TestClient, server: &str, state: &str) -> Value {
 
 /// The registry's definitions of `server`'s tools, by name.
 async fn registered(client: &TestClient, server: &str) -> BTreeMap<String, Value> {
-    let prefix = format!("mcp__{server}__");
-    let listed = client
-        .request("tools/list", json!({}))
+    tools_named(client, &format!("mcp__{server}__")).await
+}
+
+/// `server`'s `echo` of `message` in `session`: the whole response.
+async fn echo(client: &TestClient, session: &str, server: &str, message: &str) -> Value {
+    client
+        .execute(
+            session,
+            json!([{"id": "e", "name": format!("mcp__{server}__echo"),
+                "arguments": {"message": message}}]),
+        )
         .await
-        .expect("tools/list");
-    listed["tools"]
-        .as_array()
-        .expect("tools")
-        .iter()
-        .filter_map(|tool| {
-            let name = tool["name"].as_str()?;
-            name.starts_with(&prefix)
-                .then(|| (name.to_owned(), tool.clone()))
-        })
-        .collect()
 }
 
 /// Every process descending from `pid`.
@@ -114,17 +112,7 @@ fn descendants(pid: u32) -> BTreeSet<u32> {
     let parents: Vec<(u32, u32)> = std::fs::read_dir("/proc")
         .expect("/proc")
         .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter_map(|child| {
-            let stat = std::fs::read_to_string(format!("/proc/{child}/stat")).ok()?;
-            let parent = stat
-                .rsplit(')')
-                .next()?
-                .split_whitespace()
-                .nth(1)?
-                .parse()
-                .ok()?;
-            Some((child, parent))
-        })
+        .filter_map(|child| Some((child, parent_of(child)?)))
         .collect();
     let mut found = BTreeSet::from([pid]);
     loop {
@@ -139,11 +127,6 @@ fn descendants(pid: u32) -> BTreeSet<u32> {
             return found;
         }
     }
-}
-
-fn cmdline(pid: u32) -> String {
-    String::from_utf8_lossy(&std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default())
-        .replace('\0', " ")
 }
 
 fn text(result: &Value) -> &str {
@@ -424,14 +407,9 @@ async fn a_cancel_ends_a_long_call_at_once_and_the_server_still_answers() {
         ended <= Duration::from_millis(200),
         "the call ended {ended:?} after the cancel"
     );
-    let echo = client
-        .execute(
-            &session,
-            json!([{"id": "e", "name": "mcp__everything__echo", "arguments": {"message": "still"}}]),
-        )
-        .await;
-    assert_eq!(outcome(results(&echo)[0]), "ok", "{echo}");
-    assert!(text(results(&echo)[0]).contains("still"), "{echo}");
+    let echoed = echo(&client, &session, "everything", "still").await;
+    assert_eq!(outcome(results(&echoed)[0]), "ok", "{echoed}");
+    assert!(text(results(&echoed)[0]).contains("still"), "{echoed}");
 }
 
 /// A server killed with SIGKILL during a call: the call fails at once quoting the server's
@@ -496,13 +474,8 @@ async fn a_killed_server_fails_its_call_comes_back_and_fails_after_five_crashes(
             tokio::time::sleep(Duration::from_millis(50)).await;
         };
         if crash == 1 {
-            let echo = client
-                .execute(
-                    &session,
-                    json!([{"id": "e", "name": "mcp__everything__echo", "arguments": {"message": "back"}}]),
-                )
-                .await;
-            assert_eq!(outcome(results(&echo)[0]), "ok", "{echo}");
+            let echoed = echo(&client, &session, "everything", "back").await;
+            assert_eq!(outcome(results(&echoed)[0]), "ok", "{echoed}");
         }
         pid = next;
         kill(pid);
@@ -511,12 +484,7 @@ async fn a_killed_server_fails_its_call_comes_back_and_fails_after_five_crashes(
     assert_eq!(failed["restarts"], 5, "{failed}");
     assert!(failed.get("pid").is_none(), "{failed}");
     assert!(registered(&client, "everything").await.is_empty());
-    let gone = client
-        .execute(
-            &session,
-            json!([{"id": "e", "name": "mcp__everything__echo", "arguments": {"message": "x"}}]),
-        )
-        .await;
+    let gone = echo(&client, &session, "everything", "x").await;
     assert_eq!(outcome(results(&gone)[0]), "unknown_tool", "{gone}");
 
     // mcp/restart starts it again, with a fresh count.
@@ -530,13 +498,8 @@ async fn a_killed_server_fails_its_call_comes_back_and_fails_after_five_crashes(
         "{restarted}"
     );
     status_when(&client, "everything", "ready").await;
-    let echo = client
-        .execute(
-            &session,
-            json!([{"id": "e", "name": "mcp__everything__echo", "arguments": {"message": "again"}}]),
-        )
-        .await;
-    assert_eq!(outcome(results(&echo)[0]), "ok", "{echo}");
+    let echoed = echo(&client, &session, "everything", "again").await;
+    assert_eq!(outcome(results(&echoed)[0]), "ok", "{echoed}");
     let unknown = client
         .request("mcp/restart", json!({"name": "nope"}))
         .await
@@ -693,12 +656,7 @@ async fn a_server_over_streamable_http_is_listed_and_called() {
     // it as ended and tries to reach it again (with backoff).
     let url = server.url.clone();
     drop(server);
-    let gone = client
-        .execute(
-            &session,
-            json!([{"id": "e", "name": "mcp__remote__echo", "arguments": {"message": "x"}}]),
-        )
-        .await;
+    let gone = echo(&client, &session, "remote", "x").await;
     let result = results(&gone)[0];
     assert_eq!(outcome(result), "internal_error", "{gone}");
     let error = result["error"].as_str().expect("a message");

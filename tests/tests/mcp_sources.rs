@@ -3,62 +3,26 @@
 //! gives (quarantining the malformed one, shortening the long name), and runs calls through
 //! the pipeline under the session's rules.
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use toold_tests::daemon::{TestDaemon, no_answers, outcome, results};
+use toold_tests::daemon::{TestClient, TestDaemon, no_answers, outcome, results};
+use toold_tests::mcp::{child_running, malformed_server_table, toold, tools_when};
 use toold_tests::require;
-
-fn test_server(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("mcp_servers")
-        .join(name)
-}
 
 /// The config of one server, `bad`, running the malformed test server under python3; `None`
 /// (the test skipped) without python3.
 fn malformed_server_config(test: &str) -> Option<String> {
     let python = require::program(test, "python3", &[], "apt-get install python3")?;
-    Some(format!(
-        "[mcp.servers.bad]\ncommand = {:?}\nargs = [{:?}]\n",
-        python.display().to_string(),
-        test_server("malformed.py").display().to_string()
-    ))
+    Some(malformed_server_table(&python))
 }
 
 /// The registry's tools whose names start with `prefix`, once `expected` of them are there.
-async fn mcp_tools(
-    client: &toold_tests::daemon::TestClient,
-    prefix: &str,
-    expected: usize,
-) -> Vec<Value> {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let listed = client
-            .request("tools/list", json!({}))
-            .await
-            .expect("tools/list");
-        let tools: Vec<Value> = listed["tools"]
-            .as_array()
-            .expect("tools")
-            .iter()
-            .filter(|tool| {
-                tool["name"]
-                    .as_str()
-                    .is_some_and(|name| name.starts_with(prefix))
-            })
-            .cloned()
-            .collect();
-        if tools.len() >= expected {
-            return tools;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the MCP server's tools never appeared: {tools:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+async fn mcp_tools(client: &TestClient, prefix: &str, expected: usize) -> Vec<Value> {
+    tools_when(client, prefix, |count| count >= expected)
+        .await
+        .into_values()
+        .collect()
 }
 
 #[tokio::test]
@@ -206,19 +170,7 @@ fn results_of(response: &Value) -> Vec<Value> {
 
 /// The daemon's child running `script`, if any.
 fn server_pid(daemon: &TestDaemon, script: &str) -> Option<u32> {
-    let daemon_pid = daemon.pid().to_string();
-    std::fs::read_dir("/proc")
-        .ok()?
-        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .find(|pid| {
-            let parent = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                .ok()
-                .and_then(|stat| stat.rsplit(')').next().map(str::to_owned))
-                .and_then(|rest| rest.split_whitespace().nth(1).map(str::to_owned));
-            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            parent.as_deref() == Some(daemon_pid.as_str())
-                && String::from_utf8_lossy(&cmdline).contains(script)
-        })
+    child_running(daemon, script)
 }
 
 /// A server killed with SIGKILL loses its tools, and comes back with them after its backoff,
@@ -451,64 +403,5 @@ async fn the_mcp_commands_show_and_restart_servers() {
         String::from_utf8_lossy(&unknown.stderr).contains("no MCP server is named \"nope\""),
         "{}",
         String::from_utf8_lossy(&unknown.stderr)
-    );
-}
-
-/// Runs `toold ARGS` against `daemon`.
-async fn toold(daemon: &TestDaemon, args: &[&str]) -> std::process::Output {
-    let mut command = tokio::process::Command::from(daemon.command());
-    command.args(args);
-    command.output().await.expect("run toold")
-}
-
-/// A lazy server starts at its first use: a call that names one of its tools (which then
-/// runs), or the first `tools/list` (which then lists its tools).
-#[tokio::test]
-async fn a_lazy_server_starts_at_its_first_use() {
-    let Some(mut config) = malformed_server_config("mcp_sources::a_lazy_server_starts") else {
-        return;
-    };
-    config.push_str("start = \"lazy\"\n");
-
-    let daemon = TestDaemon::start_with_config(Some(&config));
-    let client = daemon.connect(json!({}), no_answers()).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(server_pid(&daemon, "malformed.py"), None, "not started yet");
-    let status = client
-        .request("mcp/status", json!({}))
-        .await
-        .expect("mcp/status");
-    assert_eq!(status["servers"][0]["state"], "stopped", "{status}");
-    let session = client
-        .create_session(&daemon.work(), json!({"rules": {"allow": ["mcp__bad__*"]}}))
-        .await;
-    let response = client
-        .execute(
-            &session,
-            json!([{"id": "c1", "name": "mcp__bad__echo", "arguments": {"text": "lazy"}}]),
-        )
-        .await;
-    assert_eq!(results(&response)[0]["content"], "echo: lazy", "{response}");
-    assert!(server_pid(&daemon, "malformed.py").is_some());
-
-    let listing = TestDaemon::start_with_config(Some(&config));
-    let client = listing.connect(json!({}), no_answers()).await;
-    let listed = client
-        .request("tools/list", json!({}))
-        .await
-        .expect("tools/list");
-    let mcp_tools = listed["tools"]
-        .as_array()
-        .expect("tools")
-        .iter()
-        .filter(|tool| {
-            tool["name"]
-                .as_str()
-                .is_some_and(|name| name.starts_with("mcp__bad__"))
-        })
-        .count();
-    assert_eq!(
-        mcp_tools, 5,
-        "the first listing has the lazy server's tools"
     );
 }

@@ -3,31 +3,15 @@
 //! is stopped (with `tools/list_changed` each time), a file with an error is refused with its
 //! place and the running config kept, and what only a restart changes is named.
 
-use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::path::PathBuf;
 
 use serde_json::{Value, json};
 use toold_tests::daemon::{TestClient, TestDaemon, no_answers, outcome, results};
+use toold_tests::mcp::{malformed_server_table, toold, tools_when};
 use toold_tests::require;
 
 fn config_file(daemon: &TestDaemon) -> PathBuf {
     daemon.root().join("config/toold/config.toml")
-}
-
-/// The malformed test MCP server's table, `[mcp.servers.bad]`.
-fn mcp_server_table(python: &Path) -> String {
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("mcp_servers/malformed.py");
-    format!(
-        "[mcp.servers.bad]\ncommand = {:?}\nargs = [{:?}]\n",
-        python.display().to_string(),
-        script.display().to_string()
-    )
-}
-
-async fn toold(daemon: &TestDaemon, args: &[&str]) -> std::process::Output {
-    let mut command = tokio::process::Command::from(daemon.command());
-    command.args(args);
-    command.output().await.expect("run toold")
 }
 
 /// The outcome of a `write_file` of `name` in the session.
@@ -44,31 +28,7 @@ async fn write(client: &TestClient, session: &str, daemon: &TestDaemon, name: &s
 
 /// Waits until the registry holds `count` tools of the MCP server `bad`.
 async fn bad_tools(client: &TestClient, count: usize) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let listed = client
-            .request("tools/list", json!({}))
-            .await
-            .expect("tools/list");
-        let found = listed["tools"]
-            .as_array()
-            .expect("tools")
-            .iter()
-            .filter(|tool| {
-                tool["name"]
-                    .as_str()
-                    .is_some_and(|name| name.starts_with("mcp__bad__"))
-            })
-            .count();
-        if found == count {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the registry never held {count} tools of `bad` (it holds {found})"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    tools_when(client, "mcp__bad__", |held| held == count).await;
 }
 
 async fn list_changed(client: &mut TestClient) {
@@ -101,7 +61,7 @@ async fn a_reload_applies_rules_and_mcp_servers_and_refuses_a_bad_file() {
         config_file(&daemon),
         format!(
             "max_connections = 64\n[permissions]\nallow = [\"write_file\"]\n\n{}",
-            mcp_server_table(&python)
+            malformed_server_table(&python)
         ),
     )
     .expect("write the config");

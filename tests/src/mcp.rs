@@ -1,0 +1,101 @@
+//! What the MCP tests share: the test server written for them (`tests/mcp_servers/`), the
+//! registry's tools of one server, waiting for them, the daemon's children, and the `toold`
+//! command line run against a test daemon.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::daemon::{TestClient, TestDaemon};
+
+/// A file of `tests/mcp_servers/`.
+pub fn test_server(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("mcp_servers")
+        .join(name)
+}
+
+/// `[mcp.servers.bad]`: the malformed test server run by `python`.
+pub fn malformed_server_table(python: &Path) -> String {
+    format!(
+        "[mcp.servers.bad]\ncommand = {:?}\nargs = [{:?}]\n",
+        python.display().to_string(),
+        test_server("malformed.py").display().to_string()
+    )
+}
+
+/// The registry's tools whose names start with `prefix`, by name.
+pub async fn tools_named(client: &TestClient, prefix: &str) -> BTreeMap<String, Value> {
+    let listed = client
+        .request("tools/list", json!({}))
+        .await
+        .expect("tools/list");
+    listed["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .filter_map(|tool| {
+            let name = tool["name"].as_str()?;
+            name.starts_with(prefix)
+                .then(|| (name.to_owned(), tool.clone()))
+        })
+        .collect()
+}
+
+/// The registry's tools whose names start with `prefix`, once `wanted` accepts how many there
+/// are (waiting up to 30 s).
+pub async fn tools_when(
+    client: &TestClient,
+    prefix: &str,
+    wanted: impl Fn(usize) -> bool,
+) -> BTreeMap<String, Value> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let tools = tools_named(client, prefix).await;
+        if wanted(tools.len()) {
+            return tools;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the registry never held the wanted number of {prefix}* tools: {:?}",
+            tools.keys()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The daemon's child whose command line contains `marker`, if any.
+pub fn child_running(daemon: &TestDaemon, marker: &str) -> Option<u32> {
+    let daemon_pid = daemon.pid();
+    std::fs::read_dir("/proc")
+        .ok()?
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .find(|pid| parent_of(*pid) == Some(daemon_pid) && cmdline(*pid).contains(marker))
+}
+
+/// A process's parent, from `/proc/PID/stat` (after the command name, which is in parentheses
+/// and free to hold anything).
+pub fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit(')')
+        .next()?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// A process's command line, its arguments joined by spaces.
+pub fn cmdline(pid: u32) -> String {
+    String::from_utf8_lossy(&std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default())
+        .replace('\0', " ")
+}
+
+/// Runs `toold ARGS` against `daemon`.
+pub async fn toold(daemon: &TestDaemon, args: &[&str]) -> std::process::Output {
+    let mut command = tokio::process::Command::from(daemon.command());
+    command.args(args);
+    command.output().await.expect("run toold")
+}
