@@ -405,3 +405,65 @@ async fn the_mcp_commands_show_and_restart_servers() {
         String::from_utf8_lossy(&unknown.stderr)
     );
 }
+
+/// A lazy server starts at its first use: a call that names one of its tools (which then
+/// runs), or the first `tools/list` (which then lists its tools).
+#[tokio::test]
+async fn a_lazy_server_starts_at_its_first_use() {
+    let Some(mut config) = malformed_server_config("mcp_sources::a_lazy_server_starts") else {
+        return;
+    };
+    config.push_str("start = \"lazy\"\n");
+
+    let daemon = TestDaemon::start_with_config(Some(&config));
+    let client = daemon.connect(json!({}), no_answers()).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(server_pid(&daemon, "malformed.py"), None, "not started yet");
+    let status = client
+        .request("mcp/status", json!({}))
+        .await
+        .expect("mcp/status");
+    assert_eq!(status["servers"][0]["state"], "stopped", "{status}");
+    let session = client
+        .create_session(&daemon.work(), json!({"rules": {"allow": ["mcp__bad__*"]}}))
+        .await;
+    let response = client
+        .execute(
+            &session,
+            json!([{"id": "c1", "name": "mcp__bad__echo", "arguments": {"text": "lazy"}}]),
+        )
+        .await;
+    assert_eq!(results(&response)[0]["content"], "echo: lazy", "{response}");
+    assert!(server_pid(&daemon, "malformed.py").is_some());
+
+    // Beside a lazy server that cannot start: the first listing waits for its first failure,
+    // not through its backoff.
+    config
+        .push_str("\n[mcp.servers.broken]\ncommand = \"/nonexistent/server\"\nstart = \"lazy\"\n");
+    let listing = TestDaemon::start_with_config(Some(&config));
+    let client = listing.connect(json!({}), no_answers()).await;
+    let started = Instant::now();
+    let listed = client
+        .request("tools/list", json!({}))
+        .await
+        .expect("tools/list");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "the listing waited {:?}",
+        started.elapsed()
+    );
+    let mcp_tools = listed["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .filter(|tool| {
+            tool["name"]
+                .as_str()
+                .is_some_and(|name| name.starts_with("mcp__bad__"))
+        })
+        .count();
+    assert_eq!(
+        mcp_tools, 5,
+        "the first listing has the lazy server's tools"
+    );
+}

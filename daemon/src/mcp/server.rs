@@ -32,6 +32,10 @@ const FAILURE_WINDOW: Duration = Duration::from_secs(600);
 /// handshake.
 const STARTUP_SLACK: Duration = Duration::from_secs(5);
 
+/// How long a server process whose output closed is given to exit before it is taken for one
+/// that hung up and lives on.
+const EXIT_AFTER_CLOSE: Duration = Duration::from_millis(500);
+
 /// How long an error quoting a server's stderr waits for the last of it to be read.
 const STDERR_DRAIN: Duration = Duration::from_millis(500);
 
@@ -66,7 +70,8 @@ pub struct McpServer {
     registry: Arc<Registry>,
     tools_changed: ToolsChanged,
     live: Mutex<Live>,
-    /// Rung whenever `state` changes (what a first use of a lazy server waits on).
+    /// Rung whenever `state` changes or a start fails (what a first use of a lazy server
+    /// waits on).
     state_changed: tokio::sync::Notify,
     /// Fired when the daemon stops the server.
     stop: CancellationToken,
@@ -149,15 +154,21 @@ impl McpServer {
         self.state_changed.notify_waiters();
     }
 
-    /// Waits, up to `limit`, until the server is no longer `starting`.
+    /// Waits, up to `limit`, until the server is no longer `starting` or a start has failed
+    /// (the next waits for its backoff: a first use is not held through them).
     async fn settled(&self, limit: Duration) {
         let deadline = tokio::time::Instant::now() + limit;
+        let ended_before = self.live().restarts;
         loop {
             let changed = self.state_changed.notified();
             tokio::pin!(changed);
             // Registered before the look, so that a change in between is not missed.
             changed.as_mut().enable();
-            if self.state() != ServerState::Starting {
+            let (state, ended) = {
+                let live = self.live();
+                (live.state.clone(), live.restarts)
+            };
+            if state != Some(ServerState::Starting) || ended > ended_before {
                 return;
             }
             if tokio::time::timeout_at(deadline, changed).await.is_err() {
@@ -193,6 +204,7 @@ impl McpServer {
                 live.last_error = Some(ended_by.clone());
                 live.restarts += 1;
             }
+            self.state_changed.notify_waiters();
             if failures.len() >= MAX_FAILURES {
                 let reason = format!(
                     "failed {MAX_FAILURES} times within {} minutes; the last time: {ended_by}",
@@ -253,7 +265,16 @@ impl McpServer {
                 // A server that closes its output (or whose HTTP stream breaks) but lives on
                 // answers nothing more: it is stopped and started again like one that exited.
                 () = session.closed() => {
-                    break format!("its connection closed; {}", self.stderr_tail().await);
+                    // A process's output ends as it exits: its exit, when it follows at once,
+                    // says more than the closed stream.
+                    let exit = match &mut process {
+                        Some(running) => tokio::time::timeout(EXIT_AFTER_CLOSE, running.exited()).await.ok(),
+                        None => None,
+                    };
+                    break match exit {
+                        Some(status) => format!("it exited ({}); {}", show_exit(status), self.stderr_tail().await),
+                        None => format!("its connection closed; {}", self.stderr_tail().await),
+                    };
                 }
                 () = notices.tools_changed.notified() => {
                     if let Err(reason) = self.register_tools(&session).await {
