@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use toold_tests::daemon::{TestClient, TestDaemon, no_answers, outcome, results};
-use toold_tests::mcp::{cmdline, parent_of, tools_named};
+use toold_tests::mcp::{cmdline, parent_of, toold, tools_named};
 use toold_tests::require;
 
 /// Where `install.sh` puts the servers.
@@ -414,7 +414,7 @@ async fn a_cancel_ends_a_long_call_at_once_and_the_server_still_answers() {
 
 /// A server killed with SIGKILL during a call: the call fails at once quoting the server's
 /// stderr, the server comes back; after 5 crashes it is `failed` and its tools are gone, until
-/// `mcp/restart` starts it again.
+/// a reload starts it again; `mcp/restart` replaces a running one.
 #[tokio::test]
 async fn a_killed_server_fails_its_call_comes_back_and_fails_after_five_crashes() {
     let test = "mcp_real_servers::a_killed_server_fails_its_call";
@@ -487,7 +487,18 @@ async fn a_killed_server_fails_its_call_comes_back_and_fails_after_five_crashes(
     let gone = echo(&client, &session, "everything", "x").await;
     assert_eq!(outcome(results(&gone)[0]), "unknown_tool", "{gone}");
 
-    // mcp/restart starts it again, with a fresh count.
+    // A reload starts a failed server again, its table unchanged, with a fresh count.
+    let reloaded = toold(&daemon, &["reload", "--json"]).await;
+    assert_eq!(reloaded.status.code(), Some(0));
+    let report: Value = serde_json::from_slice(&reloaded.stdout).expect("JSON");
+    assert_eq!(report["mcp_restarted"], json!(["everything"]), "{report}");
+    let ready = status_when(&client, "everything", "ready").await;
+    assert_eq!(ready["restarts"], 0, "{ready}");
+    let echoed = echo(&client, &session, "everything", "after the reload").await;
+    assert_eq!(outcome(results(&echoed)[0]), "ok", "{echoed}");
+
+    // mcp/restart replaces a running server with a new process.
+    let before = ready["pid"].as_u64().expect("a pid");
     let restarted = client
         .request("mcp/restart", json!({"name": "everything"}))
         .await
@@ -497,7 +508,11 @@ async fn a_killed_server_fails_its_call_comes_back_and_fails_after_five_crashes(
         restarted["state"] == "starting" || restarted["state"] == "ready",
         "{restarted}"
     );
-    status_when(&client, "everything", "ready").await;
+    let after = status_when(&client, "everything", "ready").await;
+    assert_ne!(after["pid"].as_u64(), Some(before), "{after}");
+    assert!(!toold_tests::daemon::process_alive(
+        u32::try_from(before).expect("a pid")
+    ));
     let echoed = echo(&client, &session, "everything", "again").await;
     assert_eq!(outcome(results(&echoed)[0]), "ok", "{echoed}");
     let unknown = client

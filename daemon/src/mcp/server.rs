@@ -596,7 +596,7 @@ impl McpServers {
             .lock_unpoisoned()
             .iter()
             .position(|running| running.server.config.name == name)?;
-        let old = self.take(|config| config.name == name);
+        let old = self.take(|server| server.config.name == name);
         let config = old.first()?.server.config.clone();
         // The old one is gone, its tools withdrawn, before the new one registers the same
         // names.
@@ -614,11 +614,14 @@ impl McpServers {
     }
 
     /// A config reload: servers gone from `configs` stopped, new ones started, those whose
-    /// table changed stopped and started again; the others left running. Returns the names
+    /// table changed (and `failed` ones) stopped and started again; the others left running. Returns the names
     /// started, stopped and restarted.
     pub async fn reload(&self, configs: &[McpServerConfig]) -> McpChanges {
         let _changing = self.changing.lock().await;
-        let retired = self.take(|config| !configs.contains(config));
+        // A `failed` server starts again too, its table changed or not.
+        let retired = self.take(|server| {
+            !configs.contains(&server.config) || matches!(server.state(), ServerState::Failed(_))
+        });
         let mut changes = McpChanges::default();
         for old in &retired {
             let name = &old.server.config.name;
@@ -656,11 +659,11 @@ impl McpServers {
     }
 
     /// Takes the servers whose config `which` picks out of the set.
-    fn take(&self, which: impl Fn(&McpServerConfig) -> bool) -> Vec<Running> {
+    fn take(&self, which: impl Fn(&McpServer) -> bool) -> Vec<Running> {
         let mut running = self.running.lock_unpoisoned();
         let (taken, kept) = std::mem::take(&mut *running)
             .into_iter()
-            .partition(|running| which(&running.server.config));
+            .partition(|running| which(&running.server));
         *running = kept;
         taken
     }
