@@ -122,6 +122,27 @@ fn register_refuses_names_no_rule_can_name_duplicates_and_bad_schemas() {
     assert!(registry.get("bad").is_none());
 }
 
+/// A tool is removed by its owner only while it is still the one registered under its name:
+/// what replaced it stays (an MCP server restarted registers the names its predecessor had).
+#[test]
+fn an_exact_unregister_leaves_a_replacement_alone() {
+    let registry = Registry::default();
+    let first: Arc<dyn toold::tools::Tool> = Arc::new(tool("a", Behaviour::Echo));
+    let second: Arc<dyn toold::tools::Tool> = Arc::new(tool("a", Behaviour::Echo));
+    registry.register(Arc::clone(&first)).unwrap();
+    registry.register_or_replace(Arc::clone(&second)).unwrap();
+    let revision = registry.revision();
+    assert!(!registry.unregister_exact("a", &first));
+    assert!(registry.get("a").is_some());
+    assert_eq!(
+        registry.revision(),
+        revision,
+        "nothing removed, nothing changed"
+    );
+    assert!(registry.unregister_exact("a", &second));
+    assert!(registry.get("a").is_none());
+}
+
 #[test]
 fn every_change_moves_the_revision() {
     let registry = Registry::default();

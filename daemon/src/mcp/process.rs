@@ -52,7 +52,8 @@ pub struct Launch<'a> {
 /// A running server process.
 pub struct ServerProcess {
     child: Child,
-    tree: ProcessTree,
+    /// Taken by [`ServerProcess::stop`]; still here when the process is dropped unstopped.
+    tree: Option<ProcessTree>,
     _known: Option<KnownChild>,
     /// Taken by the MCP client, which speaks on them.
     pub stdin: Option<ChildStdin>,
@@ -99,7 +100,7 @@ impl ServerProcess {
             stdin: child.stdin.take(),
             stdout: child.stdout.take(),
             child,
-            tree,
+            tree: Some(tree),
             _known: known,
             stderr: log,
             stderr_task: stderr.unwrap_or_else(|| tokio::spawn(async {})),
@@ -132,15 +133,43 @@ impl ServerProcess {
         drop(self.stdout.take());
         // A server that exits when its input ends is given a moment before any signal.
         let exited = tokio::time::timeout(Duration::from_millis(200), self.child.wait()).await;
-        let mut tree = self.tree;
-        let sweep = tokio::task::spawn_blocking(move || tree.terminate(STOP_GRACE));
-        if let Err(err) = sweep.await {
-            tracing::warn!(%err, "the sweep of an MCP server's processes failed");
+        if let Some(mut tree) = self.tree.take() {
+            let sweep = tokio::task::spawn_blocking(move || tree.terminate(STOP_GRACE));
+            if let Err(err) = sweep.await {
+                tracing::warn!(%err, "the sweep of an MCP server's processes failed");
+            }
         }
         if exited.is_err() {
             let _ = self.child.wait().await;
         }
-        let _ = self.stderr_task.await;
+        // Its stderr ends with the last process holding it; one that escaped the sweep (a
+        // process that dropped the tag) must not hold the stop.
+        if tokio::time::timeout(STDERR_AFTER_STOP, &mut self.stderr_task)
+            .await
+            .is_err()
+        {
+            self.stderr_task.abort();
+        }
+    }
+}
+
+/// How long a stopped server's stderr is read on before it is left.
+const STDERR_AFTER_STOP: Duration = Duration::from_secs(1);
+
+impl Drop for ServerProcess {
+    /// A server dropped without [`ServerProcess::stop`] (its supervisor ended from outside):
+    /// its process group is killed at once, the sweep being out of reach here.
+    fn drop(&mut self) {
+        if self.tree.is_none() {
+            return;
+        }
+        if let Some(pid) = self.child.id().and_then(|pid| i32::try_from(pid).ok()) {
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        self.stderr_task.abort();
     }
 }
 

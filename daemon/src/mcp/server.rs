@@ -5,6 +5,7 @@
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -18,8 +19,8 @@ use super::listing::{self, Quarantined};
 use super::process::{Launch, ServerProcess, StderrLog};
 use super::tool::{McpTool, ToolServer};
 use super::{McpServerConfig, McpTransport, Start};
-use crate::tools::Registry;
 use crate::tools::registry::RegisterError;
+use crate::tools::{Registry, Tool};
 
 /// The first wait before a crashed server starts again; doubled after each crash.
 const FIRST_BACKOFF: Duration = Duration::from_secs(1);
@@ -60,6 +61,14 @@ impl ServerState {
     }
 }
 
+/// Why one life of a server ended.
+enum Ended {
+    Exited(std::io::Result<std::process::ExitStatus>),
+    /// Its output closed (or its HTTP transport failed) while it lived on.
+    Closed,
+    Stopped,
+}
+
 /// Called whenever the registry gained or lost a server's tools.
 pub type ToolsChanged = Arc<dyn Fn() + Send + Sync>;
 
@@ -85,7 +94,8 @@ struct Live {
     ended: CancellationToken,
     pid: Option<u32>,
     stderr: Option<Arc<StderrLog>>,
-    registered: Vec<String>,
+    /// The tools it registered, by name, as registered.
+    registered: Vec<(String, Arc<dyn Tool>)>,
     quarantined: Vec<Quarantined>,
     restarts: u64,
     last_error: Option<String>,
@@ -127,7 +137,11 @@ impl McpServer {
                 .session
                 .as_ref()
                 .and_then(|session| session.protocol_version()),
-            tools: live.registered.clone(),
+            tools: live
+                .registered
+                .iter()
+                .map(|(name, _)| name.clone())
+                .collect(),
             quarantined: live
                 .quarantined
                 .iter()
@@ -154,11 +168,10 @@ impl McpServer {
         self.state_changed.notify_waiters();
     }
 
-    /// Waits, up to `limit`, until the server is no longer `starting` or a start has failed
-    /// (the next waits for its backoff: a first use is not held through them).
+    /// Waits, up to `limit`, until the server is no longer `starting` or its first start has
+    /// failed (the next waits for a backoff: a first use is not held through it).
     async fn settled(&self, limit: Duration) {
         let deadline = tokio::time::Instant::now() + limit;
-        let ended_before = self.live().restarts;
         loop {
             let changed = self.state_changed.notified();
             tokio::pin!(changed);
@@ -168,7 +181,7 @@ impl McpServer {
                 let live = self.live();
                 (live.state.clone(), live.restarts)
             };
-            if state != Some(ServerState::Starting) || ended > ended_before {
+            if state != Some(ServerState::Starting) || ended > 0 {
                 return;
             }
             if tokio::time::timeout_at(deadline, changed).await.is_err() {
@@ -249,43 +262,76 @@ impl McpServer {
             }
         };
         self.live().session = Some(Arc::clone(&session));
-        if let Err(reason) = self.register_tools(&session).await {
+        // A listing that never answers must not hold the server `starting` forever.
+        let limit = self.config.startup_timeout;
+        let listed = tokio::select! {
+            listed = self.register_tools_within(&session, limit) => listed,
+            status = exited(&mut process) => Err(format!("it exited while listing its tools ({})", show_exit(status))),
+            () = self.stop.cancelled() => Err("stopped".to_owned()),
+        };
+        if let Err(reason) = listed {
+            self.withdraw_tools();
             ended.cancel();
             self.live().session = None;
+            let reason = format!("{reason}; {}", self.stderr_tail().await);
             stop_process(process).await;
             return reason;
         }
         self.set_state(ServerState::Ready);
         tracing::info!(server = %self.config.name, tools = self.live().registered.len(), "an MCP server is ready");
-        let reason = loop {
+        let ended_by = loop {
             tokio::select! {
-                status = exited(&mut process) => {
-                    break format!("it exited ({}); {}", show_exit(status), self.stderr_tail().await);
-                }
+                status = exited(&mut process) => break Ended::Exited(status),
                 // A server that closes its output (or whose HTTP stream breaks) but lives on
                 // answers nothing more: it is stopped and started again like one that exited.
-                () = session.closed() => {
-                    // A process's output ends as it exits: its exit, when it follows at once,
-                    // says more than the closed stream.
-                    let exit = match &mut process {
-                        Some(running) => tokio::time::timeout(EXIT_AFTER_CLOSE, running.exited()).await.ok(),
-                        None => None,
-                    };
-                    break match exit {
-                        Some(status) => format!("it exited ({}); {}", show_exit(status), self.stderr_tail().await),
-                        None => format!("its connection closed; {}", self.stderr_tail().await),
-                    };
-                }
+                () = session.closed() => break Ended::Closed,
+                () = self.stop.cancelled() => break Ended::Stopped,
                 () = notices.tools_changed.notified() => {
-                    if let Err(reason) = self.register_tools(&session).await {
+                    let relisted = tokio::select! {
+                        relisted = self.register_tools_within(&session, limit) => relisted,
+                        status = exited(&mut process) => break Ended::Exited(status),
+                        () = self.stop.cancelled() => break Ended::Stopped,
+                    };
+                    if let Err(reason) = relisted {
                         tracing::warn!(server = %self.config.name, %reason, "cannot list an MCP server's tools again");
                     }
                 }
-                () = self.stop.cancelled() => break "stopped".to_owned(),
             }
         };
+        // Its tools go first, and its calls in flight end, before anything is waited for.
+        self.withdraw_tools();
         ended.cancel();
         self.live().session = None;
+        let reason = match ended_by {
+            Ended::Exited(status) => {
+                format!(
+                    "it exited ({}); {}",
+                    show_exit(status),
+                    self.stderr_tail().await
+                )
+            }
+            Ended::Closed => {
+                // A process's output ends as it exits: its exit, when it follows at once, says
+                // more than the closed stream.
+                let exit = match &mut process {
+                    Some(running) => tokio::time::timeout(EXIT_AFTER_CLOSE, running.exited())
+                        .await
+                        .ok(),
+                    None => None,
+                };
+                match exit {
+                    Some(status) => {
+                        format!(
+                            "it exited ({}); {}",
+                            show_exit(status),
+                            self.stderr_tail().await
+                        )
+                    }
+                    None => format!("its connection closed; {}", self.stderr_tail().await),
+                }
+            }
+            Ended::Stopped => "stopped".to_owned(),
+        };
         if let Ok(session) = Arc::try_unwrap(session) {
             session.close().await;
         }
@@ -331,8 +377,9 @@ impl McpServer {
             } => {
                 if !url.starts_with("http://") {
                     return Err(format!(
-                        "{url} needs TLS, which this build of toold does not include: only \
-                         http:// servers are reached (for now)"
+                        "{} needs TLS, which this build of toold does not include: only \
+                         http:// servers are reached (for now)",
+                        shown_url(url)
                     ));
                 }
                 let bearer = match bearer_token_env {
@@ -366,6 +413,22 @@ impl McpServer {
         }
     }
 
+    /// [`Self::register_tools`], given up after `limit`.
+    async fn register_tools_within(
+        self: &Arc<Self>,
+        session: &McpSession,
+        limit: Duration,
+    ) -> Result<(), String> {
+        tokio::time::timeout(limit, self.register_tools(session))
+            .await
+            .unwrap_or_else(|_| {
+                Err(format!(
+                    "no answer to tools/list within {} ms",
+                    limit.as_millis()
+                ))
+            })
+    }
+
     /// Lists the server's tools and makes the registry hold exactly them.
     async fn register_tools(self: &Arc<Self>, session: &McpSession) -> Result<(), String> {
         let tools = session.list_tools().await?;
@@ -375,9 +438,9 @@ impl McpServer {
         for tool in listed.tools {
             let name = tool.definition.name.clone();
             let server: Arc<dyn ToolServer> = Arc::clone(self) as Arc<dyn ToolServer>;
-            let mcp_tool = McpTool::new(Arc::downgrade(&server), tool);
-            match self.registry.register_or_replace(Arc::new(mcp_tool)) {
-                Ok(_) => registered.push(name),
+            let mcp_tool: Arc<dyn Tool> = Arc::new(McpTool::new(Arc::downgrade(&server), tool));
+            match self.registry.register_or_replace(Arc::clone(&mcp_tool)) {
+                Ok(_) => registered.push((name, mcp_tool)),
                 Err(RegisterError::InvalidSchema { reason, .. }) => quarantined.push(Quarantined {
                     tool: name,
                     reason: format!("its inputSchema does not compile: {reason}"),
@@ -391,31 +454,31 @@ impl McpServer {
         for quarantine in &quarantined {
             tracing::warn!(server = %self.config.name, tool = %quarantine.tool, reason = %quarantine.reason, "an MCP tool is quarantined");
         }
-        let gone: Vec<String> = {
+        let gone: Vec<(String, Arc<dyn Tool>)> = {
             let mut live = self.live();
-            let gone = live
-                .registered
-                .iter()
-                .filter(|name| !registered.contains(name))
-                .cloned()
+            let gone = std::mem::take(&mut live.registered)
+                .into_iter()
+                .filter(|(name, _)| !registered.iter().any(|(kept, _)| kept == name))
                 .collect();
             live.registered = registered;
             live.quarantined = quarantined;
             gone
         };
-        for name in gone {
-            self.registry.unregister(&name);
+        for (name, tool) in gone {
+            self.registry.unregister_exact(&name, &tool);
         }
         (self.tools_changed)();
         Ok(())
     }
 
-    /// Removes the server's tools from the registry.
+    /// Removes the server's tools from the registry: those it registered and still holds
+    /// (a tool registered since under the same name, by the server that replaced this one,
+    /// stays).
     fn withdraw_tools(&self) {
         let registered = std::mem::take(&mut self.live().registered);
         let mut changed = false;
-        for name in registered {
-            changed |= self.registry.unregister(&name);
+        for (name, tool) in registered {
+            changed |= self.registry.unregister_exact(&name, &tool);
         }
         if changed {
             (self.tools_changed)();
@@ -453,7 +516,9 @@ impl ToolServer for McpServer {
         Box::pin(async move {
             let Some(log) = log else {
                 return match &self.config.transport {
-                    McpTransport::Http { url, .. } => format!("it is reached at {url}"),
+                    McpTransport::Http { url, .. } => {
+                        format!("it is reached at {}", shown_url(url))
+                    }
                     McpTransport::Stdio { .. } => "it wrote nothing to stderr".to_owned(),
                 };
             };
@@ -467,6 +532,21 @@ impl ToolServer for McpServer {
             }
         })
     }
+}
+
+/// `url` as errors and `mcp/status` show it (to clients, models and logs): without a user and
+/// password before its host, a query or a fragment, where secrets are put.
+fn shown_url(url: &str) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
+    let rest = rest.split(['?', '#']).next().unwrap_or_default();
+    let (authority, path) = match rest.split_once('/') {
+        Some((authority, path)) => (authority, format!("/{path}")),
+        None => (rest, String::new()),
+    };
+    let host = authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, host)| host);
+    format!("{scheme}://{host}{path}")
 }
 
 /// Resolves when the server's process exits; never for a server without one (HTTP).
@@ -500,6 +580,8 @@ pub struct McpServers {
     running: Mutex<Vec<Running>>,
     /// Held by a restart or a reload from start to end, so that two never interleave.
     changing: tokio::sync::Mutex<()>,
+    /// Set by [`Self::stop_all`]: no server starts again after it.
+    closed: AtomicBool,
 }
 
 /// What a reload did to the set of servers, by name.
@@ -530,6 +612,7 @@ impl McpServers {
             tools_changed,
             running: Mutex::new(Vec::new()),
             changing: tokio::sync::Mutex::new(()),
+            closed: AtomicBool::new(false),
         };
         let running = configs
             .iter()
@@ -556,23 +639,29 @@ impl McpServers {
     /// each to be ready or to fail, up to its `startup_timeout_ms`: their first use (the first
     /// `tools/list`, or a call that names one of their tools) then sees their tools.
     pub async fn start_lazy(&self, wanted: impl Fn(&str) -> bool) {
-        let started: Vec<Arc<McpServer>> = {
+        if self.closed.load(Ordering::Acquire) {
+            return;
+        }
+        // Every wanted lazy server is waited for, the one this use started and one another use
+        // started a moment before alike.
+        let lazy: Vec<Arc<McpServer>> = {
             let mut running = self.running.lock_unpoisoned();
             running
                 .iter_mut()
                 .filter(|running| {
-                    running.supervisor.is_none() && wanted(&running.server.config.name)
+                    running.server.config.start == Start::Lazy
+                        && wanted(&running.server.config.name)
                 })
                 .map(|running| {
-                    running.supervisor = Some(supervise(&running.server));
+                    if running.supervisor.is_none() {
+                        tracing::info!(server = %running.server.config.name, "a lazy MCP server starts at its first use");
+                        running.supervisor = Some(supervise(&running.server));
+                    }
                     Arc::clone(&running.server)
                 })
                 .collect()
         };
-        for server in &started {
-            tracing::info!(server = %server.config.name, "a lazy MCP server starts at its first use");
-        }
-        let waits = started
+        let waits = lazy
             .iter()
             .map(|server| server.settled(server.config.startup_timeout + STARTUP_SLACK));
         futures_util::future::join_all(waits).await;
@@ -591,6 +680,9 @@ impl McpServers {
     /// failures; returns its new status. `None`: no server has that name.
     pub async fn restart(&self, name: &str) -> Option<McpServerStatus> {
         let _changing = self.changing.lock().await;
+        if self.closed.load(Ordering::Acquire) {
+            return None;
+        }
         let index = self
             .running
             .lock_unpoisoned()
@@ -618,17 +710,25 @@ impl McpServers {
     /// started, stopped and restarted.
     pub async fn reload(&self, configs: &[McpServerConfig]) -> McpChanges {
         let _changing = self.changing.lock().await;
+        if self.closed.load(Ordering::Acquire) {
+            return McpChanges::default();
+        }
         // A `failed` server starts again too, its table changed or not.
         let retired = self.take(|server| {
             !configs.contains(&server.config) || matches!(server.state(), ServerState::Failed(_))
         });
         let mut changes = McpChanges::default();
+        // A lazy server already in use stays in use: its replacement starts at once.
+        let mut in_use = Vec::new();
         for old in &retired {
             let name = &old.server.config.name;
             if configs.iter().any(|config| &config.name == name) {
                 changes.restarted.push(name.clone());
             } else {
                 changes.stopped.push(name.clone());
+            }
+            if old.supervisor.is_some() {
+                in_use.push(name.clone());
             }
         }
         stop(retired).await;
@@ -645,7 +745,11 @@ impl McpServers {
                 if !changes.restarted.contains(&config.name) {
                     changes.started.push(config.name.clone());
                 }
-                self.launch(config.clone())
+                let mut fresh = self.launch(config.clone());
+                if fresh.supervisor.is_none() && in_use.contains(&config.name) {
+                    fresh.supervisor = Some(supervise(&fresh.server));
+                }
+                fresh
             })
             .collect();
         self.place(fresh);
@@ -676,6 +780,7 @@ impl McpServers {
     /// Stops every server and waits until their processes are gone (each within its stop
     /// grace, bounded here as a whole).
     pub async fn stop_all(&self) {
+        self.closed.store(true, Ordering::Release);
         let _changing = self.changing.lock().await;
         let all = std::mem::take(&mut *self.running.lock_unpoisoned());
         stop(all).await;
@@ -691,18 +796,47 @@ fn supervise(server: &Arc<McpServer>) -> tokio::task::JoinHandle<()> {
 /// Stops `servers` and waits, bounded, for their supervisors to end (their tools withdrawn,
 /// their processes gone).
 async fn stop(servers: Vec<Running>) {
-    let supervisors: Vec<_> = servers
-        .into_iter()
-        .filter_map(|running| {
-            running.server.stop();
-            running.supervisor
-        })
+    let mut supervisors = Vec::new();
+    for running in servers {
+        running.server.stop();
+        if let Some(supervisor) = running.supervisor {
+            supervisors.push((running.server, supervisor));
+        }
+    }
+    let aborts: Vec<_> = supervisors
+        .iter()
+        .map(|(_, supervisor)| supervisor.abort_handle())
         .collect();
-    let all = futures_util::future::join_all(supervisors);
+    let all =
+        futures_util::future::join_all(supervisors.iter_mut().map(|(_, supervisor)| supervisor));
     if tokio::time::timeout(super::process::STOP_GRACE * 2, all)
         .await
         .is_err()
     {
-        tracing::warn!("MCP servers still stopping");
+        // A supervisor stuck past every bound of its own: ended here. Its process is killed as
+        // the supervisor drops it, and its tools are withdrawn now.
+        tracing::warn!("MCP servers still stopping; their supervisors are ended");
+        for abort in aborts {
+            abort.abort();
+        }
+        for (server, _) in &supervisors {
+            server.withdraw_tools();
+            server.set_state(ServerState::Stopped);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_shown_url_has_no_secrets() {
+        assert_eq!(
+            shown_url("http://user:pw@127.0.0.1:3001/mcp?key=s#f"),
+            "http://127.0.0.1:3001/mcp"
+        );
+        assert_eq!(shown_url("http://host"), "http://host");
+        assert_eq!(shown_url("https://a@b/c/d"), "https://b/c/d");
     }
 }

@@ -71,6 +71,10 @@ impl Daemon {
         self.executor.set_settings(config.batch_settings());
         for (session, why) in self.sessions.reload(session_defaults(&config)) {
             tracing::warn!(%session, %why, "a session keeps its rules: the new config rules do not compile with them");
+            result.warnings.push(format!(
+                "session {session} keeps its former rules: the new config rules do not compile \
+                 with its own ({why})"
+            ));
         }
         if let Some(servers) = self.mcp.get() {
             let changes = servers.reload(&config.mcp_servers).await;

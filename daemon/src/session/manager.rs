@@ -42,6 +42,10 @@ pub struct SessionDefaults {
 pub struct SessionManager {
     /// Replaced whole by a config reload.
     defaults: RwLock<Arc<SessionDefaults>>,
+    /// Held for writing by a reload from its swap of the defaults to the last live session
+    /// recompiled, and for reading by `create` and `update` from their read of the defaults to
+    /// their write of the session: no session is left with the config rules a reload replaced.
+    config_epoch: RwLock<()>,
     store: Option<SessionStore>,
     sessions: Mutex<HashMap<String, Arc<ManagedSession>>>,
     next_id: AtomicU64,
@@ -52,6 +56,7 @@ impl SessionManager {
     pub fn new(defaults: SessionDefaults, store: Option<SessionStore>) -> Self {
         Self {
             defaults: RwLock::new(Arc::new(defaults)),
+            config_epoch: RwLock::new(()),
             store,
             sessions: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
@@ -67,6 +72,7 @@ impl SessionManager {
     /// the sessions whose rules did not compile with the new ones (they keep their policy),
     /// with why.
     pub fn reload(&self, defaults: SessionDefaults) -> Vec<(String, String)> {
+        let _reloading = self.config_epoch.write_unpoisoned();
         let defaults = Arc::new(defaults);
         *self.defaults.write_unpoisoned() = Arc::clone(&defaults);
         let mut refused = Vec::new();
@@ -107,6 +113,8 @@ impl SessionManager {
         creator: &Arc<Client>,
         known_tools: &[ToolDefinition],
     ) -> Result<Arc<ManagedSession>, ErrorObject> {
+        // A session compiled with the config rules a reload is replacing would miss them.
+        let _config = self.config_epoch.read_unpoisoned();
         let cwd = existing_dir("cwd", &params.cwd)?;
         let roots = match &params.roots {
             Some(roots) => roots
@@ -168,6 +176,8 @@ impl SessionManager {
         params: SessionUpdateParams,
         known_tools: &[ToolDefinition],
     ) -> Result<Arc<ManagedSession>, ErrorObject> {
+        // As for `create`: the state written back must hold the config rules of now.
+        let _config = self.config_epoch.read_unpoisoned();
         let managed = self.get(&params.session_id)?;
         if let Some(mode) = params.mode {
             self.check_mode(mode)?;

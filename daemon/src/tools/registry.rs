@@ -160,6 +160,21 @@ impl Registry {
         removed
     }
 
+    /// Removes the tool `name` only if it is still `tool` (the same registered object, not one
+    /// registered since under the same name); returns whether it was removed.
+    pub fn unregister_exact(&self, name: &str, tool: &Arc<dyn Tool>) -> bool {
+        let mut inner = self.write();
+        let same = inner
+            .tools
+            .get(name)
+            .is_some_and(|entry| std::ptr::addr_eq(Arc::as_ptr(&entry.tool), Arc::as_ptr(tool)));
+        if same {
+            inner.tools.remove(name);
+            inner.revision += 1;
+        }
+        same
+    }
+
     /// Changes on every registration, replacement and removal; never decreases.
     pub fn revision(&self) -> u64 {
         self.read().revision
