@@ -4,7 +4,8 @@ is malformed: `no_schema` has no object inputSchema (toold must quarantine it), 
 is over 64 characters once prefixed (toold must shorten it), and `echo`, which works. `fail`
 reports an error (isError); `slow` never answers, and says on stderr when its request is
 cancelled; `crash` says its last words on stderr and exits (with `hang_up`, it closes its
-stdout and lives on instead). Standard library only; one JSON-RPC message per line."""
+stdout and lives on instead). With MALFORMED_NEVER_LISTS set, `tools/list` is never answered.
+Standard library only; one JSON-RPC message per line."""
 
 import json
 import os
@@ -55,6 +56,8 @@ def answer(request):
     if method == "ping":
         return {}
     if method == "tools/list":
+        if os.environ.get("MALFORMED_NEVER_LISTS"):
+            raise NoAnswer()
         return {"tools": TOOLS}
     if method == "tools/call":
         name = params.get("name")

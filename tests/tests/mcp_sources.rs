@@ -467,3 +467,45 @@ async fn a_lazy_server_starts_at_its_first_use() {
         "the first listing has the lazy server's tools"
     );
 }
+
+/// A server that never answers `tools/list` is not left `starting`: the listing is given up
+/// after its startup timeout, the process stopped, and the server started again.
+#[tokio::test]
+async fn a_server_that_never_lists_its_tools_is_started_again() {
+    let Some(mut config) = malformed_server_config("mcp_sources::a_server_that_never_lists") else {
+        return;
+    };
+    config.push_str("startup_timeout_ms = 500\nenv = { MALFORMED_NEVER_LISTS = \"1\" }\n");
+    let daemon = TestDaemon::start_with_config(Some(&config));
+    let client = daemon.connect(json!({}), no_answers()).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        let status = client
+            .request("mcp/status", json!({}))
+            .await
+            .expect("mcp/status");
+        if status["servers"][0]["restarts"].as_u64() >= Some(1) {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "never given up: {status}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(
+        status["servers"][0]["last_error"]
+            .as_str()
+            .is_some_and(|error| error.contains("no answer to tools/list within 500 ms")),
+        "{status}"
+    );
+    let servers = std::fs::read_dir("/proc")
+        .expect("/proc")
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            toold_tests::mcp::parent_of(*pid) == Some(daemon.pid())
+                && toold_tests::mcp::cmdline(*pid).contains("malformed.py")
+        })
+        .count();
+    assert!(
+        servers <= 1,
+        "the given-up process was stopped ({servers} alive)"
+    );
+}
