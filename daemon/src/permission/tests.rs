@@ -742,6 +742,15 @@ fn what_bash_does_beyond_the_words_is_never_allowed_by_words() {
         "echo x > ~1/f",
         "echo x &> ~nobody/f",
         "echo x > {~root,}/f",
+        // Bash ends a tilde prefix at a colon too (`~:f` is `$HOME:f`, beside the home
+        // directory), and expands a `~` after `=` or `:` in a word shaped like an assignment.
+        "echo x > ~:f",
+        "echo x >~:f",
+        "echo x > ~root:f",
+        "echo x > ~:~/f",
+        "echo x > a=~/f",
+        "echo x > a=b:~/f",
+        "echo x a=~/f > g",
         // Wrapper options the analysis does not know, and `env -S`, a command line.
         "env -S 'touch P' echo hi",
         "env --split-string='touch P' echo hi",

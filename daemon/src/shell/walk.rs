@@ -866,7 +866,9 @@ impl Walker<'_> {
                         self.opaque("a `~user`, `~+` or `~-` path");
                         dynamic = true;
                     }
+                    let start = text.len();
                     text.push_str(source);
+                    unquoted.push(start..text.len());
                 }
                 WordPiece::ParameterExpansion(expr) => {
                     dynamic = true;
@@ -905,6 +907,10 @@ impl Walker<'_> {
         // Old-style `$[ … ]` arithmetic is not parsed as such; bash still evaluates it.
         if raw.contains("$[") {
             self.opaque("arithmetic on variables or substitutions");
+        }
+        if let Some(why) = unplaced_tilde(&text, &unquoted) {
+            self.opaque(why);
+            dynamic = true;
         }
         Expanded {
             text: Some(text),
@@ -1294,4 +1300,42 @@ fn shell_c_script(args: &[String]) -> Option<&str> {
         index += 1;
     }
     None
+}
+
+/// Why bash would expand a `~` in this word to a place the analysis does not see, if it would.
+/// `unquoted` are the ranges of `text` that were not quoted. Bash ends a word's leading tilde
+/// prefix at the first unquoted `/` *or* `:` (`~:x` is `$HOME:x`, a sibling of the home
+/// directory, and `~root:x` is `/root:x`); and in a word shaped like an assignment (`a=~/x`,
+/// an argument or a redirection target alike) it expands a `~` after the `=` and after each
+/// unquoted `:`. The analysis places only `~` and `~/…`.
+fn unplaced_tilde(text: &str, unquoted: &[std::ops::Range<usize>]) -> Option<&'static str> {
+    let free = |at: usize| unquoted.iter().any(|range| range.contains(&at));
+    if text.starts_with('~') && free(0) {
+        let end = text
+            .char_indices()
+            .skip(1)
+            .find(|&(at, c)| (c == '/' || c == ':') && free(at))
+            .map_or(text.len(), |(at, _)| at);
+        if end > 1 {
+            return Some("a `~user`, `~+` or `~-` path");
+        }
+        if text[end..].starts_with(':') {
+            return Some("a `~` before a colon, which bash expands to the home directory");
+        }
+    }
+    let equals = text.find('=')?;
+    let name = &text[..equals];
+    let shaped_like_an_assignment = name
+        .chars()
+        .next()
+        .is_some_and(|first| first.is_ascii_alphabetic() || first == '_')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && (0..=equals).all(free);
+    if !shaped_like_an_assignment {
+        return None;
+    }
+    let expanded = text.char_indices().skip(equals + 1).any(|(at, c)| {
+        c == '~' && free(at) && (at == equals + 1 || (text[..at].ends_with(':') && free(at - 1)))
+    });
+    expanded.then_some("a `~` in a word shaped like an assignment, which bash expands")
 }

@@ -69,6 +69,10 @@ async fn tilde_forms_other_than_home_are_not_judged_as_local_names() {
         format!("echo x > {{~root,}}/{marker}"),
         format!("echo x &> ~root/{marker}"),
         format!("echo x > ~0/{marker}"),
+        // The tilde prefix ends at a colon too: `~:m` is `$HOME:m`, beside the home directory.
+        format!("echo x > ~:{marker}"),
+        format!("echo x >~:{marker}"),
+        format!("echo x > ~root:{marker}"),
     ];
     let calls: Vec<Value> = lines.iter().map(|line| command(line)).collect();
     let markers = [
@@ -76,9 +80,12 @@ async fn tilde_forms_other_than_home_are_not_judged_as_local_names() {
         workspace.project.join(&marker),
         workspace.outside.join(&marker),
         daemon.root().join("home").join(&marker),
+        daemon.root().join(format!("home:{marker}")),
+        PathBuf::from(format!("/root:{marker}")),
     ];
     no_effect(&client, &session, &workspace, &calls, &markers).await;
     let _ = std::fs::remove_file(PathBuf::from("/root").join(&marker));
+    let _ = std::fs::remove_file(format!("/root:{marker}"));
 }
 
 #[tokio::test]
