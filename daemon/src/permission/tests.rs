@@ -751,6 +751,9 @@ fn what_bash_does_beyond_the_words_is_never_allowed_by_words() {
         "echo x > a=~/f",
         "echo x > a=b:~/f",
         "echo x a=~/f > g",
+        "echo x > a+=~/f",
+        "echo x > a[1]=~/f",
+        "echo x > _=~/f",
         // Wrapper options the analysis does not know, and `env -S`, a command line.
         "env -S 'touch P' echo hi",
         "env --split-string='touch P' echo hi",

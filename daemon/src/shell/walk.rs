@@ -1306,8 +1306,8 @@ fn shell_c_script(args: &[String]) -> Option<&str> {
 /// `unquoted` are the ranges of `text` that were not quoted. Bash ends a word's leading tilde
 /// prefix at the first unquoted `/` *or* `:` (`~:x` is `$HOME:x`, a sibling of the home
 /// directory, and `~root:x` is `/root:x`); and in a word shaped like an assignment (`a=~/x`,
-/// an argument or a redirection target alike) it expands a `~` after the `=` and after each
-/// unquoted `:`. The analysis places only `~` and `~/…`.
+/// `a+=~/x`, `a[1]=~/x`; an argument or a redirection target alike) it expands a `~` after the
+/// `=` and after each unquoted `:`. The analysis places only `~` and `~/…`.
 fn unplaced_tilde(text: &str, unquoted: &[std::ops::Range<usize>]) -> Option<&'static str> {
     let free = |at: usize| unquoted.iter().any(|range| range.contains(&at));
     if text.starts_with('~') && free(0) {
@@ -1324,13 +1324,19 @@ fn unplaced_tilde(text: &str, unquoted: &[std::ops::Range<usize>]) -> Option<&'s
         }
     }
     let equals = text.find('=')?;
-    let name = &text[..equals];
+    // `NAME=`, `NAME+=`, `NAME[subscript]=` and `NAME[subscript]+=` alike.
+    let target = text[..equals].strip_suffix('+').unwrap_or(&text[..equals]);
+    let name = match target.split_once('[') {
+        Some((name, subscript)) if subscript.ends_with(']') => name,
+        _ => target,
+    };
     let shaped_like_an_assignment = name
         .chars()
         .next()
         .is_some_and(|first| first.is_ascii_alphabetic() || first == '_')
         && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-        && (0..=equals).all(free);
+        && (0..name.len()).all(free)
+        && free(equals);
     if !shaped_like_an_assignment {
         return None;
     }
