@@ -5,14 +5,16 @@
 //! (`notifications/cancelled`).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use futures_util::{FutureExt, StreamExt};
 use rmcp::handler::client::progress::ProgressDispatcher;
 use rmcp::model::{
     CallToolRequestParams, CancelledNotificationParam, ClientCapabilities, ClientConfig,
-    ClientRequest, Implementation, PaginatedRequestParams, ProgressNotificationParam,
-    ProtocolVersion, Request, RequestOptionalParam, ServerResult,
+    ClientRequest, Implementation, JsonRpcMessage, PaginatedRequestParams,
+    ProgressNotificationParam, ProtocolVersion, Request, RequestOptionalParam, ServerNotification,
+    ServerResult,
 };
 use rmcp::service::{
     ClientLifecycleMode, MaybeSendFuture, NotificationContext, PeerRequestOptions, RunningService,
@@ -36,9 +38,10 @@ use crate::tools::{Progress, ToolContext};
 /// event is kept in the session's log.
 const MAX_PROGRESS_MESSAGE: usize = 1024;
 
-/// How many turns of the scheduler a call's answer waits for progress reports still on their
-/// way (see [`McpSession::call`]).
-const LATE_PROGRESS_TURNS: usize = 3;
+/// How long a call's answer waits at most for the progress the server sent before it to be
+/// handed over (see [`McpSession::call`]): rmcp may route a notification elsewhere (one that
+/// names a subscription), and an answer must not wait long on that.
+const LATE_PROGRESS_WAIT: Duration = Duration::from_millis(20);
 
 /// How many pages of `tools/list` are read at most: a server that never ends its cursor
 /// chain must not hold the daemon.
@@ -51,6 +54,13 @@ pub struct ServerNotices {
     pub tools_changed: Notify,
     /// `notifications/progress`, to the call whose token it names.
     progress: ProgressDispatcher,
+    /// Progress notifications read from the server, in the order it sent them...
+    progress_read: AtomicU64,
+    /// ...and those handed to their call (rmcp hands each over in a task of its own, so a
+    /// call's answer, read after its progress, may be in before the progress is handed over).
+    progress_handed: AtomicU64,
+    /// Rung whenever `progress_handed` grows.
+    handed: Notify,
 }
 
 /// The handler rmcp calls, sharing the notices with the server's supervisor.
@@ -65,12 +75,14 @@ impl ClientHandler for Notices {
         std::future::ready(())
     }
 
-    fn on_progress(
+    async fn on_progress(
         &self,
         params: ProgressNotificationParam,
         _context: NotificationContext<RoleClient>,
-    ) -> impl Future<Output = ()> + MaybeSendFuture + '_ {
-        self.0.progress.handle_notification(params)
+    ) {
+        self.0.progress.handle_notification(params).await;
+        self.0.progress_handed.fetch_add(1, Ordering::AcqRel);
+        self.0.handed.notify_waiters();
     }
 
     fn get_info(&self) -> ClientConfig {
@@ -101,10 +113,12 @@ pub struct McpSession {
     closed: CancellationToken,
 }
 
-/// A transport that says when it closed: when its receiving side gives nothing more.
+/// A transport that says when it closed (when its receiving side gives nothing more), and
+/// counts the progress notifications it reads.
 struct Watched<T> {
     inner: T,
     closed: CancellationToken,
+    notices: Arc<ServerNotices>,
 }
 
 impl<T: Transport<RoleClient>> Transport<RoleClient> for Watched<T> {
@@ -119,11 +133,21 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Watched<T> {
 
     fn receive(&mut self) -> impl Future<Output = Option<RxJsonRpcMessage<RoleClient>>> + Send {
         let closed = self.closed.clone();
+        let notices = Arc::clone(&self.notices);
         let next = self.inner.receive();
         async move {
             let item = next.await;
-            if item.is_none() {
-                closed.cancel();
+            match &item {
+                None => closed.cancel(),
+                Some(JsonRpcMessage::Notification(notice))
+                    if matches!(
+                        notice.notification,
+                        ServerNotification::ProgressNotification(_)
+                    ) =>
+                {
+                    notices.progress_read.fetch_add(1, Ordering::AcqRel);
+                }
+                Some(_) => {}
             }
             item
         }
@@ -206,6 +230,7 @@ impl McpSession {
         let transport = Watched {
             inner: transport,
             closed: closed.clone(),
+            notices: Arc::clone(notices),
         };
         let lifecycle = ClientLifecycleMode::Auto {
             preferred_versions: vec![ProtocolVersion::LATEST],
@@ -339,14 +364,18 @@ impl McpSession {
                 biased;
                 Some(update) = progress.next() => report(update).await,
                 answer = &mut answer => {
-                    // Progress sent just before the answer is reported before it, if it is
-                    // here by then: rmcp hands each notification to a task of its own, which
-                    // may run after the answer is in; it gets a few turns of the scheduler.
-                    for _ in 0..LATE_PROGRESS_TURNS {
-                        while let Some(Some(update)) = progress.next().now_or_never() {
-                            report(update).await;
+                    // Progress the server sent before its answer is reported before it.
+                    let late = self.late_progress();
+                    tokio::pin!(late);
+                    loop {
+                        tokio::select! {
+                            biased;
+                            Some(update) = progress.next() => report(update).await,
+                            () = &mut late => break,
                         }
-                        tokio::task::yield_now().await;
+                    }
+                    while let Some(Some(update)) = progress.next().now_or_never() {
+                        report(update).await;
                     }
                     return match answer {
                     Ok(ServerResult::CallToolResult(result)) => serde_json::to_value(result)
@@ -371,6 +400,36 @@ impl McpSession {
                     return Err(CallError::Stopped);
                 }
             }
+        }
+    }
+
+    /// Resolves once every progress notification read so far has been handed to its call, or
+    /// after [`LATE_PROGRESS_WAIT`]. At once when none is on its way, as for most calls.
+    async fn late_progress(&self) {
+        let notices = &self.notices;
+        let read = notices.progress_read.load(Ordering::Acquire);
+        let handed_all = || notices.progress_handed.load(Ordering::Acquire) >= read;
+        if handed_all() {
+            return;
+        }
+        let wait = async {
+            loop {
+                let rung = notices.handed.notified();
+                tokio::pin!(rung);
+                rung.as_mut().enable();
+                if handed_all() {
+                    return;
+                }
+                rung.await;
+            }
+        };
+        if tokio::time::timeout(LATE_PROGRESS_WAIT, wait)
+            .await
+            .is_err()
+        {
+            // A notification rmcp routed elsewhere is never handed over: it must not hold
+            // every later answer too.
+            notices.progress_handed.fetch_max(read, Ordering::AcqRel);
         }
     }
 
