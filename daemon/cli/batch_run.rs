@@ -41,7 +41,7 @@ pub struct BatchArgs {
     pub json: bool,
 }
 
-fn parse_mode(text: &str) -> Result<SessionMode, String> {
+pub fn parse_mode(text: &str) -> Result<SessionMode, String> {
     serde_json::from_value(serde_json::Value::String(text.to_owned())).map_err(|_| {
         format!("unknown mode `{text}`; use default, accept_edits, plan, dont_ask or bypass")
     })

@@ -25,7 +25,7 @@ const START_POLL_INTERVAL: Duration = Duration::from_millis(20);
 /// Bytes moved per read, each way.
 const COPY_BUFFER_BYTES: usize = 64 * 1024;
 
-#[derive(Args, Debug)]
+#[derive(Args, Debug, Clone)]
 pub struct ConnectArgs {
     #[command(flatten)]
     pub address: DaemonAddress,
@@ -39,13 +39,17 @@ pub struct ConnectArgs {
 
 /// Connects (starting the daemon if needed) and bridges stdio until either side closes.
 pub fn connect(args: &ConnectArgs) -> anyhow::Result<()> {
+    bridge(connect_or_start(args)?)
+}
+
+/// A connection to the daemon's socket, starting the daemon first when none answers.
+pub fn connect_or_start(args: &ConnectArgs) -> anyhow::Result<UnixStream> {
     let socket = args.address.socket_path()?;
-    let stream = match UnixStream::connect(&socket) {
-        Ok(stream) => stream,
-        Err(error) if nobody_listens(&error) => start_daemon_and_connect(args, &socket)?,
-        Err(error) => return Err(cannot_connect(&socket, error)),
-    };
-    bridge(stream)
+    match UnixStream::connect(&socket) {
+        Ok(stream) => Ok(stream),
+        Err(error) if nobody_listens(&error) => start_daemon_and_connect(args, &socket),
+        Err(error) => Err(cannot_connect(&socket, error)),
+    }
 }
 
 /// Whether a failed connect means no daemon is there (rather than, say, no permission).

@@ -20,6 +20,7 @@ mod connect;
 mod exec;
 mod listing;
 mod mcp;
+mod mcp_serve;
 mod reload;
 mod render;
 mod status;
@@ -108,7 +109,8 @@ enum Command {
     ///
     /// Example: toold reload
     Reload(reload::ReloadArgs),
-    /// The daemon's MCP servers: `status` lists them, `restart NAME` starts one again.
+    /// The daemon's MCP servers: `status` lists them, `restart NAME` starts one again; and
+    /// `serve`, toold as an MCP server on stdio for MCP hosts.
     ///
     /// Example: toold mcp status
     #[command(subcommand)]

@@ -1,5 +1,6 @@
 //! `toold mcp status` and `toold mcp restart NAME`: the daemon's MCP servers (`mcp/status`,
-//! `mcp/restart`), for people or as the JSON the daemon answered.
+//! `mcp/restart`), for people or as the JSON the daemon answered; and `toold mcp serve`
+//! (`mcp_serve`), toold as an MCP server.
 
 use clap::{Args, Subcommand};
 use toold_client::protocol::methods::{McpRestart, McpStatus};
@@ -23,6 +24,12 @@ pub enum McpCommand {
     ///
     /// Example: toold mcp restart fs
     Restart(McpRestartArgs),
+    /// Serve MCP on stdio for an MCP host (Claude Code, Codex, Cursor, …), backed by the
+    /// daemon (started if none answers): its tools under the session's rules, hooks,
+    /// approvals and sandbox. The session it creates is closed when the host goes.
+    ///
+    /// Example (a host's config): {"command": "toold", "args": ["mcp", "serve"]}
+    Serve(super::mcp_serve::McpServeArgs),
 }
 
 #[derive(Args, Debug)]
@@ -47,6 +54,7 @@ pub struct McpRestartArgs {
 
 pub async fn mcp(command: McpCommand) -> anyhow::Result<Outcome> {
     match command {
+        McpCommand::Serve(args) => super::mcp_serve::serve(args).await,
         McpCommand::Status(args) => {
             let client = connect_plainly(&args.address, "toold mcp status").await?;
             let status = client.call::<McpStatus>(McpStatusParams {}).await;

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs the real MCP servers the tests run (tests/tests/mcp_servers_real/), from the npm and
+# Installs the real MCP servers the tests run (tests/tests/mcp_real_servers.rs) and the MCP client
+# library of tests/tests/mcp_serve.rs, from the npm and
 # Python package registries, into tests/mcp_servers/installed/ (not committed). Versions are
 # pinned: a test asserts what a given release lists. Run by .ci/run; run it by hand to run those
 # tests locally (they skip, saying so, while it has not been run).
@@ -14,6 +15,7 @@ npm install --prefix "$target/node" --no-audit --no-fund --loglevel=error \
   @modelcontextprotocol/server-memory@2026.8.31
 
 python3 -m venv "$target/python"
-"$target/python/bin/pip" install --quiet --disable-pip-version-check mcp-server-time==2026.10.19
+# mcp: the Python MCP client library that tests/mcp_servers/host.py drives `toold mcp serve` with.
+"$target/python/bin/pip" install --quiet --disable-pip-version-check mcp-server-time==2026.10.19 mcp==2.3.0
 
 ls "$target/node/node_modules/.bin/"mcp-server-* "$target/python/bin/mcp-server-time"

@@ -1,0 +1,91 @@
+"""An MCP host for the tests of `toold mcp serve`, on the Python `mcp` client library (as
+tests/mcp_servers/install.sh installs it). It starts the server command given as JSON in
+TOOLD_MCP_SERVER over stdio, plays one scenario, and prints what it saw as one JSON object
+per line; the Rust tests assert on those lines.
+
+Scenarios (argv[1]):
+  basics VERSION       initialize offering VERSION; list tools; read_file of argv[3];
+                       read_file of a missing file
+  progress             run_command whose output comes in three lines, with a progress token
+  cancel PIDFILE       a long run_command that writes its pid to PIDFILE, cancelled after 1 s
+  ask ANSWER COMMAND   run_command COMMAND, which asks; the host's elicitation answers
+                       ANSWER (allow_once, allow_session, deny) or, with ANSWER `none`, the
+                       host offers no elicitation
+"""
+
+import json
+import os
+import sys
+
+import anyio
+import mcp.client.session as client_session
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+from mcp_types import ElicitResult
+
+
+def emit(**fields):
+    print(json.dumps(fields), flush=True)
+
+
+def result_fields(result):
+    return {
+        "is_error": bool(result.is_error),
+        "text": "".join(part.text for part in result.content if part.type == "text"),
+        "structured": result.structured_content,
+    }
+
+
+async def play(scenario, args):
+    command = json.loads(os.environ["TOOLD_MCP_SERVER"])
+    server = StdioServerParameters(command=command[0], args=command[1:], env=dict(os.environ))
+    elicitation = None
+    if scenario == "ask" and args[0] != "none":
+        answer = args[0]
+
+        async def elicitation(context, params):
+            emit(event="elicitation", message=params.message)
+            return ElicitResult(action="accept", content={"decision": answer})
+
+    if scenario == "basics":
+        client_session.LATEST_HANDSHAKE_VERSION = args[0]
+    async with stdio_client(server) as (read, write):
+        async with ClientSession(read, write, elicitation_callback=elicitation) as session:
+            initialized = await session.initialize()
+            emit(event="initialized", version=initialized.protocol_version,
+                 server=initialized.server_info.name)
+            if scenario == "basics":
+                listed = await session.list_tools()
+                emit(event="tools", tools={
+                    tool.name: tool.annotations.model_dump(by_alias=True, exclude_none=True)
+                    for tool in listed.tools
+                })
+                read_ok = await session.call_tool("read_file", {"path": args[1]})
+                emit(event="read_file", **result_fields(read_ok))
+                missing = await session.call_tool("read_file", {"path": "no/such/file"})
+                emit(event="missing", **result_fields(missing))
+            elif scenario == "progress":
+                async def progress(value, total, message):
+                    emit(event="progress", progress=value, message=message)
+
+                line = "for i in 1 2 3; do echo line$i; sleep 0.3; done"
+                result = await session.call_tool(
+                    "run_command", {"command": line}, progress_callback=progress)
+                emit(event="result", **result_fields(result))
+            elif scenario == "cancel":
+                line = f"sleep 60 & echo $! > {args[0]}; wait"
+                with anyio.move_on_after(1):
+                    result = await session.call_tool("run_command", {"command": line})
+                    emit(event="result", **result_fields(result))
+                emit(event="cancelled")
+                # The server must still answer, and never the cancelled request.
+                await anyio.sleep(1)
+                again = await session.call_tool("run_command", {"command": "echo still here"})
+                emit(event="after", **result_fields(again))
+            elif scenario == "ask":
+                result = await session.call_tool("run_command", {"command": args[1]})
+                emit(event="result", **result_fields(result))
+
+
+if __name__ == "__main__":
+    anyio.run(play, sys.argv[1], sys.argv[2:])
