@@ -6,10 +6,10 @@
 //! calls into elicitations, when the host offers them.
 
 use std::borrow::Cow;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -17,11 +17,10 @@ use clap::Args;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ElicitRequestParams,
     ElicitationAction, ElicitationSchema, ErrorData, Implementation, ListToolsResult,
-    PaginatedRequestParams, ProgressNotificationParam, ProgressToken, RequestId,
-    ServerCapabilities, ServerConfig, ServerJsonRpcMessage, Tool, ToolAnnotations,
+    PaginatedRequestParams, ProgressNotificationParam, ProgressToken, ServerCapabilities,
+    ServerConfig, Tool, ToolAnnotations,
 };
-use rmcp::service::{Peer, RequestContext, RxJsonRpcMessage};
-use rmcp::transport::Transport;
+use rmcp::service::{Peer, RequestContext};
 use rmcp::transport::async_rw::AsyncRwTransport;
 use rmcp::{RoleServer, ServerHandler, ServiceExt};
 use serde_json::{Map, Value, json};
@@ -86,19 +85,9 @@ pub async fn serve(args: McpServeArgs) -> anyhow::Result<Outcome> {
         next_call: AtomicU64::new(1),
         progress: Arc::default(),
     };
-    let cancelled = Arc::new(Mutex::new(HashSet::new()));
     bridge_events(events, Arc::clone(&bridge.progress), Arc::clone(&host));
-    let transport = QuietOnCancel {
-        inner: AsyncRwTransport::new_server(tokio::io::stdin(), tokio::io::stdout()),
-        cancelled: Arc::clone(&cancelled),
-    };
-    let bridge = Arc::new(bridge);
-    let served = ServedBridge {
-        bridge: Arc::clone(&bridge),
-        cancelled,
-    }
-    .serve(transport)
-    .await;
+    let transport = AsyncRwTransport::new_server(tokio::io::stdin(), tokio::io::stdout());
+    let served = bridge.serve(transport).await;
     let outcome = match served {
         Ok(running) => {
             let _ = host.set(running.peer().clone());
@@ -228,13 +217,7 @@ struct Bridge {
     progress: ProgressSinks,
 }
 
-/// What rmcp serves: the bridge, and the requests the host cancelled (never answered).
-struct ServedBridge {
-    bridge: Arc<Bridge>,
-    cancelled: Arc<Mutex<HashSet<RequestId>>>,
-}
-
-impl ServerHandler for ServedBridge {
+impl ServerHandler for Bridge {
     fn get_info(&self) -> ServerConfig {
         let capabilities = ServerCapabilities::builder()
             .enable_tools()
@@ -254,10 +237,9 @@ impl ServerHandler for ServedBridge {
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         let listed = self
-            .bridge
             .client
             .tools_list(ToolsListParams {
-                session_id: Some(self.bridge.session_id.clone()),
+                session_id: Some(self.session_id.clone()),
                 ..ToolsListParams::default()
             })
             .await
@@ -289,11 +271,10 @@ impl ServerHandler for ServedBridge {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let bridge = &self.bridge;
-        let number = bridge.next_call.fetch_add(1, Ordering::Relaxed);
-        let call_id = format!("{}{number}", bridge.call_prefix);
+        let number = self.next_call.fetch_add(1, Ordering::Relaxed);
+        let call_id = format!("{}{number}", self.call_prefix);
         if let Some(token) = context.meta.get_progress_token() {
-            bridge.progress.lock().await.insert(
+            self.progress.lock().await.insert(
                 call_id.clone(),
                 ProgressSink {
                     token,
@@ -303,8 +284,8 @@ impl ServerHandler for ServedBridge {
             );
         }
         let arguments = request.arguments.map_or_else(|| json!({}), Value::Object);
-        let mut execution = bridge.client.tools_execute(ExecuteParams {
-            session_id: bridge.session_id.clone(),
+        let mut execution = self.client.tools_execute(ExecuteParams {
+            session_id: self.session_id.clone(),
             iteration: 0,
             calls: vec![ToolCall::new(
                 call_id.clone(),
@@ -319,21 +300,17 @@ impl ServerHandler for ServedBridge {
         let outcome = match outcome {
             Some(outcome) => outcome,
             None => {
-                // MCP: a cancelled request gets no response (the transport drops it).
-                self.cancelled
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .insert(context.id.clone());
+                // MCP: a cancelled request gets no response; rmcp drops this one.
                 let _ = execution.cancel().await;
                 let _ = tokio::time::timeout(CANCEL_GRACE, execution).await;
-                bridge.progress.lock().await.remove(&call_id);
+                self.progress.lock().await.remove(&call_id);
                 return Err(ErrorData::internal_error(
                     "the host cancelled the call",
                     None,
                 ));
             }
         };
-        bridge.progress.lock().await.remove(&call_id);
+        self.progress.lock().await.remove(&call_id);
         let mut executed =
             outcome.map_err(|error| ErrorData::internal_error(error.to_string(), None))?;
         let Some(outcome) = executed.results.pop() else {
@@ -465,47 +442,4 @@ fn decision_schema(rule: Option<&str>) -> Value {
         },
         "required": ["decision"],
     })
-}
-
-/// The stdio transport, except that the response to a request the host cancelled is never
-/// sent: MCP forbids it.
-struct QuietOnCancel<T> {
-    inner: T,
-    cancelled: Arc<Mutex<HashSet<RequestId>>>,
-}
-
-impl<T: Transport<RoleServer>> Transport<RoleServer> for QuietOnCancel<T> {
-    type Error = T::Error;
-
-    fn send(
-        &mut self,
-        item: ServerJsonRpcMessage,
-    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
-        let answered = match &item {
-            ServerJsonRpcMessage::Response(response) => Some(&response.id),
-            ServerJsonRpcMessage::Error(error) => error.id.as_ref(),
-            _ => None,
-        };
-        let quiet = answered.is_some_and(|id| {
-            self.cancelled
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .remove(id)
-        });
-        let send = (!quiet).then(|| self.inner.send(item));
-        async move {
-            match send {
-                Some(send) => send.await,
-                None => Ok(()),
-            }
-        }
-    }
-
-    fn receive(&mut self) -> impl Future<Output = Option<RxJsonRpcMessage<RoleServer>>> + Send {
-        self.inner.receive()
-    }
-
-    fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
-        self.inner.close()
-    }
 }

@@ -1,0 +1,309 @@
+//! `toold mcp serve` driven by a real MCP host: the Python `mcp` client library (installed by
+//! `tests/mcp_servers/install.sh`, which `.ci/run` runs) running `tests/mcp_servers/host.py`
+//! against the real daemon: the handshake on two protocol versions, the tool list and its
+//! annotations, results and failures as section B shapes them, live output as progress, a
+//! cancel that leaves nothing running and gets no result, approvals by elicitation, and the
+//! denial that names the rule to add when nobody can be asked.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use toold_tests::daemon::{TestDaemon, no_answers, toold_binary};
+use toold_tests::require;
+
+/// The Python of `install.sh`'s environment, which has the `mcp` client library.
+fn host_python(test: &str) -> Option<PathBuf> {
+    let python =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("mcp_servers/installed/python/bin/python");
+    require::file(test, &python, "run tests/mcp_servers/install.sh").then_some(python)
+}
+
+/// Runs the host's `scenario` against `toold mcp serve --socket … EXTRA` started in the
+/// daemon's work directory; what the host saw, one object per line.
+async fn host(python: &Path, daemon: &TestDaemon, extra: &[&str], scenario: &[&str]) -> Vec<Value> {
+    let socket = daemon.socket().display().to_string();
+    let mut server = vec![toold_binary().display().to_string()];
+    server.extend(["mcp", "serve", "--socket", &socket].map(str::to_owned));
+    server.extend(extra.iter().map(|arg| (*arg).to_owned()));
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("mcp_servers/host.py");
+    let run = tokio::process::Command::new(python)
+        .arg(script)
+        .args(scenario)
+        .env("TOOLD_MCP_SERVER", serde_json::to_string(&server).unwrap())
+        .current_dir(daemon.work())
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(Duration::from_secs(60), run)
+        .await
+        .expect("the host finished within 60 s")
+        .expect("run the host");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "the host failed ({}): {stdout}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("a JSON line"))
+        .collect()
+}
+
+/// The first line the host saw of `event`.
+fn seen<'a>(lines: &'a [Value], event: &str) -> &'a Value {
+    lines
+        .iter()
+        .find(|line| line["event"] == event)
+        .unwrap_or_else(|| panic!("no {event} in {lines:#?}"))
+}
+
+/// The daemon's live sessions.
+async fn sessions(daemon: &TestDaemon) -> Vec<Value> {
+    let client = daemon.connect(json!({}), no_answers()).await;
+    let listed = client.request("session/list", json!({})).await.unwrap();
+    listed["sessions"].as_array().cloned().unwrap_or_default()
+}
+
+#[tokio::test]
+async fn a_host_on_two_protocol_versions_lists_the_builtins_and_calls_them() {
+    let test = "mcp_serve::two_versions";
+    let Some(python) = host_python(test) else {
+        return;
+    };
+    let daemon = TestDaemon::start();
+    std::fs::write(daemon.work().join("a.txt"), "hello\n").unwrap();
+    for version in ["2025-06-18", "2025-11-25"] {
+        let lines = host(&python, &daemon, &[], &["basics", version, "a.txt"]).await;
+        let initialized = seen(&lines, "initialized");
+        assert_eq!(initialized["version"], version, "{lines:#?}");
+        assert_eq!(initialized["server"], "toold");
+
+        let tools = &seen(&lines, "tools")["tools"];
+        let builtins = [
+            "read_file",
+            "write_file",
+            "edit_file",
+            "run_command",
+            "find_files",
+            "search_code",
+        ];
+        for name in builtins {
+            let read_only = ["read_file", "find_files", "search_code"].contains(&name);
+            let annotations = &tools[name];
+            assert_eq!(annotations["readOnlyHint"], read_only, "{name}: {tools}");
+            assert_eq!(
+                annotations["destructiveHint"], !read_only,
+                "{name}: {tools}"
+            );
+            assert_eq!(
+                annotations["openWorldHint"],
+                name == "run_command",
+                "{name}: {tools}"
+            );
+        }
+
+        let read = seen(&lines, "read_file");
+        assert_eq!(read["is_error"], false, "{read}");
+        assert_eq!(read["text"], "hello\n");
+
+        let missing = seen(&lines, "missing");
+        assert_eq!(missing["is_error"], true, "{missing}");
+        assert_eq!(
+            missing["structured"]["error_type"], "not_found",
+            "{missing}"
+        );
+        assert!(
+            missing["structured"]["metadata"]["call_id"].is_string(),
+            "{missing}"
+        );
+        assert!(
+            missing["text"].as_str().unwrap().starts_with("not_found: "),
+            "{missing}"
+        );
+    }
+    // Each host's session was closed when it went.
+    assert_eq!(sessions(&daemon).await, Vec::<Value>::new());
+}
+
+#[tokio::test]
+async fn live_output_reaches_the_host_as_progress() {
+    let test = "mcp_serve::progress";
+    let Some(python) = host_python(test) else {
+        return;
+    };
+    let daemon = TestDaemon::start();
+    let lines = host(&python, &daemon, &["--allow", "run_command"], &["progress"]).await;
+    let progress: Vec<&Value> = lines
+        .iter()
+        .filter(|line| line["event"] == "progress")
+        .collect();
+    let messages: Vec<&str> = progress
+        .iter()
+        .map(|line| line["message"].as_str().unwrap())
+        .collect();
+    assert_eq!(messages, ["line1\n", "line2\n", "line3\n"], "{lines:#?}");
+    let values: Vec<f64> = progress
+        .iter()
+        .map(|line| line["progress"].as_f64().unwrap())
+        .collect();
+    assert!(
+        values.windows(2).all(|pair| pair[0] < pair[1]),
+        "{values:?}"
+    );
+    let result = seen(&lines, "result");
+    assert_eq!(result["is_error"], false, "{result}");
+    assert_eq!(result["text"], "line1\nline2\nline3\n");
+}
+
+#[tokio::test]
+async fn a_cancelled_call_leaves_nothing_running_and_gets_no_result() {
+    let test = "mcp_serve::cancel";
+    let Some(python) = host_python(test) else {
+        return;
+    };
+    let daemon = TestDaemon::start();
+    // Cancelled at 1 s: had anything of it lived on, it would make the file at 2 s.
+    let lines = host(
+        &python,
+        &daemon,
+        &["--allow", "run_command"],
+        &["cancel", "sleep 2; touch survived"],
+    )
+    .await;
+    seen(&lines, "cancelled");
+    assert!(
+        !lines.iter().any(|line| line["event"] == "result"),
+        "{lines:#?}"
+    );
+    let after = seen(&lines, "after");
+    assert_eq!(after["is_error"], false, "{after}");
+    assert_eq!(after["text"], "still here\n");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(!daemon.work().join("survived").exists());
+}
+
+#[tokio::test]
+async fn the_host_approves_by_elicitation() {
+    let test = "mcp_serve::elicitation";
+    let Some(python) = host_python(test) else {
+        return;
+    };
+    let daemon = TestDaemon::start();
+    let allowed = host(&python, &daemon, &[], &["ask", "allow_once", "touch made"]).await;
+    let asked = seen(&allowed, "elicitation")["message"].as_str().unwrap();
+    assert!(asked.contains("touch made"), "{asked}");
+    assert_eq!(seen(&allowed, "result")["is_error"], false, "{allowed:#?}");
+    assert!(daemon.work().join("made").exists());
+
+    let denied = host(&python, &daemon, &[], &["ask", "deny", "touch refused"]).await;
+    seen(&denied, "elicitation");
+    let result = seen(&denied, "result");
+    assert_eq!(result["is_error"], true, "{result}");
+    assert_eq!(result["structured"]["error_type"], "permission_denied");
+    assert!(!daemon.work().join("refused").exists());
+}
+
+#[tokio::test]
+async fn without_elicitation_or_approver_a_call_is_denied_naming_the_rule() {
+    let test = "mcp_serve::no_approver";
+    let Some(python) = host_python(test) else {
+        return;
+    };
+    let daemon = TestDaemon::start();
+    let lines = host(&python, &daemon, &[], &["ask", "none", "touch unasked"]).await;
+    let result = seen(&lines, "result");
+    assert_eq!(result["is_error"], true, "{result}");
+    assert_eq!(result["structured"]["error_type"], "permission_denied");
+    let text = result["text"].as_str().unwrap();
+    assert!(
+        text.contains("add the rule 'run_command(touch unasked)'"),
+        "{text}"
+    );
+    assert!(!daemon.work().join("unasked").exists());
+}
+
+#[tokio::test]
+async fn a_joined_session_is_left_as_it_was() {
+    let test = "mcp_serve::joined";
+    let Some(python) = host_python(test) else {
+        return;
+    };
+    let daemon = TestDaemon::start();
+    std::fs::write(daemon.work().join("a.txt"), "joined\n").unwrap();
+    let owner = daemon.connect(json!({}), no_answers()).await;
+    let session = owner.create_session(&daemon.work(), json!({})).await;
+    let lines = host(
+        &python,
+        &daemon,
+        &["--session", &session],
+        &["basics", "2025-11-25", "a.txt"],
+    )
+    .await;
+    assert_eq!(seen(&lines, "read_file")["text"], "joined\n");
+    let left: Vec<Value> = sessions(&daemon).await;
+    assert_eq!(left.len(), 1, "{left:#?}");
+    assert_eq!(left[0]["session_id"], session.as_str());
+}
+
+/// MCP: "receivers of a cancellation notification SHOULD NOT send a response for the cancelled
+/// request". Spoken raw, so that no client library hides a response that came anyway.
+#[tokio::test]
+async fn a_cancelled_request_is_never_answered() {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let daemon = TestDaemon::start();
+    let mut server = tokio::process::Command::new(toold_binary())
+        .args(["mcp", "serve", "--allow", "run_command", "--socket"])
+        .arg(daemon.socket())
+        .current_dir(daemon.work())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start toold mcp serve");
+    let mut stdin = server.stdin.take().unwrap();
+    let mut stdout = BufReader::new(server.stdout.take().unwrap()).lines();
+    let mut send = async |message: Value| {
+        let line = format!("{message}\n");
+        stdin.write_all(line.as_bytes()).await.unwrap();
+    };
+    send(
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "1"}}}),
+    )
+    .await;
+    let initialized: Value = serde_json::from_str(&stdout.next_line().await.unwrap().unwrap())
+        .expect("the initialize answer");
+    assert_eq!(initialized["result"]["protocolVersion"], "2025-06-18");
+    send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).await;
+    send(json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+        "params": {"name": "run_command", "arguments": {"command": "sleep 30"}}}))
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    send(
+        json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": {"requestId": 5, "reason": "the person pressed Esc"}}),
+    )
+    .await;
+    send(json!({"jsonrpc": "2.0", "id": 6, "method": "ping"})).await;
+    let next: Value = serde_json::from_str(&stdout.next_line().await.unwrap().unwrap()).unwrap();
+    assert_eq!(next["id"], 6, "{next}");
+    // The host leaves: the server ends, having never answered request 5.
+    drop(stdin);
+    let rest = tokio::time::timeout(Duration::from_secs(10), async {
+        let mut rest = Vec::new();
+        while let Ok(Some(line)) = stdout.next_line().await {
+            rest.push(line);
+        }
+        rest
+    })
+    .await
+    .expect("the server ended when its input closed");
+    assert_eq!(rest, Vec::<String>::new());
+    let status = server.wait().await.unwrap();
+    assert!(status.success(), "{status}");
+}
