@@ -11,6 +11,8 @@ Scenarios (argv[1]):
   ask ANSWER COMMAND   run_command COMMAND, which asks; the host's elicitation answers
                        ANSWER (allow_once, allow_session, deny) or, with ANSWER `none`, the
                        host offers no elicitation
+  relist               list tools, say `listed`, wait (20 s at most) for
+                       notifications/tools/list_changed, list them again
 """
 
 import json
@@ -21,7 +23,7 @@ import anyio
 import mcp.client.session as client_session
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
-from mcp_types import ElicitResult
+from mcp_types import ElicitResult, ToolListChangedNotification
 
 
 def emit(**fields):
@@ -49,8 +51,15 @@ async def play(scenario, args):
 
     if scenario == "basics":
         client_session.LATEST_HANDSHAKE_VERSION = args[0]
+    changed = anyio.Event()
+
+    async def on_message(message):
+        if isinstance(message, ToolListChangedNotification):
+            changed.set()
+
     async with stdio_client(server) as (read, write):
-        async with ClientSession(read, write, elicitation_callback=elicitation) as session:
+        async with ClientSession(read, write, elicitation_callback=elicitation,
+                                 message_handler=on_message) as session:
             initialized = await session.initialize()
             emit(event="initialized", version=initialized.protocol_version,
                  server=initialized.server_info.name)
@@ -81,6 +90,13 @@ async def play(scenario, args):
                 await anyio.sleep(1)
                 again = await session.call_tool("run_command", {"command": "echo still here"})
                 emit(event="after", **result_fields(again))
+            elif scenario == "relist":
+                before = await session.list_tools()
+                emit(event="listed", tools=[tool.name for tool in before.tools])
+                with anyio.fail_after(20):
+                    await changed.wait()
+                after = await session.list_tools()
+                emit(event="relisted", tools=[tool.name for tool in after.tools])
             elif scenario == "ask":
                 result = await session.call_tool("run_command", {"command": args[1]})
                 emit(event="result", **result_fields(result))

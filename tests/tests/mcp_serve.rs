@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use toold_tests::daemon::{TestDaemon, no_answers, toold_binary};
+use toold_tests::mcp::malformed_server_table;
 use toold_tests::require;
 
 /// The Python of `install.sh`'s environment, which has the `mcp` client library.
@@ -20,22 +21,35 @@ fn host_python(test: &str) -> Option<PathBuf> {
     require::file(test, &python, "run tests/mcp_servers/install.sh").then_some(python)
 }
 
-/// Runs the host's `scenario` against `toold mcp serve --socket … EXTRA` started in the
-/// daemon's work directory; what the host saw, one object per line.
-async fn host(python: &Path, daemon: &TestDaemon, extra: &[&str], scenario: &[&str]) -> Vec<Value> {
+/// The host running `scenario` against `toold mcp serve --socket … EXTRA`, started in the
+/// daemon's work directory, its output piped.
+fn host_command(
+    python: &Path,
+    daemon: &TestDaemon,
+    extra: &[&str],
+    scenario: &[&str],
+) -> tokio::process::Command {
     let socket = daemon.socket().display().to_string();
     let mut server = vec![toold_binary().display().to_string()];
     server.extend(["mcp", "serve", "--socket", &socket].map(str::to_owned));
     server.extend(extra.iter().map(|arg| (*arg).to_owned()));
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("mcp_servers/host.py");
-    let run = tokio::process::Command::new(python)
+    let mut command = tokio::process::Command::new(python);
+    command
         .arg(script)
         .args(scenario)
         .env("TOOLD_MCP_SERVER", serde_json::to_string(&server).unwrap())
         .current_dir(daemon.work())
         .stdin(Stdio::null())
-        .kill_on_drop(true)
-        .output();
+        .stdout(Stdio::piped())
+        .kill_on_drop(true);
+    command
+}
+
+/// Runs the host's `scenario` (see [`host_command`]) to its end; what it saw, one object per
+/// line.
+async fn host(python: &Path, daemon: &TestDaemon, extra: &[&str], scenario: &[&str]) -> Vec<Value> {
+    let run = host_command(python, daemon, extra, scenario).output();
     let output = tokio::time::timeout(Duration::from_secs(60), run)
         .await
         .expect("the host finished within 60 s")
@@ -305,5 +319,53 @@ async fn a_cancelled_request_is_never_answered() {
     .expect("the server ended when its input closed");
     assert_eq!(rest, Vec::<String>::new());
     let status = server.wait().await.unwrap();
+    assert!(status.success(), "{status}");
+}
+
+#[tokio::test]
+async fn a_server_added_by_a_reload_reaches_the_host_with_list_changed() {
+    let test = "mcp_serve::reload";
+    let Some(python) = host_python(test) else {
+        return;
+    };
+    let Some(server_python) = require::program(test, "python3", &[], "apt-get install python3")
+    else {
+        return;
+    };
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let daemon = TestDaemon::start_with_config(Some(""));
+    let mut host = host_command(&python, &daemon, &[], &["relist"])
+        .spawn()
+        .expect("start the host");
+    let mut lines = BufReader::new(host.stdout.take().unwrap()).lines();
+    let mut next = async || -> Value {
+        let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+            .await
+            .expect("the host said more within 30 s")
+            .unwrap()
+            .expect("the host said more");
+        serde_json::from_str(&line).unwrap()
+    };
+    assert_eq!(next().await["event"], "initialized");
+    let listed = next().await;
+    assert_eq!(listed["event"], "listed");
+    assert!(!listed["tools"].to_string().contains("mcp__"), "{listed}");
+
+    let config = daemon.root().join("config/toold/config.toml");
+    std::fs::write(&config, malformed_server_table(&server_python)).unwrap();
+    let client = daemon.connect(json!({}), no_answers()).await;
+    client.request("config/reload", json!({})).await.unwrap();
+
+    let relisted = next().await;
+    assert_eq!(relisted["event"], "relisted", "{relisted}");
+    let names: Vec<&str> = relisted["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .filter(|name| name.starts_with("mcp__bad__"))
+        .collect();
+    assert!(!names.is_empty(), "{relisted}");
+    let status = host.wait().await.unwrap();
     assert!(status.success(), "{status}");
 }
