@@ -369,3 +369,72 @@ async fn a_server_added_by_a_reload_reaches_the_host_with_list_changed() {
     let status = host.wait().await.unwrap();
     assert!(status.success(), "{status}");
 }
+
+/// The MCP Inspector's command-line mode, another real host: it lists the tools and calls
+/// `read_file` through `toold mcp serve`.
+#[tokio::test]
+async fn the_mcp_inspector_lists_the_tools_and_reads_a_file() {
+    let test = "mcp_serve::inspector";
+    let inspector = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("mcp_servers/installed/node/node_modules/.bin/mcp-inspector");
+    if !require::file(test, &inspector, "run tests/mcp_servers/install.sh")
+        || require::program(test, "node", &[], "apt-get install nodejs").is_none()
+    {
+        return;
+    }
+    let daemon = TestDaemon::start();
+    std::fs::write(daemon.work().join("a.txt"), "inspected\n").unwrap();
+    let inspect = async |method: &[&str]| -> Value {
+        let run = tokio::process::Command::new(&inspector)
+            .arg("--cli")
+            .arg(toold_binary())
+            .args(["mcp", "serve", "--socket"])
+            .arg(daemon.socket())
+            .args(method)
+            .current_dir(daemon.work())
+            .stdin(Stdio::null())
+            .kill_on_drop(true)
+            .output();
+        let output = tokio::time::timeout(Duration::from_secs(60), run)
+            .await
+            .expect("the inspector finished within 60 s")
+            .expect("run the inspector");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success(),
+            "the inspector failed ({}): {stdout}\n{}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        );
+        serde_json::from_str(&stdout)
+            .unwrap_or_else(|_| panic!("JSON from the inspector: {stdout}"))
+    };
+    let listed = inspect(&["--method", "tools/list"]).await;
+    let names: Vec<&str> = listed["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|tool| tool["name"].as_str())
+        .collect();
+    for builtin in [
+        "read_file",
+        "write_file",
+        "edit_file",
+        "run_command",
+        "find_files",
+        "search_code",
+    ] {
+        assert!(names.contains(&builtin), "{builtin} in {names:?}");
+    }
+    let read = inspect(&[
+        "--method",
+        "tools/call",
+        "--tool-name",
+        "read_file",
+        "--tool-arg",
+        "path=a.txt",
+    ])
+    .await;
+    assert_eq!(read["isError"], false, "{read}");
+    assert_eq!(read["content"][0]["text"], "inspected\n", "{read}");
+}
