@@ -1,7 +1,7 @@
 //! The `toold` binary, its command line: `serve` runs the daemon (the library's
 //! [`toold::serve`]), `check-config` validates a configuration
 //! file, `connect` bridges stdio to the daemon; `call`, `exec`, `tools`, `sessions`,
-//! `status`, `reload` and `mcp` talk to it through `toold-client`; `completions` prints shell completions. The
+//! `status`, `reload`, `watch` and `mcp` talk to it through `toold-client`; `completions` prints shell completions. The
 //! edge of the program: errors become messages and exit codes here.
 //!
 //! Exit codes of the subcommands that talk to the daemon: 0 when everything asked for
@@ -25,6 +25,7 @@ mod reload;
 mod render;
 mod status;
 mod visible;
+mod watch;
 
 /// toold: the per-user daemon that executes AI agents' tool calls.
 #[derive(Parser)]
@@ -109,6 +110,11 @@ enum Command {
     ///
     /// Example: toold reload
     Reload(reload::ReloadArgs),
+    /// Follow a session's events live (calls, output, results, approvals) and, on a terminal,
+    /// answer its approvals; without SESSION, the most recently created live session.
+    ///
+    /// Example: toold watch
+    Watch(watch::WatchArgs),
     /// The daemon's MCP servers: `status` lists them, `restart NAME` starts one again; and
     /// `serve`, toold as an MCP server on stdio for MCP hosts.
     ///
@@ -174,6 +180,7 @@ fn main() -> ExitCode {
         Command::Status(args) => client_side(on_runtime(status::status(args))),
         Command::Reload(args) => client_side(on_runtime(reload::reload(args))),
         Command::Mcp(command) => client_side(on_runtime(mcp::mcp(command))),
+        Command::Watch(args) => client_side(on_runtime(watch::watch(args))),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "toold", &mut std::io::stdout());
             ExitCode::SUCCESS

@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 use toold_tests::daemon::{TestDaemon, no_answers, toold_binary};
 use toold_tests::mcp::malformed_server_table;
 use toold_tests::require;
+use toold_tests::terminal::{Finished, Terminal};
 
 /// The Python of `install.sh`'s environment, which has the `mcp` client library.
 fn host_python(test: &str) -> Option<PathBuf> {
@@ -437,4 +438,160 @@ async fn the_mcp_inspector_lists_the_tools_and_reads_a_file() {
     .await;
     assert_eq!(read["isError"], false, "{read}");
     assert_eq!(read["content"][0]["text"], "inspected\n", "{read}");
+}
+
+/// Two hosts join one session; a person watches it with `toold watch` in a terminal and
+/// answers the approval that the host without elicitation cannot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn toold_watch_follows_two_hosts_and_answers_an_approval() {
+    let test = "mcp_serve::watch";
+    let Some(python) = host_python(test) else {
+        return;
+    };
+    let daemon = TestDaemon::start();
+    std::fs::write(daemon.work().join("a.txt"), "shared\n").unwrap();
+    let owner = daemon.connect(json!({}), no_answers()).await;
+    let session = owner.create_session(&daemon.work(), json!({})).await;
+    let mut watch = daemon.command();
+    watch.args(["watch", &session]);
+    let mut terminal = Terminal::spawn(watch);
+    terminal.wait_for("watching session");
+
+    let reader = host(
+        &python,
+        &daemon,
+        &["--session", &session],
+        &["basics", "2025-11-25", "a.txt"],
+    )
+    .await;
+    assert_eq!(seen(&reader, "read_file")["text"], "shared\n");
+
+    let asker = host_command(
+        &python,
+        &daemon,
+        &["--session", &session],
+        &["ask", "none", "touch watched"],
+    )
+    .spawn()
+    .expect("start the second host");
+    terminal.wait_for("[y] once / [s] session / [n] deny / [a] abort?");
+    assert!(
+        terminal.screen().contains("touch watched"),
+        "{}",
+        terminal.screen()
+    );
+    terminal.type_line("y");
+    let output = tokio::time::timeout(Duration::from_secs(60), asker.wait_with_output())
+        .await
+        .expect("the second host finished")
+        .unwrap();
+    let lines: Vec<Value> = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(seen(&lines, "result")["is_error"], false, "{lines:#?}");
+    assert!(daemon.work().join("watched").exists());
+
+    owner
+        .request("session/close", json!({"session_id": session}))
+        .await
+        .unwrap();
+    let Finished {
+        status,
+        stdout,
+        screen,
+        ..
+    } = tokio::task::spawn_blocking(move || terminal.finish())
+        .await
+        .unwrap();
+    assert_eq!(status.code(), Some(0), "{screen}");
+    assert!(screen.contains("was closed"), "{screen}");
+    for shown in [
+        "read_file {\"path\":\"a.txt\"}",
+        "✓ read_file ok",
+        "run_command {\"command\":\"touch watched\"}",
+        "approval: allow_once (by client)",
+        "✓ run_command ok",
+    ] {
+        assert!(stdout.contains(shown), "{shown} in {stdout}");
+    }
+}
+
+/// Without a session named, `toold watch` follows the one created last; `--json` gives one
+/// event a line, and off a terminal it asks nothing.
+#[tokio::test]
+async fn toold_watch_follows_the_newest_session_as_json() {
+    let daemon = TestDaemon::start();
+    std::fs::write(daemon.work().join("a.txt"), "newest\n").unwrap();
+    let owner = daemon.connect(json!({}), no_answers()).await;
+    // Ten before it, most within the same second as it: `s_9` sorts after `s_11` as text.
+    let mut older = Vec::new();
+    for _ in 0..10 {
+        older.push(owner.create_session(&daemon.work(), json!({})).await);
+    }
+    let newest = owner.create_session(&daemon.work(), json!({})).await;
+    let mut watch = tokio::process::Command::from(daemon.command());
+    watch
+        .args(["watch", "--json"])
+        .stdout(Stdio::piped())
+        .kill_on_drop(true);
+    let watch = watch.spawn().expect("start toold watch");
+    // Attached once the session counts two connections.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let snapshot = owner
+            .request("session/get", json!({"session_id": newest}))
+            .await
+            .unwrap();
+        if snapshot["attached"] == 2 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "toold watch never attached"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for session in [&older[8], &newest] {
+        owner
+            .execute(
+                session,
+                json!([{"id": "r", "name": "read_file", "arguments": {"path": "a.txt"}}]),
+            )
+            .await;
+    }
+    owner
+        .request("session/close", json!({"session_id": newest}))
+        .await
+        .unwrap();
+    let output = tokio::time::timeout(Duration::from_secs(30), watch.wait_with_output())
+        .await
+        .expect("toold watch ended when its session closed")
+        .unwrap();
+    assert!(output.status.success(), "{}", output.status);
+    let events: Vec<Value> = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let methods: Vec<&str> = events
+        .iter()
+        .map(|event| event["method"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        methods,
+        [
+            "batch/start",
+            "tool/call_start",
+            "tool/result",
+            "tool/call_done",
+            "batch/done"
+        ],
+        "{events:#?}"
+    );
+    assert!(
+        events
+            .iter()
+            .all(|event| event["params"]["session_id"] == newest.as_str()),
+        "{events:#?}"
+    );
 }
