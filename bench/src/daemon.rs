@@ -107,6 +107,10 @@ impl Daemon {
         self.child.id()
     }
 
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
     pub fn stop(mut self) -> anyhow::Result<()> {
         let pid = nix::unistd::Pid::from_raw(i32::try_from(self.child.id())?);
         nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM)?;

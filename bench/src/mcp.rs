@@ -1,7 +1,9 @@
 //! MCP servers through toold: one call of server-everything's `echo` through the daemon (a
 //! client's `tools/execute`, the pipeline, the daemon's rmcp client, the server) against the
 //! same call from a bare rmcp client of its own copy of the server, interleaved; and the memory
-//! that one shared copy for 10 sessions saves against the 10 copies that 10 hosts would run.
+//! that one shared copy for 10 sessions saves against the 10 copies that 10 hosts would run;
+//! and toold as an MCP server: `read_file` through `toold mcp serve` against the reference
+//! filesystem server's `read_text_file`, from the same Python MCP client.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -17,7 +19,7 @@ use crate::Settings;
 use crate::daemon::{Daemon, rss_bytes};
 use crate::report::{Figure, Section, ratio};
 use crate::roundtrip::percentile;
-use crate::stats::Samples;
+use crate::stats::{Samples, Summary};
 
 /// Sessions (and, for the comparison, copies of the server) of the memory figure.
 const SESSIONS: usize = 10;
@@ -117,6 +119,7 @@ pub fn mcp_section(settings: &Settings, workspace: &Path) -> anyhow::Result<Sect
         runtime.block_on(copy.close());
     }
     drop(clients);
+    let serve = serve_read(settings, workspace, &daemon)?;
     daemon.stop()?;
     let mib = |bytes: u64| bytes as f64 / (1024.0 * 1024.0);
     let saving = mib(separate) - mib(shared);
@@ -168,6 +171,35 @@ pub fn mcp_section(settings: &Settings, workspace: &Path) -> anyhow::Result<Sect
         mib(shared),
         mib(separate)
     );
+    let serve_ratio = serve.toold.median / serve.filesystem.median;
+    let _ = writeln!(
+        markdown,
+        "`toold mcp serve` as an MCP server: `read_file` of a 1 KB file through it (to the \
+         daemon over its socket, a one-call batch in a session whose rule allows it) against \
+         `read_text_file` of the reference `@modelcontextprotocol/server-filesystem` (as \
+         `tests/mcp_servers/install.sh` installs it) of the same file, by the same Python `mcp` \
+         client (`bench/mcp_serve_read.py`), {} interleaved rounds of {} calls each. Medians \
+         (IQR) of each round's p50, in µs.\n",
+        settings.rounds, serve.per_round
+    );
+    markdown.push_str("| | p50 |\n|---|---:|\n");
+    let _ = writeln!(
+        markdown,
+        "| `toold mcp serve` `read_file` | {} ({}) |",
+        crate::report::num(serve.toold.median * 1e3),
+        crate::report::num(serve.toold.iqr() * 1e3)
+    );
+    let _ = writeln!(
+        markdown,
+        "| server-filesystem `read_text_file` | {} ({}) |",
+        crate::report::num(serve.filesystem.median * 1e3),
+        crate::report::num(serve.filesystem.iqr() * 1e3)
+    );
+    let _ = writeln!(
+        markdown,
+        "| toold / server-filesystem | {} |\n",
+        ratio(serve_ratio)
+    );
     Ok(Section {
         figures: vec![
             Figure {
@@ -195,8 +227,96 @@ pub fn mcp_section(settings: &Settings, workspace: &Path) -> anyhow::Result<Sect
                 target: "a saving",
                 met: saving > 0.0,
             },
+            Figure {
+                id: "mcp-serve-read",
+                what: "`read_file` of 1 KB through `toold mcp serve` (Python `mcp` client)".into(),
+                compared_with: "server-filesystem's `read_text_file`, the same client".into(),
+                result: format!(
+                    "p50 {} µs vs {} µs ({})",
+                    crate::report::num(serve.toold.median * 1e3),
+                    crate::report::num(serve.filesystem.median * 1e3),
+                    ratio(serve_ratio)
+                ),
+                target: "≤ 1.0×",
+                met: serve_ratio <= 1.0,
+            },
         ],
         markdown,
+    })
+}
+
+/// The `toold mcp serve` figure's medians, in milliseconds.
+struct ServeRead {
+    toold: Summary,
+    filesystem: Summary,
+    per_round: usize,
+}
+
+/// `bench/mcp_serve_read.py` run by the Python of `install.sh`, against `toold mcp serve` on
+/// `daemon` and server-filesystem, reading the same 1 KB file.
+fn serve_read(settings: &Settings, workspace: &Path, daemon: &Daemon) -> anyhow::Result<ServeRead> {
+    let installed = workspace.join("tests/mcp_servers/installed");
+    let python = installed.join("python/bin/python");
+    let filesystem = installed.join("node/node_modules/.bin/mcp-server-filesystem");
+    for needed in [&python, &filesystem] {
+        ensure!(
+            needed.exists(),
+            "{} is not there: run `bash tests/mcp_servers/install.sh` first",
+            needed.display()
+        );
+    }
+    let dir = tempfile::tempdir()?;
+    let dir_path = dir.path().canonicalize()?;
+    let file = dir_path.join("one-kilobyte.txt");
+    let line = "toold reads this file through an MCP host, as server-filesystem does.\n";
+    let mut text = line.repeat(1024 / line.len() + 1);
+    text.truncate(1024);
+    std::fs::write(&file, text)?;
+    let toold = json!([
+        crate::daemon::release_toold()?,
+        "mcp",
+        "serve",
+        "--socket",
+        daemon.socket(),
+        "--allow",
+        "read_file"
+    ]);
+    let server_filesystem = json!([filesystem, dir_path]);
+    let per_round = if settings.quick { 50 } else { 200 };
+    let output = std::process::Command::new(&python)
+        .arg(workspace.join("bench/mcp_serve_read.py"))
+        .arg(&file)
+        .arg(settings.rounds.to_string())
+        .arg(per_round.to_string())
+        .env("TOOLD_MCP_SERVER", toold.to_string())
+        .env("FS_MCP_SERVER", server_filesystem.to_string())
+        .output()
+        .context("run bench/mcp_serve_read.py")?;
+    ensure!(
+        output.status.success(),
+        "bench/mcp_serve_read.py failed ({}): {}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let p50s: serde_json::Value =
+        serde_json::from_slice(&output.stdout).context("bench/mcp_serve_read.py's JSON")?;
+    let millis = |key: &str| -> anyhow::Result<Summary> {
+        let seconds = p50s[key].as_array().context("each round's p50")?;
+        let values: Vec<f64> = seconds
+            .iter()
+            .filter_map(serde_json::Value::as_f64)
+            .map(|seconds| seconds * 1e3)
+            .collect();
+        ensure!(
+            values.len() == settings.rounds,
+            "a p50 for every round: {p50s}"
+        );
+        Ok(Summary::of(&values))
+    };
+    Ok(ServeRead {
+        toold: millis("toold")?,
+        filesystem: millis("filesystem")?,
+        per_round,
     })
 }
 
