@@ -11,6 +11,9 @@ Scenarios (argv[1]):
   ask ANSWER COMMAND   run_command COMMAND, which asks; the host's elicitation answers
                        ANSWER (allow_once, allow_session, deny) or, with ANSWER `none`, the
                        host offers no elicitation
+  round-trip ANSWER COMMAND
+                       on 2026-07-28 (no server-to-client requests): run_command COMMAND,
+                       which asks by the input-required round trip; retried with ANSWER
   relist               list tools, say `listed`, wait (20 s at most) for
                        notifications/tools/list_changed, list them again
 """
@@ -22,8 +25,9 @@ import sys
 import anyio
 import mcp.client.session as client_session
 from mcp import ClientSession, StdioServerParameters
+from mcp.client._probe import negotiate_auto
 from mcp.client.stdio import stdio_client
-from mcp_types import ElicitResult, ToolListChangedNotification
+from mcp_types import ElicitResult, InputRequiredResult, ToolListChangedNotification
 
 
 def emit(**fields):
@@ -42,7 +46,7 @@ async def play(scenario, args):
     command = json.loads(os.environ["TOOLD_MCP_SERVER"])
     server = StdioServerParameters(command=command[0], args=command[1:], env=dict(os.environ))
     elicitation = None
-    if scenario == "ask" and args[0] != "none":
+    if scenario in ("ask", "round-trip") and args[0] != "none":
         answer = args[0]
 
         async def elicitation(context, params):
@@ -60,9 +64,14 @@ async def play(scenario, args):
     async with stdio_client(server) as (read, write):
         async with ClientSession(read, write, elicitation_callback=elicitation,
                                  message_handler=on_message) as session:
-            initialized = await session.initialize()
-            emit(event="initialized", version=initialized.protocol_version,
-                 server=initialized.server_info.name)
+            if scenario == "round-trip":
+                await negotiate_auto(session)
+                emit(event="initialized", version=session.protocol_version,
+                     server=session.server_info.name)
+            else:
+                initialized = await session.initialize()
+                emit(event="initialized", version=initialized.protocol_version,
+                     server=initialized.server_info.name)
             if scenario == "basics":
                 listed = await session.list_tools()
                 emit(event="tools", tools={
@@ -97,6 +106,27 @@ async def play(scenario, args):
                     await changed.wait()
                 after = await session.list_tools()
                 emit(event="relisted", tools=[tool.name for tool in after.tools])
+            elif scenario == "round-trip":
+                arguments = {"command": args[1]}
+                asked = await session.call_tool("run_command", arguments,
+                                                allow_input_required=True)
+                if isinstance(asked, InputRequiredResult):
+                    question = asked.input_requests["approval"].params
+                    emit(event="input_required", message=question.message,
+                         keys=list(asked.input_requests))
+                    answer = {"action": "accept", "content": {"decision": args[0]}}
+                    result = await session.call_tool(
+                        "run_command", arguments, allow_input_required=True,
+                        input_responses={"approval": answer},
+                        request_state=asked.request_state)
+                    emit(event="result", **result_fields(result))
+                    stale = await session.call_tool(
+                        "run_command", arguments, allow_input_required=True,
+                        input_responses={"approval": answer},
+                        request_state=asked.request_state)
+                    emit(event="stale", **result_fields(stale))
+                else:
+                    emit(event="result", **result_fields(asked))
             elif scenario == "ask":
                 result = await session.call_tool("run_command", {"command": args[1]})
                 emit(event="result", **result_fields(result))

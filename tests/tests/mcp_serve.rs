@@ -222,6 +222,43 @@ async fn the_host_approves_by_elicitation() {
     assert!(!daemon.work().join("refused").exists());
 }
 
+/// Protocol `2026-07-28` has no server-to-client requests: the host is asked by the
+/// input-required round trip, and its retry carries the answer.
+#[tokio::test]
+async fn a_host_on_2026_07_28_approves_by_the_input_required_round_trip() {
+    let test = "mcp_serve::round_trip";
+    let Some(python) = host_python(test) else {
+        return;
+    };
+    let daemon = TestDaemon::start();
+    for (answer, file, made) in [
+        ("allow_once", "tripped", true),
+        ("deny", "untripped", false),
+    ] {
+        let command = format!("touch {file}");
+        let lines = host(&python, &daemon, &[], &["round-trip", answer, &command]).await;
+        assert_eq!(seen(&lines, "initialized")["version"], "2026-07-28");
+        let asked = seen(&lines, "input_required");
+        assert!(
+            asked["message"].as_str().unwrap().contains(&command),
+            "{asked}"
+        );
+        let result = seen(&lines, "result");
+        assert_eq!(result["is_error"], !made, "{result}");
+        assert_eq!(daemon.work().join(file).exists(), made, "{answer}");
+        // The same answer again finds no call waiting for it.
+        let stale = seen(&lines, "stale");
+        assert_eq!(stale["is_error"], true, "{stale}");
+        assert!(
+            stale["text"]
+                .as_str()
+                .unwrap()
+                .contains("no call of this host waits"),
+            "{stale}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn without_elicitation_or_approver_a_call_is_denied_naming_the_rule() {
     let test = "mcp_serve::no_approver";
