@@ -6,11 +6,13 @@ per line; the Rust tests assert on those lines.
 Scenarios (argv[1]):
   basics VERSION       initialize offering VERSION; list tools; read_file of argv[3];
                        read_file of a missing file
-  progress             run_command whose output comes in three lines, with a progress token
+  progress [TOOL ARGUMENTS]
+                       a call with a progress token: by default run_command whose output
+                       comes in three lines
   cancel COMMAND       run_command COMMAND, cancelled after 1 s; then another call
   ask ANSWER COMMAND   run_command COMMAND, which asks; the host's elicitation answers
                        ANSWER (allow_once, allow_session, deny) or, with ANSWER `none`, the
-                       host offers no elicitation
+                       host offers no elicitation; with allow_session, the same call again
   round-trip ANSWER COMMAND
                        on 2026-07-28 (no server-to-client requests): run_command COMMAND,
                        which asks by the input-required round trip; retried with ANSWER
@@ -86,9 +88,12 @@ async def play(scenario, args):
                 async def progress(value, total, message):
                     emit(event="progress", progress=value, message=message)
 
-                line = "for i in 1 2 3; do echo line$i; sleep 0.3; done"
-                result = await session.call_tool(
-                    "run_command", {"command": line}, progress_callback=progress)
+                if args:
+                    tool, arguments = args[0], json.loads(args[1])
+                else:
+                    line = "for i in 1 2 3; do echo line$i; sleep 0.3; done"
+                    tool, arguments = "run_command", {"command": line}
+                result = await session.call_tool(tool, arguments, progress_callback=progress)
                 emit(event="result", **result_fields(result))
             elif scenario == "cancel":
                 with anyio.move_on_after(1):
@@ -130,6 +135,9 @@ async def play(scenario, args):
             elif scenario == "ask":
                 result = await session.call_tool("run_command", {"command": args[1]})
                 emit(event="result", **result_fields(result))
+                if args[0] == "allow_session":
+                    again = await session.call_tool("run_command", {"command": args[1]})
+                    emit(event="again", **result_fields(again))
 
 
 if __name__ == "__main__":

@@ -817,3 +817,49 @@ fn state_and_parent(pid: u32) -> Option<(String, u32)> {
 fn is_alive(state: &str) -> bool {
     !matches!(state, "Z" | "X")
 }
+
+/// The process at the other end of a connection to `socket` (SO_PEERCRED).
+pub fn daemon_pid(socket: &Path) -> nix::unistd::Pid {
+    let stream = std::os::unix::net::UnixStream::connect(socket).expect("the daemon answers");
+    let credentials =
+        nix::sys::socket::getsockopt(&stream, nix::sys::socket::sockopt::PeerCredentials)
+            .expect("peer credentials");
+    nix::unistd::Pid::from_raw(credentials.pid())
+}
+
+/// Fields of `/proc/PID/stat` after the command name: state is [0], session is [3].
+pub fn proc_stat_fields(pid: nix::unistd::Pid) -> Option<Vec<String>> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after_name = &stat[stat.rfind(')')? + 2..];
+    Some(after_name.split(' ').map(str::to_owned).collect())
+}
+
+/// A daemon that `toold connect` started (not our child): stopped with SIGTERM by
+/// [`ForeignDaemon::stop`], killed if the test fails before that.
+pub struct ForeignDaemon {
+    pub pid: Option<nix::unistd::Pid>,
+}
+
+impl ForeignDaemon {
+    /// Stops it and waits until it is gone (or a zombie nobody reaps).
+    pub fn stop(mut self) {
+        let pid = self.pid.take().expect("running");
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM the daemon");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while proc_stat_fields(pid).is_some_and(|fields| fields[0] != "Z") {
+            assert!(
+                Instant::now() < deadline,
+                "the daemon did not stop within 30 s"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for ForeignDaemon {
+    fn drop(&mut self) {
+        if let Some(pid) = self.pid.take() {
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+        }
+    }
+}

@@ -3,15 +3,15 @@
 //! pseudo-terminal, and `connect` starting a daemon of its own.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::os::unix::net::UnixStream;
-use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use toold_protocol::time::parse_rfc3339;
-use toold_tests::daemon::{TestDaemon, no_answers, toold_command_in};
+use toold_tests::daemon::{
+    ForeignDaemon, TestDaemon, daemon_pid, no_answers, proc_stat_fields, toold_command_in,
+};
 use toold_tests::terminal::{Finished, Terminal, read_all_on_a_thread};
 
 /// Runs `command` with `input` on stdin; fails the test if it takes over 60 s.
@@ -50,52 +50,6 @@ fn run(mut command: Command, input: &[u8]) -> Output {
 
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
-}
-
-/// The process at the other end of a connection to `socket` (SO_PEERCRED).
-fn daemon_pid(socket: &Path) -> nix::unistd::Pid {
-    let stream = UnixStream::connect(socket).expect("the daemon answers");
-    let credentials =
-        nix::sys::socket::getsockopt(&stream, nix::sys::socket::sockopt::PeerCredentials)
-            .expect("peer credentials");
-    nix::unistd::Pid::from_raw(credentials.pid())
-}
-
-/// Fields of `/proc/PID/stat` after the command name: state is [0], session is [3].
-fn proc_stat_fields(pid: nix::unistd::Pid) -> Option<Vec<String>> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let after_name = &stat[stat.rfind(')')? + 2..];
-    Some(after_name.split(' ').map(str::to_owned).collect())
-}
-
-/// A daemon that `toold connect` started (not our child): stopped with SIGTERM by
-/// [`ForeignDaemon::stop`], killed if the test fails before that.
-struct ForeignDaemon {
-    pid: Option<nix::unistd::Pid>,
-}
-
-impl ForeignDaemon {
-    /// Stops it and waits until it is gone (or a zombie nobody reaps).
-    fn stop(mut self) {
-        let pid = self.pid.take().expect("running");
-        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM the daemon");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while proc_stat_fields(pid).is_some_and(|fields| fields[0] != "Z") {
-            assert!(
-                Instant::now() < deadline,
-                "the daemon did not stop within 30 s"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for ForeignDaemon {
-    fn drop(&mut self) {
-        if let Some(pid) = self.pid.take() {
-            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
-        }
-    }
 }
 
 #[test]

@@ -10,7 +10,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use toold_tests::daemon::{TestDaemon, no_answers, toold_binary};
+use toold_tests::daemon::{ForeignDaemon, TestDaemon, daemon_pid, no_answers, toold_binary};
 use toold_tests::mcp::malformed_server_table;
 use toold_tests::require;
 use toold_tests::terminal::{Finished, Terminal};
@@ -213,6 +213,26 @@ async fn the_host_approves_by_elicitation() {
     assert!(asked.contains("touch made"), "{asked}");
     assert_eq!(seen(&allowed, "result")["is_error"], false, "{allowed:#?}");
     assert!(daemon.work().join("made").exists());
+
+    // Allowed for the session: the same call again runs unasked.
+    let session_wide = host(
+        &python,
+        &daemon,
+        &[],
+        &["ask", "allow_session", "touch twice"],
+    )
+    .await;
+    let asked = session_wide
+        .iter()
+        .filter(|line| line["event"] == "elicitation")
+        .count();
+    assert_eq!(asked, 1, "{session_wide:#?}");
+    assert_eq!(seen(&session_wide, "result")["is_error"], false);
+    assert_eq!(
+        seen(&session_wide, "again")["is_error"],
+        false,
+        "{session_wide:#?}"
+    );
 
     let denied = host(&python, &daemon, &[], &["ask", "deny", "touch refused"]).await;
     seen(&denied, "elicitation");
@@ -631,4 +651,102 @@ async fn toold_watch_follows_the_newest_session_as_json() {
             .all(|event| event["params"]["session_id"] == newest.as_str()),
         "{events:#?}"
     );
+}
+
+/// An MCP server's progress (`tool/progress`) reaches the host as its progress notifications.
+#[tokio::test]
+async fn an_mcp_servers_progress_reaches_the_host() {
+    let test = "mcp_serve::mcp_progress";
+    let Some(python) = host_python(test) else {
+        return;
+    };
+    let everything = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("mcp_servers/installed/node/node_modules/.bin/mcp-server-everything");
+    if !require::file(test, &everything, "run tests/mcp_servers/install.sh") {
+        return;
+    }
+    let config = format!(
+        "[mcp.servers.everything]\ncommand = {:?}\n",
+        everything.display().to_string()
+    );
+    let daemon = TestDaemon::start_with_config(Some(&config));
+    let client = daemon.connect(json!({}), no_answers()).await;
+    toold_tests::mcp::tools_when(&client, "mcp__everything__", |count| count > 0).await;
+    let lines = host(
+        &python,
+        &daemon,
+        &["--allow", "mcp__everything__*"],
+        &[
+            "progress",
+            "mcp__everything__trigger-long-running-operation",
+            r#"{"duration": 1, "steps": 3}"#,
+        ],
+    )
+    .await;
+    let messages: Vec<&str> = lines
+        .iter()
+        .filter(|line| line["event"] == "progress")
+        .map(|line| line["message"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(messages.len(), 3, "{lines:#?}");
+    assert!(
+        messages.iter().all(|message| !message.is_empty()),
+        "{messages:?}"
+    );
+    assert_eq!(seen(&lines, "result")["is_error"], false, "{lines:#?}");
+}
+
+/// With no daemon answering on its socket, `toold mcp serve` starts one (as `toold connect`
+/// does), which outlives it.
+#[tokio::test]
+async fn toold_mcp_serve_starts_the_daemon_when_none_answers() {
+    let test = "mcp_serve::starts_the_daemon";
+    let Some(python) = host_python(test) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let socket = root.join("private/toold.sock");
+    let work = root.join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    std::fs::write(work.join("a.txt"), "started\n").unwrap();
+    let server = [
+        toold_binary().display().to_string(),
+        "mcp".into(),
+        "serve".into(),
+        "--allow-root".into(),
+        "--socket".into(),
+        socket.display().to_string(),
+    ];
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("mcp_servers/host.py");
+    let output = tokio::process::Command::new(&python)
+        .arg(script)
+        .args(["basics", "2025-11-25", "a.txt"])
+        .env("TOOLD_MCP_SERVER", serde_json::to_string(&server).unwrap())
+        .env("XDG_RUNTIME_DIR", root.join("run"))
+        .env("XDG_STATE_HOME", root.join("state"))
+        .env("XDG_CONFIG_HOME", root.join("config"))
+        .env_remove("TOOLD_SOCKET")
+        .current_dir(&work)
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(Duration::from_secs(60), output)
+        .await
+        .expect("the host finished")
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let lines: Vec<Value> = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(seen(&lines, "read_file")["text"], "started\n");
+    let started = ForeignDaemon {
+        pid: Some(daemon_pid(&socket)),
+    };
+    started.stop();
 }
