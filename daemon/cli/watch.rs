@@ -72,6 +72,9 @@ pub async fn watch(args: WatchArgs) -> anyhow::Result<Outcome> {
         );
     }
     let mut check = tokio::time::interval(SESSION_CHECK_INTERVAL);
+    // Made once: a Ctrl-C that comes while an event is shown is not lost.
+    let interrupted = tokio::signal::ctrl_c();
+    tokio::pin!(interrupted);
     let outcome = loop {
         tokio::select! {
             event = events.recv() => match event {
@@ -84,18 +87,20 @@ pub async fn watch(args: WatchArgs) -> anyhow::Result<Outcome> {
                     break Outcome::Failed;
                 }
             },
-            _ = check.tick() => {
-                if let Err(error) = client.session_get(&session_id).await {
-                    if error.rpc_code() == Some(error_code::UNKNOWN_SESSION) {
-                        if !args.json {
-                            eprintln!("toold: session {session_id} was closed");
-                        }
-                        break Outcome::Success;
+            _ = check.tick() => match client.session_get(&session_id).await {
+                Ok(_) => {}
+                Err(error) if error.rpc_code() == Some(error_code::UNKNOWN_SESSION) => {
+                    if !args.json {
+                        eprintln!("toold: session {session_id} was closed");
                     }
-                    return Err(error.into());
+                    break Outcome::Success;
                 }
-            }
-            _ = tokio::signal::ctrl_c() => break Outcome::Success,
+                Err(error) => {
+                    eprintln!("toold: cannot follow session {session_id}: {error}");
+                    break Outcome::Failed;
+                }
+            },
+            _ = &mut interrupted => break Outcome::Success,
         }
     };
     let _ = client.session_detach(&session_id).await;
@@ -152,17 +157,24 @@ fn show(event: &Event, json: bool) -> anyhow::Result<()> {
         }
         Event::Output(output) => {
             let data = &output.body.data;
-            let shown = if std::io::stdout().is_terminal() {
+            // Made visible for a terminal, whichever stream it is; byte for byte elsewhere.
+            if output.body.stream == OutputStream::Stderr {
+                let mut stderr = std::io::stderr().lock();
+                let shown = if stderr.is_terminal() {
+                    visible::block(data)
+                } else {
+                    data.into()
+                };
+                let _ = stderr
+                    .write_all(shown.as_bytes())
+                    .and_then(|()| stderr.flush());
+                return Ok(());
+            }
+            if std::io::stdout().is_terminal() {
                 visible::block(data).into_owned()
             } else {
                 data.clone()
-            };
-            if output.body.stream == OutputStream::Stderr {
-                eprint!("{shown}");
-                let _ = std::io::stderr().flush();
-                return Ok(());
             }
-            shown
         }
         Event::Progress(progress) => format!(
             "  {} progress {}{}{}\n",

@@ -3,7 +3,8 @@ tests/mcp_servers/install.sh installs it). It starts the server command given as
 TOOLD_MCP_SERVER over stdio, plays one scenario, and prints what it saw as one JSON object
 per line; the Rust tests assert on those lines.
 
-Scenarios (argv[1]):
+Scenarios (argv[1]), on the library's newest handshake version unless HOST_PROTOCOL_VERSION
+names another:
   basics VERSION       initialize offering VERSION; list tools; read_file of argv[3];
                        read_file of a missing file
   progress [TOOL ARGUMENTS]
@@ -16,6 +17,9 @@ Scenarios (argv[1]):
   round-trip ANSWER COMMAND
                        on 2026-07-28 (no server-to-client requests): run_command COMMAND,
                        which asks by the input-required round trip; retried with ANSWER
+  restart FILE         read FILE, say `read`, wait (30 s at most) for a file `go` in the
+                       working directory, read FILE again
+  call TOOL ARGUMENTS   one call, its result
   relist               list tools, say `listed`, wait (20 s at most) for
                        notifications/tools/list_changed, list them again
 """
@@ -57,6 +61,8 @@ async def play(scenario, args):
 
     if scenario == "basics":
         client_session.LATEST_HANDSHAKE_VERSION = args[0]
+    elif "HOST_PROTOCOL_VERSION" in os.environ:
+        client_session.LATEST_HANDSHAKE_VERSION = os.environ["HOST_PROTOCOL_VERSION"]
     changed = anyio.Event()
 
     async def on_message(message):
@@ -104,6 +110,17 @@ async def play(scenario, args):
                 await anyio.sleep(1)
                 again = await session.call_tool("run_command", {"command": "echo still here"})
                 emit(event="after", **result_fields(again))
+            elif scenario == "call":
+                result = await session.call_tool(args[0], json.loads(args[1]))
+                emit(event="result", **result_fields(result))
+            elif scenario == "restart":
+                first = await session.call_tool("read_file", {"path": args[0]})
+                emit(event="read", **result_fields(first))
+                with anyio.fail_after(30):
+                    while not os.path.exists("go"):
+                        await anyio.sleep(0.05)
+                again = await session.call_tool("read_file", {"path": args[0]})
+                emit(event="again", **result_fields(again))
             elif scenario == "relist":
                 before = await session.list_tools()
                 emit(event="listed", tools=[tool.name for tool in before.tools])

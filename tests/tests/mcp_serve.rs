@@ -750,3 +750,111 @@ async fn toold_mcp_serve_starts_the_daemon_when_none_answers() {
     };
     started.stop();
 }
+
+/// The daemon restarts under a host: `toold mcp serve` connects again, its session restored
+/// and attached again, and the host's next call works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_daemon_is_reached_again() {
+    let test = "mcp_serve::restart";
+    let Some(python) = host_python(test) else {
+        return;
+    };
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let mut daemon = TestDaemon::start();
+    std::fs::write(daemon.work().join("a.txt"), "before and after\n").unwrap();
+    let mut host = host_command(&python, &daemon, &[], &["restart", "a.txt"])
+        .spawn()
+        .expect("start the host");
+    let mut lines = BufReader::new(host.stdout.take().unwrap()).lines();
+    let mut next = async || -> Value {
+        let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
+            .await
+            .expect("the host said more within 60 s")
+            .unwrap()
+            .expect("the host said more");
+        serde_json::from_str(&line).unwrap()
+    };
+    assert_eq!(next().await["event"], "initialized");
+    let read = next().await;
+    assert_eq!(read["text"], "before and after\n", "{read}");
+    tokio::task::block_in_place(|| daemon.restart());
+    std::fs::write(daemon.work().join("go"), "").unwrap();
+    let again = next().await;
+    assert_eq!(again["event"], "again", "{again}");
+    assert_eq!(again["is_error"], false, "{again}");
+    assert_eq!(again["text"], "before and after\n", "{again}");
+    let status = host.wait().await.unwrap();
+    assert!(status.success(), "{status}");
+}
+
+/// On 2025-06-18 the form's choices are titled with `enumNames` (`oneOf` came later), and the
+/// host's answer decides as well.
+#[tokio::test]
+async fn elicitation_on_2025_06_18() {
+    let test = "mcp_serve::elicitation_2025_06_18";
+    let Some(python) = host_python(test) else {
+        return;
+    };
+    let daemon = TestDaemon::start();
+    let mut command = host_command(&python, &daemon, &[], &["ask", "allow_once", "touch older"]);
+    command.env("HOST_PROTOCOL_VERSION", "2025-06-18");
+    let output = command.output().await.unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}");
+    assert!(stdout.contains(r#""version": "2025-06-18""#), "{stdout}");
+    assert!(stdout.contains(r#""event": "elicitation""#), "{stdout}");
+    assert!(daemon.work().join("older").exists(), "{stdout}");
+}
+
+/// Another connection's client tools run in that client's process: the host may not call
+/// them, listed or not.
+#[tokio::test]
+async fn another_connections_client_tool_is_not_served() {
+    let test = "mcp_serve::client_tools";
+    let Some(python) = host_python(test) else {
+        return;
+    };
+    let daemon = TestDaemon::start();
+    let editor = daemon
+        .connect(json!({"client_tools": true}), no_answers())
+        .await;
+    editor
+        .request(
+            "tools/register",
+            json!({"tools": [{"name": "editor_only", "description": "runs in the editor",
+                "input_schema": {"type": "object"}, "safety": "read_only"}]}),
+        )
+        .await
+        .unwrap();
+    let lines = host(&python, &daemon, &[], &["call", "editor_only", "{}"]).await;
+    let result = seen(&lines, "result");
+    assert_eq!(result["is_error"], true, "{result}");
+    assert!(
+        result["text"]
+            .as_str()
+            .unwrap()
+            .contains("no tool `editor_only` is served here"),
+        "{result}"
+    );
+}
+
+/// Started in the home directory (or `/`) without `--cwd`, it refuses: the session's roots
+/// would hold every secret of the user's.
+#[tokio::test]
+async fn started_in_the_home_directory_without_cwd_it_refuses() {
+    let daemon = TestDaemon::start();
+    let home = daemon.work();
+    let output = tokio::process::Command::new(toold_binary())
+        .args(["mcp", "serve", "--socket"])
+        .arg(daemon.socket())
+        .env("HOME", &home)
+        .current_dir(&home)
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let said = String::from_utf8_lossy(&output.stderr);
+    assert!(said.contains("--cwd"), "{said}");
+    assert_eq!(sessions(&daemon).await, Vec::<Value>::new());
+}

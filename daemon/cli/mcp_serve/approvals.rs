@@ -10,12 +10,15 @@ use std::sync::{Mutex, OnceLock, PoisonError};
 use rmcp::RoleServer;
 use rmcp::model::{
     ElicitRequestParams, ElicitResult, ElicitationAction, ElicitationSchema, InputResponses,
+    ProtocolVersion,
 };
 use rmcp::service::Peer;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 use toold_client::Approval;
 use toold_client::protocol::{ApprovalAnswer, ApprovalDecision, ApprovalRequestParams};
+
+use super::super::{approve, visible};
 
 /// An approval handed to the call it is about, with where its answer goes.
 pub struct Asked {
@@ -63,12 +66,14 @@ impl Approvals {
 
     /// The answer to one approval request of the session.
     pub async fn answer(&self, request: ApprovalRequestParams) -> Approval {
+        let rule = request.suggestions.first().cloned();
         if !request.call.id.starts_with(&self.call_prefix) {
-            return Approval::Decline(
-                "`toold mcp serve` approves only its own host's calls".to_owned(),
+            // Said with the rule too: when this is the last word, it reaches the model.
+            return cannot_ask(
+                rule.as_deref(),
+                "`toold mcp serve` asks its host only about the host's own calls",
             );
         }
-        let rule = request.suggestions.first().cloned();
         let round_trip = self.routes().get(&request.call.id).cloned();
         if let Some(call) = round_trip {
             let (answer, answered) = oneshot::channel();
@@ -82,16 +87,18 @@ impl Approvals {
         let Some(peer) = self.host.get() else {
             return cannot_ask(rule.as_deref(), "the MCP host is not ready to be asked");
         };
-        let offers_elicitation = peer
-            .peer_info()
-            .is_some_and(|info| info.capabilities.elicitation.is_some());
-        if !offers_elicitation {
+        let Some(info) = peer.peer_info() else {
+            return cannot_ask(rule.as_deref(), "the MCP host is not ready to be asked");
+        };
+        if info.capabilities.elicitation.is_none() {
             return cannot_ask(
                 rule.as_deref(),
                 "the MCP host cannot be asked (it offers no elicitation)",
             );
         }
-        let form = match form(&request) {
+        // Titled choices (`oneOf`) came with 2025-11-25; before it, `enum` with `enumNames`.
+        let titled = info.protocol_version >= ProtocolVersion::V_2025_11_25;
+        let form = match form(&request, titled) {
             Ok(form) => form,
             Err(why) => return cannot_ask(rule.as_deref(), &why),
         };
@@ -118,30 +125,37 @@ fn cannot_ask(rule: Option<&str>, why: &str) -> Approval {
 }
 
 /// The form that asks the host's person about `request`: allow once / allow for this
-/// session / deny.
-pub fn form(request: &ApprovalRequestParams) -> Result<ElicitRequestParams, String> {
-    let arguments = serde_json::to_string(&request.call.arguments).unwrap_or_default();
-    let message = format!(
-        "toold asks before running {} {arguments}: {}",
-        request.call.name, request.reason
-    );
+/// session / deny; the choices titled by `oneOf` (`titled`, from 2025-11-25) or by
+/// `enumNames`. What the model wrote is shown as the terminal prompt shows it: every control
+/// character and invisible one made visible, long arguments' ends restated, so that a host
+/// that cuts or renders the text cannot be made to hide part of the call.
+pub fn form(request: &ApprovalRequestParams, titled: bool) -> Result<ElicitRequestParams, String> {
+    let message = format!("toold asks:{}", approve::describe(request));
     let for_session = match request.suggestions.first() {
-        Some(rule) => format!("Allow for this session ({rule})"),
+        Some(rule) => format!("Allow for this session ({})", visible::line(rule)),
         None => "Allow for this session".to_owned(),
+    };
+    let decision = if titled {
+        json!({
+            "type": "string",
+            "title": "Decision",
+            "oneOf": [
+                {"const": "allow_once", "title": "Allow once"},
+                {"const": "allow_session", "title": for_session},
+                {"const": "deny", "title": "Deny"},
+            ],
+        })
+    } else {
+        json!({
+            "type": "string",
+            "title": "Decision",
+            "enum": ["allow_once", "allow_session", "deny"],
+            "enumNames": ["Allow once", for_session, "Deny"],
+        })
     };
     let schema = json!({
         "type": "object",
-        "properties": {
-            "decision": {
-                "type": "string",
-                "title": "Decision",
-                "oneOf": [
-                    {"const": "allow_once", "title": "Allow once"},
-                    {"const": "allow_session", "title": for_session},
-                    {"const": "deny", "title": "Deny"},
-                ],
-            },
-        },
+        "properties": {"decision": decision},
         "required": ["decision"],
     });
     let requested_schema: ElicitationSchema = serde_json::from_value(schema)
@@ -195,3 +209,11 @@ pub fn decided_from_input(responses: Option<&InputResponses>) -> ApprovalAnswer 
 /// The key of the approval's elicitation in `inputRequests` and of its answer in
 /// `inputResponses`.
 pub const ANSWER_KEY: &str = "approval";
+
+/// `bytes` random bytes from the kernel, as hex: a nonce no other process can guess.
+pub fn random_hex(bytes: usize) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut random = vec![0; bytes];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut random)?;
+    Ok(random.iter().map(|byte| format!("{byte:02x}")).collect())
+}

@@ -4,7 +4,7 @@
 //! daemon's events to the host (output and progress, `tools/list_changed`), cancel.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -18,12 +18,14 @@ use rmcp::model::{
 use rmcp::service::{Peer, RequestContext};
 use rmcp::{RoleServer, ServerHandler};
 use serde_json::{Map, Value, json};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 use toold_client::protocol::{
-    Event, ExecuteParams, ExecuteResult, Safety, ToolCall, ToolResult, ToolSource, ToolsListParams,
+    ErrorType, Event, ExecuteParams, ExecuteResult, Safety, ToolCall, ToolDefinition, ToolResult,
+    ToolSource, ToolsListParams,
 };
 use toold_client::{Approval, Canceller, Client, ClientError, ClientEvent, Events};
 
+use super::super::connect::{ConnectArgs, connect_or_start};
 use super::approvals::{self, Approvals, Asked};
 
 /// How long a cancelled call's batch is given to end before the bridge stops waiting for it.
@@ -48,15 +50,23 @@ impl ProgressSink {
     }
 }
 
-/// Calls waiting for their host's answer, with where it goes, by `requestState`.
-pub type WaitingCalls =
-    Arc<tokio::sync::Mutex<HashMap<String, (Flight, oneshot::Sender<Approval>)>>>;
+/// Calls waiting for their host's answer, by `requestState`: a random nonce per question,
+/// used once.
+pub type WaitingCalls = Arc<tokio::sync::Mutex<HashMap<String, Waiting>>>;
 
 pub type ProgressSinks = Arc<tokio::sync::Mutex<HashMap<String, ProgressSink>>>;
 
-/// Reads the daemon's events for as long as the connection lasts: a call's output and
-/// progress to its host's progress token, registry changes to `tools/list_changed`.
-pub fn bridge_events(mut events: Events, progress: ProgressSinks, approvals: Arc<Approvals>) {
+/// Reads the daemon's events for as long as the process lives: a call's output and progress
+/// to its host's progress token, registry changes to `tools/list_changed`; a daemon gone
+/// (restarted) is reached again, started if need be, and the session attached again.
+pub fn bridge_events(
+    mut events: Events,
+    progress: ProgressSinks,
+    approvals: Arc<Approvals>,
+    client: Client,
+    daemon: ConnectArgs,
+    connected: Arc<watch::Sender<bool>>,
+) {
     tokio::spawn(async move {
         while let Some(event) = events.recv().await {
             match event {
@@ -85,9 +95,23 @@ pub fn bridge_events(mut events: Events, progress: ProgressSinks, approvals: Arc
                 }
                 ClientEvent::Session(_) => {}
                 ClientEvent::Disconnected { reason } => {
-                    eprintln!("toold mcp serve: the daemon closed the connection ({reason:?})");
-                    // The host sees its server end, and starts it again as it would any.
-                    std::process::exit(1);
+                    eprintln!(
+                        "toold mcp serve: the daemon closed the connection ({reason:?}); \
+                         connecting again"
+                    );
+                    connected.send_replace(false);
+                    // On a task of its own: the events it replays come through this loop.
+                    let client = client.clone();
+                    let daemon = daemon.clone();
+                    let connected = connected.clone();
+                    tokio::spawn(async move {
+                        if let Err(error) = reconnect(&client, &daemon).await {
+                            // The host sees its server end.
+                            eprintln!("toold mcp serve: cannot reach the daemon again: {error}");
+                            std::process::exit(1);
+                        }
+                        connected.send_replace(true);
+                    });
                 }
             }
         }
@@ -101,21 +125,79 @@ pub struct Bridge {
     pub approvals: Arc<Approvals>,
     pub next_call: AtomicU64,
     pub progress: ProgressSinks,
-    /// Calls whose approval the host was asked by round trip, by `requestState` (their call
-    /// id), with where the answer goes.
+    /// Calls whose approval the host was asked by round trip.
     pub waiting: WaitingCalls,
+    /// The names of the tools the host may call, as listed (see [`Bridge::callable`]).
+    pub callable: tokio::sync::Mutex<HashSet<String>>,
+    /// Whether the daemon is reached (false while a lost connection is made again).
+    pub connected: watch::Receiver<bool>,
+}
+
+/// How long a bridge tries to reach its daemon again after losing it.
+const RECONNECT_WITHIN: Duration = Duration::from_secs(30);
+
+/// Connects `client` again (the calls in flight have failed), starting the daemon when none
+/// answers, until [`RECONNECT_WITHIN`] has passed.
+async fn reconnect(client: &Client, daemon: &ConnectArgs) -> anyhow::Result<()> {
+    let deadline = tokio::time::Instant::now() + RECONNECT_WITHIN;
+    // A daemon restarting by hand gets a moment to come back before this starts one.
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    loop {
+        let args = daemon.clone();
+        let answered = tokio::task::spawn_blocking(move || connect_or_start(&args).map(drop))
+            .await
+            .map_err(anyhow::Error::from)
+            .and_then(|answered| answered);
+        let error = match answered {
+            Ok(()) => match client.reconnect().await {
+                Ok(_) => return Ok(()),
+                Err(error) => anyhow::Error::from(error),
+            },
+            Err(error) => error,
+        };
+        if tokio::time::Instant::now() >= deadline {
+            return Err(error);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// A call of the host's: its batch, running on a task of its own.
 pub struct Flight {
     call_id: String,
+    /// The tool and arguments the host called: a retry must name the same.
+    name: String,
+    arguments: Value,
     done: oneshot::Receiver<Result<ExecuteResult, ClientError>>,
     canceller: Canceller,
     /// Its approvals, when the host is asked by the input-required round trip.
     asked: Option<mpsc::Receiver<Asked>>,
 }
 
+/// A call parked until its host answers the question it was asked, with where the answer goes.
+pub struct Waiting {
+    flight: Flight,
+    answer: oneshot::Sender<Approval>,
+}
+
+/// How long a call asked by round trip stays parked after its batch ended (another approver
+/// decided, or the approval timed out): the host's retry still gets the call's result.
+const PARKED_AFTER_END: Duration = Duration::from_secs(600);
+
 impl Bridge {
+    /// Waits while a lost connection to the daemon is being made again: a call the host makes
+    /// meanwhile goes to the daemon once it is back, not to the connection that is gone.
+    async fn until_connected(&self) -> Result<(), ErrorData> {
+        let mut connected = self.connected.clone();
+        match tokio::time::timeout(RECONNECT_WITHIN, connected.wait_for(|up| *up)).await {
+            Ok(Ok(_)) => Ok(()),
+            _ => Err(ErrorData::internal_error(
+                "the daemon is out of reach",
+                None,
+            )),
+        }
+    }
+
     /// Sends `call_id`'s output and progress to the request's progress token, if it has one.
     async fn follow_progress(&self, call_id: &str, context: &RequestContext<RoleServer>) {
         let mut sinks = self.progress.lock().await;
@@ -137,6 +219,37 @@ impl Bridge {
         }
     }
 
+    /// Whether the host may call `name` here: a tool of the session's listing that is not
+    /// another connection's (those run in their own clients' processes).
+    async fn callable(&self, name: &str) -> Result<bool, ErrorData> {
+        if self.callable.lock().await.contains(name) {
+            return Ok(true);
+        }
+        let listed = self.listed().await?;
+        Ok(listed.iter().any(|tool| tool.name == name))
+    }
+
+    /// The session's tools the host may call (refreshing [`Bridge::callable`]'s memory).
+    async fn listed(&self) -> Result<Vec<ToolDefinition>, ErrorData> {
+        self.until_connected().await?;
+        let listed = self
+            .client
+            .tools_list(ToolsListParams {
+                session_id: Some(self.session_id.clone()),
+                ..ToolsListParams::default()
+            })
+            .await
+            .map_err(|error| ErrorData::internal_error(error.to_string(), None))?;
+        let tools: Vec<ToolDefinition> = listed
+            .tools
+            .into_iter()
+            .filter(|tool| tool.source != ToolSource::Client)
+            .collect();
+        let mut callable = self.callable.lock().await;
+        callable.extend(tools.iter().map(|tool| tool.name.clone()));
+        Ok(tools)
+    }
+
     /// A call retried with the host's answer to its approval (`requestState` names it).
     async fn answered(
         &self,
@@ -144,13 +257,31 @@ impl Bridge {
         request: &CallToolRequestParams,
         context: &RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let Some((flight, answer)) = self.waiting.lock().await.remove(state) else {
-            return Ok(CallToolResult::error(vec![ContentBlock::text(
-                "canceled: no call of this host waits for this answer (it was given already, \
-                 or the approval timed out); call the tool again",
-            )])
+        let mut waiting = self.waiting.lock().await;
+        let Some(parked) = waiting.remove(state) else {
+            drop(waiting);
+            return Ok(failure(
+                &request.name,
+                ErrorType::Canceled,
+                "no call of this host waits for this answer (it was given already, or the \
+                 call ended long ago); call the tool again",
+            )
             .into());
         };
+        let arguments = request
+            .arguments
+            .clone()
+            .map_or_else(|| json!({}), Value::Object);
+        if parked.flight.name != request.name || parked.flight.arguments != arguments {
+            // Not the call that asked: it stays parked for its own retry.
+            waiting.insert(state.to_owned(), parked);
+            return Err(ErrorData::invalid_params(
+                "the retry names another tool or other arguments than the call that asked",
+                None,
+            ));
+        }
+        drop(waiting);
+        let Waiting { flight, answer } = parked;
         let _ = answer.send(approvals::decided_from_input(request.input_responses.as_ref()).into());
         self.follow_progress(&flight.call_id, context).await;
         self.follow(flight, context).await
@@ -158,19 +289,14 @@ impl Bridge {
 
     /// Waits for the call's result; or for its approval, which it puts to the host by
     /// answering with the question (the host retries with the answer); or for the host's
-    /// cancel.
+    /// cancel, which goes first.
     async fn follow(
         &self,
-        flight: Flight,
+        mut flight: Flight,
         context: &RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let Flight {
-            call_id,
-            mut done,
-            canceller,
-            mut asked,
-        } = flight;
         loop {
+            let asked = &mut flight.asked;
             let question = async {
                 match asked.as_mut() {
                     Some(asked) => asked.recv().await,
@@ -178,14 +304,34 @@ impl Bridge {
                 }
             };
             tokio::select! {
-                outcome = &mut done => {
-                    self.progress.lock().await.remove(&call_id);
+                biased;
+                () = context.ct.cancelled() => {
+                    // MCP: a cancelled request gets no response; rmcp drops this one.
+                    self.progress.lock().await.remove(&flight.call_id);
+                    let _ = flight.canceller.cancel().await;
+                    let _ = tokio::time::timeout(CANCEL_GRACE, &mut flight.done).await;
+                    return Err(ErrorData::internal_error("the host cancelled the call", None));
+                }
+                outcome = &mut flight.done => {
+                    self.progress.lock().await.remove(&flight.call_id);
                     return finished(outcome);
                 }
                 Some(question) = question => {
-                    let form = match approvals::form(&question.request) {
+                    // Settled meanwhile by another approver: nothing to ask.
+                    if question.answer.is_closed() {
+                        continue;
+                    }
+                    let form = match approvals::form(&question.request, true) {
                         Ok(form) => form,
                         Err(why) => {
+                            let _ = question.answer.send(Approval::Decline(why));
+                            continue;
+                        }
+                    };
+                    let state = match approvals::random_hex(16) {
+                        Ok(state) => state,
+                        Err(error) => {
+                            let why = format!("cannot make the question's state: {error}");
                             let _ = question.answer.send(Approval::Decline(why));
                             continue;
                         }
@@ -194,20 +340,27 @@ impl Bridge {
                         approvals::ANSWER_KEY.to_owned(),
                         InputRequest::Elicitation(ElicitRequest::new(form)),
                     )]);
-                    let flight = Flight { call_id: call_id.clone(), done, canceller, asked };
-                    self.waiting.lock().await.insert(call_id.clone(), (flight, question.answer));
-                    return Ok(InputRequiredResult::new(Some(input_requests), Some(call_id)).into());
-                }
-                () = context.ct.cancelled() => {
-                    // MCP: a cancelled request gets no response; rmcp drops this one.
-                    let _ = canceller.cancel().await;
-                    let _ = tokio::time::timeout(CANCEL_GRACE, &mut done).await;
-                    self.progress.lock().await.remove(&call_id);
-                    return Err(ErrorData::internal_error("the host cancelled the call", None));
+                    // The request is answered now: its progress token dies with it.
+                    self.progress.lock().await.remove(&flight.call_id);
+                    let parked = Waiting { flight, answer: question.answer };
+                    self.waiting.lock().await.insert(state.clone(), parked);
+                    return Ok(InputRequiredResult::new(Some(input_requests), Some(state)).into());
                 }
             }
         }
     }
+}
+
+/// A failed result of this bridge's own making, in section B's shape.
+fn failure(tool: &str, error_type: ErrorType, error: &str) -> CallToolResult {
+    to_mcp_result(ToolResult {
+        ok: false,
+        tool: tool.to_owned(),
+        content: String::new(),
+        error_type: Some(error_type),
+        error: Some(error.to_owned()),
+        metadata: Map::new(),
+    })
 }
 
 /// The batch's answer as the host's result.
@@ -248,19 +401,10 @@ impl ServerHandler for Bridge {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let listed = self
-            .client
-            .tools_list(ToolsListParams {
-                session_id: Some(self.session_id.clone()),
-                ..ToolsListParams::default()
-            })
-            .await
-            .map_err(|error| ErrorData::internal_error(error.to_string(), None))?;
-        let tools = listed
-            .tools
+        let tools = self
+            .listed()
+            .await?
             .into_iter()
-            // Other connections' tools run in their clients, not for this host.
-            .filter(|tool| tool.source != ToolSource::Client)
             .map(|tool| {
                 let schema = match tool.input_schema {
                     Value::Object(schema) => schema,
@@ -286,6 +430,15 @@ impl ServerHandler for Bridge {
         if let Some(state) = &request.request_state {
             return self.answered(state, &request, &context).await;
         }
+        if !self.callable(&request.name).await? {
+            return Ok(failure(
+                &request.name,
+                ErrorType::InvalidArguments,
+                &format!("no tool `{}` is served here", request.name),
+            )
+            .into());
+        }
+        self.until_connected().await?;
         let number = self.next_call.fetch_add(1, Ordering::Relaxed);
         let call_id = format!("{}{number}", self.approvals.call_prefix);
         self.follow_progress(&call_id, &context).await;
@@ -308,7 +461,7 @@ impl ServerHandler for Bridge {
             calls: vec![ToolCall::new(
                 call_id.clone(),
                 request.name.to_string(),
-                arguments,
+                arguments.clone(),
             )],
         });
         let canceller = execution.canceller();
@@ -316,15 +469,25 @@ impl ServerHandler for Bridge {
         let (finished, done) = oneshot::channel();
         let approvals = Arc::clone(&self.approvals);
         let waiting = Arc::clone(&self.waiting);
+        let progress = Arc::clone(&self.progress);
         let id = call_id.clone();
         tokio::spawn(async move {
             let _ = finished.send(execution.await);
             approvals.forget(&id);
-            // A host that never answered leaves nothing behind once the approval ended.
-            waiting.lock().await.remove(&id);
+            progress.lock().await.remove(&id);
+            if round_trip {
+                // A host that never retries leaves nothing behind for long.
+                tokio::time::sleep(PARKED_AFTER_END).await;
+                waiting
+                    .lock()
+                    .await
+                    .retain(|_, parked| parked.flight.call_id != id);
+            }
         });
         let flight = Flight {
             call_id,
+            name: request.name.to_string(),
+            arguments,
             done,
             canceller,
             asked,

@@ -5,15 +5,16 @@
 //! `notifications/cancelled` into a cancel (and no response); the daemon's approvals of its
 //! calls into questions to the host's person (`approvals`), when the host can ask them.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
-use anyhow::Context;
+use anyhow::{Context, bail};
 use clap::Args;
 use rmcp::ServiceExt;
 use rmcp::transport::async_rw::AsyncRwTransport;
 use serde_json::json;
+use tokio::signal::unix::{SignalKind, signal};
 use toold_client::protocol::{SessionCreateParams, SessionMode};
 use toold_client::{Client, ClientOptions};
 
@@ -55,7 +56,14 @@ pub async fn serve(args: McpServeArgs) -> anyhow::Result<Outcome> {
     tokio::task::spawn_blocking(move || connect_or_start(&daemon).map(drop))
         .await
         .context("the daemon's start was interrupted")??;
-    let approvals = Arc::new(Approvals::new(format!("mcp{}_", std::process::id())));
+    // The pid tells people whose calls they are; the random part keeps another client of a
+    // joined session from naming its calls so, and having this host asked about them.
+    let call_prefix = format!(
+        "mcp{}_{}_",
+        std::process::id(),
+        approvals::random_hex(8).context("cannot read random bytes")?
+    );
+    let approvals = Arc::new(Approvals::new(call_prefix));
     let options = ClientOptions::new("toold mcp serve")
         .with_version(env!("CARGO_PKG_VERSION"))
         .with_socket(args.daemon.address.socket_path()?)
@@ -69,6 +77,7 @@ pub async fn serve(args: McpServeArgs) -> anyhow::Result<Outcome> {
     let (client, events) = Client::connect(options).await?;
     let (session_id, created) = open_session(&client, &args).await?;
 
+    let (connected, link) = tokio::sync::watch::channel(true);
     let bridge = Bridge {
         client: client.clone(),
         session_id: session_id.clone(),
@@ -76,18 +85,34 @@ pub async fn serve(args: McpServeArgs) -> anyhow::Result<Outcome> {
         next_call: AtomicU64::new(1),
         progress: Arc::default(),
         waiting: Arc::default(),
+        callable: tokio::sync::Mutex::default(),
+        connected: link,
     };
-    bridge_events(events, Arc::clone(&bridge.progress), Arc::clone(&approvals));
+    bridge_events(
+        events,
+        Arc::clone(&bridge.progress),
+        Arc::clone(&approvals),
+        client.clone(),
+        args.daemon.clone(),
+        Arc::new(connected),
+    );
     let transport = AsyncRwTransport::new_server(tokio::io::stdin(), tokio::io::stdout());
     let served = bridge.serve(transport).await;
+    // A host that stops its server with a signal (as hosts do when a call is in flight at
+    // their exit) gets its session closed all the same.
+    let mut terminate = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
+    let mut hangup = signal(SignalKind::hangup()).context("cannot watch SIGHUP")?;
     let outcome = match served {
         Ok(running) => {
             let _ = approvals.host.set(running.peer().clone());
-            running
-                .waiting()
-                .await
-                .map(drop)
-                .context("the MCP session with the host failed")
+            tokio::select! {
+                ended = running.waiting() => {
+                    ended.map(drop).context("the MCP session with the host failed")
+                }
+                _ = terminate.recv() => Ok(()),
+                _ = hangup.recv() => Ok(()),
+                _ = tokio::signal::ctrl_c() => Ok(()),
+            }
         }
         Err(error) => Err(anyhow::anyhow!("the MCP host's handshake failed: {error}")),
     };
@@ -118,8 +143,23 @@ async fn open_session(client: &Client, args: &McpServeArgs) -> anyhow::Result<(S
     let cwd = match &args.cwd {
         Some(cwd) => std::path::absolute(cwd)
             .with_context(|| format!("cannot make {} absolute", cwd.display()))?,
-        None => std::env::current_dir()
-            .context("cannot read the current directory; choose the session's with --cwd")?,
+        None => {
+            let cwd = std::env::current_dir()
+                .context("cannot read the current directory; choose the session's with --cwd")?;
+            // Some hosts start their servers in `/` or the home directory: read-only tools
+            // run unasked inside the session's roots, and those roots would hold every
+            // secret of the user's. Only a `--cwd` says that is meant.
+            let home = std::env::var_os("HOME").map(PathBuf::from);
+            if cwd == Path::new("/") || home.as_deref() == Some(cwd.as_path()) {
+                bail!(
+                    "the MCP host started `toold mcp serve` in {}, which would make the \
+                     session's roots (where read-only tools run unasked) all of it; add \
+                     \"--cwd\", \"/path/to/project\" to its args",
+                    cwd.display()
+                );
+            }
+            cwd
+        }
     };
     let mut params = SessionCreateParams::new(cwd);
     params.mode = args.mode;
