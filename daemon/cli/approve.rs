@@ -1,12 +1,17 @@
-//! How `toold call` and `toold exec` answer `approval/request`: on the controlling terminal
-//! (`/dev/tty`, whatever stdin and stdout are) they ask the person (`[y] once / [s] session /
-//! [n] deny / [a] abort`), showing the call as it is (see `visible`); without one they
+//! How `toold call`, `toold exec` and `toold watch` answer `approval/request`: on the
+//! controlling terminal (`/dev/tty`, whatever stdin and stdout are) they ask the person
+//! (`[y] once / [s] session / [n] deny / [a] abort`), showing the call as it is (see
+//! `visible`), and stop asking when the approval is settled elsewhere; without one they
 //! decline, leaving the approval to the session's other approvers (the call is denied if there
 //! is none), unless `--yes` allows each call once.
 
 use std::borrow::Cow;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 
 use toold_client::Approval;
 use toold_protocol::{ApprovalAnswer, ApprovalDecision, ApprovalRequestParams};
@@ -54,8 +59,16 @@ pub async fn decide(
         ApprovalPolicy::AllowOnce => ApprovalAnswer::new(ApprovalDecision::AllowOnce).into(),
         ApprovalPolicy::Decline => Approval::Decline(NO_TERMINAL.to_owned()),
         ApprovalPolicy::AskOnTerminal => {
-            let _one_prompt_at_a_time = prompt_lock.lock().await;
-            let asked = tokio::task::spawn_blocking(move || ask_on_terminal(&request)).await;
+            // Held by the prompt's thread until it ends, even when this future is dropped
+            // (the approval settled elsewhere): two prompts never read the terminal at once.
+            let one_prompt_at_a_time = prompt_lock.lock_owned().await;
+            let withdrawn = Withdrawn::default();
+            let asking = withdrawn.flag();
+            let asked = tokio::task::spawn_blocking(move || {
+                let _one_prompt_at_a_time = one_prompt_at_a_time;
+                ask_on_terminal(&request, asking)
+            })
+            .await;
             // The blocking task only fails if it panicked: deny rather than run unasked.
             asked
                 .unwrap_or_else(|_| ApprovalAnswer {
@@ -63,6 +76,57 @@ pub async fn decide(
                     ..ApprovalAnswer::new(ApprovalDecision::Deny)
                 })
                 .into()
+        }
+    }
+}
+
+/// Set when the approval no longer needs this prompt's answer (its future was dropped: another
+/// approver answered, or the call ended): the prompt stops reading the terminal, so that the
+/// next prompt gets the next line typed.
+#[derive(Default)]
+struct Withdrawn(Arc<AtomicBool>);
+
+impl Withdrawn {
+    fn flag(&self) -> Arc<AtomicBool> {
+        Arc::clone(&self.0)
+    }
+}
+
+impl Drop for Withdrawn {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Release);
+    }
+}
+
+/// How often a prompt waiting for a line looks whether it was withdrawn.
+const WITHDRAWN_CHECK: Duration = Duration::from_millis(100);
+
+/// The terminal, read only when it has input and while the prompt is not withdrawn; a
+/// withdrawn prompt's read fails with [`ErrorKind::ConnectionAborted`].
+struct TerminalInput {
+    terminal: std::fs::File,
+    withdrawn: Arc<AtomicBool>,
+}
+
+impl Read for TerminalInput {
+    fn read(&mut self, buffer: &mut [u8]) -> std::io::Result<usize> {
+        use std::os::fd::AsFd;
+        loop {
+            if self.withdrawn.load(Ordering::Acquire) {
+                return Err(std::io::Error::new(
+                    ErrorKind::ConnectionAborted,
+                    "the approval was settled elsewhere",
+                ));
+            }
+            let mut ready = [PollFd::new(self.terminal.as_fd(), PollFlags::POLLIN)];
+            match poll(
+                &mut ready,
+                PollTimeout::from(WITHDRAWN_CHECK.as_millis() as u16),
+            ) {
+                Ok(0) | Err(nix::errno::Errno::EINTR) => continue,
+                Ok(_) => return self.terminal.read(buffer),
+                Err(errno) => return Err(errno.into()),
+            }
         }
     }
 }
@@ -77,9 +141,15 @@ fn open_terminal() -> std::io::Result<std::fs::File> {
         .open("/dev/tty")
 }
 
-fn ask_on_terminal(request: &ApprovalRequestParams) -> ApprovalAnswer {
+fn ask_on_terminal(request: &ApprovalRequestParams, withdrawn: Arc<AtomicBool>) -> ApprovalAnswer {
     match open_terminal().and_then(|terminal| Ok((terminal.try_clone()?, terminal))) {
-        Ok((input, mut prompt)) => ask(request, &mut BufReader::new(input), &mut prompt),
+        Ok((terminal, mut prompt)) => {
+            let input = TerminalInput {
+                terminal,
+                withdrawn,
+            };
+            ask(request, &mut BufReader::new(input), &mut prompt)
+        }
         Err(error) => ApprovalAnswer {
             message: Some(format!("denied: cannot open the terminal to ask ({error})")),
             ..ApprovalAnswer::new(ApprovalDecision::Deny)
@@ -104,6 +174,13 @@ pub fn ask(
         let _ = prompt.flush();
         let mut line = String::new();
         match input.read_line(&mut line) {
+            Err(error) if error.kind() == ErrorKind::ConnectionAborted => {
+                let _ = writeln!(prompt, "\n(settled elsewhere)");
+                return ApprovalAnswer {
+                    message: Some("denied: the approval was settled elsewhere".to_owned()),
+                    ..ApprovalAnswer::new(ApprovalDecision::Deny)
+                };
+            }
             Ok(0) | Err(_) => {
                 let _ = writeln!(prompt);
                 return ApprovalAnswer {

@@ -858,3 +858,69 @@ async fn started_in_the_home_directory_without_cwd_it_refuses() {
     assert!(said.contains("--cwd"), "{said}");
     assert_eq!(sessions(&daemon).await, Vec::<Value>::new());
 }
+
+/// A prompt of `toold watch` whose approval another approver settled (here the host, by
+/// elicitation) says so and stops reading the terminal: the next line typed answers the
+/// next approval.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_prompt_settled_elsewhere_gives_the_terminal_back() {
+    let test = "mcp_serve::watch_settled_elsewhere";
+    let Some(python) = host_python(test) else {
+        return;
+    };
+    let daemon = TestDaemon::start();
+    let owner = daemon.connect(json!({}), no_answers()).await;
+    let session = owner.create_session(&daemon.work(), json!({})).await;
+    let mut watch = daemon.command();
+    watch.args(["watch", &session]);
+    let mut terminal = Terminal::spawn(watch);
+    terminal.wait_for("watching session");
+
+    let by_host = host(
+        &python,
+        &daemon,
+        &["--session", &session],
+        &["ask", "allow_once", "touch by-host"],
+    )
+    .await;
+    assert_eq!(seen(&by_host, "result")["is_error"], false, "{by_host:#?}");
+    terminal.wait_for("(settled elsewhere)");
+
+    let asker = host_command(
+        &python,
+        &daemon,
+        &["--session", &session],
+        &["ask", "none", "touch by-watch"],
+    )
+    .spawn()
+    .expect("start the second host");
+    let screen_before = terminal.screen().matches("[a] abort?").count();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while terminal.screen().matches("[a] abort?").count() == screen_before {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{}",
+            terminal.screen()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    terminal.type_line("y");
+    let output = tokio::time::timeout(Duration::from_secs(60), asker.wait_with_output())
+        .await
+        .expect("the second host finished")
+        .unwrap();
+    let lines: Vec<Value> = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(seen(&lines, "result")["is_error"], false, "{lines:#?}");
+    assert!(daemon.work().join("by-watch").exists());
+    owner
+        .request("session/close", json!({"session_id": session}))
+        .await
+        .unwrap();
+    let finished = tokio::task::spawn_blocking(move || terminal.finish())
+        .await
+        .unwrap();
+    assert_eq!(finished.status.code(), Some(0), "{}", finished.screen);
+}
