@@ -3,7 +3,7 @@
 //! the caller as they arrive, answer approvals, and close the fresh session (or detach) at the
 //! end. Ctrl-C cancels the batch, whose results still come back.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context;
@@ -45,6 +45,16 @@ pub fn parse_mode(text: &str) -> Result<SessionMode, String> {
     serde_json::from_value(serde_json::Value::String(text.to_owned())).map_err(|_| {
         format!("unknown mode `{text}`; use default, accept_edits, plan, dont_ask or bypass")
     })
+}
+
+/// A fresh session's working directory: `--cwd` made absolute, or the current directory.
+pub fn session_cwd(given: Option<&Path>) -> anyhow::Result<PathBuf> {
+    match given {
+        Some(cwd) => std::path::absolute(cwd)
+            .with_context(|| format!("cannot make {} absolute", cwd.display())),
+        None => std::env::current_dir()
+            .context("cannot read the current directory; choose the session's with --cwd"),
+    }
 }
 
 /// Runs `calls` as one batch and returns its result; `on_event` sees each of the batch's
@@ -109,13 +119,7 @@ async fn run_in_session(
             (session_id.clone(), false)
         }
         None => {
-            let cwd = match &args.cwd {
-                Some(cwd) => std::path::absolute(cwd)
-                    .with_context(|| format!("cannot make {} absolute", cwd.display()))?,
-                None => std::env::current_dir().context(
-                    "cannot read the current directory; choose the session's with --cwd",
-                )?,
-            };
+            let cwd = session_cwd(args.cwd.as_deref())?;
             let mut params = SessionCreateParams::new(cwd);
             params.mode = args.mode;
             params.title = Some(format!("toold command line (pid {})", std::process::id()));

@@ -50,15 +50,26 @@ fn host_command(
 /// Runs the host's `scenario` (see [`host_command`]) to its end; what it saw, one object per
 /// line.
 async fn host(python: &Path, daemon: &TestDaemon, extra: &[&str], scenario: &[&str]) -> Vec<Value> {
-    let run = host_command(python, daemon, extra, scenario).output();
+    json_lines_of(
+        "the host",
+        host_command(python, daemon, extra, scenario).output(),
+    )
+    .await
+}
+
+/// What a process printed, one JSON object a line, once it ended (within 60 s) successfully.
+async fn json_lines_of(
+    what: &str,
+    run: impl Future<Output = std::io::Result<std::process::Output>>,
+) -> Vec<Value> {
     let output = tokio::time::timeout(Duration::from_secs(60), run)
         .await
-        .expect("the host finished within 60 s")
-        .expect("run the host");
+        .unwrap_or_else(|_| panic!("{what} finished within 60 s"))
+        .unwrap_or_else(|error| panic!("run {what}: {error}"));
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
         output.status.success(),
-        "the host failed ({}): {stdout}\n{}",
+        "{what} failed ({}): {stdout}\n{}",
         output.status,
         String::from_utf8_lossy(&output.stderr)
     );
@@ -538,14 +549,7 @@ async fn toold_watch_follows_two_hosts_and_answers_an_approval() {
         terminal.screen()
     );
     terminal.type_line("y");
-    let output = tokio::time::timeout(Duration::from_secs(60), asker.wait_with_output())
-        .await
-        .expect("the second host finished")
-        .unwrap();
-    let lines: Vec<Value> = String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap())
-        .collect();
+    let lines = json_lines_of("the second host", asker.wait_with_output()).await;
     assert_eq!(seen(&lines, "result")["is_error"], false, "{lines:#?}");
     assert!(daemon.work().join("watched").exists());
 
@@ -621,15 +625,8 @@ async fn toold_watch_follows_the_newest_session_as_json() {
         .request("session/close", json!({"session_id": newest}))
         .await
         .unwrap();
-    let output = tokio::time::timeout(Duration::from_secs(30), watch.wait_with_output())
-        .await
-        .expect("toold watch ended when its session closed")
-        .unwrap();
-    assert!(output.status.success(), "{}", output.status);
-    let events: Vec<Value> = String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap())
-        .collect();
+    // It ends when its session closes.
+    let events = json_lines_of("toold watch", watch.wait_with_output()).await;
     let methods: Vec<&str> = events
         .iter()
         .map(|event| event["method"].as_str().unwrap())
@@ -719,7 +716,7 @@ async fn toold_mcp_serve_starts_the_daemon_when_none_answers() {
         socket.display().to_string(),
     ];
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("mcp_servers/host.py");
-    let output = tokio::process::Command::new(&python)
+    let run = tokio::process::Command::new(&python)
         .arg(script)
         .args(["basics", "2025-11-25", "a.txt"])
         .env("TOOLD_MCP_SERVER", serde_json::to_string(&server).unwrap())
@@ -731,19 +728,7 @@ async fn toold_mcp_serve_starts_the_daemon_when_none_answers() {
         .stdin(Stdio::null())
         .kill_on_drop(true)
         .output();
-    let output = tokio::time::timeout(Duration::from_secs(60), output)
-        .await
-        .expect("the host finished")
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let lines: Vec<Value> = String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap())
-        .collect();
+    let lines = json_lines_of("the host", run).await;
     assert_eq!(seen(&lines, "read_file")["text"], "started\n");
     let started = ForeignDaemon {
         pid: Some(daemon_pid(&socket)),
@@ -798,12 +783,11 @@ async fn elicitation_on_2025_06_18() {
     let daemon = TestDaemon::start();
     let mut command = host_command(&python, &daemon, &[], &["ask", "allow_once", "touch older"]);
     command.env("HOST_PROTOCOL_VERSION", "2025-06-18");
-    let output = command.output().await.unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(output.status.success(), "{stdout}");
-    assert!(stdout.contains(r#""version": "2025-06-18""#), "{stdout}");
-    assert!(stdout.contains(r#""event": "elicitation""#), "{stdout}");
-    assert!(daemon.work().join("older").exists(), "{stdout}");
+    let lines = json_lines_of("the host", command.output()).await;
+    assert_eq!(seen(&lines, "initialized")["version"], "2025-06-18");
+    seen(&lines, "elicitation");
+    assert_eq!(seen(&lines, "result")["is_error"], false, "{lines:#?}");
+    assert!(daemon.work().join("older").exists());
 }
 
 /// Another connection's client tools run in that client's process: the host may not call
@@ -905,14 +889,7 @@ async fn a_watch_prompt_settled_elsewhere_gives_the_terminal_back() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     terminal.type_line("y");
-    let output = tokio::time::timeout(Duration::from_secs(60), asker.wait_with_output())
-        .await
-        .expect("the second host finished")
-        .unwrap();
-    let lines: Vec<Value> = String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap())
-        .collect();
+    let lines = json_lines_of("the second host", asker.wait_with_output()).await;
     assert_eq!(seen(&lines, "result")["is_error"], false, "{lines:#?}");
     assert!(daemon.work().join("by-watch").exists());
     owner

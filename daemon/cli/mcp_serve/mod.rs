@@ -19,7 +19,7 @@ use toold_client::protocol::{SessionCreateParams, SessionMode};
 use toold_client::{Client, ClientOptions};
 
 use super::Outcome;
-use super::batch_run::parse_mode;
+use super::batch_run::{parse_mode, session_cwd};
 use super::connect::{ConnectArgs, connect_or_start};
 
 mod approvals;
@@ -140,27 +140,19 @@ async fn open_session(client: &Client, args: &McpServeArgs) -> anyhow::Result<(S
             })?;
         return Ok((session_id.clone(), false));
     }
-    let cwd = match &args.cwd {
-        Some(cwd) => std::path::absolute(cwd)
-            .with_context(|| format!("cannot make {} absolute", cwd.display()))?,
-        None => {
-            let cwd = std::env::current_dir()
-                .context("cannot read the current directory; choose the session's with --cwd")?;
-            // Some hosts start their servers in `/` or the home directory: read-only tools
-            // run unasked inside the session's roots, and those roots would hold every
-            // secret of the user's. Only a `--cwd` says that is meant.
-            let home = std::env::var_os("HOME").map(PathBuf::from);
-            if cwd == Path::new("/") || home.as_deref() == Some(cwd.as_path()) {
-                bail!(
-                    "the MCP host started `toold mcp serve` in {}, which would make the \
-                     session's roots (where read-only tools run unasked) all of it; add \
-                     \"--cwd\", \"/path/to/project\" to its args",
-                    cwd.display()
-                );
-            }
-            cwd
-        }
-    };
+    let cwd = session_cwd(args.cwd.as_deref())?;
+    // Some hosts start their servers in `/` or the home directory: read-only tools run
+    // unasked inside the session's roots, and those roots would hold every secret of the
+    // user's. Only a `--cwd` says that is meant.
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    if args.cwd.is_none() && (cwd == Path::new("/") || home.as_deref() == Some(cwd.as_path())) {
+        bail!(
+            "the MCP host started `toold mcp serve` in {}, which would make the session's \
+             roots (where read-only tools run unasked) all of it; add \"--cwd\", \
+             \"/path/to/project\" to its args",
+            cwd.display()
+        );
+    }
     let mut params = SessionCreateParams::new(cwd);
     params.mode = args.mode;
     params.title = Some(format!("toold mcp serve (pid {})", std::process::id()));
