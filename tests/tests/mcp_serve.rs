@@ -10,7 +10,9 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use toold_tests::daemon::{ForeignDaemon, TestDaemon, daemon_pid, no_answers, toold_binary};
+use toold_tests::daemon::{
+    ForeignDaemon, TestClient, TestDaemon, daemon_pid, no_answers, toold_binary,
+};
 use toold_tests::mcp::malformed_server_table;
 use toold_tests::require;
 use toold_tests::terminal::{Finished, Terminal};
@@ -508,6 +510,24 @@ async fn the_mcp_inspector_lists_the_tools_and_reads_a_file() {
     assert_eq!(read["content"][0]["text"], "inspected\n", "{read}");
 }
 
+/// A session of an owner that approves nothing, and `toold watch` following it on a terminal.
+async fn watched_session(daemon: &TestDaemon) -> (TestClient, String, Terminal) {
+    let owner = daemon.connect(json!({}), no_answers()).await;
+    let session = owner.create_session(&daemon.work(), json!({})).await;
+    let mut watch = daemon.command();
+    watch.args(["watch", &session]);
+    let terminal = Terminal::spawn(watch);
+    terminal.wait_for("watching session");
+    (owner, session, terminal)
+}
+
+async fn close(owner: &TestClient, session: &str) {
+    owner
+        .request("session/close", json!({"session_id": session}))
+        .await
+        .unwrap();
+}
+
 /// Two hosts join one session; a person watches it with `toold watch` in a terminal and
 /// answers the approval that the host without elicitation cannot.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -518,12 +538,7 @@ async fn toold_watch_follows_two_hosts_and_answers_an_approval() {
     };
     let daemon = TestDaemon::start();
     std::fs::write(daemon.work().join("a.txt"), "shared\n").unwrap();
-    let owner = daemon.connect(json!({}), no_answers()).await;
-    let session = owner.create_session(&daemon.work(), json!({})).await;
-    let mut watch = daemon.command();
-    watch.args(["watch", &session]);
-    let mut terminal = Terminal::spawn(watch);
-    terminal.wait_for("watching session");
+    let (owner, session, mut terminal) = watched_session(&daemon).await;
 
     let reader = host(
         &python,
@@ -553,10 +568,7 @@ async fn toold_watch_follows_two_hosts_and_answers_an_approval() {
     assert_eq!(seen(&lines, "result")["is_error"], false, "{lines:#?}");
     assert!(daemon.work().join("watched").exists());
 
-    owner
-        .request("session/close", json!({"session_id": session}))
-        .await
-        .unwrap();
+    close(&owner, &session).await;
     let Finished {
         status,
         stdout,
@@ -853,12 +865,7 @@ async fn a_watch_prompt_settled_elsewhere_gives_the_terminal_back() {
         return;
     };
     let daemon = TestDaemon::start();
-    let owner = daemon.connect(json!({}), no_answers()).await;
-    let session = owner.create_session(&daemon.work(), json!({})).await;
-    let mut watch = daemon.command();
-    watch.args(["watch", &session]);
-    let mut terminal = Terminal::spawn(watch);
-    terminal.wait_for("watching session");
+    let (owner, session, mut terminal) = watched_session(&daemon).await;
 
     let by_host = host(
         &python,
@@ -892,10 +899,7 @@ async fn a_watch_prompt_settled_elsewhere_gives_the_terminal_back() {
     let lines = json_lines_of("the second host", asker.wait_with_output()).await;
     assert_eq!(seen(&lines, "result")["is_error"], false, "{lines:#?}");
     assert!(daemon.work().join("by-watch").exists());
-    owner
-        .request("session/close", json!({"session_id": session}))
-        .await
-        .unwrap();
+    close(&owner, &session).await;
     let finished = tokio::task::spawn_blocking(move || terminal.finish())
         .await
         .unwrap();
