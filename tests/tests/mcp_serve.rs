@@ -81,6 +81,42 @@ async fn json_lines_of(
         .collect()
 }
 
+/// A host running while the test acts on the daemon: what it says, line by line.
+struct LiveHost {
+    child: tokio::process::Child,
+    lines: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+}
+
+impl LiveHost {
+    fn start(python: &Path, daemon: &TestDaemon, scenario: &[&str]) -> Self {
+        use tokio::io::AsyncBufReadExt;
+        let mut child = host_command(python, daemon, &[], scenario)
+            .spawn()
+            .expect("start the host");
+        let stdout = child.stdout.take().expect("the host's stdout");
+        Self {
+            child,
+            lines: tokio::io::BufReader::new(stdout).lines(),
+        }
+    }
+
+    /// The next line the host says (within 60 s).
+    async fn next(&mut self) -> Value {
+        let line = tokio::time::timeout(Duration::from_secs(60), self.lines.next_line())
+            .await
+            .expect("the host said more within 60 s")
+            .unwrap()
+            .expect("the host said more");
+        serde_json::from_str(&line).unwrap()
+    }
+
+    /// Waits for the host's successful end.
+    async fn finished(mut self) {
+        let status = self.child.wait().await.unwrap();
+        assert!(status.success(), "{status}");
+    }
+}
+
 /// The first line the host saw of `event`.
 fn seen<'a>(lines: &'a [Value], event: &str) -> &'a Value {
     lines
@@ -403,22 +439,10 @@ async fn a_server_added_by_a_reload_reaches_the_host_with_list_changed() {
     else {
         return;
     };
-    use tokio::io::{AsyncBufReadExt, BufReader};
     let daemon = TestDaemon::start_with_config(Some(""));
-    let mut host = host_command(&python, &daemon, &[], &["relist"])
-        .spawn()
-        .expect("start the host");
-    let mut lines = BufReader::new(host.stdout.take().unwrap()).lines();
-    let mut next = async || -> Value {
-        let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
-            .await
-            .expect("the host said more within 30 s")
-            .unwrap()
-            .expect("the host said more");
-        serde_json::from_str(&line).unwrap()
-    };
-    assert_eq!(next().await["event"], "initialized");
-    let listed = next().await;
+    let mut host = LiveHost::start(&python, &daemon, &["relist"]);
+    assert_eq!(host.next().await["event"], "initialized");
+    let listed = host.next().await;
     assert_eq!(listed["event"], "listed");
     assert!(!listed["tools"].to_string().contains("mcp__"), "{listed}");
 
@@ -427,7 +451,7 @@ async fn a_server_added_by_a_reload_reaches_the_host_with_list_changed() {
     let client = daemon.connect(json!({}), no_answers()).await;
     client.request("config/reload", json!({})).await.unwrap();
 
-    let relisted = next().await;
+    let relisted = host.next().await;
     assert_eq!(relisted["event"], "relisted", "{relisted}");
     let names: Vec<&str> = relisted["tools"]
         .as_array()
@@ -437,8 +461,7 @@ async fn a_server_added_by_a_reload_reaches_the_host_with_list_changed() {
         .filter(|name| name.starts_with("mcp__bad__"))
         .collect();
     assert!(!names.is_empty(), "{relisted}");
-    let status = host.wait().await.unwrap();
-    assert!(status.success(), "{status}");
+    host.finished().await;
 }
 
 /// The MCP Inspector's command-line mode, another real host: it lists the tools and calls
@@ -756,32 +779,19 @@ async fn a_restarted_daemon_is_reached_again() {
     let Some(python) = host_python(test) else {
         return;
     };
-    use tokio::io::{AsyncBufReadExt, BufReader};
     let mut daemon = TestDaemon::start();
     std::fs::write(daemon.work().join("a.txt"), "before and after\n").unwrap();
-    let mut host = host_command(&python, &daemon, &[], &["restart", "a.txt"])
-        .spawn()
-        .expect("start the host");
-    let mut lines = BufReader::new(host.stdout.take().unwrap()).lines();
-    let mut next = async || -> Value {
-        let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
-            .await
-            .expect("the host said more within 60 s")
-            .unwrap()
-            .expect("the host said more");
-        serde_json::from_str(&line).unwrap()
-    };
-    assert_eq!(next().await["event"], "initialized");
-    let read = next().await;
+    let mut host = LiveHost::start(&python, &daemon, &["restart", "a.txt"]);
+    assert_eq!(host.next().await["event"], "initialized");
+    let read = host.next().await;
     assert_eq!(read["text"], "before and after\n", "{read}");
     tokio::task::block_in_place(|| daemon.restart());
     std::fs::write(daemon.work().join("go"), "").unwrap();
-    let again = next().await;
+    let again = host.next().await;
     assert_eq!(again["event"], "again", "{again}");
     assert_eq!(again["is_error"], false, "{again}");
     assert_eq!(again["text"], "before and after\n", "{again}");
-    let status = host.wait().await.unwrap();
-    assert!(status.success(), "{status}");
+    host.finished().await;
 }
 
 /// On 2025-06-18 the form's choices are titled with `enumNames` (`oneOf` came later), and the
