@@ -40,10 +40,9 @@ pub struct ProgressSink {
 }
 
 impl ProgressSink {
-    async fn send(&mut self, message: String, total: Option<f64>) {
+    async fn send(&mut self, message: String) {
         self.sent += 1;
         let mut params = ProgressNotificationParam::new(self.token.clone(), self.sent as f64);
-        params.total = total;
         params.message = Some(message);
         // A host gone ends the whole session soon; one lost notice matters to no one.
         let _ = self.peer.notify_progress(params).await;
@@ -72,7 +71,7 @@ pub fn bridge_events(
             match event {
                 ClientEvent::Session(Event::Output(output)) => {
                     if let Some(sink) = progress.lock().await.get_mut(&output.body.call_id) {
-                        sink.send(output.body.data, None).await;
+                        sink.send(output.body.data).await;
                     }
                 }
                 ClientEvent::Session(Event::Progress(report)) => {
@@ -85,7 +84,7 @@ pub fn bridge_events(
                                     Some(total) => format!("{} of {total}", report.body.progress),
                                     None => report.body.progress.to_string(),
                                 });
-                        sink.send(message, None).await;
+                        sink.send(message).await;
                     }
                 }
                 ClientEvent::ToolsListChanged { .. } => {
@@ -99,7 +98,10 @@ pub fn bridge_events(
                         "toold mcp serve: the daemon closed the connection ({reason:?}); \
                          connecting again"
                     );
-                    connected.send_replace(false);
+                    if !connected.send_replace(false) {
+                        // Already being connected again.
+                        continue;
+                    }
                     // On a task of its own: the events it replays come through this loop.
                     let client = client.clone();
                     let daemon = daemon.clone();
