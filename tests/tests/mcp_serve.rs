@@ -685,7 +685,8 @@ async fn toold_watch_follows_the_newest_session_as_json() {
     );
 }
 
-/// An MCP server's progress (`tool/progress`) reaches the host as its progress notifications.
+/// An MCP server's progress (`tool/progress`) reaches the host as its progress notifications,
+/// and its structured content as the result's `structuredContent`.
 #[tokio::test]
 async fn an_mcp_servers_progress_reaches_the_host() {
     let test = "mcp_serve::mcp_progress";
@@ -726,6 +727,27 @@ async fn an_mcp_servers_progress_reaches_the_host() {
         "{messages:?}"
     );
     assert_eq!(seen(&lines, "result")["is_error"], false, "{lines:#?}");
+
+    // A result's `metadata.structured` (the server's structuredContent) is the host's
+    // `structuredContent`.
+    let lines = host(
+        &python,
+        &daemon,
+        &["--allow", "mcp__everything__*"],
+        &[
+            "call",
+            "mcp__everything__get-structured-content",
+            r#"{"location": "New York"}"#,
+        ],
+    )
+    .await;
+    let result = seen(&lines, "result");
+    assert_eq!(result["is_error"], false, "{result}");
+    assert_eq!(
+        result["structured"],
+        json!({"temperature": 33, "conditions": "Cloudy", "humidity": 82}),
+        "{result}"
+    );
 }
 
 /// With no daemon answering on its socket, `toold mcp serve` starts one (as `toold connect`
