@@ -44,6 +44,7 @@ pub const EXPECTED_FIGURES: &[&str] = &[
     "startup",
     "mcp-call",
     "mcp-shared-memory",
+    "mcp-serve-read",
 ];
 
 /// The whole report: a header naming the machine, the summary table, then every section.
