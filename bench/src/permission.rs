@@ -64,7 +64,7 @@ pub fn permission_section(rounds: usize) -> anyhow::Result<Section> {
             command: Some(facts_parsed),
             hook: HookVerdict::None,
         };
-        evaluate(&call, &session)
+        evaluate(&call, &session).decision
     };
     let parsed = command_facts(
         "run_command",

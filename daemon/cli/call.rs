@@ -67,7 +67,7 @@ pub async fn call(args: CallArgs) -> anyhow::Result<Outcome> {
 }
 
 /// The arguments: absent → `{}`, `-` → stdin, else the text; a JSON object either way.
-fn read_arguments(given: Option<&str>) -> anyhow::Result<Map<String, Value>> {
+pub fn read_arguments(given: Option<&str>) -> anyhow::Result<Map<String, Value>> {
     let text = match given {
         None => return Ok(Map::new()),
         Some("-") => {

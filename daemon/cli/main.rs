@@ -18,6 +18,7 @@ mod batch_run;
 mod call;
 mod connect;
 mod exec;
+mod explain;
 mod listing;
 mod mcp;
 mod mcp_serve;
@@ -110,6 +111,14 @@ enum Command {
     ///
     /// Example: toold reload
     Reload(reload::ReloadArgs),
+    /// Say how a call would be decided, and why: allowed, asked or denied, by which rule from
+    /// which file, the paths and commands as judged, and what to add to change it. Nothing
+    /// runs and nobody is asked.
+    ///
+    /// Exit code: 0 when the call would be allowed, 1 when not, 2 when it cannot be explained.
+    ///
+    /// Example: toold explain run_command '{"command":"rm -rf build"}' --cwd ~/src/project
+    Explain(explain::ExplainArgs),
     /// Follow a session's events live (calls, output, results, approvals) and, on a terminal,
     /// answer its approvals; without SESSION, the most recently created live session.
     ///
@@ -181,6 +190,7 @@ fn main() -> ExitCode {
         Command::Reload(args) => client_side(on_runtime(reload::reload(args))),
         Command::Mcp(command) => client_side(on_runtime(mcp::mcp(command))),
         Command::Watch(args) => client_side(on_runtime(watch::watch(args))),
+        Command::Explain(args) => client_side(on_runtime(explain::explain(args))),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "toold", &mut std::io::stdout());
             ExitCode::SUCCESS

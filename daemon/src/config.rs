@@ -8,15 +8,17 @@ use std::ffi::OsStr;
 use std::fs::File;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use toml::de::DeTable;
+use toold_protocol::HookEvent;
 use toold_protocol::framing::DEFAULT_MAX_MESSAGE_BYTES;
-use toold_protocol::{HookEvent, Rules};
 
 use crate::env::{Env, defaults};
 use crate::hooks::ConfiguredHook;
 use crate::mcp::McpServerConfig;
+use crate::permission::ConfigRules;
 use crate::pipeline::{BatchSettings, Limits};
 use crate::sandbox::SandboxConfig;
 
@@ -58,8 +60,8 @@ pub struct Config {
     /// How long one message may take to arrive once its first byte has (slow-drip clients).
     pub frame_timeout_ms: u64,
     pub allow_bypass: bool,
-    /// `[permissions]`; every rule has been parsed once.
-    pub rules: Rules,
+    /// `[permissions]`, each rule's line known; every rule has been parsed once.
+    pub rules: ConfigRules,
     /// `[[hooks.pre_tool_use]]` and `[[hooks.post_tool_use]]`, in file order.
     pub hooks: Vec<ConfiguredHook>,
     /// `[sandbox]`.
@@ -90,7 +92,7 @@ impl Default for Config {
             hook_timeout_ms: millis(limits.hook_timeout),
             frame_timeout_ms: millis(toold_protocol::peer::PeerOptions::DEFAULT_FRAME_TIMEOUT),
             allow_bypass: false,
-            rules: Rules::default(),
+            rules: ConfigRules::default(),
             hooks: Vec::new(),
             sandbox: SandboxConfig::default(),
             mcp_servers: Vec::new(),
@@ -156,6 +158,15 @@ impl Config {
         let (mut config, warnings) = read::read_document(document.get_ref()).map_err(at)?;
         config.warnings = warnings.into_iter().map(at).collect();
         config.source = Some(path.to_owned());
+        // The reader kept each rule's byte offset: a rule is named by its line.
+        let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_owned());
+        config.rules.file = Some(Arc::from(absolute));
+        for offsets in &mut config.rules.lines {
+            for offset in offsets {
+                let line = line_column(text, *offset as usize).0;
+                *offset = u32::try_from(line).unwrap_or(u32::MAX);
+            }
+        }
         Ok(config)
     }
 
@@ -237,7 +248,7 @@ impl Config {
             lines.push("settings that differ from their defaults:".to_owned());
             lines.extend(changed);
         }
-        let rules = &self.rules;
+        let rules = &self.rules.rules;
         lines.push(format!(
             "permission rules: {} allow, {} ask, {} deny",
             rules.allow.len(),

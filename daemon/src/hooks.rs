@@ -67,6 +67,8 @@ pub type HookFuture<T> = Pin<Box<dyn Future<Output = Result<T, String>> + Send +
 pub trait ClientHooks: Send + Sync {
     /// Whether it declared this event.
     fn handles(&self, event: HookEvent) -> bool;
+    /// Who it is, for a person: `client NAME (connection N)`.
+    fn describe(&self) -> String;
     fn pre_tool_use(&self, params: PreToolUseParams) -> HookFuture<PreToolUseAnswer>;
     fn post_tool_use(&self, params: PostToolUseParams) -> HookFuture<PostToolUseAnswer>;
 }
@@ -107,6 +109,27 @@ impl HookSet<'_> {
             .iter()
             .any(|hook| hook.applies_to(event, tool))
             || self.clients.iter().any(|client| client.handles(event))
+    }
+
+    /// The hooks that would run for a call of `tool`, each as `EVENT: WHO` (a program's
+    /// command line, or a connection), configured ones first.
+    pub fn names_for(&self, tool: &str) -> Vec<String> {
+        let mut names = Vec::new();
+        for event in [HookEvent::PreToolUse, HookEvent::PostToolUse] {
+            names.extend(
+                self.configured
+                    .iter()
+                    .filter(|hook| hook.applies_to(event, tool))
+                    .map(|hook| format!("{}: {}", event.as_str(), hook.command.join(" "))),
+            );
+            names.extend(
+                self.clients
+                    .iter()
+                    .filter(|client| client.handles(event))
+                    .map(|client| format!("{}: {}", event.as_str(), client.describe())),
+            );
+        }
+        names
     }
 
     /// Runs every PreToolUse hook for the call in parallel; a failure is a `block` naming it.

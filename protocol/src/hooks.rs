@@ -16,6 +16,16 @@ pub enum HookEvent {
     PostToolUse,
 }
 
+impl HookEvent {
+    /// The event's name on the wire and in the config.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HookEvent::PreToolUse => "pre_tool_use",
+            HookEvent::PostToolUse => "post_tool_use",
+        }
+    }
+}
+
 /// `hook/pre_tool_use` params.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PreToolUseParams {

@@ -4,7 +4,7 @@
 //! Everything the daemon and its clients put on the socket is a type from this crate;
 //! internal types convert at the daemon's dispatch layer. One module per area:
 //! [`rpc`] (envelope, ids, error codes), [`methods`] (names and typed method markers),
-//! [`initialize`], [`session`], [`tools_api`], [`execute`], [`events`], [`approval`],
+//! [`initialize`], [`session`], [`explain`], [`tools_api`], [`execute`], [`events`], [`approval`],
 //! [`hooks`], [`invoke`], [`sandbox`], [`tool`] (definitions, calls, results), [`framing`]
 //! (NDJSON or LSP-style frames, detected per connection) and [`peer`] (the bidirectional
 //! JSON-RPC connection both the daemon and the client run on), [`socket_path`] (where the
@@ -14,6 +14,7 @@
 pub mod approval;
 pub mod events;
 pub mod execute;
+pub mod explain;
 pub mod framing;
 pub mod hooks;
 pub mod initialize;
@@ -41,6 +42,9 @@ pub use events::{
 };
 pub use execute::{
     CallOutcome, CancelParams, CancelRequestParams, CancelResult, ExecuteParams, ExecuteResult,
+};
+pub use explain::{
+    ExplainCall, ExplainParams, ExplainedCommand, ExplainedPath, Explanation, RuleSource,
 };
 pub use framing::{
     DetectedFraming, Frame, FrameCodec, FrameDecoder, FrameEncoder, Framing, FramingError, JsonText,

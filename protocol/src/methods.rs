@@ -14,6 +14,7 @@ use crate::events::{
 use crate::execute::{
     CancelParams, CancelRequestParams, CancelResult, ExecuteParams, ExecuteResult,
 };
+use crate::explain::{ExplainParams, Explanation};
 use crate::framing::JsonText;
 use crate::framing::render_notification_as;
 use crate::hooks::{PostToolUseAnswer, PostToolUseParams, PreToolUseAnswer, PreToolUseParams};
@@ -46,6 +47,7 @@ pub const TOOLS_UNREGISTER: &str = "tools/unregister";
 pub const TOOLS_EXECUTE: &str = "tools/execute";
 pub const TOOLS_CANCEL: &str = "tools/cancel";
 pub const MCP_STATUS: &str = "mcp/status";
+pub const PERMISSIONS_EXPLAIN: &str = "permissions/explain";
 pub const MCP_RESTART: &str = "mcp/restart";
 pub const CONFIG_RELOAD: &str = "config/reload";
 
@@ -124,6 +126,7 @@ request_methods! {
     ToolsExecute = TOOLS_EXECUTE: ExecuteParams => ExecuteResult;
     ToolsCancel = TOOLS_CANCEL: CancelParams => CancelResult;
     McpStatus = MCP_STATUS: McpStatusParams => McpStatusResult;
+    PermissionsExplain = PERMISSIONS_EXPLAIN: ExplainParams => Explanation;
     McpRestart = MCP_RESTART: McpRestartParams => McpServerStatus;
     ConfigReload = CONFIG_RELOAD: ReloadParams => ReloadResult;
     /// Daemon → client.
@@ -242,6 +245,7 @@ mod tests {
             request::<ToolsExecute>(),
             request::<ToolsCancel>(),
             request::<McpStatus>(),
+            request::<PermissionsExplain>(),
             request::<McpRestart>(),
             request::<ConfigReload>(),
             request::<ApprovalRequest>(),

@@ -193,7 +193,8 @@ pub fn judge(line: &str, scratch: &Scratch) -> Judged {
             policy: &policy,
             grants: &[],
         },
-    );
+    )
+    .decision;
     Judged {
         decision,
         analysis: facts.analysis.clone(),

@@ -48,7 +48,7 @@ fn no_file_means_every_default() {
         Some(Duration::from_secs(7 * 24 * 3600))
     );
     assert!(!config.allow_bypass);
-    assert_eq!(config.rules, Rules::default());
+    assert_eq!(config.rules.rules, Rules::default());
     assert!(config.hooks.is_empty());
 
     // The limits and the Env are the ones the daemon uses without a config.
@@ -137,7 +137,7 @@ command = ["logger"]
     );
 
     assert_eq!(
-        config.rules,
+        config.rules.rules,
         Rules {
             allow: vec!["read_file".into(), "run_command(cargo test *)".into()],
             ask: vec!["write_file(//etc/**)".into()],

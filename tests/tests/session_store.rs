@@ -37,7 +37,7 @@ async fn a_reader_follows_a_real_batch_through_the_log() {
         tree.env(),
         SessionMode::Default,
         allow_commands(),
-        &Rules::default(),
+        &Default::default(),
         std::path::Path::new("/home/user"),
     )
     .unwrap();
@@ -118,7 +118,7 @@ async fn a_slow_reader_gets_every_byte_of_a_command_that_ends_while_it_lags() {
         tree.env(),
         SessionMode::Default,
         allow_commands(),
-        &Rules::default(),
+        &Default::default(),
         std::path::Path::new("/home/user"),
     )
     .unwrap();
@@ -189,7 +189,7 @@ async fn a_saved_session_comes_back_after_a_restart() {
         env,
         SessionMode::AcceptEdits,
         allow_commands(),
-        &Rules::default(),
+        &Default::default(),
         home,
     )
     .unwrap();
@@ -224,7 +224,7 @@ async fn a_saved_session_comes_back_after_a_restart() {
         env,
         restored.mode,
         restored.rules.clone(),
-        &Rules::default(),
+        &Default::default(),
         home,
     )
     .unwrap();

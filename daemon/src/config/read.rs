@@ -16,11 +16,11 @@ use std::time::Duration;
 use regex::Regex;
 use toml::Spanned;
 use toml::de::{DeTable, DeValue};
-use toold_protocol::{HookEvent, Rules, SandboxMode};
+use toold_protocol::{HookEvent, SandboxMode};
 
 use super::{Config, DAY_SECS, GIB, KIB, MIB, show_duration};
 use crate::hooks::ConfiguredHook;
-use crate::permission::{Rule, home_dir, lint};
+use crate::permission::{ConfigRules, Rule, home_dir, lint};
 use crate::sandbox::{OnUnsupported, SandboxConfig};
 
 /// The longest socket path the kernel takes: `sun_path` is 108 bytes with its final NUL.
@@ -209,18 +209,20 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
 
 /// `[permissions]`; a rule that can never match (`permission::lint`), or names no builtin
 /// tool, is a warning: the config is read before any client registers its tools.
-fn permissions(field: &Field<'_, '_>, warnings: &mut Vec<Fault>) -> Result<Rules, Fault> {
+/// Each rule's line is left as its byte offset in `lines`, which the caller, holding the text,
+/// turns into a line number.
+fn permissions(field: &Field<'_, '_>, warnings: &mut Vec<Fault>) -> Result<ConfigRules, Fault> {
     let home = home_dir();
     let builtins: Vec<_> = crate::tools::builtins()
         .iter()
         .map(|tool| tool.definition())
         .collect();
-    let mut rules = Rules::default();
+    let mut rules = ConfigRules::default();
     for list in field.entries()? {
-        let target = match list.name {
-            "allow" => &mut rules.allow,
-            "ask" => &mut rules.ask,
-            "deny" => &mut rules.deny,
+        let (target, lines) = match list.name {
+            "allow" => (&mut rules.rules.allow, &mut rules.lines[0]),
+            "ask" => (&mut rules.rules.ask, &mut rules.lines[1]),
+            "deny" => (&mut rules.rules.deny, &mut rules.lines[2]),
             _ => return Err(list.unknown(&["allow", "ask", "deny"])),
         };
         for item in list.elements("an array of rule strings")? {
@@ -235,6 +237,7 @@ fn permissions(field: &Field<'_, '_>, warnings: &mut Vec<Fault>) -> Result<Rules
                 warnings.push(item.fault(reason));
             }
             target.push(text.to_owned());
+            lines.push(u32::try_from(item.value.span().start).unwrap_or(u32::MAX));
         }
     }
     Ok(rules)

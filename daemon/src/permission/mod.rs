@@ -13,7 +13,7 @@ use serde_json::{Map, Value};
 use toold_protocol::{Rules, Safety, SessionMode as Mode};
 
 use crate::paths::{self, ResolvedPath};
-use crate::shell::CommandLine;
+use crate::shell::{CommandLine, FoundCommand};
 use crate::tools::{HiddenPaths, JudgedArguments, judged_arguments};
 
 pub mod facts;
@@ -66,6 +66,52 @@ pub struct Rule {
     /// What the tool declares its rules judge; `ByName` for a pattern.
     judged: JudgedArguments,
     specifier: Specifier,
+    /// Where the rule is written: set when a policy is compiled from its sources.
+    origin: RuleOrigin,
+}
+
+/// Where a rule that decided a call came from (`source` in `permissions/explain` and the audit
+/// log).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RuleOrigin {
+    /// The config file's `[permissions]`: the file and the rule's line, when known.
+    Config {
+        file: Option<Arc<Path>>,
+        line: Option<u32>,
+    },
+    /// The session's own rules (`session/create`, `session/update`).
+    Session,
+    /// A grant an `allow_session` answer recorded.
+    Grant,
+}
+
+/// The config file's `[permissions]`, with the line each rule is written on.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ConfigRules {
+    pub rules: Rules,
+    /// The file the rules were read from.
+    pub file: Option<Arc<Path>>,
+    /// The 1-based line of each rule of `rules.allow`, `.ask` and `.deny`, in that order
+    /// (empty when unknown).
+    pub lines: [Vec<u32>; 3],
+}
+
+impl From<Rules> for ConfigRules {
+    fn from(rules: Rules) -> Self {
+        Self {
+            rules,
+            ..Self::default()
+        }
+    }
+}
+
+impl ConfigRules {
+    fn origin(&self, list: usize, index: usize) -> RuleOrigin {
+        RuleOrigin::Config {
+            file: self.file.clone(),
+            line: self.lines[list].get(index).copied(),
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -95,6 +141,7 @@ impl Rule {
                 tool_pattern: tool_pattern(trimmed),
                 judged: judged_of_rule(trimmed),
                 specifier: Specifier::Any,
+                origin: RuleOrigin::Session,
             });
         };
         let tool = trimmed[..open].trim();
@@ -140,11 +187,24 @@ impl Rule {
             tool_pattern: tool_pattern(tool),
             judged,
             specifier,
+            origin: RuleOrigin::Session,
         })
     }
 
     pub fn text(&self) -> &str {
         &self.text
+    }
+
+    pub fn origin(&self) -> &RuleOrigin {
+        &self.origin
+    }
+
+    /// The rule as a decision names it: its text and where it is written.
+    fn deciding(&self) -> Option<DecidingRule> {
+        Some(DecidingRule {
+            text: self.text.clone(),
+            origin: self.origin.clone(),
+        })
     }
 
     /// Whether the rule is about calls of `tool`. A pattern with a specifier reads arguments
@@ -346,6 +406,34 @@ impl Policy {
         }
         Ok(policy)
     }
+
+    /// A session's policy at `cwd`: the config file's rules, then the session's own, each
+    /// knowing where it is written.
+    pub fn for_session(
+        config: &ConfigRules,
+        session: &Rules,
+        cwd: &Path,
+        home: &Path,
+    ) -> Result<Self, RuleError> {
+        let mut policy = Policy::default();
+        for (rules, config) in [(&config.rules, Some(config)), (session, None)] {
+            let lists = [
+                (&rules.allow, &mut policy.allow),
+                (&rules.ask, &mut policy.ask),
+                (&rules.deny, &mut policy.deny),
+            ];
+            for (list, (texts, target)) in lists.into_iter().enumerate() {
+                for (index, text) in texts.iter().enumerate() {
+                    let mut rule = Rule::parse(text, cwd, home)?;
+                    if let Some(config) = config {
+                        rule.origin = config.origin(list, index);
+                    }
+                    target.push(rule);
+                }
+            }
+        }
+        Ok(policy)
+    }
 }
 
 impl Policy {
@@ -449,32 +537,137 @@ pub struct SessionFacts<'a> {
     pub grants: &'a [String],
 }
 
-/// Decides one call: docs/protocol.md section 7's order, first match wins.
-pub fn evaluate(call: &CallFacts<'_>, session: &SessionFacts<'_>) -> Decision {
-    if call.system {
-        return Decision::Allow;
+/// The step of docs/protocol.md section 7 that decided a call, by the names of EXTENSIONS.md
+/// section D (`permissions/explain`'s `step`), with the few asks section 7 states apart from
+/// its numbered steps named on their own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    SystemTool,
+    DenyRule,
+    PlanMode,
+    AskRule,
+    /// A PreToolUse hook answered `ask`.
+    HookAsk,
+    /// The command line cannot be checked against the rules: it asks in every mode.
+    UnreadableCommand,
+    BypassMode,
+    /// The call writes a path that makes code run later (`.git/config`, `.git/hooks`).
+    ProtectedPath,
+    AllowRule,
+    Grant,
+    /// A PreToolUse hook answered `allow`.
+    HookAllow,
+    AcceptEdits,
+    ReadOnlyInsideRoots,
+    DefaultAsk,
+    DontAsk,
+}
+
+impl Step {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Step::SystemTool => "system_tool",
+            Step::DenyRule => "deny_rule",
+            Step::PlanMode => "plan_mode",
+            Step::AskRule => "ask_rule",
+            Step::HookAsk => "hook_ask",
+            Step::UnreadableCommand => "unreadable_command",
+            Step::BypassMode => "bypass_mode",
+            Step::ProtectedPath => "protected_path",
+            Step::AllowRule => "allow_rule",
+            Step::Grant => "grant",
+            Step::HookAllow => "hook_allow",
+            Step::AcceptEdits => "accept_edits",
+            Step::ReadOnlyInsideRoots => "read_only_inside_roots",
+            Step::DefaultAsk => "default_ask",
+            Step::DontAsk => "dont_ask",
+        }
     }
-    if let Some(reason) = denied(call, session.policy) {
-        return Decision::Deny(reason);
+}
+
+/// The rule (or grant) that decided a call, and where it is written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecidingRule {
+    pub text: String,
+    pub origin: RuleOrigin,
+}
+
+/// A decision and why: the step that made it and the rule it rests on. What the pipeline acts
+/// on, `permissions/explain` shows and the audit log records is this one value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Judgment {
+    pub decision: Decision,
+    pub step: Step,
+    pub rule: Option<DecidingRule>,
+}
+
+impl Judgment {
+    fn new(decision: Decision, step: Step) -> Self {
+        Self {
+            decision,
+            step,
+            rule: None,
+        }
+    }
+
+    fn by_rule(decision: Decision, step: Step, rule: &Rule) -> Self {
+        Self {
+            decision,
+            step,
+            rule: rule.deciding(),
+        }
+    }
+
+    fn by_grant(grant: &str) -> Self {
+        Self {
+            decision: Decision::Allow,
+            step: Step::Grant,
+            rule: Some(DecidingRule {
+                text: grant.to_owned(),
+                origin: RuleOrigin::Grant,
+            }),
+        }
+    }
+}
+
+/// Decides one call: docs/protocol.md section 7's order, first match wins.
+pub fn evaluate(call: &CallFacts<'_>, session: &SessionFacts<'_>) -> Judgment {
+    if call.system {
+        return Judgment::new(Decision::Allow, Step::SystemTool);
+    }
+    if let Some((rule, reason)) = deny_rule(call, session.policy) {
+        return Judgment::by_rule(Decision::Deny(reason), Step::DenyRule, rule);
     }
     if session.mode == Mode::Plan && call.safety == Safety::SideEffect {
-        return Decision::NotAllowed(format!(
-            "{} changes things, and the session is in plan mode, where only read-only tools run",
-            call.tool
-        ));
+        return Judgment::new(
+            Decision::NotAllowed(format!(
+                "{} changes things, and the session is in plan mode, where only read-only tools run",
+                call.tool
+            )),
+            Step::PlanMode,
+        );
     }
-    let decision = decide_without_deny(call, session);
-    match decision {
-        Decision::Ask { reason, .. } if session.mode == Mode::DontAsk => Decision::Deny(format!(
-            "{reason}; the session's mode is dont_ask, so nothing is asked"
-        )),
-        other => other,
+    let judgment = decide_without_deny(call, session);
+    match judgment.decision {
+        Decision::Ask { reason, .. } if session.mode == Mode::DontAsk => Judgment {
+            decision: Decision::Deny(format!(
+                "{reason}; the session's mode is dont_ask, so nothing is asked"
+            )),
+            step: Step::DontAsk,
+            rule: judgment.rule,
+        },
+        _ => judgment,
     }
 }
 
 /// Step 1 alone: the reason a deny rule refuses the call, if one does. Approvals that rewrite
 /// arguments are checked with this again.
 pub fn denied(call: &CallFacts<'_>, policy: &Policy) -> Option<String> {
+    deny_rule(call, policy).map(|(_, reason)| reason)
+}
+
+/// Step 1: the deny rule that refuses the call, and the reason the model is given.
+fn deny_rule<'p>(call: &CallFacts<'_>, policy: &'p Policy) -> Option<(&'p Rule, String)> {
     if call.system {
         return None;
     }
@@ -483,7 +676,7 @@ pub fn denied(call: &CallFacts<'_>, policy: &Policy) -> Option<String> {
         .iter()
         .find(|rule| matches_restrictive(rule, call))
     {
-        return Some(format!("denied by the rule {}", rule.text));
+        return Some((rule, format!("denied by the rule {}", rule.text)));
     }
     // A tool that writes a file and shows lines of it (`edit_file`: its diff, and whether the
     // old text is there) reads it: a file no model may read is not edited either.
@@ -493,12 +686,13 @@ pub fn denied(call: &CallFacts<'_>, policy: &Policy) -> Option<String> {
         && let Some((rule, path)) =
             rule_for_paths(&policy.deny, JudgedArguments::reads_one_file, call.paths)
     {
-        return Some(format!(
+        let reason = format!(
             "denied by the rule {}: {} reads {} and shows lines of it",
             rule.text,
             call.tool,
             path.lexical.display()
-        ));
+        );
+        return Some((rule, reason));
     }
     // What a command line reads (`< file`, `xargs -a file`) is judged as `read_file` would be,
     // and what it writes (`> file`, `time -o file`) as `write_file` and `edit_file` would be.
@@ -506,18 +700,20 @@ pub fn denied(call: &CallFacts<'_>, policy: &Policy) -> Option<String> {
     if let Some((rule, path)) =
         rule_for_paths(&policy.deny, JudgedArguments::reads_one_file, &command.read)
     {
-        return Some(format!(
+        let reason = format!(
             "denied by the rule {}: the command line reads {}",
             rule.text,
             path.lexical.display()
-        ));
+        );
+        return Some((rule, reason));
     }
     let (rule, path) = rule_for_paths(&policy.deny, JudgedArguments::writes, &command.written)?;
-    Some(format!(
+    let reason = format!(
         "denied by the rule {}: the command line writes {}",
         rule.text,
         path.lexical.display()
-    ))
+    );
+    Some((rule, reason))
 }
 
 /// The first of `rules` for a tool `of_tools` admits that covers one of `paths` (a rule
@@ -546,7 +742,7 @@ fn path_matches_anywhere(glob: &PathGlob, path: &ResolvedPath) -> bool {
     glob.matches(&path.lexical, Scope::Anywhere) || glob.matches(&path.resolved, Scope::Anywhere)
 }
 
-fn decide_without_deny(call: &CallFacts<'_>, session: &SessionFacts<'_>) -> Decision {
+fn decide_without_deny(call: &CallFacts<'_>, session: &SessionFacts<'_>) -> Judgment {
     let suggestion = canonical_form(call);
     if let Some(rule) = session
         .policy
@@ -554,10 +750,8 @@ fn decide_without_deny(call: &CallFacts<'_>, session: &SessionFacts<'_>) -> Deci
         .iter()
         .find(|rule| matches_restrictive(rule, call))
     {
-        return Decision::Ask {
-            reason: format!("the rule {} asks for approval", rule.text),
-            suggestion,
-        };
+        let reason = format!("the rule {} asks for approval", rule.text);
+        return Judgment::by_rule(Decision::Ask { reason, suggestion }, Step::AskRule, rule);
     }
     if let Some(command) = call.command {
         let asked = rule_for_paths(
@@ -575,21 +769,17 @@ fn decide_without_deny(call: &CallFacts<'_>, session: &SessionFacts<'_>) -> Deci
             .map(|(rule, path)| (rule, "writes", path))
         });
         if let Some((rule, verb, path)) = asked {
-            return Decision::Ask {
-                reason: format!(
-                    "the rule {} asks for approval: the command line {verb} {}",
-                    rule.text,
-                    path.lexical.display()
-                ),
-                suggestion,
-            };
+            let reason = format!(
+                "the rule {} asks for approval: the command line {verb} {}",
+                rule.text,
+                path.lexical.display()
+            );
+            return Judgment::by_rule(Decision::Ask { reason, suggestion }, Step::AskRule, rule);
         }
     }
     if call.hook == HookVerdict::Ask {
-        return Decision::Ask {
-            reason: "a PreToolUse hook asks for approval".to_owned(),
-            suggestion,
-        };
+        let reason = "a PreToolUse hook asks for approval".to_owned();
+        return Judgment::new(Decision::Ask { reason, suggestion }, Step::HookAsk);
     }
     if let Some(why) = call
         .command
@@ -597,16 +787,17 @@ fn decide_without_deny(call: &CallFacts<'_>, session: &SessionFacts<'_>) -> Deci
     {
         // Deny and ask rules cannot look inside it: asking is the only safe answer, in every
         // mode (bypass too).
-        return Decision::Ask {
-            reason: format!("the command line cannot be checked against the rules: {why}"),
-            suggestion,
-        };
+        let reason = format!("the command line cannot be checked against the rules: {why}");
+        return Judgment::new(
+            Decision::Ask { reason, suggestion },
+            Step::UnreadableCommand,
+        );
     }
     if session.mode == Mode::Bypass {
-        return Decision::Allow;
+        return Judgment::new(Decision::Allow, Step::BypassMode);
     }
-    if let Some(decision) = protected_write(call, session, &suggestion) {
-        return decision;
+    if let Some(judgment) = protected_write(call, session, &suggestion) {
+        return judgment;
     }
     // Rules are written for the session's roots: a command that runs elsewhere (`cwd` outside
     // them, lexically or resolved) is another command, whatever its words. Only a grant of
@@ -615,27 +806,30 @@ fn decide_without_deny(call: &CallFacts<'_>, session: &SessionFacts<'_>) -> Deci
         .command
         .and_then(|command| command.cwd.as_ref())
         .filter(|cwd| !cwd.inside_roots());
-    if (runs_outside.is_none() && allowed_by_rules(call, &session.policy.allow))
-        || session.mode != Mode::Plan && session.grants.contains(&suggestion)
-        || call.hook == HookVerdict::Allow
+    if runs_outside.is_none()
+        && let Some(rule) = allowing_rule(call, &session.policy.allow)
     {
-        return Decision::Allow;
+        return Judgment::by_rule(Decision::Allow, Step::AllowRule, rule);
+    }
+    if session.mode != Mode::Plan && session.grants.contains(&suggestion) {
+        return Judgment::by_grant(&suggestion);
+    }
+    if call.hook == HookVerdict::Allow {
+        return Judgment::new(Decision::Allow, Step::HookAllow);
     }
     if let Some(cwd) = runs_outside {
-        return Decision::Ask {
-            reason: format!(
-                "the command would run in {}, outside the session's roots",
-                cwd.lexical.display()
-            ),
-            suggestion,
-        };
+        let reason = format!(
+            "the command would run in {}, outside the session's roots",
+            cwd.lexical.display()
+        );
+        return Judgment::new(Decision::Ask { reason, suggestion }, Step::DefaultAsk);
     }
     let all_inside = call.paths.iter().all(ResolvedPath::inside_roots);
     if session.mode == Mode::AcceptEdits && judged_arguments(call.tool).writes() && all_inside {
-        return Decision::Allow;
+        return Judgment::new(Decision::Allow, Step::AcceptEdits);
     }
     if call.safety == Safety::ReadOnly && all_inside {
-        return Decision::Allow;
+        return Judgment::new(Decision::Allow, Step::ReadOnlyInsideRoots);
     }
     let reason = match (call.command, call.safety) {
         (Some(command), _) if !command.analysis.opaque.is_empty() => {
@@ -650,7 +844,7 @@ fn decide_without_deny(call: &CallFacts<'_>, session: &SessionFacts<'_>) -> Deci
         (_, Safety::ReadOnly) => "the path is outside the session roots".to_owned(),
         _ => format!("no allow rule matches {suggestion}"),
     };
-    Decision::Ask { reason, suggestion }
+    Judgment::new(Decision::Ask { reason, suggestion }, Step::DefaultAsk)
 }
 
 /// Writing a path that makes code run later (`.git/config`, `.git/hooks/**`) asks in every
@@ -661,7 +855,7 @@ fn protected_write(
     call: &CallFacts<'_>,
     session: &SessionFacts<'_>,
     suggestion: &str,
-) -> Option<Decision> {
+) -> Option<Judgment> {
     let protected = match call.command {
         Some(command) => command.writes_code_that_runs(),
         None => call.paths.iter().any(|path| path.makes_code_run),
@@ -669,26 +863,32 @@ fn protected_write(
     if !protected {
         return None;
     }
-    let granted = session.mode != Mode::Plan && session.grants.iter().any(|g| g == suggestion);
-    let named = call.command.is_none()
-        && session.policy.allow.iter().any(|rule| {
-            rule.covers(call.tool)
-                && rule.text.contains(".git")
-                && matches!(&rule.specifier, Specifier::Path(glob) if call.paths.iter().all(|path| {
-                    glob.matches(&path.lexical, Scope::UnderCwd)
-                        && glob.matches(&path.resolved, Scope::UnderCwd)
-                }))
-        });
-    if granted || named {
-        return Some(Decision::Allow);
+    if session.mode != Mode::Plan && session.grants.iter().any(|g| g == suggestion) {
+        return Some(Judgment::by_grant(suggestion));
     }
-    Some(Decision::Ask {
-        reason: "the call writes a file that makes code run later (git runs what .git/config \
-                 and .git/hooks name; toold trusts its own config and state), which only an \
-                 approval or an allow rule naming .git permits"
-            .to_owned(),
-        suggestion: suggestion.to_owned(),
-    })
+    let named = session.policy.allow.iter().find(|rule| {
+        call.command.is_none()
+            && rule.covers(call.tool)
+            && rule.text.contains(".git")
+            && matches!(&rule.specifier, Specifier::Path(glob) if call.paths.iter().all(|path| {
+                glob.matches(&path.lexical, Scope::UnderCwd)
+                    && glob.matches(&path.resolved, Scope::UnderCwd)
+            }))
+    });
+    if let Some(rule) = named {
+        return Some(Judgment::by_rule(Decision::Allow, Step::AllowRule, rule));
+    }
+    let reason = "the call writes a file that makes code run later (git runs what .git/config \
+                  and .git/hooks name; toold trusts its own config and state), which only an \
+                  approval or an allow rule naming .git permits"
+        .to_owned();
+    Some(Judgment::new(
+        Decision::Ask {
+            reason,
+            suggestion: suggestion.to_owned(),
+        },
+        Step::ProtectedPath,
+    ))
 }
 
 /// The exact form a session grant records and matches: the command line (followed by the
@@ -767,26 +967,20 @@ fn matches_restrictive(rule: &Rule, call: &CallFacts<'_>) -> bool {
     }
 }
 
-/// Whether allow rules cover the whole call.
-fn allowed_by_rules(call: &CallFacts<'_>, allow: &[Rule]) -> bool {
-    let mut rules = allow
+/// The allow rule that covers the whole call, if one does (for a command line: the rule of
+/// its first command; [`command_rules`] names each command's).
+fn allowing_rule<'p>(call: &CallFacts<'_>, allow: &'p [Rule]) -> Option<&'p Rule> {
+    let rules: Vec<&Rule> = allow.iter().filter(|rule| rule.covers(call.tool)).collect();
+    if let Some(rule) = rules
         .iter()
-        .filter(|rule| rule.covers(call.tool))
-        .peekable();
-    if rules.peek().is_none() {
-        return false;
-    }
-    let rules: Vec<&Rule> = rules.collect();
-    if rules
-        .iter()
-        .any(|rule| matches!(rule.specifier, Specifier::Any))
+        .find(|rule| matches!(rule.specifier, Specifier::Any))
     {
-        return true;
+        return Some(rule);
     }
     if let Some(command) = call.command {
         return command_allowed(command, &rules);
     }
-    rules.iter().any(|rule| match &rule.specifier {
+    rules.into_iter().find(|rule| match &rule.specifier {
         Specifier::Any => true,
         Specifier::Command(_) => false,
         // Both forms must match, and an unanchored pattern only under the cwd.
@@ -804,24 +998,75 @@ fn allowed_by_rules(call: &CallFacts<'_>, allow: &[Rule]) -> bool {
 }
 
 /// A command line is allowed when nothing in it is opaque, it writes only inside the roots,
-/// and every command's allow forms match allow rules.
-fn command_allowed(command: &CommandFacts, rules: &[&Rule]) -> bool {
+/// and every command's allow forms match allow rules; the rule of its first command.
+fn command_allowed<'p>(command: &CommandFacts, rules: &[&'p Rule]) -> Option<&'p Rule> {
     if !command.analysis.opaque.is_empty()
         || command.written.iter().any(|path| !path.inside_roots())
     {
-        return false;
+        return None;
     }
-    if command.analysis.commands.is_empty() {
-        return false;
+    let mut covering = command
+        .analysis
+        .commands
+        .iter()
+        .map(|found| rule_for_command(command, found, rules));
+    let first = covering.next()??;
+    covering.all(|rule| rule.is_some()).then_some(first)
+}
+
+/// The allow rule that covers one command of a line: every allow form of it matches one of
+/// `rules` (the first form's rule is named); none for a command nested in a substitution.
+fn rule_for_command<'p>(
+    command: &CommandFacts,
+    found: &FoundCommand,
+    rules: &[&'p Rule],
+) -> Option<&'p Rule> {
+    if found.nested {
+        return None;
     }
-    command.analysis.commands.iter().all(|found| {
-        !found.nested
-            && found.allow_forms.iter().all(|form| {
-                // The call's `env` counts as leading `NAME=value` words of every command.
-                let form = command.with_env(form);
-                rules.iter().any(|rule| matches!(&rule.specifier, Specifier::Command(pattern) if pattern.matches(&form)))
-            })
-    })
+    let covering = |form: &String| {
+        // The call's `env` counts as leading `NAME=value` words of every command.
+        let form = command.with_env(form);
+        rules.iter().copied().find(
+            |rule| matches!(&rule.specifier, Specifier::Command(pattern) if pattern.matches(&form)),
+        )
+    };
+    let mut forms = found.allow_forms.iter().map(covering);
+    let first = forms.next()??;
+    forms.all(|rule| rule.is_some()).then_some(first)
+}
+
+/// Each simple command of a line (its first form as rules see it), with the allow rule that
+/// covers it: what `permissions/explain` lists as `commands`.
+pub fn command_rules<'p>(
+    tool: &str,
+    command: &CommandFacts,
+    policy: &'p Policy,
+) -> Vec<(String, Option<&'p Rule>)> {
+    let rules: Vec<&Rule> = policy
+        .allow
+        .iter()
+        .filter(|rule| rule.covers(tool))
+        .collect();
+    let any = rules
+        .iter()
+        .copied()
+        .find(|rule| matches!(rule.specifier, Specifier::Any));
+    command
+        .analysis
+        .commands
+        .iter()
+        .map(|found| {
+            let text = found
+                .allow_forms
+                .first()
+                .or(found.match_forms.first())
+                .map(|form| command.with_env(form).into_owned())
+                .unwrap_or_default();
+            let rule = any.or_else(|| rule_for_command(command, found, &rules));
+            (text, rule)
+        })
+        .collect()
 }
 
 /// `tool(arg=glob)`; an empty name (a bare `tool(glob)` for a tool without a known specifier)

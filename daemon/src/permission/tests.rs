@@ -87,6 +87,10 @@ impl<'a> Check<'a> {
     }
 
     fn decide(&self, tool: &str, arguments: Value) -> Decision {
+        self.judge(tool, arguments).decision
+    }
+
+    fn judge(&self, tool: &str, arguments: Value) -> Judgment {
         let env = self.world.env();
         let arguments = arguments.as_object().unwrap().clone();
         let paths = judged_paths(tool, &arguments, &env);
@@ -429,15 +433,74 @@ fn a_deny_from_any_source_wins() {
         policy: &policy,
         grants: &[],
     };
-    assert!(matches!(evaluate(&call, &session), Decision::Deny(_)));
+    let judgment = evaluate(&call, &session);
+    assert!(matches!(judgment.decision, Decision::Deny(_)));
+    assert_eq!(judgment.step, Step::DenyRule);
     let system = CallFacts {
         system: true,
         ..call
     };
+    let judgment = evaluate(&system, &session);
     assert_eq!(
-        evaluate(&system, &session),
+        judgment.decision,
         Decision::Allow,
         "system tools skip rules and modes"
+    );
+    assert_eq!(judgment.step, Step::SystemTool);
+}
+
+#[test]
+fn a_judgment_names_its_step_and_a_hook_that_decided() {
+    let world = World::new();
+    let mut check = Check::new(&world, CaseRules::default());
+    let line = || json!({ "command": "make" });
+    assert_eq!(check.judge("run_command", line()).step, Step::DefaultAsk);
+    check.hook = HookVerdict::Allow;
+    let judgment = check.judge("run_command", line());
+    assert_eq!(
+        (judgment.decision, judgment.step, judgment.rule),
+        (Decision::Allow, Step::HookAllow, None)
+    );
+    check.hook = HookVerdict::Ask;
+    assert_eq!(check.judge("run_command", line()).step, Step::HookAsk);
+}
+
+#[test]
+fn a_policy_for_a_session_knows_where_each_rule_is_written() {
+    let world = World::new();
+    let file: Arc<Path> = Arc::from(Path::new("/etc/toold.toml"));
+    let config = ConfigRules {
+        rules: RuleStrings {
+            allow: strings(&["read_file", "write_file"]),
+            deny: strings(&["run_command(rm *)"]),
+            ..Default::default()
+        },
+        file: Some(file.clone()),
+        lines: [vec![4, 5], vec![], vec![9]],
+    };
+    let session = RuleStrings {
+        allow: strings(&["run_command(make)"]),
+        ..Default::default()
+    };
+    let policy = Policy::for_session(&config, &session, &world.root, &world.root).unwrap();
+    let origins: Vec<(&str, &RuleOrigin)> = policy
+        .allow
+        .iter()
+        .chain(&policy.deny)
+        .map(|rule| (rule.text(), rule.origin()))
+        .collect();
+    let at = |line| RuleOrigin::Config {
+        file: Some(file.clone()),
+        line: Some(line),
+    };
+    assert_eq!(
+        origins,
+        [
+            ("read_file", &at(4)),
+            ("write_file", &at(5)),
+            ("run_command(make)", &RuleOrigin::Session),
+            ("run_command(rm *)", &at(9)),
+        ]
     );
 }
 

@@ -186,8 +186,8 @@ async fn step_permission(
         () = cancel.cancelled() => return Err(failure(call, ErrorType::Canceled, "the call was canceled while its command line was analysed")),
     };
     let state = scope.session.state();
-    let (decision, judged) = state.decide_judging(resolved, analysed.as_ref(), hook);
-    match decision {
+    let (judgment, judged) = state.decide_judging(resolved, analysed.as_ref(), hook);
+    match judgment.decision {
         Decision::Allow => {
             let judged = judged_for(&state, resolved, judged);
             Ok((state.env, judged))
@@ -225,8 +225,26 @@ fn judged_for(state: &SessionState, resolved: &ResolvedCall, paths: Vec<Resolved
 
 /// A `run_command` line analysed by the daemon's parser workers, before it is judged.
 async fn analyse_command(scope: &CallScope, resolved: &ResolvedCall) -> Option<AnalysedLine> {
-    let line = command_line(&resolved.definition().name, &resolved.arguments)?;
-    let analysis = scope.executor.shell.analyze(scope.session.id(), line).await;
+    let tool = &resolved.definition().name;
+    analyse(
+        &scope.executor,
+        scope.session.id(),
+        &resolved.arguments,
+        tool,
+    )
+    .await
+}
+
+/// The command line of a call whose tool takes one, analysed by the parser workers (what
+/// judging and `permissions/explain` read); `None` for other tools.
+pub(super) async fn analyse(
+    executor: &Executor,
+    session_id: &str,
+    arguments: &Map<String, Value>,
+    tool: &str,
+) -> Option<AnalysedLine> {
+    let line = command_line(tool, arguments)?;
+    let analysis = executor.shell.analyze(session_id, line).await;
     Some(AnalysedLine {
         line: line.to_owned(),
         analysis: Arc::new(analysis),

@@ -6,10 +6,12 @@
 //! - [`batch`]: a batch's run, from `batch/start` to `batch/done`.
 //! - [`plan`]: which calls run concurrently.
 //! - [`call`]: one call's steps.
+//! - [`explain`]: `permissions/explain`, a call judged as [`call`] judges it, nothing run.
 //! - [`session`]: what a call runs under: the session's state, its peers, its event sink.
 
 pub mod batch;
 pub mod call;
+pub mod explain;
 pub mod plan;
 pub mod session;
 

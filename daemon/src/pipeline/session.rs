@@ -14,7 +14,9 @@ use crate::events::{EventListener, EventSink};
 use crate::hooks::ClientHooks;
 use crate::paths::ResolvedPath;
 use crate::permission::facts::{AnalysedLine, with_facts_and_paths};
-use crate::permission::{self, Decision, HookVerdict, Policy, RuleError, SessionFacts};
+use crate::permission::{
+    self, CallFacts, ConfigRules, Decision, HookVerdict, Judgment, Policy, RuleError, SessionFacts,
+};
 use crate::tools::ResolvedCall;
 use crate::tools::registry::is_listed;
 
@@ -48,10 +50,10 @@ impl SessionState {
         env: Env,
         mode: SessionMode,
         rules: Rules,
-        config_rules: &Rules,
+        config_rules: &ConfigRules,
         home: &Path,
     ) -> Result<Self, RuleError> {
-        let policy = Policy::compile([config_rules, &rules], &env.cwd, home)?;
+        let policy = Policy::for_session(config_rules, &rules, &env.cwd, home)?;
         Ok(Self {
             env: Arc::new(env),
             mode,
@@ -64,8 +66,8 @@ impl SessionState {
 
     /// Compiles the policy again from `config_rules` (a reload's) and the session's own rules;
     /// on an error the policy is left as it was.
-    pub fn recompile(&mut self, config_rules: &Rules, home: &Path) -> Result<(), RuleError> {
-        let policy = Policy::compile([config_rules, &self.rules], &self.env.cwd, home)?;
+    pub fn recompile(&mut self, config_rules: &ConfigRules, home: &Path) -> Result<(), RuleError> {
+        let policy = Policy::for_session(config_rules, &self.rules, &self.env.cwd, home)?;
         self.policy = Arc::new(policy);
         Ok(())
     }
@@ -78,24 +80,40 @@ impl SessionState {
         analysed: Option<&AnalysedLine>,
         hook: HookVerdict,
     ) -> Decision {
-        self.decide_judging(resolved, analysed, hook).0
+        self.decide_judging(resolved, analysed, hook).0.decision
     }
 
     /// [`decide`](Self::decide), with the path arguments as they were judged (for the tool to
-    /// act on).
+    /// act on) and the step and rule that decided.
     pub fn decide_judging(
         &self,
         resolved: &ResolvedCall,
         analysed: Option<&AnalysedLine>,
         hook: HookVerdict,
-    ) -> (Decision, Vec<ResolvedPath>) {
+    ) -> (Judgment, Vec<ResolvedPath>) {
+        let ((judgment, ()), paths) = self.judge_and_inspect(resolved, analysed, hook, |_, _| ());
+        (judgment, paths)
+    }
+
+    /// [`decide_judging`](Self::decide_judging), also handing the facts the decision rests on
+    /// to `inspect` (`permissions/explain`): one gathering of the facts serves both, so what is
+    /// explained is what was decided.
+    pub fn judge_and_inspect<T>(
+        &self,
+        resolved: &ResolvedCall,
+        analysed: Option<&AnalysedLine>,
+        hook: HookVerdict,
+        inspect: impl FnOnce(&CallFacts<'_>, &Judgment) -> T,
+    ) -> ((Judgment, T), Vec<ResolvedPath>) {
         let session = SessionFacts {
             mode: self.mode,
             policy: &self.policy,
             grants: &self.grants,
         };
         with_facts_and_paths(&self.env, resolved, analysed, hook, |facts| {
-            permission::evaluate(facts, &session)
+            let judgment = permission::evaluate(facts, &session);
+            let inspected = inspect(facts, &judgment);
+            (judgment, inspected)
         })
     }
 

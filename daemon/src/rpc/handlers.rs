@@ -7,9 +7,9 @@ use std::sync::atomic::Ordering;
 
 use serde_json::{Value, json};
 use toold_protocol::{
-    CancelParams, CancelResult, Empty, ErrorObject, ExecuteParams, ExecuteResult, HookEvent,
-    InitializeParams, InitializeResult, McpRestartParams, McpServerStatus, McpStatusResult,
-    PROTOCOL_VERSION, PeerInfo, Revision, ServerCapabilities, SessionAttachParams,
+    CancelParams, CancelResult, Empty, ErrorObject, ExecuteParams, ExecuteResult, ExplainParams,
+    Explanation, HookEvent, InitializeParams, InitializeResult, McpRestartParams, McpServerStatus,
+    McpStatusResult, PROTOCOL_VERSION, PeerInfo, Revision, ServerCapabilities, SessionAttachParams,
     SessionCreateParams, SessionIdParams, SessionListResult, SessionMode, SessionSnapshot,
     SessionUpdateParams, ToolDefinition, ToolSource, ToolsListParams, ToolsListResult,
     ToolsRegisterParams, ToolsUnregisterParams, UnsupportedVersionData,
@@ -44,6 +44,7 @@ pub(crate) fn initialize(
         ));
     }
     if let Some(client) = &params.client_info {
+        connection.client().name_itself(&client.name);
         tracing::info!(
             connection = connection.id(),
             client = %client.name,
@@ -155,6 +156,44 @@ pub(crate) fn session_close(daemon: &Daemon, params: SessionIdParams) -> Reply<E
     daemon.sessions.close(&params.session_id)?;
     tracing::info!(session = %params.session_id, "session closed");
     Ok(Empty {})
+}
+
+/// `permissions/explain`: the call judged in a live session (`session_id`) or in one described
+/// as `session/create` would take it (`session`), which is checked and not created.
+pub(crate) async fn permissions_explain(
+    daemon: &Daemon,
+    params: ExplainParams,
+) -> Reply<Explanation> {
+    let (state, client_hooks, session_id) = match (&params.session_id, &params.session) {
+        (Some(session_id), None) => {
+            let managed = daemon.sessions.get(session_id)?;
+            let hooks = managed.session.peers().hooks;
+            (managed.session.state(), hooks, session_id.clone())
+        }
+        (None, Some(described)) => {
+            let state = daemon.sessions.draft(described, &known_tools(daemon))?;
+            (state, Vec::new(), "explain".to_owned())
+        }
+        _ => {
+            return Err(ErrorObject::invalid_params(
+                "give exactly one of session_id (a live session) and session (one described as \
+                 session/create takes it)",
+            ));
+        }
+    };
+    let arguments = params
+        .call
+        .arguments
+        .unwrap_or_else(|| Value::Object(serde_json::Map::new()));
+    let call = toold_protocol::ToolCall::new("explain", params.call.name, arguments);
+    Ok(crate::pipeline::explain::explain(
+        &daemon.executor,
+        &state,
+        &client_hooks,
+        &session_id,
+        &call,
+    )
+    .await)
 }
 
 pub(crate) async fn tools_list(daemon: &Daemon, params: ToolsListParams) -> Reply<ToolsListResult> {

@@ -57,7 +57,7 @@ impl Daemon {
             warnings: config.warnings.iter().map(ToString::to_string).collect(),
             ..ReloadResult::default()
         };
-        if running.rules != config.rules {
+        if running.rules.rules != config.rules.rules {
             result.changed.push("rules".to_owned());
         }
         if !same_hooks(&running, &config) {

@@ -69,6 +69,8 @@ pub struct Client {
     outbound: Arc<dyn Outbound>,
     /// What it declared in `initialize`, once.
     declared: OnceLock<ClientCapabilities>,
+    /// The name it gave in `initialize`'s `client_info`.
+    name: OnceLock<String>,
 }
 
 impl Client {
@@ -77,6 +79,7 @@ impl Client {
             id,
             outbound,
             declared: OnceLock::new(),
+            name: OnceLock::new(),
         }
     }
 
@@ -91,6 +94,16 @@ impl Client {
     /// Records what the client declared in `initialize`; false if it already declared.
     pub fn declare(&self, capabilities: ClientCapabilities) -> bool {
         self.declared.set(capabilities).is_ok()
+    }
+
+    /// Records the name the client gave in `initialize`.
+    pub fn name_itself(&self, name: &str) {
+        let _ = self.name.set(name.to_owned());
+    }
+
+    /// The name the client gave in `initialize`, if it gave one.
+    pub fn name(&self) -> Option<&str> {
+        self.name.get().map(String::as_str)
     }
 
     pub fn approves(&self) -> bool {
@@ -116,6 +129,13 @@ impl Client {
 impl ClientHooks for Client {
     fn handles(&self, event: HookEvent) -> bool {
         self.hooks(event)
+    }
+
+    fn describe(&self) -> String {
+        match self.name.get() {
+            Some(name) => format!("client {name} (connection {})", self.id),
+            None => format!("connection {}", self.id),
+        }
     }
 
     fn pre_tool_use(&self, params: PreToolUseParams) -> HookFuture<PreToolUseAnswer> {

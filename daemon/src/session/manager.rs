@@ -21,7 +21,7 @@ use super::log::EventLog;
 use super::managed::{ManagedSession, Meta, SaveState};
 use super::store::{MAX_REQUESTED_RECORD_BYTES, MAX_TITLE_BYTES, SessionRecord, SessionStore};
 use crate::env::Env;
-use crate::permission::lint;
+use crate::permission::{ConfigRules, lint};
 use crate::pipeline::session::{Session, SessionState};
 
 /// What new sessions get unless their creator says otherwise, and what bounds them.
@@ -29,7 +29,7 @@ use crate::pipeline::session::{Session, SessionState};
 pub struct SessionDefaults {
     /// The config's limits (cwd and roots are replaced per session).
     pub env: Env,
-    pub config_rules: Rules,
+    pub config_rules: ConfigRules,
     pub allow_bypass: bool,
     /// `[sandbox] allow_unsandboxed`: may a session loosen the config's sandbox?
     pub allow_unsandboxed: bool,
@@ -115,6 +115,35 @@ impl SessionManager {
     ) -> Result<Arc<ManagedSession>, ErrorObject> {
         // A session compiled with the config rules a reload is replacing would miss them.
         let _config = self.config_epoch.read_unpoisoned();
+        let state = self.draft(&params, known_tools)?;
+        check_record(&state, params.title.as_deref())?;
+        let session_id = self.new_session_id();
+        let managed = self.insert(
+            session_id,
+            state,
+            Meta {
+                title: params.title,
+                on_disconnect: params.on_disconnect.unwrap_or_default(),
+                created_at: toold_protocol::time::now_rfc3339(),
+                attached: BTreeMap::new(),
+                running: BTreeMap::new(),
+                idle_since: None,
+            },
+            0,
+        );
+        managed.attach(creator, None);
+        self.persist(&managed);
+        Ok(managed)
+    }
+
+    /// The state `session/create` would give a session, every field checked, and nothing
+    /// created: what `create` starts from, and what `permissions/explain` judges a described
+    /// session by.
+    pub fn draft(
+        &self,
+        params: &SessionCreateParams,
+        known_tools: &[ToolDefinition],
+    ) -> Result<SessionState, ErrorObject> {
         let cwd = existing_dir("cwd", &params.cwd)?;
         let roots = match &params.roots {
             Some(roots) => roots
@@ -138,36 +167,18 @@ impl SessionManager {
             params.timeout_ms,
             params.max_output_bytes,
             params.max_read_bytes,
-            params.command_env,
+            params.command_env.clone(),
         )?;
-        let rules = params.rules.unwrap_or_default();
         let mut state = SessionState::new(
             env,
             mode,
-            rules,
+            params.rules.clone().unwrap_or_default(),
             &self.defaults().config_rules,
             &self.defaults().home,
         )
         .map_err(|err| ErrorObject::invalid_params(format!("rules: {err}")))?;
-        state.allowed_tools = params.allowed_tools;
-        check_record(&state, params.title.as_deref())?;
-        let session_id = self.new_session_id();
-        let managed = self.insert(
-            session_id,
-            state,
-            Meta {
-                title: params.title,
-                on_disconnect: params.on_disconnect.unwrap_or_default(),
-                created_at: toold_protocol::time::now_rfc3339(),
-                attached: BTreeMap::new(),
-                running: BTreeMap::new(),
-                idle_since: None,
-            },
-            0,
-        );
-        managed.attach(creator, None);
-        self.persist(&managed);
-        Ok(managed)
+        state.allowed_tools = params.allowed_tools.clone();
+        Ok(state)
     }
 
     /// `session/update`: every field given replaces the old value; the session is persisted.

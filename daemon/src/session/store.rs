@@ -581,7 +581,7 @@ mod tests {
             env.clone(),
             SessionMode::Plan,
             rules.clone(),
-            &Rules::default(),
+            &Default::default(),
             home,
         )
         .unwrap();

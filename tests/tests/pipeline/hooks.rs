@@ -29,6 +29,10 @@ impl ClientHooks for FixedHooks {
         true
     }
 
+    fn describe(&self) -> String {
+        "a fixed hook".to_owned()
+    }
+
     fn pre_tool_use(&self, _params: PreToolUseParams) -> HookFuture<PreToolUseAnswer> {
         let pre = self.pre.clone();
         Box::pin(async move { pre })

@@ -178,7 +178,7 @@ impl Harness {
             tree.env(),
             mode,
             rules,
-            &Rules::default(),
+            &Default::default(),
             std::path::Path::new("/home/user"),
         )
         .unwrap();

@@ -1,0 +1,183 @@
+//! `permissions/explain` (EXTENSIONS.md section D): a call judged as steps 2 and 4 of the
+//! pipeline judge it, on a session's state as it is, with nothing run, nobody asked, no event
+//! and no hook: the same resolution and the same `permission::evaluate`, read out.
+
+use std::sync::Arc;
+
+use toold_protocol::{
+    ErrorType, ExplainedCommand, ExplainedPath, Explanation, RuleSource, Safety, SessionMode,
+    ToolCall,
+};
+
+use super::Executor;
+use super::call::analyse;
+use super::session::SessionState;
+use crate::hooks::ClientHooks;
+use crate::paths::{self, ResolvedPath};
+use crate::permission::{self, Decision, HookVerdict, Judgment, RuleOrigin, Step};
+use crate::tools::{JudgedArguments, judged_arguments};
+
+/// Explains `call` in a session whose state is `state` and whose connections' hooks are
+/// `client_hooks`; `session_id` names it to the parser workers.
+pub async fn explain(
+    executor: &Executor,
+    state: &SessionState,
+    client_hooks: &[Arc<dyn ClientHooks>],
+    session_id: &str,
+    call: &ToolCall,
+) -> Explanation {
+    let settings = executor.settings();
+    let hooks = settings
+        .hook_set(client_hooks, &state.env.cwd)
+        .names_for(&call.name);
+    // Step 2, as the pipeline's `step_resolve`.
+    let resolved = match executor.registry.resolve(call) {
+        Ok(resolved) => resolved,
+        Err(failure) => {
+            let decision = match failure.error_type {
+                Some(ErrorType::UnknownTool) => "unknown_tool",
+                _ => "invalid_arguments",
+            };
+            return unjudged(decision, None, failure.error.unwrap_or_default(), hooks);
+        }
+    };
+    let definition = resolved.definition();
+    if !state.visible(definition) {
+        let plan = state.mode == SessionMode::Plan && definition.safety == Safety::SideEffect;
+        let (step, reason) = if plan {
+            (
+                Step::PlanMode.as_str(),
+                format!(
+                    "{} changes things, and the session is in plan mode, where only read-only \
+                     tools run",
+                    call.name
+                ),
+            )
+        } else {
+            (
+                "tool_list",
+                format!("{} is not in the session's allowed_tools", call.name),
+            )
+        };
+        return unjudged("tool_not_allowed", Some(step), reason, hooks);
+    }
+    let analysed = analyse(executor, session_id, &resolved.arguments, &call.name).await;
+    let ((judgment, (commands, redirections, suggestion)), judged) = state.judge_and_inspect(
+        &resolved,
+        analysed.as_ref(),
+        HookVerdict::None,
+        |facts, _| {
+            let Some(command) = facts.command else {
+                return (Vec::new(), Vec::new(), permission::canonical_form(facts));
+            };
+            let commands = permission::command_rules(facts.tool, command, &state.policy)
+                .into_iter()
+                .map(|(text, rule)| ExplainedCommand {
+                    text,
+                    rule: rule.map(|rule| rule.text().to_owned()),
+                })
+                .collect();
+            let reads = command.read.iter().map(|path| ("read", path));
+            let writes = command.written.iter().map(|path| ("write", path));
+            let redirections = reads
+                .chain(writes)
+                .map(|(access, path)| explained("command", path, Some(access)))
+                .collect();
+            (commands, redirections, permission::canonical_form(facts))
+        },
+    );
+    let argument_name = match judged_arguments(&call.name) {
+        JudgedArguments::Path { argument, .. } => argument,
+        JudgedArguments::CommandLine { cwd, .. } => cwd,
+        JudgedArguments::ByName => "",
+    };
+    let mut paths: Vec<ExplainedPath> = judged
+        .iter()
+        .map(|path| explained(argument_name, path, None))
+        .collect();
+    paths.extend(redirections);
+    let sandbox = judged_arguments(&call.name)
+        .takes_a_command_line()
+        .then(|| state.env.sandbox.settings.mode.as_str().to_owned());
+    let unreadable = analysed.and_then(|analysed| analysed.analysis.unreadable.clone());
+    let Judgment {
+        decision,
+        step,
+        rule,
+    } = judgment;
+    let (decision, reason, suggestions) = match decision {
+        Decision::Allow => ("allow", allowed_because(step), Vec::new()),
+        Decision::Ask { reason, suggestion } => ("ask", reason, vec![suggestion]),
+        // Under dont_ask an allow rule for the call would still let it run.
+        Decision::Deny(reason) if step == Step::DontAsk => ("deny", reason, vec![suggestion]),
+        Decision::Deny(reason) => ("deny", reason, Vec::new()),
+        Decision::NotAllowed(reason) => ("tool_not_allowed", reason, Vec::new()),
+    };
+    Explanation {
+        decision: decision.to_owned(),
+        step: Some(step.as_str().to_owned()),
+        reason,
+        source: rule.as_ref().map(|rule| source(&rule.origin)),
+        rule: rule.map(|rule| rule.text),
+        suggestions,
+        paths,
+        commands,
+        unreadable,
+        hooks,
+        sandbox,
+    }
+}
+
+/// Why an allow was reached: the step in words.
+fn allowed_because(step: Step) -> String {
+    match step {
+        Step::SystemTool => "a system tool skips rules and modes",
+        Step::BypassMode => "the session's mode is bypass",
+        Step::AllowRule => "an allow rule covers the call",
+        Step::Grant => "the session granted this exact call",
+        Step::HookAllow => "a PreToolUse hook allowed the call",
+        Step::AcceptEdits => "the session's mode is accept_edits and the file is inside its roots",
+        Step::ReadOnlyInsideRoots => "the tool is read-only and its paths are inside the roots",
+        _ => "allowed",
+    }
+    .to_owned()
+}
+
+/// A decision made before any rule was looked at (step 2, or the tool's visibility).
+fn unjudged(decision: &str, step: Option<&str>, reason: String, hooks: Vec<String>) -> Explanation {
+    Explanation {
+        decision: decision.to_owned(),
+        step: step.map(str::to_owned),
+        reason,
+        rule: None,
+        source: None,
+        suggestions: Vec::new(),
+        paths: Vec::new(),
+        commands: Vec::new(),
+        unreadable: None,
+        hooks,
+        sandbox: None,
+    }
+}
+
+fn explained(argument: &str, path: &ResolvedPath, access: Option<&str>) -> ExplainedPath {
+    ExplainedPath {
+        argument: argument.to_owned(),
+        lexical: paths::exact_text(&path.lexical).into_owned(),
+        resolved: paths::exact_text(&path.resolved).into_owned(),
+        inside_roots: path.inside_roots(),
+        access: access.map(str::to_owned),
+    }
+}
+
+/// A rule's origin as the wire names it.
+pub fn source(origin: &RuleOrigin) -> RuleSource {
+    match origin {
+        RuleOrigin::Config { file, line } => RuleSource::Config {
+            file: file.as_ref().map(|file| file.display().to_string()),
+            line: *line,
+        },
+        RuleOrigin::Session => RuleSource::Session,
+        RuleOrigin::Grant => RuleSource::Grant,
+    }
+}
