@@ -14,6 +14,7 @@ use clap::{CommandFactory, Parser, Subcommand};
 
 mod address;
 mod approve;
+mod audit;
 mod batch_run;
 mod call;
 mod connect;
@@ -119,6 +120,11 @@ enum Command {
     ///
     /// Example: toold explain run_command '{"command":"rm -rf build"}' --cwd ~/src/project
     Explain(explain::ExplainArgs),
+    /// Print the audit log, newest last: every call with its decision (and who made it) and
+    /// outcome, every session change; `toold audit verify` checks its hash chain.
+    ///
+    /// Example: toold audit --since 1h --session s_0123456789abcdef
+    Audit(audit::AuditArgs),
     /// Follow a session's events live (calls, output, results, approvals) and, on a terminal,
     /// answer its approvals; without SESSION, the most recently created live session.
     ///
@@ -191,6 +197,7 @@ fn main() -> ExitCode {
         Command::Mcp(command) => client_side(on_runtime(mcp::mcp(command))),
         Command::Watch(args) => client_side(on_runtime(watch::watch(args))),
         Command::Explain(args) => client_side(on_runtime(explain::explain(args))),
+        Command::Audit(args) => client_side(audit::audit(args)),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "toold", &mut std::io::stdout());
             ExitCode::SUCCESS

@@ -90,6 +90,7 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<Outcome> {
             "uptime_seconds": up.uptime().map(|uptime| uptime.as_secs()),
             "pid": up.pid,
             "sandbox": up.initialized.sandbox,
+            "audit": up.initialized.audit,
         });
         render::print_out(&format!("{}\n", serde_json::to_string_pretty(&report)?));
     } else {
@@ -119,14 +120,38 @@ fn describe(socket: &Path, up: &Up) -> String {
     format!(
         "toold is up\n  socket:    {}\n  version:   {version} (protocol {})\n  instance:  {}\n  \
          pid:       {process}\n  sessions:  {} ({} running a batch)\n  uptime:    {uptime}\n  \
-         sandbox:   {}\n",
+         sandbox:   {}\n  audit:     {}\n",
         socket.display(),
         info.protocol_version,
         info.instance_id,
         up.sessions,
         up.running,
         describe_sandbox(info.sandbox.as_ref()),
+        describe_audit(info.audit.as_ref()),
     )
+}
+
+/// The audit log's state, with what was lost said first.
+fn describe_audit(audit: Option<&toold_protocol::AuditStatus>) -> String {
+    let Some(audit) = audit else {
+        return "not reported by the daemon (older than this toold)".to_owned();
+    };
+    if audit.mode == "off" {
+        return "off (audit = \"off\")".to_owned();
+    }
+    let path = audit.path.as_deref().unwrap_or("(no path)");
+    let mut text = format!(
+        "{path} ({}), {} records written since the start",
+        audit.mode, audit.written
+    );
+    if audit.lost > 0 {
+        text.push_str(&format!(
+            "\n             FAILING: {} records lost; last error: {}",
+            audit.lost,
+            audit.last_error.as_deref().unwrap_or("unknown")
+        ));
+    }
+    text
 }
 
 /// What the daemon's kernel enforces on commands, in a line or two.

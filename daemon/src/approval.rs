@@ -10,8 +10,8 @@ use toold_protocol::{ApprovalAnswer, ApprovalRequestParams};
 /// What came back from an approval request.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ApprovalReply {
-    /// A valid answer.
-    Answer(ApprovalAnswer),
+    /// A valid answer, and who gave it (for the audit log).
+    Answer(ApprovalAnswer, Option<ApproverIdentity>),
     /// An error answer or an invalid one: the call ends `permission_canceled` with this reason.
     Failed(String),
     /// Every approver went away before answering: `permission_canceled`.
@@ -27,4 +27,13 @@ pub type ApprovalFuture = Pin<Box<dyn Future<Output = ApprovalReply> + Send + 's
 /// Whoever can approve a session's calls.
 pub trait Approver: Send + Sync {
     fn request(&self, params: ApprovalRequestParams) -> ApprovalFuture;
+}
+
+/// Who answered an approval: the name its connection gave in `initialize`, and its process as
+/// the socket's peer credentials gave it when it connected (which it cannot forge).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ApproverIdentity {
+    pub client_name: Option<String>,
+    pub pid: Option<u32>,
+    pub uid: Option<u32>,
 }

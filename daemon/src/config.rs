@@ -15,6 +15,7 @@ use toml::de::DeTable;
 use toold_protocol::HookEvent;
 use toold_protocol::framing::DEFAULT_MAX_MESSAGE_BYTES;
 
+use crate::audit::AuditConfig;
 use crate::env::{Env, defaults};
 use crate::hooks::ConfiguredHook;
 use crate::mcp::McpServerConfig;
@@ -60,6 +61,8 @@ pub struct Config {
     /// How long one message may take to arrive once its first byte has (slow-drip clients).
     pub frame_timeout_ms: u64,
     pub allow_bypass: bool,
+    /// `audit`, `audit_max_bytes`, `audit_keep`.
+    pub audit: AuditConfig,
     /// `[permissions]`, each rule's line known; every rule has been parsed once.
     pub rules: ConfigRules,
     /// `[[hooks.pre_tool_use]]` and `[[hooks.post_tool_use]]`, in file order.
@@ -92,6 +95,7 @@ impl Default for Config {
             hook_timeout_ms: millis(limits.hook_timeout),
             frame_timeout_ms: millis(toold_protocol::peer::PeerOptions::DEFAULT_FRAME_TIMEOUT),
             allow_bypass: false,
+            audit: AuditConfig::default(),
             rules: ConfigRules::default(),
             hooks: Vec::new(),
             sandbox: SandboxConfig::default(),
@@ -201,7 +205,7 @@ impl Config {
     }
 
     /// Every scalar key with its value as TOML would write it, in the order of section 10.
-    fn settings(&self) -> [(&'static str, String); 14] {
+    fn settings(&self) -> [(&'static str, String); 17] {
         let socket = match &self.socket {
             Some(path) => format!("{:?}", path.display().to_string()),
             None => "(none)".to_owned(),
@@ -227,6 +231,9 @@ impl Config {
             ("hook_timeout_ms", self.hook_timeout_ms.to_string()),
             ("frame_timeout_ms", self.frame_timeout_ms.to_string()),
             ("allow_bypass", self.allow_bypass.to_string()),
+            ("audit", format!("{:?}", self.audit.mode.as_str())),
+            ("audit_max_bytes", self.audit.max_bytes.to_string()),
+            ("audit_keep", self.audit.keep.to_string()),
         ]
     }
 

@@ -5,7 +5,7 @@
 //! request walks through it: the socket server ([`server`]), the JSON-RPC method table and
 //! handlers over `toold_protocol`'s peer (`rpc`), sessions ([`session`]), the call pipeline
 //! ([`pipeline`]: batches, each call's steps, a session as they see it) with the sink events
-//! go through ([`events`]), its hooks ([`hooks`]), permission engine ([`permission`]),
+//! go through ([`events`]), the audit log ([`audit`]), its hooks ([`hooks`]), permission engine ([`permission`]),
 //! command-line analysis ([`shell`]) and approvals ([`approval`]), then the tool runtime
 //! ([`tools`]: the registry, its execution boundary and the six builtin tools) with what it
 //! runs on: the [`Env`] ([`env`](mod@env)), path arguments ([`paths`], `confined`), process trees
@@ -17,6 +17,7 @@
 #![warn(unreachable_pub)]
 
 pub mod approval;
+pub mod audit;
 pub mod config;
 pub(crate) mod confined;
 pub mod env;

@@ -296,6 +296,27 @@ fn push_components_reversed(path: &Path, pending: &mut Vec<OsString>) {
     pending[start..].reverse();
 }
 
+/// toold's state directory, `$XDG_STATE_HOME/toold` (else `~/.local/state/toold`): its saved
+/// sessions, its audit log, its MCP servers' logs. `None` when neither variable gives an
+/// absolute directory (the XDG spec says a relative value is invalid and ignored; an empty one
+/// counts as unset).
+pub fn toold_state_dir() -> Option<PathBuf> {
+    toold_state_dir_from(std::env::var_os("XDG_STATE_HOME"), std::env::var_os("HOME"))
+}
+
+/// [`toold_state_dir`] from the two variables' values.
+pub fn toold_state_dir_from(
+    xdg_state_home: Option<std::ffi::OsString>,
+    home: Option<std::ffi::OsString>,
+) -> Option<PathBuf> {
+    let absolute = |value: Option<std::ffi::OsString>| {
+        value.map(PathBuf::from).filter(|path| path.is_absolute())
+    };
+    let state_home = absolute(xdg_state_home)
+        .or_else(|| absolute(home).map(|home| home.join(".local").join("state")))?;
+    Some(state_home.join("toold"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

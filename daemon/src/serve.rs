@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::audit::AuditLog;
 use crate::config::{Config, ConfigError};
 use crate::mcp::server::McpServers;
 use crate::pipeline::Executor;
@@ -130,12 +131,17 @@ pub fn serve(args: ServeArgs) -> Result<(), ServeError> {
             .flatten()
             .map(toold_dir_of),
         );
+        let store = SessionStore::new(SessionStore::default_dir().ok_or(ServeError::NoStateDirectory)?);
+        // Beside the sessions: `$XDG_STATE_HOME/toold/audit.jsonl`.
+        let audit_path = store.dir().parent().map_or_else(|| store.dir().join("audit.jsonl"), |toold| toold.join("audit.jsonl"));
+        let audit = Arc::new(AuditLog::open(&audit_path, &config.audit));
+        tokio::spawn(flush_audit_log(Arc::downgrade(&audit)));
         let executor = Executor::with_settings(
             Arc::new(Registry::with_builtins()),
             Arc::new(ShellParser::of_this_binary()),
             config.batch_settings(),
-        );
-        let store = SessionStore::new(SessionStore::default_dir().ok_or(ServeError::NoStateDirectory)?);
+        )
+        .with_audit(Arc::clone(&audit));
         // Beside the sessions: `$XDG_STATE_HOME/toold/mcp`, each server's stderr log.
         let mcp_log_dir = store.dir().parent().map_or_else(|| store.dir().join("mcp"), |toold| toold.join("mcp"));
 
@@ -172,6 +178,7 @@ pub fn serve(args: ServeArgs) -> Result<(), ServeError> {
         let _ = systemd::notify_status(&format!("serving on {place}"));
         let _ = systemd::notify_ready();
         run(listener, daemon, options, shutdown).await;
+        audit.flush();
         mcp.stop_all().await;
         if let Some(bound) = bound {
             bound.remove();
@@ -225,6 +232,24 @@ fn recover_interrupted_writes() {
         Err(err) => {
             tracing::warn!(%err, "no journal of writes: temporary files of a crash will not be cleaned up")
         }
+    }
+}
+
+/// How often records no answer waits for (a call finished early in a long batch, a grant) are
+/// written.
+const AUDIT_FLUSH_EVERY: Duration = Duration::from_millis(100);
+
+/// Writes the audit log's queued records every [`AUDIT_FLUSH_EVERY`], for as long as the log
+/// lives.
+async fn flush_audit_log(audit: std::sync::Weak<AuditLog>) {
+    let mut every = tokio::time::interval(AUDIT_FLUSH_EVERY);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+        let Some(audit) = audit.upgrade() else {
+            return;
+        };
+        audit.flush();
     }
 }
 

@@ -80,6 +80,23 @@ pub struct InitializeResult {
     /// What the daemon can enforce on commands (probed at its start).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<SandboxReport>,
+    /// The audit log's state (an extension: `toold status` shows it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audit: Option<AuditStatus>,
+}
+
+/// The audit log as the daemon reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditStatus {
+    /// `full`, `digest` or `off`.
+    pub mode: String,
+    pub path: Option<String>,
+    /// Records written since the daemon started.
+    pub written: u64,
+    /// Records that could not be written (the disk failed, or the queue was full).
+    pub lost: u64,
+    /// The last failure, while the log is failing or once it has.
+    pub last_error: Option<String>,
 }
 
 /// The `data` of the `-32602` error for an unsupported `protocol_version`.

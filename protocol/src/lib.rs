@@ -54,8 +54,8 @@ pub use hooks::{
     PreToolUseDecision, PreToolUseParams,
 };
 pub use initialize::{
-    ClientCapabilities, InitializeParams, InitializeResult, PROTOCOL_VERSION, PeerInfo,
-    ServerCapabilities, UnsupportedVersionData,
+    AuditStatus, ClientCapabilities, InitializeParams, InitializeResult, PROTOCOL_VERSION,
+    PeerInfo, ServerCapabilities, UnsupportedVersionData,
 };
 pub use invoke::{InvokeEnv, InvokeParams};
 pub use mcp::{

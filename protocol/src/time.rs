@@ -24,6 +24,16 @@ pub fn rfc3339(time: SystemTime) -> String {
     )
 }
 
+/// `time` as RFC 3339 in UTC to the millisecond (`2026-11-30T09:00:00.123Z`): what the audit
+/// log stamps its records with.
+pub fn rfc3339_millis(time: SystemTime) -> String {
+    let millis = time
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| since.subsec_millis());
+    let seconds = rfc3339(time);
+    format!("{}.{millis:03}Z", &seconds[..seconds.len() - 1])
+}
+
 /// Reads an RFC 3339 timestamp (`YYYY-MM-DDTHH:MM:SS`, an optional fraction, then `Z` or an
 /// offset `±HH:MM`; `t`, `z` and a space in place of `T` are accepted as the RFC allows).
 /// `None` for anything else, or for a time before 1970.

@@ -787,6 +787,7 @@ async fn a_request_without_an_answerer_is_method_not_found() {
                 // As a daemon from before `started_at` and `sandbox` answers.
                 started_at: None,
                 sandbox: None,
+                audit: None,
                 capabilities: ServerCapabilities {
                     modes: Vec::new(),
                     hooks: Vec::new(),

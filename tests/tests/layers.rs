@@ -22,7 +22,7 @@ const DAEMON_LAYERS: &[&[&str]] = &[
         "shell",
         "logging",
     ],
-    &["permission", "hooks", "approval", "events"],
+    &["permission", "hooks", "approval", "events", "audit"],
     &["pipeline"],
     &["session"],
     &["rpc", "server", "config", "serve"],

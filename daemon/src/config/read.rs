@@ -19,6 +19,7 @@ use toml::de::{DeTable, DeValue};
 use toold_protocol::{HookEvent, SandboxMode};
 
 use super::{Config, DAY_SECS, GIB, KIB, MIB, show_duration};
+use crate::audit::AuditMode;
 use crate::hooks::ConfiguredHook;
 use crate::permission::{ConfigRules, Rule, home_dir, lint};
 use crate::sandbox::{OnUnsupported, SandboxConfig};
@@ -79,6 +80,18 @@ const TIMEOUT_MS: Bounds = Bounds {
 /// `session_idle_ttl` beyond this is refused; 0 turns expiry off.
 const MAX_SESSION_IDLE_TTL: Duration = Duration::from_secs(365 * DAY_SECS);
 
+/// A log file smaller than this would rotate at nearly every batch.
+const AUDIT_BYTES: Bounds = Bounds {
+    min: 64 * KIB,
+    max: 1024 * GIB,
+    unit: Unit::Bytes,
+};
+const AUDIT_KEEP: Bounds = Bounds {
+    min: 1,
+    max: 1000,
+    unit: Unit::Count,
+};
+
 /// A refused key or value, before its byte offset becomes a line and column.
 #[derive(Debug)]
 pub(super) struct Fault {
@@ -88,7 +101,7 @@ pub(super) struct Fault {
 }
 
 /// The keys of the top level, for "unknown key" errors.
-const TOP_LEVEL_KEYS: [&str; 18] = [
+const TOP_LEVEL_KEYS: [&str; 21] = [
     "socket",
     "max_message_bytes",
     "max_connections",
@@ -103,6 +116,9 @@ const TOP_LEVEL_KEYS: [&str; 18] = [
     "hook_timeout_ms",
     "frame_timeout_ms",
     "allow_bypass",
+    "audit",
+    "audit_max_bytes",
+    "audit_keep",
     "permissions",
     "hooks",
     "sandbox",
@@ -132,6 +148,9 @@ pub(super) fn read_document(document: &DeTable<'_>) -> Result<(Config, Vec<Fault
             "hook_timeout_ms" => config.hook_timeout_ms = field.integer(TIMEOUT_MS)?,
             "frame_timeout_ms" => config.frame_timeout_ms = field.integer(TIMEOUT_MS)?,
             "allow_bypass" => config.allow_bypass = field.boolean()?,
+            "audit" => config.audit.mode = audit_mode(&field)?,
+            "audit_max_bytes" => config.audit.max_bytes = field.size(AUDIT_BYTES)? as u64,
+            "audit_keep" => config.audit.keep = field.size(AUDIT_KEEP)?,
             "permissions" => config.rules = permissions(&field, &mut warnings)?,
             "hooks" => config.hooks = hooks(&field)?,
             "sandbox" => config.sandbox = sandbox(&field, &mut warnings)?,
@@ -241,6 +260,18 @@ fn permissions(field: &Field<'_, '_>, warnings: &mut Vec<Fault>) -> Result<Confi
         }
     }
     Ok(rules)
+}
+
+/// `audit`: how much of each call's arguments the audit log keeps, or no log.
+fn audit_mode(field: &Field<'_, '_>) -> Result<AuditMode, Fault> {
+    match field.string()? {
+        "full" => Ok(AuditMode::Full),
+        "digest" => Ok(AuditMode::Digest),
+        "off" => Ok(AuditMode::Off),
+        other => Err(field.fault(format!(
+            "unknown audit mode {other:?}: expected \"digest\", \"full\" or \"off\""
+        ))),
+    }
 }
 
 /// `[sandbox]`: the mode and network of every session's commands unless a session tightens

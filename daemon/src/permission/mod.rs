@@ -105,6 +105,21 @@ impl From<Rules> for ConfigRules {
     }
 }
 
+impl RuleOrigin {
+    /// The origin as the wire names it (`permissions/explain`'s and the audit log's `source`).
+    pub fn source(&self) -> toold_protocol::RuleSource {
+        use toold_protocol::RuleSource;
+        match self {
+            RuleOrigin::Config { file, line } => RuleSource::Config {
+                file: file.as_ref().map(|file| file.display().to_string()),
+                line: *line,
+            },
+            RuleOrigin::Session => RuleSource::Session,
+            RuleOrigin::Grant => RuleSource::Grant,
+        }
+    }
+}
+
 impl ConfigRules {
     fn origin(&self, list: usize, index: usize) -> RuleOrigin {
         RuleOrigin::Config {

@@ -136,7 +136,13 @@ impl Executor {
                             format!("the call was stopped: {err}"),
                         );
                         control.mark_finished(index);
-                        call::finish(&scope, call, result, call::elapsed_ms(started))
+                        call::finish(
+                            &scope,
+                            call,
+                            result,
+                            call::elapsed_ms(started),
+                            &call::Trail::default(),
+                        )
                     }
                 };
                 outcomes[index] = Some(outcome);
@@ -195,7 +201,13 @@ async fn guarded_call(
                 ErrorType::InternalError,
                 format!("the call failed inside toold: {why}"),
             );
-            call::finish(&scope, call, result, call::elapsed_ms(started))
+            call::finish(
+                &scope,
+                call,
+                result,
+                call::elapsed_ms(started),
+                &call::Trail::default(),
+            )
         }
     };
     control.mark_finished(index);

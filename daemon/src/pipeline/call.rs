@@ -12,16 +12,19 @@ use tokio_util::sync::CancellationToken;
 use toold_protocol::{
     ApprovalDecision, ApprovalRequestParams, ApprovalResolved, ArgumentsReplaced, CallEnded,
     CallOutcome, CallStart, ErrorType, PostToolUseParams, PreToolUseDecision, PreToolUseParams,
-    ReplacedBy, ResolvedBy, ToolCall, ToolOutput as OutputEvent, ToolProgress, ToolResult,
+    ReplacedBy, ResolvedBy, Safety, SessionMode, ToolCall, ToolOutput as OutputEvent, ToolProgress,
+    ToolResult,
 };
 
 use super::session::{Session, SessionState};
-use crate::approval::ApprovalReply;
+use crate::approval::{ApprovalReply, ApproverIdentity};
+use crate::audit::record::recorded_arguments;
+use crate::audit::{self, CallRecord, DecisionRecord, SessionChange};
 use crate::env::Env;
 use crate::events::EventBody;
 use crate::paths::ResolvedPath;
 use crate::permission::facts::{AnalysedLine, command_line, with_facts, with_facts_and_paths};
-use crate::permission::{self, Decision, HookVerdict};
+use crate::permission::{self, Decision, HookVerdict, Judgment, Step};
 use crate::pipeline::{BatchSettings, Executor};
 use crate::tools::registry::run_resolved;
 use crate::tools::{CallOrigin, Judged, LiveUpdate, ResolvedCall};
@@ -50,6 +53,7 @@ pub async fn run_call(scope: CallScope, call: ToolCall, cancel: CancellationToke
         call: call.clone(),
         elided_bytes: 0,
     }));
+    let mut trail = Trail::default();
     let result = if cancel.is_cancelled() {
         failure(
             &call,
@@ -57,10 +61,71 @@ pub async fn run_call(scope: CallScope, call: ToolCall, cancel: CancellationToke
             "the call was canceled before it started",
         )
     } else {
-        pipeline(&scope, &call, &cancel).await
+        pipeline(&scope, &call, &cancel, &mut trail).await
     };
     let result = step_post_hooks(&scope, &call, result, elapsed_ms(started)).await;
-    finish(&scope, &call, result, elapsed_ms(started))
+    finish(&scope, &call, result, elapsed_ms(started), &trail)
+}
+
+/// What a call's audit record says of how it was decided, filled in as the call goes.
+#[derive(Debug, Default)]
+pub struct Trail {
+    decision: Option<DecisionRecord>,
+    /// The arguments the call went on with, once a hook or an approver replaced them.
+    replaced: Option<Map<String, Value>>,
+}
+
+impl Trail {
+    fn decided(&mut self, by: &'static str, step: &'static str) {
+        self.decision = Some(DecisionRecord {
+            by,
+            step,
+            rule: None,
+            source: None,
+            approver: None,
+            answer: None,
+        });
+    }
+
+    /// Who made the final decision of an approval: the approver that answered, or, when no
+    /// answer came, the daemon (with why).
+    fn answered(&mut self, answer: &'static str, approver: Option<ApproverIdentity>) {
+        if let Some(decision) = &mut self.decision {
+            decision.by = if approver.is_some() {
+                "approver"
+            } else {
+                "system"
+            };
+            decision.approver = approver;
+            decision.answer = Some(answer);
+        }
+    }
+}
+
+/// The audit record's decision for the engine's judgment: who decided by its step (an ask is
+/// decided by whoever answers it, filled in later), and the rule it rests on.
+fn decision_record(judgment: &Judgment) -> DecisionRecord {
+    let by = match judgment.step {
+        Step::DenyRule | Step::AskRule | Step::AllowRule => "rule",
+        Step::Grant => "grant",
+        Step::PlanMode
+        | Step::BypassMode
+        | Step::AcceptEdits
+        | Step::ReadOnlyInsideRoots
+        | Step::DontAsk => "mode",
+        Step::HookAsk | Step::HookAllow => "hook",
+        Step::SystemTool | Step::UnreadableCommand | Step::ProtectedPath | Step::DefaultAsk => {
+            "system"
+        }
+    };
+    DecisionRecord {
+        by,
+        step: judgment.step.as_str(),
+        rule: judgment.rule.as_ref().map(|rule| rule.text.clone()),
+        source: judgment.rule.as_ref().map(|rule| rule.origin.source()),
+        approver: None,
+        answer: None,
+    }
 }
 
 /// Step 8: `tool/result`, then `tool/call_done`, and the call's outcome.
@@ -69,7 +134,9 @@ pub fn finish(
     call: &ToolCall,
     result: ToolResult,
     elapsed_ms: u64,
+    trail: &Trail,
 ) -> CallOutcome {
+    record(scope, call, &result, elapsed_ms, trail);
     let ended = CallEnded {
         iteration: scope.iteration,
         call_id: call.id.clone(),
@@ -95,6 +162,35 @@ pub fn finish(
     }
 }
 
+/// The call's audit record, queued (written before the batch's response is sent).
+fn record(scope: &CallScope, call: &ToolCall, result: &ToolResult, elapsed_ms: u64, trail: &Trail) {
+    let audit = &scope.executor.audit;
+    if !audit.is_on() {
+        return;
+    }
+    let arguments = match &trail.replaced {
+        Some(replaced) => recorded_arguments(&Value::Object(replaced.clone()), audit.mode()),
+        None => recorded_arguments(&call.arguments, audit.mode()),
+    };
+    audit.call(&CallRecord {
+        kind: CallRecord::KIND,
+        ts: audit::record::now(),
+        session: scope.session.id().to_owned(),
+        batch: scope.batch_id.to_string(),
+        call_id: call.id.clone(),
+        tool: call.name.clone(),
+        arguments,
+        decision: trail.decision.clone(),
+        outcome: result
+            .error_type
+            .as_ref()
+            .map_or("ok", |error_type| error_type.as_str())
+            .to_owned(),
+        elapsed_ms,
+        exit_code: result.metadata.get("exit_code").and_then(Value::as_i64),
+    });
+}
+
 impl CallScope {
     pub fn emit(&self, body: EventBody) {
         self.session.events().emit(&self.batch_id, body);
@@ -102,16 +198,22 @@ impl CallScope {
 }
 
 /// Steps 2–6; the first that fails gives the result.
-async fn pipeline(scope: &CallScope, call: &ToolCall, cancel: &CancellationToken) -> ToolResult {
-    let mut resolved = match step_resolve(scope, call) {
+async fn pipeline(
+    scope: &CallScope,
+    call: &ToolCall,
+    cancel: &CancellationToken,
+    trail: &mut Trail,
+) -> ToolResult {
+    let mut resolved = match step_resolve(scope, call, trail) {
         Ok(resolved) => resolved,
         Err(result) => return result,
     };
-    let hook = match step_pre_hooks(scope, call, &mut resolved, cancel).await {
+    let hook = match step_pre_hooks(scope, call, &mut resolved, cancel, trail).await {
         Ok(hook) => hook,
         Err(result) => return result,
     };
-    let (env, judged) = match step_permission(scope, call, &mut resolved, hook, cancel).await {
+    let permitted = step_permission(scope, call, &mut resolved, hook, cancel, trail).await;
+    let (env, judged) = match permitted {
         Ok(allowed) => allowed,
         Err(result) => return result,
     };
@@ -122,9 +224,20 @@ async fn pipeline(scope: &CallScope, call: &ToolCall, cancel: &CancellationToken
 }
 
 /// Step 2: registered, visible to the session, arguments valid for the schema.
-fn step_resolve(scope: &CallScope, call: &ToolCall) -> Result<ResolvedCall, ToolResult> {
+fn step_resolve(
+    scope: &CallScope,
+    call: &ToolCall,
+    trail: &mut Trail,
+) -> Result<ResolvedCall, ToolResult> {
     let resolved = scope.executor.registry.resolve(call)?;
-    if !scope.session.state().visible(resolved.definition()) {
+    let state = scope.session.state();
+    let definition = resolved.definition();
+    if !state.visible(definition) {
+        if state.mode == SessionMode::Plan && definition.safety == Safety::SideEffect {
+            trail.decided("mode", Step::PlanMode.as_str());
+        } else {
+            trail.decided("system", "tool_list");
+        }
         return Err(not_visible(call));
     }
     Ok(resolved)
@@ -136,6 +249,7 @@ async fn step_pre_hooks(
     call: &ToolCall,
     resolved: &mut ResolvedCall,
     cancel: &CancellationToken,
+    trail: &mut Trail,
 ) -> Result<HookVerdict, ToolResult> {
     let state = scope.session.state();
     let peers = scope.session.peers();
@@ -155,6 +269,7 @@ async fn step_pre_hooks(
         () = cancel.cancelled() => return Err(failure(call, ErrorType::Canceled, "the call was canceled during its PreToolUse hooks")),
     };
     if verdict.decision == PreToolUseDecision::Block {
+        trail.decided("hook", "hook_block");
         let reason = verdict
             .reason
             .unwrap_or_else(|| "a PreToolUse hook blocked the call".to_owned());
@@ -162,6 +277,7 @@ async fn step_pre_hooks(
     }
     if let Some(arguments) = verdict.arguments {
         resolved.replace_arguments(arguments)?;
+        trail.replaced = Some(resolved.arguments.clone());
         arguments_replaced(scope, call, &resolved.arguments, ReplacedBy::Hook);
     }
     Ok(match verdict.decision {
@@ -180,6 +296,7 @@ async fn step_permission(
     resolved: &mut ResolvedCall,
     hook: HookVerdict,
     cancel: &CancellationToken,
+    trail: &mut Trail,
 ) -> Result<(Arc<Env>, Judged), ToolResult> {
     let mut analysed = tokio::select! {
         analysed = analyse_command(scope, resolved) => analysed,
@@ -187,6 +304,7 @@ async fn step_permission(
     };
     let state = scope.session.state();
     let (judgment, judged) = state.decide_judging(resolved, analysed.as_ref(), hook);
+    trail.decision = Some(decision_record(&judgment));
     match judgment.decision {
         Decision::Allow => {
             let judged = judged_for(&state, resolved, judged);
@@ -202,9 +320,9 @@ async fn step_permission(
                 call,
                 resolved,
                 &mut analysed,
-                reason,
-                suggestion,
+                (reason, suggestion),
                 cancel,
+                trail,
             )
             .await?;
             let state = scope.session.state();
@@ -258,11 +376,12 @@ async fn step_approval(
     call: &ToolCall,
     resolved: &mut ResolvedCall,
     analysed: &mut Option<AnalysedLine>,
-    reason: String,
-    suggestion: String,
+    (reason, suggestion): (String, String),
     cancel: &CancellationToken,
+    trail: &mut Trail,
 ) -> Result<Option<Vec<ResolvedPath>>, ToolResult> {
     let Some(approver) = scope.session.peers().approver else {
+        trail.answered("no_approver", None);
         return Err(failure(
             call,
             ErrorType::PermissionDenied,
@@ -283,13 +402,24 @@ async fn step_approval(
     let reply = tokio::select! {
         reply = tokio::time::timeout(timeout, approver.request(params)) => reply.ok(),
         () = cancel.cancelled() => {
+            trail.answered("canceled", None);
             resolved_event(scope, &approval_id, call, None, ResolvedBy::Cancel);
             return Err(failure(call, ErrorType::Canceled, "the call was canceled while it waited for approval"));
         }
     };
     let answer = match reply {
-        Some(ApprovalReply::Answer(answer)) => answer,
+        Some(ApprovalReply::Answer(answer, by)) => {
+            let given = match answer.decision {
+                ApprovalDecision::AllowOnce => "allow_once",
+                ApprovalDecision::AllowSession => "allow_session",
+                ApprovalDecision::Deny => "deny",
+                ApprovalDecision::Abort => "abort",
+            };
+            trail.answered(given, by);
+            answer
+        }
         Some(ApprovalReply::Failed(why)) => {
+            trail.answered("failed", None);
             resolved_event(scope, &approval_id, call, None, ResolvedBy::Client);
             return Err(failure(
                 call,
@@ -298,6 +428,7 @@ async fn step_approval(
             ));
         }
         Some(ApprovalReply::Declined(why)) => {
+            trail.answered("declined", None);
             resolved_event(scope, &approval_id, call, None, ResolvedBy::Client);
             return Err(failure(
                 call,
@@ -306,6 +437,7 @@ async fn step_approval(
             ));
         }
         Some(ApprovalReply::Disconnected) => {
+            trail.answered("disconnected", None);
             resolved_event(scope, &approval_id, call, None, ResolvedBy::Disconnect);
             return Err(failure(
                 call,
@@ -314,6 +446,7 @@ async fn step_approval(
             ));
         }
         None => {
+            trail.answered("timeout", None);
             resolved_event(scope, &approval_id, call, None, ResolvedBy::Timeout);
             let waited = format!("no approval within {} ms", timeout.as_millis());
             return Err(failure(call, ErrorType::PermissionCanceled, waited));
@@ -331,6 +464,7 @@ async fn step_approval(
             let replaced = answer.arguments.is_some();
             if let Some(arguments) = answer.arguments {
                 resolved.replace_arguments(arguments)?;
+                trail.replaced = Some(resolved.arguments.clone());
                 arguments_replaced(scope, call, &resolved.arguments, ReplacedBy::Approver);
                 *analysed = analyse_command(scope, resolved).await;
             }
@@ -348,16 +482,25 @@ async fn step_approval(
                 };
                 return Err(failure(call, ErrorType::PermissionDenied, reason));
             }
-            if answer.decision == ApprovalDecision::AllowSession
-                && !scope
-                    .session
-                    .add_grant(grant_for(&state, resolved, analysed.as_ref()))
-            {
-                tracing::warn!(
-                    session = scope.session.id(),
-                    call = %call.id,
-                    "the session's grants are full: the call runs once and no grant is recorded"
-                );
+            if answer.decision == ApprovalDecision::AllowSession {
+                let grant = grant_for(&state, resolved, analysed.as_ref());
+                if scope.session.add_grant(grant.clone()) {
+                    let approver = trail
+                        .decision
+                        .as_ref()
+                        .and_then(|decision| decision.approver.clone());
+                    scope.executor.audit.session(&SessionChange::new(
+                        "grant",
+                        scope.session.id(),
+                        serde_json::json!({"call_id": call.id, "grant": grant, "approver": approver}),
+                    ));
+                } else {
+                    tracing::warn!(
+                        session = scope.session.id(),
+                        call = %call.id,
+                        "the session's grants are full: the call runs once and no grant is recorded"
+                    );
+                }
             }
             Ok(replaced.then_some(paths))
         }

@@ -5,8 +5,7 @@
 use std::sync::Arc;
 
 use toold_protocol::{
-    ErrorType, ExplainedCommand, ExplainedPath, Explanation, RuleSource, Safety, SessionMode,
-    ToolCall,
+    ErrorType, ExplainedCommand, ExplainedPath, Explanation, Safety, SessionMode, ToolCall,
 };
 
 use super::Executor;
@@ -14,7 +13,7 @@ use super::call::analyse;
 use super::session::SessionState;
 use crate::hooks::ClientHooks;
 use crate::paths::{self, ResolvedPath};
-use crate::permission::{self, Decision, HookVerdict, Judgment, RuleOrigin, Step};
+use crate::permission::{self, Decision, HookVerdict, Judgment, Step};
 use crate::tools::{JudgedArguments, judged_arguments};
 
 /// Explains `call` in a session whose state is `state` and whose connections' hooks are
@@ -117,7 +116,7 @@ pub async fn explain(
         decision: decision.to_owned(),
         step: Some(step.as_str().to_owned()),
         reason,
-        source: rule.as_ref().map(|rule| source(&rule.origin)),
+        source: rule.as_ref().map(|rule| rule.origin.source()),
         rule: rule.map(|rule| rule.text),
         suggestions,
         paths,
@@ -167,17 +166,5 @@ fn explained(argument: &str, path: &ResolvedPath, access: Option<&str>) -> Expla
         resolved: paths::exact_text(&path.resolved).into_owned(),
         inside_roots: path.inside_roots(),
         access: access.map(str::to_owned),
-    }
-}
-
-/// A rule's origin as the wire names it.
-pub fn source(origin: &RuleOrigin) -> RuleSource {
-    match origin {
-        RuleOrigin::Config { file, line } => RuleSource::Config {
-            file: file.as_ref().map(|file| file.display().to_string()),
-            line: *line,
-        },
-        RuleOrigin::Session => RuleSource::Session,
-        RuleOrigin::Grant => RuleSource::Grant,
     }
 }

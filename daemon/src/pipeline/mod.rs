@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use toold_protocol::sync::RwLockUnpoisoned;
 
+use crate::audit::AuditLog;
 use crate::hooks::{ClientHooks, ConfiguredHook, HookSet};
 use crate::shell::isolated::ShellParser;
 use crate::tools::Registry;
@@ -77,6 +78,8 @@ pub struct Executor {
     /// Where `run_command` lines are analysed before they are judged.
     pub shell: Arc<ShellParser>,
     settings: RwLock<Arc<BatchSettings>>,
+    /// Where every call's record goes (off unless the daemon opened a log).
+    pub audit: Arc<AuditLog>,
 }
 
 impl Executor {
@@ -93,7 +96,14 @@ impl Executor {
             registry,
             shell,
             settings: RwLock::new(Arc::new(settings)),
+            audit: Arc::new(AuditLog::off()),
         }
+    }
+
+    /// Records every call in `audit`.
+    pub fn with_audit(mut self, audit: Arc<AuditLog>) -> Self {
+        self.audit = audit;
+        self
     }
 
     /// The settings batches starting now run under.

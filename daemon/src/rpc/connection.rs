@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tokio_util::sync::CancellationToken;
 use toold_protocol::sync::LockUnpoisoned;
 
-use crate::session::client::{Client, Outbound};
+use crate::session::client::{Client, Outbound, PeerProcess};
 
 /// Where a connection is in its `initialize` handshake.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,9 +48,9 @@ pub struct Connection {
 }
 
 impl Connection {
-    pub fn new(id: u64, outbound: Arc<dyn Outbound>) -> Self {
+    pub fn new(id: u64, outbound: Arc<dyn Outbound>, process: PeerProcess) -> Self {
         Self {
-            client: Arc::new(Client::new(id, outbound)),
+            client: Arc::new(Client::of_process(id, outbound, process)),
             state: Mutex::new(ConnectionState::default()),
             handshake: tokio::sync::watch::Sender::new(Handshake::Awaiting),
         }

@@ -114,8 +114,8 @@ pub(crate) fn method_table(daemon: Arc<Daemon>) -> Methods {
     method!(module, SessionDetach, |daemon, request, params| {
         handlers::session_detach(&daemon, &request.connection, params)
     });
-    method!(module, SessionUpdate, |daemon, _request, params| {
-        handlers::session_update(&daemon, params)
+    method!(module, SessionUpdate, |daemon, request, params| {
+        handlers::session_update(&daemon, &request.connection, params)
     });
     method!(module, SessionGet, |daemon, _request, params| {
         handlers::session_get(&daemon, params)
@@ -123,8 +123,8 @@ pub(crate) fn method_table(daemon: Arc<Daemon>) -> Methods {
     method!(module, SessionList, |daemon, _request, _params| {
         handlers::session_list(&daemon)
     });
-    method!(module, SessionClose, |daemon, _request, params| {
-        handlers::session_close(&daemon, params)
+    method!(module, SessionClose, |daemon, request, params| {
+        handlers::session_close(&daemon, &request.connection, params)
     });
     method!(module, ToolsList, |daemon, _request, params| {
         handlers::tools_list(&daemon, params).await

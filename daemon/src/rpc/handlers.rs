@@ -76,7 +76,19 @@ pub(crate) fn initialize(
             max_message_bytes: daemon.settings.max_message_bytes as u64,
         },
         sandbox: Some(crate::sandbox::kernel::probe().report()),
+        audit: Some(audit_status(daemon)),
     })
+}
+
+fn audit_status(daemon: &Daemon) -> toold_protocol::AuditStatus {
+    let health = daemon.executor.audit.health();
+    toold_protocol::AuditStatus {
+        mode: health.mode.as_str().to_owned(),
+        path: health.path.map(|path| path.display().to_string()),
+        written: health.written,
+        lost: health.lost,
+        last_error: health.last_error,
+    }
 }
 
 pub(crate) fn session_create(
@@ -92,7 +104,25 @@ pub(crate) fn session_create(
         connection = connection.id(),
         "session created"
     );
-    Ok(managed.snapshot())
+    let snapshot = managed.snapshot();
+    audit_session(
+        daemon,
+        "session_create",
+        managed.id(),
+        json!({"by": connection.client().identity(), "title": snapshot.title, "cwd": snapshot.cwd,
+            "roots": snapshot.roots, "mode": snapshot.mode, "rules": snapshot.rules,
+            "allowed_tools": snapshot.allowed_tools, "sandbox": snapshot.sandbox}),
+    );
+    Ok(snapshot)
+}
+
+/// Records a session change in the audit log, written before the answer is sent.
+fn audit_session(daemon: &Daemon, kind: &'static str, session_id: &str, details: Value) {
+    let audit = &daemon.executor.audit;
+    if audit.is_on() {
+        audit.session(&crate::audit::SessionChange::new(kind, session_id, details));
+        audit.flush();
+    }
 }
 
 /// Attaches, replaying retained events after `after_seq` first; the snapshot comes after them.
@@ -124,12 +154,20 @@ pub(crate) fn session_detach(
 
 pub(crate) fn session_update(
     daemon: &Daemon,
+    connection: &Arc<Connection>,
     params: SessionUpdateParams,
 ) -> Reply<SessionSnapshot> {
-    Ok(daemon
+    let changes = serde_json::to_value(&params).unwrap_or(Value::Null);
+    let snapshot = daemon
         .sessions
         .update(params, &known_tools(daemon))?
-        .snapshot())
+        .snapshot();
+    let mut details = json!({"by": connection.client().identity()});
+    if let (Some(details), Value::Object(changes)) = (details.as_object_mut(), changes) {
+        details.extend(changes.into_iter().filter(|(name, _)| name != "session_id"));
+    }
+    audit_session(daemon, "session_update", &snapshot.session_id, details);
+    Ok(snapshot)
 }
 
 /// The tools a session's rules are checked on: every tool registered now.
@@ -152,9 +190,19 @@ pub(crate) fn session_list(daemon: &Daemon) -> Reply<SessionListResult> {
     })
 }
 
-pub(crate) fn session_close(daemon: &Daemon, params: SessionIdParams) -> Reply<Empty> {
+pub(crate) fn session_close(
+    daemon: &Daemon,
+    connection: &Arc<Connection>,
+    params: SessionIdParams,
+) -> Reply<Empty> {
     daemon.sessions.close(&params.session_id)?;
     tracing::info!(session = %params.session_id, "session closed");
+    audit_session(
+        daemon,
+        "session_close",
+        &params.session_id,
+        json!({"by": connection.client().identity()}),
+    );
     Ok(Empty {})
 }
 
@@ -362,6 +410,8 @@ pub(crate) async fn tools_execute(
         .run_batch(&daemon.executor, batch, &control, connection.client())
         .await;
     connection.end_execute(&request_id);
+    // A result the client is answered with is in the audit log first.
+    daemon.executor.audit.flush();
     Ok(ExecuteResult { batch_id, results })
 }
 

@@ -134,7 +134,8 @@ fn keep_restart_only(running: &Config, next: &mut Config) -> Vec<String> {
         frame_timeout_ms,
         session_idle_ttl,
         allow_bypass,
-        sandbox
+        sandbox,
+        audit
     );
     kept
 }

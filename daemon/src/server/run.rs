@@ -25,7 +25,7 @@ use super::socket::peer_allowed;
 use crate::process_tree;
 use crate::rpc::connection::{Connection, Handshake};
 use crate::rpc::{Daemon, dispatch, handlers};
-use crate::session::client::{Outbound, OutboundError, OutboundFuture, TrySend};
+use crate::session::client::{Outbound, OutboundError, OutboundFuture, PeerProcess, TrySend};
 
 /// How the server runs.
 #[derive(Debug, Clone)]
@@ -143,9 +143,16 @@ async fn expire_idle_sessions(daemon: Arc<Daemon>, ttl: Duration) {
     let every = (ttl / 10).clamp(Duration::from_millis(100), Duration::from_secs(60));
     loop {
         tokio::time::sleep(every).await;
+        let audit = &daemon.executor.audit;
         for session_id in daemon.sessions.expire_idle(ttl) {
             tracing::info!(session = %session_id, "session expired after its idle time");
+            audit.session(&crate::audit::SessionChange::new(
+                "session_close",
+                &session_id,
+                serde_json::json!({"by": "idle_expiry"}),
+            ));
         }
+        audit.flush();
     }
 }
 
@@ -240,6 +247,14 @@ async fn serve_connection(_slot: OpenSlot, stream: UnixStream, shared: Shared, o
             return;
         }
     }
+    // Who is at the other end, for the audit log: as the kernel saw it connect.
+    let process = PeerProcess {
+        pid: super::socket::peer_pid(&stream)
+            .ok()
+            .and_then(|pid| u32::try_from(pid).ok())
+            .filter(|&pid| pid > 0),
+        uid: super::socket::peer_uid(&stream).ok(),
+    };
     let (reader, writer) = stream.into_split();
     let options = PeerOptions {
         max_message_bytes,
@@ -252,6 +267,7 @@ async fn serve_connection(_slot: OpenSlot, stream: UnixStream, shared: Shared, o
         methods,
         connection: OnceLock::new(),
         overloaded,
+        process,
     });
     let (peer, mut task) = Peer::spawn(reader, writer, options, handler.clone());
     // The peer reads from the moment it is spawned: its first request may have set this up.
@@ -292,6 +308,7 @@ struct ConnectionHandler {
     connection: OnceLock<Arc<Connection>>,
     /// Over `max_connections`: every request is answered `-32001`.
     overloaded: bool,
+    process: PeerProcess,
 }
 
 impl ConnectionHandler {
@@ -300,6 +317,7 @@ impl ConnectionHandler {
             Arc::new(Connection::new(
                 self.id,
                 Arc::new(PeerOutbound(peer.clone())),
+                self.process,
             ))
         });
         Arc::clone(connection)

@@ -133,7 +133,11 @@ impl ApprovalBoard {
         let unusable = match answer {
             Ok(value) => match serde_json::from_value::<ApprovalAnswer>(value) {
                 Ok(answer) => {
-                    settle(&mut state, approval_id, ApprovalReply::Answer(answer));
+                    let by = state
+                        .approvers
+                        .get(&connection_id)
+                        .map(|client| client.identity());
+                    settle(&mut state, approval_id, ApprovalReply::Answer(answer, by));
                     return;
                 }
                 Err(err) => Some(format!("the answer is not an approval decision: {err}")),

@@ -15,6 +15,7 @@ use toold_protocol::{
     PreToolUseAnswer, PreToolUseParams, methods,
 };
 
+use crate::approval::ApproverIdentity;
 use crate::hooks::{ClientHooks, HookFuture};
 
 /// Why a request towards the client did not get a result.
@@ -63,9 +64,18 @@ pub trait Outbound: Send + Sync + 'static {
     fn is_closed(&self) -> bool;
 }
 
+/// The process at the other end of a connection, as the socket's peer credentials gave it
+/// when it connected.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PeerProcess {
+    pub pid: Option<u32>,
+    pub uid: Option<u32>,
+}
+
 /// One client connection, as sessions see it.
 pub struct Client {
     id: u64,
+    process: PeerProcess,
     outbound: Arc<dyn Outbound>,
     /// What it declared in `initialize`, once.
     declared: OnceLock<ClientCapabilities>,
@@ -75,8 +85,14 @@ pub struct Client {
 
 impl Client {
     pub fn new(id: u64, outbound: Arc<dyn Outbound>) -> Self {
+        Self::of_process(id, outbound, PeerProcess::default())
+    }
+
+    /// A client whose process the socket's peer credentials named.
+    pub fn of_process(id: u64, outbound: Arc<dyn Outbound>, process: PeerProcess) -> Self {
         Self {
             id,
+            process,
             outbound,
             declared: OnceLock::new(),
             name: OnceLock::new(),
@@ -99,6 +115,15 @@ impl Client {
     /// Records the name the client gave in `initialize`.
     pub fn name_itself(&self, name: &str) {
         let _ = self.name.set(name.to_owned());
+    }
+
+    /// Who the client is, as an approval's answer is recorded.
+    pub fn identity(&self) -> ApproverIdentity {
+        ApproverIdentity {
+            client_name: self.name.get().cloned(),
+            pid: self.process.pid,
+            uid: self.process.uid,
+        }
     }
 
     /// The name the client gave in `initialize`, if it gave one.

@@ -8,7 +8,6 @@
 //! file unreadable (reported, left in place for a daemon that knows it).
 
 use std::collections::BTreeMap;
-use std::ffi::OsString;
 use std::fs::{self, DirBuilder, File, Permissions};
 use std::io::{self, Read};
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
@@ -301,8 +300,9 @@ impl SessionStore {
 
     /// `$XDG_STATE_HOME/toold/sessions`, or `$HOME/.local/state/toold/sessions`; `None` when
     /// neither variable holds an absolute path.
+    /// `$XDG_STATE_HOME/toold/sessions`, else `$HOME/.local/state/toold/sessions`.
     pub fn default_dir() -> Option<PathBuf> {
-        state_dir_from(std::env::var_os("XDG_STATE_HOME"), std::env::var_os("HOME"))
+        crate::paths::toold_state_dir().map(|dir| dir.join("sessions"))
     }
 
     pub fn dir(&self) -> &Path {
@@ -467,16 +467,6 @@ fn load_one(path: &Path, name: &str) -> Result<SessionRecord, String> {
         record.created_at = rfc3339(meta.modified().unwrap_or(UNIX_EPOCH));
     }
     Ok(record)
-}
-
-/// `$XDG_STATE_HOME/toold/sessions`, else `$HOME/.local/state/toold/sessions`. The XDG spec
-/// says a relative value is invalid and ignored; an empty one counts as unset.
-fn state_dir_from(xdg_state_home: Option<OsString>, home: Option<OsString>) -> Option<PathBuf> {
-    let absolute =
-        |value: Option<OsString>| value.map(PathBuf::from).filter(|path| path.is_absolute());
-    let state_home = absolute(xdg_state_home)
-        .or_else(|| absolute(home).map(|home| home.join(".local").join("state")))?;
-    Some(state_home.join("toold").join("sessions"))
 }
 
 #[cfg(test)]
@@ -869,7 +859,7 @@ mod tests {
 
     #[test]
     fn the_default_directory_follows_xdg() {
-        let some = |value: &str| Some(OsString::from(value));
+        let some = |value: &str| Some(std::ffi::OsString::from(value));
         let cases = [
             (
                 some("/state"),
@@ -897,7 +887,8 @@ mod tests {
         ];
         for (xdg, home, expected) in cases {
             assert_eq!(
-                state_dir_from(xdg.clone(), home.clone()),
+                crate::paths::toold_state_dir_from(xdg.clone(), home.clone())
+                    .map(|dir| dir.join("sessions")),
                 expected.map(PathBuf::from),
                 "XDG_STATE_HOME={xdg:?} HOME={home:?}"
             );

@@ -138,7 +138,7 @@ impl Approver for ScriptedApprover {
 }
 
 fn answer(decision: ApprovalDecision) -> Option<ApprovalReply> {
-    Some(ApprovalReply::Answer(ApprovalAnswer::new(decision)))
+    Some(ApprovalReply::Answer(ApprovalAnswer::new(decision), None))
 }
 
 // ---------------------------------------------------------------------------------------------

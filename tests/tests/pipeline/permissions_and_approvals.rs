@@ -23,7 +23,7 @@ async fn approvals_allow_deny_and_remember() {
     deny.message = Some("not today".into());
     let approver = ScriptedApprover::answering(vec![
         answer(ApprovalDecision::AllowOnce),
-        Some(ApprovalReply::Answer(deny)),
+        Some(ApprovalReply::Answer(deny, None)),
         answer(ApprovalDecision::AllowSession),
     ]);
     harness.approver(approver.clone());
@@ -182,8 +182,8 @@ async fn approved_replacement_arguments_are_validated_and_checked_against_deny_r
     let mut to_junk = ApprovalAnswer::new(ApprovalDecision::AllowOnce);
     to_junk.arguments = Some(json!({"path": 5}).as_object().unwrap().clone());
     harness.approver(ScriptedApprover::answering(vec![
-        Some(ApprovalReply::Answer(to_secret)),
-        Some(ApprovalReply::Answer(to_junk)),
+        Some(ApprovalReply::Answer(to_secret, None)),
+        Some(ApprovalReply::Answer(to_junk, None)),
     ]));
     let results = harness
         .run(vec![

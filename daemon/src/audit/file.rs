@@ -1,0 +1,217 @@
+//! The audit log's file: opened (or created, mode 0600) with the chain picked up where the
+//! last line left it, a torn last line covered, lines appended with their `seq` and `prev`,
+//! and rotation to `audit.jsonl.1` … `.N` with the chain carried across.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use super::record::{self, hex};
+
+/// `prev` of the very first line of a log.
+pub(super) const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+
+/// How much of a file's end is read at a time when looking for its last line.
+const TAIL_CHUNK: u64 = 64 * 1024;
+
+pub(super) struct AuditFile {
+    path: PathBuf,
+    file: File,
+    size: u64,
+    /// SHA-256 of the last line written (its bytes without the newline), as hex.
+    last_hash: String,
+    next_seq: u64,
+    max_bytes: u64,
+    keep: usize,
+}
+
+impl AuditFile {
+    /// Opens the log at `path`; the number of torn bytes covered, when the last line was torn.
+    pub(super) fn open(
+        path: &Path,
+        max_bytes: u64,
+        keep: usize,
+    ) -> io::Result<(Self, Option<u64>)> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let mut file = open_for_append(path)?;
+        let size = file.metadata()?.len();
+        let tail = if size == 0 {
+            // Just rotated, or new: the chain goes on from the newest rotated file.
+            match File::open(rotated(path, 1)) {
+                Ok(mut previous) => {
+                    let size = previous.metadata()?.len();
+                    last_line(&mut previous, size)?
+                }
+                Err(err) if err.kind() == io::ErrorKind::NotFound => Tail::default(),
+                Err(err) => return Err(err),
+            }
+        } else {
+            last_line(&mut file, size)?
+        };
+        let mut log = Self {
+            path: path.to_owned(),
+            file,
+            size,
+            last_hash: GENESIS.to_owned(),
+            next_seq: 1,
+            max_bytes,
+            keep,
+        };
+        if let Some(line) = &tail.complete {
+            log.last_hash = record::sha256_hex(line);
+            log.next_seq = seq_of(line).map_or(1, |seq| seq + 1);
+        }
+        let torn = match tail.torn {
+            Some(torn) if size > 0 => torn,
+            _ => return Ok((log, None)),
+        };
+        // The torn bytes stay; a newline ends them, and a `recovered` record covers them: its
+        // `prev` is their hash, its `covers` the hash of the last whole line before them.
+        let recovered = serde_json::json!({
+            "kind": "recovered",
+            "ts": record::now(),
+            "torn_bytes": torn.len(),
+            "covers": log.last_hash,
+        });
+        let body = serde_json::to_string(&recovered).map_err(io::Error::other)?;
+        log.last_hash = record::sha256_hex(&torn);
+        log.file.write_all(b"\n")?;
+        log.size += 1;
+        log.append(&[body])?;
+        Ok((log, Some(torn.len() as u64)))
+    }
+
+    /// Appends `bodies` (rendered records without `seq` and `prev`) as lines, in one write,
+    /// rotating first when they would take the file past its size. On a failed write the file
+    /// is cut back to where it was, so that the chain on disk stays whole.
+    pub(super) fn append(&mut self, bodies: &[String]) -> io::Result<()> {
+        let mut chunk = String::with_capacity(bodies.iter().map(|body| body.len() + 100).sum());
+        let mut hash = self.last_hash.clone();
+        let mut seq = self.next_seq;
+        for body in bodies {
+            let start = chunk.len();
+            let inner = body
+                .strip_prefix('{')
+                .and_then(|body| body.strip_suffix('}'))
+                .unwrap_or(body);
+            chunk.push_str(&format!("{{\"seq\":{seq},{inner},\"prev\":\"{hash}\"}}"));
+            hash = hex(&Sha256::digest(&chunk.as_bytes()[start..]));
+            chunk.push('\n');
+            seq += 1;
+        }
+        if self.size > 0 && self.size + chunk.len() as u64 > self.max_bytes {
+            self.rotate()?;
+        }
+        if let Err(err) = self.file.write_all(chunk.as_bytes()) {
+            let _ = self.file.set_len(self.size);
+            return Err(err);
+        }
+        self.size += chunk.len() as u64;
+        self.last_hash = hash;
+        self.next_seq = seq;
+        Ok(())
+    }
+
+    /// `audit.jsonl` becomes `audit.jsonl.1`, each `.N` becomes `.N+1`, the one past `keep`
+    /// is removed, and a new empty file takes the name.
+    fn rotate(&mut self) -> io::Result<()> {
+        match std::fs::remove_file(rotated(&self.path, self.keep)) {
+            Ok(()) => {}
+            Err(err) if err.kind() == io::ErrorKind::NotFound => {}
+            Err(err) => return Err(err),
+        }
+        for n in (1..self.keep).rev() {
+            match std::fs::rename(rotated(&self.path, n), rotated(&self.path, n + 1)) {
+                Ok(()) => {}
+                Err(err) if err.kind() == io::ErrorKind::NotFound => {}
+                Err(err) => return Err(err),
+            }
+        }
+        std::fs::rename(&self.path, rotated(&self.path, 1))?;
+        self.file = open_for_append(&self.path)?;
+        self.size = 0;
+        Ok(())
+    }
+}
+
+/// `audit.jsonl.N`.
+pub(super) fn rotated(path: &Path, n: usize) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(format!(".{n}"));
+    PathBuf::from(name)
+}
+
+fn open_for_append(path: &Path) -> io::Result<File> {
+    // Never through a symlink, and only a regular file: the log is toold's own.
+    let file = OpenOptions::new()
+        .read(true)
+        .append(true)
+        .create(true)
+        .mode(0o600)
+        .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
+        .open(path)?;
+    let metadata = file.metadata()?;
+    if !metadata.is_file() {
+        return Err(io::Error::other(format!(
+            "{} is not a regular file",
+            path.display()
+        )));
+    }
+    // A file made by hand (or by an older daemon) with a looser mode is tightened.
+    if metadata.permissions().mode() & 0o777 != 0o600 {
+        file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    }
+    Ok(file)
+}
+
+/// The end of a file: its last whole line, and the bytes after it when the file does not end
+/// with a newline.
+#[derive(Default)]
+struct Tail {
+    complete: Option<Vec<u8>>,
+    torn: Option<Vec<u8>>,
+}
+
+/// Reads backwards from the end of `file` (of `size` bytes) to its last line.
+fn last_line(file: &mut File, size: u64) -> io::Result<Tail> {
+    if size == 0 {
+        return Ok(Tail::default());
+    }
+    // The bytes from `start` to the end, extended backwards until they hold two newlines
+    // (the last line is then whole between them, or after the second when the file does not
+    // end with one) or the whole file.
+    let mut start = size;
+    let mut bytes: Vec<u8> = Vec::new();
+    while start > 0 && bytes.iter().filter(|&&byte| byte == b'\n').count() < 2 {
+        let from = start.saturating_sub(TAIL_CHUNK);
+        let mut chunk = vec![0; (start - from) as usize];
+        file.seek(SeekFrom::Start(from))?;
+        file.read_exact(&mut chunk)?;
+        chunk.extend_from_slice(&bytes);
+        bytes = chunk;
+        start = from;
+    }
+    let mut lines: Vec<&[u8]> = bytes.split(|&byte| byte == b'\n').collect();
+    // `split` gives an empty last piece after a final newline.
+    let torn = match lines.pop() {
+        Some(last) if !last.is_empty() => Some(last.to_vec()),
+        _ => None,
+    };
+    let complete = lines
+        .pop()
+        .filter(|line| !line.is_empty())
+        .map(<[u8]>::to_vec);
+    Ok(Tail { complete, torn })
+}
+
+/// A line's `seq`, when it is a record.
+pub(super) fn seq_of(line: &[u8]) -> Option<u64> {
+    let value: Value = serde_json::from_slice(line).ok()?;
+    value.get("seq")?.as_u64()
+}

@@ -1,0 +1,251 @@
+//! The audit log (EXTENSIONS.md section D): every call's decision and outcome, who decided,
+//! and every session change, one JSON object a line in `$XDG_STATE_HOME/toold/audit.jsonl`,
+//! each line carrying the SHA-256 of the one before it (`prev`) and its record number (`seq`).
+//!
+//! Recording is cheap and never waits on the disk: a record is rendered where it happens and
+//! queued (bounded: past [`MAX_QUEUED_BYTES`] records are counted as lost, never silently
+//! dropped). Whoever needs the records on disk (a batch's response, a session change's
+//! answer, the background flush) writes everything queued in one `write(2)`, so concurrent
+//! batches share their appends; a response is sent only once its records are written, so a
+//! client that saw a result can find it in the log. A failing disk fails the write, not the
+//! calls: the records are counted as lost and the daemon says so (its log, `toold status`).
+//!
+//! - [`file`]: the file itself: opening, the torn last line a kill left, the chain, rotation.
+//! - [`record`]: what a record holds, and arguments digested.
+//! - [`read`]: reading the files back, `toold audit` and `toold audit verify`.
+
+mod file;
+pub mod read;
+pub mod record;
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use toold_protocol::sync::LockUnpoisoned;
+
+pub use record::{ApproverIdentity, CallRecord, DecisionRecord, SessionChange};
+
+/// How much recorded-but-unwritten text the queue holds before records are lost: far more
+/// than any burst of calls renders between two writes; reached only while the disk fails.
+pub const MAX_QUEUED_BYTES: usize = 64 * 1024 * 1024;
+
+/// `audit` in the config.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AuditMode {
+    /// Every argument whole.
+    Full,
+    /// String values over [`record::DIGEST_OVER_BYTES`] as `{sha256, bytes}`.
+    #[default]
+    Digest,
+    /// No log.
+    Off,
+}
+
+impl AuditMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AuditMode::Full => "full",
+            AuditMode::Digest => "digest",
+            AuditMode::Off => "off",
+        }
+    }
+}
+
+/// The config's audit keys.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditConfig {
+    pub mode: AuditMode,
+    /// The size at which `audit.jsonl` is rotated.
+    pub max_bytes: u64,
+    /// How many rotated files are kept (`audit.jsonl.1` … `.N`).
+    pub keep: usize,
+}
+
+impl Default for AuditConfig {
+    fn default() -> Self {
+        Self {
+            mode: AuditMode::Digest,
+            max_bytes: 64 * 1024 * 1024,
+            keep: 5,
+        }
+    }
+}
+
+/// Where the log is: `$XDG_STATE_HOME/toold/audit.jsonl`.
+pub fn default_path() -> Option<PathBuf> {
+    crate::paths::toold_state_dir().map(|dir| dir.join("audit.jsonl"))
+}
+
+/// What `toold status` shows of the log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditHealth {
+    pub path: Option<PathBuf>,
+    pub mode: AuditMode,
+    pub written: u64,
+    /// Records that could not be written (the disk failed, or the queue was full).
+    pub lost: u64,
+    /// The last failure, if the log has failed.
+    pub last_error: Option<String>,
+}
+
+/// The daemon's audit log: a handle every part that records shares.
+pub struct AuditLog {
+    mode: AuditMode,
+    path: Option<PathBuf>,
+    queue: Mutex<Queue>,
+    /// The open file; `None` when the log is off or could not be opened. Held while writing,
+    /// which orders the appends.
+    file: Mutex<Option<file::AuditFile>>,
+    written: AtomicU64,
+    lost: AtomicU64,
+    last_error: Mutex<Option<String>>,
+}
+
+#[derive(Default)]
+struct Queue {
+    /// Rendered records without `seq` and `prev`, in the order they happened.
+    records: Vec<String>,
+    bytes: usize,
+}
+
+impl AuditLog {
+    /// A log that records nothing (`audit = "off"`, and tests of other parts).
+    pub fn off() -> Self {
+        Self::with_file(AuditMode::Off, None, None)
+    }
+
+    /// Opens (or creates, mode 0600) the log at `path`, covering a torn last line a kill left
+    /// with a `recovered` record. A log that cannot be opened is reported, and calls go on
+    /// unrecorded (counted as lost).
+    pub fn open(path: &Path, config: &AuditConfig) -> Self {
+        if config.mode == AuditMode::Off {
+            return Self::off();
+        }
+        match file::AuditFile::open(path, config.max_bytes, config.keep) {
+            Ok((file, recovered)) => {
+                if let Some(torn) = recovered {
+                    tracing::warn!(
+                        torn_bytes = torn,
+                        path = %path.display(),
+                        "the audit log ended in a torn line (the daemon was killed mid-write); \
+                         it is kept and covered by a `recovered` record"
+                    );
+                }
+                Self::with_file(config.mode, Some(path.to_owned()), Some(file))
+            }
+            Err(err) => {
+                tracing::error!(%err, path = %path.display(), "cannot open the audit log: calls go on, unrecorded");
+                let log = Self::with_file(config.mode, Some(path.to_owned()), None);
+                *log.last_error.lock_unpoisoned() = Some(format!("cannot open the log: {err}"));
+                log
+            }
+        }
+    }
+
+    fn with_file(mode: AuditMode, path: Option<PathBuf>, file: Option<file::AuditFile>) -> Self {
+        Self {
+            mode,
+            path,
+            queue: Mutex::new(Queue::default()),
+            file: Mutex::new(file),
+            written: AtomicU64::new(0),
+            lost: AtomicU64::new(0),
+            last_error: Mutex::new(None),
+        }
+    }
+
+    pub fn mode(&self) -> AuditMode {
+        self.mode
+    }
+
+    pub fn is_on(&self) -> bool {
+        self.mode != AuditMode::Off
+    }
+
+    /// Queues a call's record.
+    pub fn call(&self, record: &CallRecord) {
+        if self.is_on() {
+            self.queue_rendered(record::render_body(record));
+        }
+    }
+
+    /// Queues a session change's record.
+    pub fn session(&self, change: &SessionChange) {
+        if self.is_on() {
+            self.queue_rendered(record::render_body(change));
+        }
+    }
+
+    fn queue_rendered(&self, body: Result<String, serde_json::Error>) {
+        let body = match body {
+            Ok(body) => body,
+            Err(err) => {
+                self.lose(1, format!("a record could not be rendered: {err}"));
+                return;
+            }
+        };
+        let mut queue = self.queue.lock_unpoisoned();
+        if queue.bytes + body.len() > MAX_QUEUED_BYTES {
+            drop(queue);
+            self.lose(1, "the queue of records to write is full".to_owned());
+            return;
+        }
+        queue.bytes += body.len();
+        queue.records.push(body);
+    }
+
+    /// Writes every record queued so far, in one append. Returns when they are written (or
+    /// counted as lost): what a response waits for before it is sent.
+    pub fn flush(&self) {
+        if !self.is_on() {
+            return;
+        }
+        // The file's lock first: records queued before this call are written by it or by the
+        // flush holding the lock now, in queue order.
+        let mut file = self.file.lock_unpoisoned();
+        let records = {
+            let mut queue = self.queue.lock_unpoisoned();
+            queue.bytes = 0;
+            std::mem::take(&mut queue.records)
+        };
+        if records.is_empty() {
+            return;
+        }
+        let count = records.len() as u64;
+        match file.as_mut() {
+            Some(open) => match open.append(&records) {
+                Ok(()) => {
+                    self.written.fetch_add(count, Ordering::Relaxed);
+                }
+                Err(err) => {
+                    drop(file);
+                    self.lose(count, format!("cannot write the audit log: {err}"));
+                }
+            },
+            None => {
+                drop(file);
+                self.lose(count, "the audit log is not open".to_owned());
+            }
+        }
+    }
+
+    fn lose(&self, count: u64, why: String) {
+        let lost = self.lost.fetch_add(count, Ordering::Relaxed) + count;
+        tracing::error!(lost_now = count, lost_in_all = lost, %why, "audit records lost");
+        *self.last_error.lock_unpoisoned() = Some(why);
+    }
+
+    pub fn health(&self) -> AuditHealth {
+        AuditHealth {
+            path: self.path.clone(),
+            mode: self.mode,
+            written: self.written.load(Ordering::Relaxed),
+            lost: self.lost.load(Ordering::Relaxed),
+            last_error: self.last_error.lock_unpoisoned().clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

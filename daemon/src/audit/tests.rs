@@ -1,0 +1,233 @@
+//! The audit file on real files: the chain across rotations, a torn line covered at the next
+//! open, and `verify` naming the one line that was changed, removed or moved.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+
+use super::read::{self, verify};
+use super::{AuditConfig, AuditLog, AuditMode, SessionChange};
+
+fn config(max_bytes: u64) -> AuditConfig {
+    AuditConfig {
+        mode: AuditMode::Full,
+        max_bytes,
+        keep: 5,
+    }
+}
+
+fn record_some(log: &AuditLog, count: usize) {
+    for n in 0..count {
+        log.session(&SessionChange::new(
+            "session_update",
+            "s_1",
+            json!({"n": n, "padding": "x".repeat(100)}),
+        ));
+        if n % 7 == 0 {
+            log.flush();
+        }
+    }
+    log.flush();
+}
+
+fn all_lines(path: &Path) -> Vec<String> {
+    read::lines(path)
+        .map(|line| String::from_utf8(line.expect("a line").bytes).expect("UTF-8"))
+        .collect()
+}
+
+fn temp_log() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let path = dir.path().join("audit.jsonl");
+    (dir, path)
+}
+
+#[test]
+fn the_chain_holds_across_two_rotations_and_a_reopen() {
+    let (_dir, path) = temp_log();
+    let roomy = AuditConfig {
+        keep: 20,
+        ..config(4096)
+    };
+    let log = AuditLog::open(&path, &roomy);
+    record_some(&log, 40);
+    drop(log);
+    let log = AuditLog::open(&path, &roomy);
+    record_some(&log, 40);
+    assert!(read::files(&path).len() >= 3, "{:?}", read::files(&path));
+    let verified = verify(&path).expect("an untouched log verifies");
+    assert_eq!(verified.records, 80);
+    let seqs: Vec<u64> = all_lines(&path)
+        .iter()
+        .map(|line| {
+            serde_json::from_str::<Value>(line).unwrap()["seq"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(seqs, (1..=80).collect::<Vec<_>>());
+    let mode = std::fs::metadata(&path).unwrap().permissions();
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777,
+        0o600
+    );
+}
+
+#[test]
+fn more_rotations_than_kept_leave_a_chain_that_starts_later() {
+    let (_dir, path) = temp_log();
+    let log = AuditLog::open(
+        &path,
+        &AuditConfig {
+            keep: 2,
+            ..config(1024)
+        },
+    );
+    record_some(&log, 60);
+    assert_eq!(read::files(&path).len(), 3);
+    let verified = verify(&path).expect("verifies");
+    assert!(verified.notes[0].contains("rotated away"), "{verified:?}");
+}
+
+/// Rewrites the log as one file with `change` applied to its lines.
+fn tampered(path: &Path, change: impl FnOnce(&mut Vec<String>)) {
+    let mut lines = all_lines(path);
+    change(&mut lines);
+    for file in read::files(path) {
+        std::fs::remove_file(file).unwrap();
+    }
+    std::fs::write(path, lines.join("\n") + "\n").unwrap();
+}
+
+#[test]
+fn verify_names_the_line_edited_removed_or_moved() {
+    for (what, expected_line, change) in [
+        (
+            "an edited line",
+            10,
+            Box::new(|lines: &mut Vec<String>| {
+                lines[9] = lines[9].replace("\"n\":9", "\"n\":90");
+            }) as Box<dyn FnOnce(&mut Vec<String>)>,
+        ),
+        (
+            "an edited prev",
+            12,
+            Box::new(|lines: &mut Vec<String>| {
+                let line = &lines[11];
+                let at = line.find("\"prev\":\"").unwrap() + 8;
+                let mut edited = line.clone();
+                edited.replace_range(at..at + 1, if &line[at..at + 1] == "a" { "b" } else { "a" });
+                lines[11] = edited;
+            }),
+        ),
+        (
+            "a removed line",
+            15,
+            Box::new(|lines: &mut Vec<String>| {
+                lines.remove(14);
+            }),
+        ),
+        (
+            "two lines swapped",
+            20,
+            Box::new(|lines: &mut Vec<String>| lines.swap(19, 20)),
+        ),
+        (
+            "a line moved to the end",
+            5,
+            Box::new(|lines: &mut Vec<String>| {
+                let moved = lines.remove(4);
+                lines.push(moved);
+            }),
+        ),
+        (
+            "a line that is not a record",
+            7,
+            Box::new(|lines: &mut Vec<String>| lines[6] = "hello".to_owned()),
+        ),
+    ] {
+        let (_dir, path) = temp_log();
+        let log = AuditLog::open(&path, &config(1 << 30));
+        record_some(&log, 30);
+        drop(log);
+        tampered(&path, change);
+        let broken = verify(&path).expect_err(what);
+        assert_eq!(
+            broken.place,
+            format!("{}:{expected_line}", path.display()),
+            "{what}: {broken}"
+        );
+    }
+}
+
+#[test]
+fn a_torn_last_line_is_kept_and_covered_at_the_next_open() {
+    let (_dir, path) = temp_log();
+    let log = AuditLog::open(&path, &config(1 << 30));
+    record_some(&log, 5);
+    drop(log);
+    // A kill in the middle of a write: half a line.
+    let last = all_lines(&path).pop().unwrap();
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes.extend_from_slice(&last.as_bytes()[..last.len() / 2]);
+    std::fs::write(&path, &bytes).unwrap();
+    let noted = verify(&path).expect("an unfinished last line is not a break");
+    assert!(noted.notes[0].contains("incomplete"), "{noted:?}");
+
+    let log = AuditLog::open(&path, &config(1 << 30));
+    record_some(&log, 3);
+    let verified = verify(&path).expect("covered by a recovered record");
+    assert_eq!((verified.records, verified.recovered), (9, 1));
+    let lines = all_lines(&path);
+    let recovered: Value = serde_json::from_str(&lines[6]).unwrap();
+    assert_eq!(recovered["kind"], "recovered");
+    assert_eq!(recovered["torn_bytes"], last.len() / 2);
+    assert_eq!(recovered["seq"], 6);
+}
+
+#[test]
+fn an_unwritable_log_counts_what_it_loses_and_says_why() {
+    let (_dir, path) = temp_log();
+    let log = AuditLog::open(&path, &config(1 << 30));
+    // The directory replaced by nothing writable: the next open fails; this one keeps its
+    // file, so make the file's writes fail instead with a full device.
+    drop(log);
+    let log = AuditLog::open(
+        Path::new("/proc/toold-no-such-dir/audit.jsonl"),
+        &config(1 << 30),
+    );
+    record_some(&log, 3);
+    let health = log.health();
+    assert_eq!((health.written, health.lost), (0, 3));
+    assert!(health.last_error.is_some());
+}
+
+#[test]
+fn off_records_nothing() {
+    let (_dir, path) = temp_log();
+    let log = AuditLog::open(
+        &path,
+        &AuditConfig {
+            mode: AuditMode::Off,
+            ..config(1024)
+        },
+    );
+    record_some(&log, 3);
+    assert!(!path.exists());
+}
+
+#[test]
+fn digest_keeps_short_strings_and_hashes_long_ones_at_any_depth() {
+    let long = "a".repeat(300);
+    let arguments = json!({"path": "x", "content": long, "nested": [{"deep": long}], "n": 1});
+    let digested = super::record::recorded_arguments(&arguments, AuditMode::Digest);
+    let expected = json!({"sha256": super::record::sha256_hex(long.as_bytes()), "bytes": 300});
+    assert_eq!(digested["path"], "x");
+    assert_eq!(digested["n"], 1);
+    assert_eq!(digested["content"], expected);
+    assert_eq!(digested["nested"][0]["deep"], expected);
+    assert_eq!(
+        super::record::recorded_arguments(&arguments, AuditMode::Full),
+        arguments
+    );
+}

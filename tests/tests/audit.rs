@@ -1,0 +1,515 @@
+//! The audit log, end to end on the real daemon: exactly one `call` record per call across
+//! sessions and batches with the right decider for each kind (rule, grant, mode, hook, and an
+//! approver's identity from a real second connection); the chain verified by `toold audit
+//! verify` across rotations and broken by one edited, removed or moved line; SIGKILLs during a
+//! flood lose no record of a call whose response the client got; digest, full and off; and a
+//! failing disk that stops no call and is reported by `toold status`.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use toold_protocol::Framing;
+use toold_protocol::peer::Reply;
+use toold_tests::daemon::{TestClient, TestDaemon, answer_with, no_answers, outcome, results};
+use toold_tests::require;
+
+fn audit_path(daemon: &TestDaemon) -> PathBuf {
+    daemon.state_dir().join("audit.jsonl")
+}
+
+/// Every record of the log, oldest first, across rotated files.
+fn records(path: &Path) -> Vec<Value> {
+    toold::audit::read::lines(path)
+        .filter_map(|line| serde_json::from_slice(&line.expect("a line").bytes).ok())
+        .collect()
+}
+
+fn calls(path: &Path) -> Vec<Value> {
+    records(path)
+        .into_iter()
+        .filter(|record| record["kind"] == "call")
+        .collect()
+}
+
+fn toold_audit(daemon: &TestDaemon, args: &[&str]) -> (Option<i32>, String) {
+    let output = daemon
+        .command()
+        .arg("audit")
+        .args(args)
+        .output()
+        .expect("toold audit");
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+    )
+}
+
+const HOOKED_CONFIG: &str = r#"
+audit_max_bytes = 65536
+audit_keep = 50
+
+[[hooks.pre_tool_use]]
+matcher = "^find_files$"
+command = ["sh", "-c", "cat > /dev/null; echo '{\"decision\":\"allow\"}'"]
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_call_has_exactly_one_record_naming_who_decided() {
+    let daemon = TestDaemon::start_with_config(Some(HOOKED_CONFIG));
+    let work = daemon.work();
+    std::fs::write(work.join("a.txt"), "a\n").expect("a file");
+    // The submitter approves nothing; a second connection is every session's approver.
+    let submitter =
+        TestClient::connect(&daemon.socket(), Framing::Ndjson, json!({}), no_answers()).await;
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let approver = TestClient::connect_raw(
+        &daemon.socket(),
+        Framing::Ndjson,
+        answer_with(seen.clone(), |request| {
+            let command = request
+                .params
+                .as_ref()
+                .and_then(|params| params["call"]["arguments"]["command"].as_str())
+                .unwrap_or("");
+            let decision = if command == "echo granted" {
+                "allow_session"
+            } else {
+                "allow_once"
+            };
+            Reply::result(json!({"decision": decision}))
+        }),
+    )
+    .await;
+    approver
+        .request("initialize", json!({"protocol_version": 1, "client_info": {"name": "second-approver"}, "capabilities": {"approvals": true}}))
+        .await
+        .expect("initialize");
+
+    // What each kind of call is, and who must be named as its decider.
+    let kinds: [(&str, Value, &str, Option<&str>); 6] = [
+        (
+            "read_file",
+            json!({"path": "a.txt"}),
+            "mode",
+            Some("read_only_inside_roots"),
+        ),
+        (
+            "run_command",
+            json!({"command": "true"}),
+            "rule",
+            Some("allow_rule"),
+        ),
+        (
+            "run_command",
+            json!({"command": "echo granted"}),
+            "grant",
+            Some("grant"),
+        ),
+        (
+            "write_file",
+            json!({"path": "w.txt", "content": "x"}),
+            "approver",
+            Some("default_ask"),
+        ),
+        (
+            "find_files",
+            json!({"pattern": "*.txt"}),
+            "hook",
+            Some("hook_allow"),
+        ),
+        ("no_such_tool", json!({}), "", None),
+    ];
+    let mut expected: HashMap<(String, String, String), (String, Option<&str>)> = HashMap::new();
+    let mut sessions = Vec::new();
+    for _ in 0..10 {
+        let session = submitter
+            .create_session(&work, json!({"rules": {"allow": ["run_command(true)"]}}))
+            .await;
+        approver
+            .request("session/attach", json!({"session_id": session}))
+            .await
+            .expect("the approver attaches");
+        sessions.push(session);
+    }
+    let mut total = 0;
+    for (index, session) in sessions.iter().enumerate() {
+        // The first `echo granted` of each session is asked, answered allow_session.
+        let first = submitter
+            .execute(session, json!([{"id": "g0", "name": "run_command", "arguments": {"command": "echo granted"}}]))
+            .await;
+        let batch = first["batch_id"].as_str().expect("a batch id").to_owned();
+        expected.insert(
+            (session.clone(), batch, "g0".into()),
+            ("approver".into(), Some("default_ask")),
+        );
+        total += 1;
+        for batch_number in 0..9 {
+            let batch_calls: Vec<Value> = (0..11)
+                .map(|n| {
+                    let (tool, arguments, _, _) = &kinds[(n + batch_number + index) % kinds.len()];
+                    json!({"id": format!("c{n}"), "name": tool, "arguments": arguments})
+                })
+                .collect();
+            let response = submitter
+                .execute(session, Value::Array(batch_calls.clone()))
+                .await;
+            let batch = response["batch_id"]
+                .as_str()
+                .expect("a batch id")
+                .to_owned();
+            for call in &batch_calls {
+                let (_, _, by, step) = kinds
+                    .iter()
+                    .find(|kind| kind.0 == call["name"] && kind.1 == call["arguments"])
+                    .expect("a kind");
+                expected.insert(
+                    (
+                        session.clone(),
+                        batch.clone(),
+                        call["id"].as_str().unwrap().to_owned(),
+                    ),
+                    ((*by).to_owned(), *step),
+                );
+                total += 1;
+            }
+        }
+    }
+    assert_eq!(total, 1000);
+    let log = audit_path(&daemon);
+    let recorded = calls(&log);
+    let mut seen_calls = HashSet::new();
+    let pid = std::process::id();
+    let uid = nix::unistd::getuid().as_raw();
+    for record in &recorded {
+        let key = (
+            record["session"].as_str().unwrap().to_owned(),
+            record["batch"].as_str().unwrap().to_owned(),
+            record["call_id"].as_str().unwrap().to_owned(),
+        );
+        assert!(seen_calls.insert(key.clone()), "two records of {key:?}");
+        let (by, step) = expected
+            .get(&key)
+            .unwrap_or_else(|| panic!("a record of a call never made: {record}"));
+        if by.is_empty() {
+            assert_eq!(record["decision"], Value::Null, "{record}");
+            assert_eq!(record["outcome"], "unknown_tool");
+            continue;
+        }
+        assert_eq!(record["decision"]["by"], by.as_str(), "{record}");
+        assert_eq!(record["decision"]["step"].as_str(), *step, "{record}");
+        match by.as_str() {
+            "rule" => {
+                assert_eq!(record["decision"]["rule"], "run_command(true)");
+                assert_eq!(record["decision"]["source"], json!({"kind": "session"}));
+            }
+            "grant" => assert_eq!(record["decision"]["source"], json!({"kind": "grant"})),
+            "approver" => {
+                assert_eq!(
+                    record["decision"]["approver"],
+                    json!({"client_name": "second-approver", "pid": pid, "uid": uid}),
+                    "{record}"
+                );
+                assert!(matches!(
+                    record["decision"]["answer"].as_str(),
+                    Some("allow_once" | "allow_session")
+                ));
+            }
+            _ => {}
+        }
+        assert_eq!(record["outcome"], "ok", "{record}");
+    }
+    assert_eq!(recorded.len(), 1000, "one record per call");
+    let grants = records(&log)
+        .into_iter()
+        .filter(|record| record["kind"] == "grant")
+        .count();
+    assert_eq!(grants, 10, "one grant per session");
+    let created = records(&log)
+        .into_iter()
+        .filter(|record| record["kind"] == "session_create")
+        .count();
+    assert_eq!(created, 10);
+
+    // The chain holds across the rotations these records made.
+    assert!(
+        toold::audit::read::files(&log).len() >= 3,
+        "at least two rotations"
+    );
+    let (code, text) = toold_audit(&daemon, &["verify"]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("chain holds"), "{text}");
+
+    // `toold audit --session` lists that session's records alone.
+    let (code, text) = toold_audit(&daemon, &["--session", &sessions[3], "--json"]);
+    assert_eq!(code, Some(0));
+    let listed: Vec<Value> = text
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("JSON"))
+        .collect();
+    assert!(
+        listed
+            .iter()
+            .all(|record| record["session"] == sessions[3].as_str())
+    );
+    assert_eq!(
+        listed
+            .iter()
+            .filter(|record| record["kind"] == "call")
+            .count(),
+        100
+    );
+    let (code, text) = toold_audit(&daemon, &["--since", "1h"]);
+    assert_eq!(code, Some(0));
+    assert!(text.contains("second-approver"), "{text}");
+}
+
+/// Copies the log to `dir` as one file, with `change` applied to its lines.
+fn tampered_copy(log: &Path, dir: &Path, change: impl FnOnce(&mut Vec<Vec<u8>>)) -> PathBuf {
+    let mut lines: Vec<Vec<u8>> = toold::audit::read::lines(log)
+        .map(|line| line.expect("a line").bytes)
+        .collect();
+    change(&mut lines);
+    let copy = dir.join("audit.jsonl");
+    let mut bytes = lines.join(&b'\n');
+    bytes.push(b'\n');
+    std::fs::write(&copy, bytes).expect("the copy");
+    copy
+}
+
+#[tokio::test]
+async fn verify_names_the_one_line_edited_removed_or_moved() {
+    let daemon = TestDaemon::start();
+    let work = daemon.work();
+    let client =
+        TestClient::connect(&daemon.socket(), Framing::Ndjson, json!({}), no_answers()).await;
+    let session = client.create_session(&work, json!({})).await;
+    for n in 0..30 {
+        client
+            .execute(&session, json!([{"id": format!("r{n}"), "name": "find_files", "arguments": {"pattern": "*"}}]))
+            .await;
+    }
+    let log = audit_path(&daemon);
+    type Change = Box<dyn FnOnce(&mut Vec<Vec<u8>>)>;
+    let cases: Vec<(&str, usize, Change)> = vec![
+        (
+            "edited",
+            12,
+            Box::new(|lines| {
+                let text = String::from_utf8(lines[11].clone()).unwrap();
+                lines[11] = text.replace("find_files", "read_file").into_bytes();
+            }),
+        ),
+        (
+            "removed",
+            20,
+            Box::new(|lines| {
+                lines.remove(19);
+            }),
+        ),
+        ("moved", 8, Box::new(|lines| lines.swap(7, 8))),
+    ];
+    for (what, line, change) in cases {
+        let dir = tempfile::tempdir().expect("a directory");
+        let copy = tampered_copy(&log, dir.path(), change);
+        let (code, text) = toold_audit(&daemon, &["verify", "--log", copy.to_str().unwrap()]);
+        assert_eq!(code, Some(1), "{what}: {text}");
+        assert!(
+            text.contains(&format!("BROKEN at {}:{line}:", copy.display())),
+            "{what}: {text}"
+        );
+    }
+    let dir = tempfile::tempdir().expect("a directory");
+    let untouched = tampered_copy(&log, dir.path(), |_| {});
+    let (code, text) = toold_audit(&daemon, &["verify", "--log", untouched.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kills_during_a_flood_lose_no_record_of_an_answered_call() {
+    let mut daemon = TestDaemon::start();
+    let work = daemon.work();
+    std::fs::write(work.join("a.txt"), "a\n").expect("a file");
+    let answered: Arc<Mutex<HashSet<String>>> = Arc::default();
+    let kills = 20;
+    for round in 0..kills {
+        let client = Arc::new(
+            TestClient::connect(&daemon.socket(), Framing::Ndjson, json!({}), no_answers()).await,
+        );
+        let session = client.create_session(&work, json!({})).await;
+        let mut flooders = Vec::new();
+        for flooder in 0..4 {
+            let (client, session, answered) = (client.clone(), session.clone(), answered.clone());
+            flooders.push(tokio::spawn(async move {
+                for n in 0.. {
+                    let id = format!("k{round}_{flooder}_{n}");
+                    let calls = json!([
+                        {"id": format!("{id}a"), "name": "read_file", "arguments": {"path": "a.txt"}},
+                        {"id": format!("{id}b"), "name": "find_files", "arguments": {"pattern": "*.txt"}},
+                    ]);
+                    let sent = client.peer.request("tools/execute".to_owned(), Some(json!({"session_id": session, "calls": calls})));
+                    let Ok(response) = sent.await else { return };
+                    for result in results(&response) {
+                        assert_eq!(outcome(result), "ok");
+                    }
+                    let mut answered = answered.lock().unwrap();
+                    answered.insert(format!("{id}a"));
+                    answered.insert(format!("{id}b"));
+                }
+            }));
+        }
+        tokio::time::sleep(Duration::from_millis(150 + (round * 37) % 200)).await;
+        daemon.kill();
+        for flooder in flooders {
+            flooder.await.expect("a flooder");
+        }
+        daemon.start_again();
+    }
+    // The last start covered a torn line if the last kill left one; so did every other start.
+    let log = audit_path(&daemon);
+    let verified = toold::audit::read::verify(&log).expect("every file verifies");
+    let torn = toold::audit::read::lines(&log)
+        .filter(|line| {
+            let line = line.as_ref().expect("a line");
+            serde_json::from_slice::<Value>(&line.bytes).is_err()
+        })
+        .count() as u64;
+    assert!(torn <= kills, "{torn} torn lines after {kills} kills");
+    assert_eq!(
+        verified.recovered, torn,
+        "each torn line covered by a recovered record"
+    );
+    let recorded: HashSet<String> = calls(&log)
+        .iter()
+        .map(|record| record["call_id"].as_str().unwrap().to_owned())
+        .collect();
+    let answered = answered.lock().unwrap();
+    assert!(
+        answered.len() > 100,
+        "the flood made {} calls",
+        answered.len()
+    );
+    let lost: Vec<&String> = answered
+        .iter()
+        .filter(|id| !recorded.contains(*id))
+        .collect();
+    assert!(
+        lost.is_empty(),
+        "answered calls missing from the log: {lost:?}"
+    );
+}
+
+async fn write_a_mebibyte(config: &str) -> (TestDaemon, Option<Value>) {
+    let daemon = TestDaemon::start_with_config(Some(config));
+    let work = daemon.work();
+    let client =
+        TestClient::connect(&daemon.socket(), Framing::Ndjson, json!({}), no_answers()).await;
+    let session = client
+        .create_session(&work, json!({"mode": "accept_edits"}))
+        .await;
+    let content = "x".repeat(1024 * 1024);
+    let response = client
+        .execute(&session, json!([{"id": "w", "name": "write_file", "arguments": {"path": "big.txt", "content": content}}]))
+        .await;
+    assert_eq!(outcome(results(&response)[0]), "ok");
+    let log = audit_path(&daemon);
+    let record = log.exists().then(|| calls(&log).pop()).flatten();
+    (daemon, record)
+}
+
+#[tokio::test]
+async fn digest_full_and_off() {
+    let (_digest_daemon, digested) = write_a_mebibyte("").await;
+    let digested = digested.expect("a record");
+    let content = "x".repeat(1024 * 1024);
+    assert_eq!(
+        digested["arguments"]["content"],
+        json!({"sha256": toold::audit::record::sha256_hex(content.as_bytes()), "bytes": 1024 * 1024})
+    );
+    assert_eq!(digested["arguments"]["path"], "big.txt");
+
+    let (_full_daemon, full) = write_a_mebibyte("audit = \"full\"\n").await;
+    assert_eq!(
+        full.expect("a record")["arguments"]["content"],
+        content.as_str()
+    );
+
+    let (off_daemon, off) = write_a_mebibyte("audit = \"off\"\n").await;
+    assert!(off.is_none());
+    assert!(
+        toold::audit::read::files(&audit_path(&off_daemon)).is_empty(),
+        "off writes nothing"
+    );
+    let mode = std::fs::metadata(audit_path(&_digest_daemon))
+        .expect("the log")
+        .permissions();
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777,
+        0o600
+    );
+}
+
+#[tokio::test]
+async fn a_full_disk_stops_no_call_and_status_says_how_many_records_were_lost() {
+    if !require::root("a_full_disk_stops_no_call_and_status_says_how_many_records_were_lost") {
+        return;
+    }
+    // The daemon's state directory on a tmpfs of 64 KiB, in a mount namespace of its own.
+    let state = tempfile::tempdir().expect("a directory");
+    let wrapper = vec![
+        "unshare".to_owned(),
+        "-m".to_owned(),
+        "sh".to_owned(),
+        "-c".to_owned(),
+        format!(
+            "mount -t tmpfs -o size=64k tmpfs {0} && mkdir -p {0}/toold && exec \"$@\"",
+            state.path().display()
+        ),
+        "sh".to_owned(),
+    ];
+    let daemon = TestDaemon::start_under(
+        &wrapper,
+        &[("XDG_STATE_HOME", state.path().to_str().unwrap())],
+    );
+    let work = daemon.work();
+    let client =
+        TestClient::connect(&daemon.socket(), Framing::Ndjson, json!({}), no_answers()).await;
+    let session = client.create_session(&work, json!({})).await;
+    std::fs::write(work.join("a.txt"), "a\n").expect("a file");
+    // About 300 records of some 350 bytes fill 64 KiB; every call still runs.
+    for n in 0..60 {
+        let batch: Vec<Value> = (0..5)
+            .map(|k| json!({"id": format!("r{n}_{k}"), "name": "read_file", "arguments": {"path": "a.txt"}}))
+            .collect();
+        let response = client.execute(&session, Value::Array(batch)).await;
+        for result in results(&response) {
+            assert_eq!(outcome(result), "ok", "{response}");
+        }
+    }
+    let output = daemon
+        .command()
+        .args(["status", "--json"])
+        .output()
+        .expect("toold status");
+    let status: Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    let audit = &status["audit"];
+    assert!(audit["lost"].as_u64().unwrap_or(0) > 0, "{status:#}");
+    assert!(
+        audit["last_error"]
+            .as_str()
+            .is_some_and(|error| error.contains("No space left")),
+        "{status:#}"
+    );
+    let text = daemon
+        .command()
+        .arg("status")
+        .output()
+        .expect("toold status");
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("FAILING:") && text.contains("records lost"),
+        "{text}"
+    );
+}
