@@ -16,7 +16,8 @@ use serde_json::{Value, json};
 /// The config every figure's daemon runs with: live output is never cut short (the output
 /// figure streams 100 MB), and a session may turn the sandbox off (the spawn figure compares
 /// commands with and without it); everything else at its default.
-const CONFIG: &str = "max_stream_bytes = 1073741824\n[sandbox]\nallow_unsandboxed = true\n";
+const CONFIG_KEYS: &str = "max_stream_bytes = 1073741824\n";
+const CONFIG_TABLES: &str = "[sandbox]\nallow_unsandboxed = true\n";
 
 /// A private directory (0700) holding a daemon's socket, config and state, removed on drop.
 pub struct Place {
@@ -28,18 +29,27 @@ impl Place {
         Self::with_config("")
     }
 
-    /// A place whose config is the figures' own plus `extra` (TOML tables come last).
+    /// A place whose config is the figures' own plus `extra`: its top-level keys first, then
+    /// its tables (the figures' own `[sandbox]` comes after them).
     pub fn with_config(extra: &str) -> anyhow::Result<Self> {
         let dir = tempfile::tempdir()?;
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700))?;
         let config = dir.path().join("config/toold");
         std::fs::create_dir_all(&config)?;
-        std::fs::write(config.join("config.toml"), format!("{CONFIG}{extra}"))?;
+        std::fs::write(
+            config.join("config.toml"),
+            format!("{CONFIG_KEYS}{extra}\n{CONFIG_TABLES}"),
+        )?;
         Ok(Self { dir })
     }
 
     pub fn socket(&self) -> PathBuf {
         self.dir.path().join("run/toold.sock")
+    }
+
+    /// The daemon's `XDG_STATE_HOME`.
+    pub fn state_dir(&self) -> PathBuf {
+        self.dir.path().join("state")
     }
 
     /// `toold serve` on this place's socket, not started yet.
@@ -48,7 +58,7 @@ impl Place {
         command
             .args(["serve", "--allow-root", "--socket"])
             .arg(self.socket())
-            .env("XDG_STATE_HOME", self.dir.path().join("state"))
+            .env("XDG_STATE_HOME", self.state_dir())
             .env("XDG_CONFIG_HOME", self.dir.path().join("config"))
             .env("TOOLD_LOG", "warn")
             .stdin(Stdio::null());
@@ -70,11 +80,31 @@ impl Daemon {
 
     /// A daemon whose config also has `extra` (see [`Place::with_config`]).
     pub fn start_with(extra: &str) -> anyhow::Result<Self> {
+        Self::start_on(extra, None)
+    }
+
+    /// [`Self::start_with`], every thread of the daemon on `cpu` when given (by `taskset`).
+    pub fn start_on(extra: &str, cpu: Option<usize>) -> anyhow::Result<Self> {
         let place = Place::with_config(extra)?;
-        let child = place
-            .command()?
-            .spawn()
-            .context("start the release toold")?;
+        let command = place.command()?;
+        let mut command = match cpu {
+            Some(cpu) => {
+                let mut pinned = Command::new("taskset");
+                pinned
+                    .args(["-c", &cpu.to_string()])
+                    .arg(command.get_program())
+                    .args(command.get_args())
+                    .envs(
+                        command
+                            .get_envs()
+                            .filter_map(|(name, value)| Some((name, value?))),
+                    )
+                    .stdin(Stdio::null());
+                pinned
+            }
+            None => command,
+        };
+        let child = command.spawn().context("start the release toold")?;
         let socket = place.socket();
         let deadline = Instant::now() + Duration::from_secs(30);
         while UnixStream::connect(&socket).is_err() {
@@ -105,6 +135,11 @@ impl Daemon {
 
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// The daemon's `XDG_STATE_HOME`.
+    pub fn state_dir(&self) -> PathBuf {
+        self._place.state_dir()
     }
 
     pub fn socket(&self) -> &Path {

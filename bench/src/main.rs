@@ -6,7 +6,7 @@
 //! bash bench/setup.sh                                  # ripgrep and fd (Debian packages)
 //! cargo run --release -p toold-bench                   # every figure, writes docs/benchmarks.md
 //! cargo run --release -p toold-bench -- --quick        # every figure on small inputs (CI)
-//! cargo run --release -p toold-bench -- --only search  # one section: roundtrip, search,
+//! cargo run --release -p toold-bench -- --only search  # one section: roundtrip, audit, search,
 //!                                                      #   process, memory, permission, mcp
 //! bash tests/mcp_servers/install.sh                    # the MCP servers the mcp section runs
 //! ```
@@ -16,6 +16,7 @@
 //! `--out FILE` (default `docs/benchmarks.md`; `target/benchmarks-quick.md` with `--quick`).
 //! A run that could not produce every figure exits non-zero.
 
+mod audit;
 mod daemon;
 mod mcp;
 mod memory;
@@ -38,8 +39,9 @@ const DEFAULT_ROUNDS: usize = 21;
 /// The least rounds accepted: fewer make the IQR meaningless.
 const MIN_ROUNDS: usize = 11;
 /// The harness's sections, in the order they run and are written.
-const SECTIONS: [&str; 6] = [
+const SECTIONS: [&str; 7] = [
     "roundtrip",
+    "audit",
     "search",
     "process",
     "memory",
@@ -48,7 +50,7 @@ const SECTIONS: [&str; 6] = [
 ];
 
 const USAGE: &str = "usage: toold-bench [--quick] [--rounds N] [--only SECTION] [--corpus DIR] [--rg PROGRAM] [--out FILE]
-sections: roundtrip, search, process, memory, permission, mcp";
+sections: roundtrip, audit, search, process, memory, permission, mcp";
 
 /// What every section is given.
 pub struct Settings {
@@ -157,6 +159,7 @@ fn run(options: &Options) -> anyhow::Result<()> {
             "memory" => memory::memory_section(settings),
             "permission" => permission::permission_section(settings.rounds),
             "mcp" => mcp::mcp_section(settings, workspace),
+            "audit" => audit::audit_section(settings),
             _ => unreachable!("SECTIONS names every section"),
         }
         .with_context(|| format!("the {name} figures"))?;

@@ -30,6 +30,7 @@ pub const EXPECTED_FIGURES: &[&str] = &[
     "roundtrip",
     "cpu-per-call",
     "throughput",
+    "audit-roundtrip",
     "search-literal",
     "search-regex",
     "search-many",

@@ -286,7 +286,7 @@ fn calls_per_second(
     Ok(total as f64 / elapsed.as_secs_f64())
 }
 
-fn check_read(mut answer: Value) -> anyhow::Result<()> {
+pub fn check_read(mut answer: Value) -> anyhow::Result<()> {
     let outcome = answer["results"][0]["result"].take();
     ensure!(outcome["ok"] == json!(true), "read_file failed: {outcome}");
     ensure!(
@@ -296,7 +296,7 @@ fn check_read(mut answer: Value) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn micros(duration: Duration) -> f64 {
+pub fn micros(duration: Duration) -> f64 {
     duration.as_secs_f64() * 1e6
 }
 

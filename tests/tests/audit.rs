@@ -391,6 +391,12 @@ async fn kills_during_a_flood_lose_no_record_of_an_answered_call() {
         "the flood made {} calls",
         answered.len()
     );
+    eprintln!(
+        "{kills} kills: {} answered calls, {} call records, {torn} torn lines, {} recovered",
+        answered.len(),
+        recorded.len(),
+        verified.recovered
+    );
     let lost: Vec<&String> = answered
         .iter()
         .filter(|id| !recorded.contains(*id))

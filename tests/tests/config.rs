@@ -434,7 +434,7 @@ fn unknown_keys_are_refused_at_every_level() {
             ":1:1: colour: unknown key; the keys here are socket, max_message_bytes, \
              max_connections, max_parallel, max_stream_bytes, timeout_ms, max_command_timeout_ms, \
              max_output_bytes, max_read_bytes, session_idle_ttl, approval_timeout_ms, \
-             hook_timeout_ms, frame_timeout_ms, allow_bypass, permissions, hooks, sandbox, mcp",
+             hook_timeout_ms, frame_timeout_ms, allow_bypass, audit, audit_max_bytes, audit_keep, permissions, hooks, sandbox, mcp",
         ),
         (
             "[permissions]\nallow = []\nalow = []",

@@ -153,7 +153,8 @@ impl Client {
 /// A client that declared hooks is one of its sessions' [`ClientHooks`].
 impl ClientHooks for Client {
     fn handles(&self, event: HookEvent) -> bool {
-        self.hooks(event)
+        // A connection already closing is not asked (its session may not have seen it leave).
+        self.hooks(event) && !self.outbound.is_closed()
     }
 
     fn describe(&self) -> String {
