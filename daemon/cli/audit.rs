@@ -129,7 +129,7 @@ fn since(text: &str) -> anyhow::Result<SystemTime> {
     if let Some(at) = parse_rfc3339(text) {
         return Ok(at);
     }
-    let unit_at = text.len().saturating_sub(1);
+    let unit_at = text.char_indices().last().map_or(0, |(at, _)| at);
     let (number, unit) = text.split_at(unit_at);
     let seconds = match unit {
         "s" => 1,

@@ -157,14 +157,48 @@ fn for_people(tool: &str, explained: &Explanation) -> String {
     if let Some(sandbox) = &explained.sandbox {
         text.push_str(&format!("  sandbox: {sandbox}\n"));
     }
-    let change = match (explained.decision.as_str(), explained.suggestions.first()) {
-        (_, Some(suggestion)) => Some(format!(
-            "add the allow rule '{suggestion}' (config [permissions] allow, or --allow)"
+    let quoted: Vec<String> = explained
+        .suggestions
+        .iter()
+        .map(|rule| format!("'{rule}'"))
+        .collect();
+    let rule = explained.rule.as_deref().unwrap_or("");
+    let change = match (explained.step.as_deref(), quoted.len()) {
+        (_, 1) => Some(format!(
+            "add the allow rule {} (config [permissions] allow, or --allow)",
+            quoted[0]
         )),
-        ("deny", None) if explained.rule.is_some() => {
+        (_, 2..) => Some(format!(
+            "add the allow rules {} (config [permissions] allow, or --allow)",
+            quoted.join(", ")
+        )),
+        (Some("deny_rule"), _) => {
             Some("a deny rule wins over every allow: remove or narrow that rule".to_owned())
         }
-        ("tool_not_allowed", _) => {
+        (Some("ask_rule"), _) => Some(format!(
+            "the ask rule {rule} asks in every mode: narrow or remove it, or answer \"allow for \
+             the session\" to grant this exact call"
+        )),
+        (Some("dont_ask"), _) if !rule.is_empty() => Some(format!(
+            "the ask rule {rule} asks, and under dont_ask asking is denying: change the mode or \
+             the rule"
+        )),
+        (Some("unreadable_command"), _) => Some(
+            "no rule can be checked inside this line: only an approval runs it (or rewrite it \
+             without what cannot be read)"
+                .to_owned(),
+        ),
+        (Some("protected_path"), _) => Some(
+            "only an approval, or an allow rule naming .git (such as write_file(.git/hooks/**)), \
+             lets it write there"
+                .to_owned(),
+        ),
+        (Some("default_ask" | "dont_ask"), _) => Some(
+            "no allow rule can cover this call (see why): only an approval, or a grant of this \
+             exact call, runs it"
+                .to_owned(),
+        ),
+        (Some("plan_mode" | "tool_list"), _) => {
             Some("change the session's mode or its allowed_tools".to_owned())
         }
         _ => None,

@@ -23,6 +23,7 @@ pub(crate) mod confined;
 pub mod env;
 pub mod events;
 pub mod hooks;
+pub mod index;
 pub(crate) mod logging;
 pub mod mcp;
 pub mod paths;

@@ -181,7 +181,8 @@ fuzz_target!(|data: &[u8]| {
             policy,
             grants: &[],
         },
-    );
+    )
+    .decision;
     if decision != Decision::Allow {
         return;
     }

@@ -98,6 +98,7 @@ fn decide(
             grants: &[],
         },
     )
+    .decision
 }
 
 fuzz_target!(|data: &[u8]| {

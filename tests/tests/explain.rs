@@ -340,6 +340,31 @@ async fn explain_agrees_with_the_real_decision_over_the_permission_table() {
         assert_eq!(from_description, explained, "{}", row.name);
         let real = real_decision(&client, &seen, &session, row.tool, &row.arguments).await;
         assert_eq!(real, row.decision, "{}: the real decision", row.name);
+        // What explain suggests adding does allow the call; where it suggests nothing, no
+        // allow rule could.
+        let suggested = explained["suggestions"]
+            .as_array()
+            .expect("suggestions")
+            .clone();
+        if !suggested.is_empty() {
+            let mut with_rules = row.session.clone();
+            let mut allow: Vec<Value> = with_rules["rules"]["allow"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            allow.extend(suggested);
+            with_rules["rules"]["allow"] = Value::Array(allow);
+            with_rules["cwd"] = json!(work);
+            let again = client
+                .request("permissions/explain", json!({"session": with_rules, "call": {"name": row.tool, "arguments": row.arguments}}))
+                .await
+                .expect("explain with the suggested rules");
+            assert_eq!(
+                again["decision"], "allow",
+                "{}: the suggestion {again:#}",
+                row.name
+            );
+        }
     }
 }
 
@@ -363,10 +388,8 @@ async fn explain_names_the_rule_line_each_command_and_the_grant() {
             {"text": "date", "rule": null},
         ])
     );
-    assert_eq!(
-        explained["suggestions"],
-        json!(["run_command(true; echo config-allowed a; date > out.txt)"])
-    );
+    // An allow rule for the one command no rule covers is what would allow the line.
+    assert_eq!(explained["suggestions"], json!(["run_command(date)"]));
     let out = work.join("out.txt");
     assert_eq!(
         explained["paths"],
@@ -527,11 +550,21 @@ async fn toold_explain_prints_the_decision_why_and_what_to_add() {
         "{text}"
     );
     assert!(
-        lines.last().is_some_and(|last| last.contains(
-            "to change it: add the allow rule 'run_command(date && echo config-allowed x)'"
-        )),
+        lines.last().is_some_and(
+            |last| last.contains("to change it: add the allow rule 'run_command(date)'")
+        ),
         "{text}"
     );
+    // The rule it suggests does allow the call.
+    let (code, text) = run(&[
+        "run_command",
+        r#"{"command":"date && echo config-allowed x"}"#,
+        "--cwd",
+        cwd,
+        "--allow",
+        "run_command(date)",
+    ]);
+    assert_eq!(code, Some(0), "{text}");
 
     let (code, text) = run(&["run_command", r#"{"command":"shred x"}"#, "--cwd", cwd]);
     assert_eq!(code, Some(1));

@@ -12,6 +12,7 @@ use regex::Regex;
 const DAEMON_LAYERS: &[&[&str]] = &[
     &[
         "tools",
+        "index",
         "mcp",
         "env",
         "paths",

@@ -27,6 +27,9 @@ pub(super) struct AuditFile {
     next_seq: u64,
     max_bytes: u64,
     keep: usize,
+    /// A rotation renamed the file but could not open its successor: appends go on into the
+    /// renamed one (nothing is lost, the chain holds) until a new file can be opened.
+    reopen: bool,
 }
 
 impl AuditFile {
@@ -41,18 +44,19 @@ impl AuditFile {
         }
         let mut file = open_for_append(path)?;
         let size = file.metadata()?.len();
-        let tail = if size == 0 {
-            // Just rotated, or new: the chain goes on from the newest rotated file.
-            match File::open(rotated(path, 1)) {
+        let tail = last_line(&mut file, size)?;
+        // The chain goes on from the last whole line: this file's, or (a file just rotated,
+        // or torn in its first line) the newest rotated file's.
+        let chained = match &tail.complete {
+            Some(line) => Some(line.clone()),
+            None => match File::open(rotated(path, 1)) {
                 Ok(mut previous) => {
                     let size = previous.metadata()?.len();
-                    last_line(&mut previous, size)?
+                    last_line(&mut previous, size)?.complete
                 }
-                Err(err) if err.kind() == io::ErrorKind::NotFound => Tail::default(),
+                Err(err) if err.kind() == io::ErrorKind::NotFound => None,
                 Err(err) => return Err(err),
-            }
-        } else {
-            last_line(&mut file, size)?
+            },
         };
         let mut log = Self {
             path: path.to_owned(),
@@ -62,17 +66,18 @@ impl AuditFile {
             next_seq: 1,
             max_bytes,
             keep,
+            reopen: false,
         };
-        if let Some(line) = &tail.complete {
+        if let Some(line) = &chained {
             log.last_hash = record::sha256_hex(line);
             log.next_seq = seq_of(line).map_or(1, |seq| seq + 1);
         }
-        let torn = match tail.torn {
-            Some(torn) if size > 0 => torn,
-            _ => return Ok((log, None)),
+        let Some(torn) = tail.torn else {
+            return Ok((log, None));
         };
         // The torn bytes stay; a newline ends them, and a `recovered` record covers them: its
-        // `prev` is their hash, its `covers` the hash of the last whole line before them.
+        // `prev` is their hash, its `covers` the hash of the last whole line before them. One
+        // write: a kill cannot leave the newline without the record.
         let recovered = serde_json::json!({
             "kind": "recovered",
             "ts": record::now(),
@@ -81,9 +86,7 @@ impl AuditFile {
         });
         let body = serde_json::to_string(&recovered).map_err(io::Error::other)?;
         log.last_hash = record::sha256_hex(&torn);
-        log.file.write_all(b"\n")?;
-        log.size += 1;
-        log.append(&[body])?;
+        log.append_after(b"\n", &[body])?;
         Ok((log, Some(torn.len() as u64)))
     }
 
@@ -91,7 +94,15 @@ impl AuditFile {
     /// rotating first when they would take the file past its size. On a failed write the file
     /// is cut back to where it was, so that the chain on disk stays whole.
     pub(super) fn append(&mut self, bodies: &[String]) -> io::Result<()> {
-        let mut chunk = String::with_capacity(bodies.iter().map(|body| body.len() + 100).sum());
+        self.append_after(b"", bodies)
+    }
+
+    /// [`Self::append`], with `prefix` written first in the same write.
+    fn append_after(&mut self, prefix: &[u8], bodies: &[String]) -> io::Result<()> {
+        let mut chunk = Vec::with_capacity(
+            prefix.len() + bodies.iter().map(|body| body.len() + 100).sum::<usize>(),
+        );
+        chunk.extend_from_slice(prefix);
         let mut hash = self.last_hash.clone();
         let mut seq = self.next_seq;
         for body in bodies {
@@ -100,15 +111,19 @@ impl AuditFile {
                 .strip_prefix('{')
                 .and_then(|body| body.strip_suffix('}'))
                 .unwrap_or(body);
-            chunk.push_str(&format!("{{\"seq\":{seq},{inner},\"prev\":\"{hash}\"}}"));
-            hash = hex(&Sha256::digest(&chunk.as_bytes()[start..]));
-            chunk.push('\n');
+            chunk.extend_from_slice(
+                format!("{{\"seq\":{seq},{inner},\"prev\":\"{hash}\"}}").as_bytes(),
+            );
+            hash = hex(&Sha256::digest(&chunk[start..]));
+            chunk.push(b'\n');
             seq += 1;
         }
-        if self.size > 0 && self.size + chunk.len() as u64 > self.max_bytes {
+        if self.reopen {
+            self.open_successor();
+        } else if self.size > 0 && self.size + chunk.len() as u64 > self.max_bytes {
             self.rotate()?;
         }
-        if let Err(err) = self.file.write_all(chunk.as_bytes()) {
+        if let Err(err) = self.file.write_all(&chunk) {
             let _ = self.file.set_len(self.size);
             return Err(err);
         }
@@ -118,13 +133,13 @@ impl AuditFile {
         Ok(())
     }
 
-    /// `audit.jsonl` becomes `audit.jsonl.1`, each `.N` becomes `.N+1`, the one past `keep`
-    /// is removed, and a new empty file takes the name.
+    /// `audit.jsonl` becomes `audit.jsonl.1` and each `.N` becomes `.N+1`; every file at or
+    /// past `keep` (once shifted) is removed, whatever `keep` was when it was made.
     fn rotate(&mut self) -> io::Result<()> {
-        match std::fs::remove_file(rotated(&self.path, self.keep)) {
-            Ok(()) => {}
-            Err(err) if err.kind() == io::ErrorKind::NotFound => {}
-            Err(err) => return Err(err),
+        for n in rotated_numbers(&self.path) {
+            if n >= self.keep {
+                remove_if_there(&rotated(&self.path, n))?;
+            }
         }
         for n in (1..self.keep).rev() {
             match std::fs::rename(rotated(&self.path, n), rotated(&self.path, n + 1)) {
@@ -134,10 +149,60 @@ impl AuditFile {
             }
         }
         std::fs::rename(&self.path, rotated(&self.path, 1))?;
-        self.file = open_for_append(&self.path)?;
-        self.size = 0;
+        self.reopen = true;
+        self.open_successor();
         Ok(())
     }
+
+    /// After a rotation: the new `audit.jsonl`. Until it can be opened, appends go on into
+    /// the rotated file the handle still holds.
+    fn open_successor(&mut self) {
+        match open_for_append(&self.path) {
+            Ok(file) => {
+                self.file = file;
+                self.size = 0;
+                self.reopen = false;
+            }
+            Err(err) => tracing::error!(
+                %err,
+                path = %self.path.display(),
+                "cannot start a new audit log after rotating; appending to the rotated one"
+            ),
+        }
+    }
+}
+
+fn remove_if_there(path: &Path) -> io::Result<()> {
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(err) => Err(err),
+    }
+}
+
+/// The numbers `N` of the rotated files `audit.jsonl.N` next to `path`, gaps included (a
+/// daemon killed in the middle of a rotation leaves one), largest first.
+pub(super) fn rotated_numbers(path: &Path) -> Vec<usize> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let prefix = format!(
+        "{}.",
+        path.file_name().unwrap_or_default().to_string_lossy()
+    );
+    let mut numbers: Vec<usize> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .filter_map(|entry| {
+            let name = entry.ok()?.file_name();
+            let number = name.to_str()?.strip_prefix(&prefix)?;
+            number
+                .bytes()
+                .all(|byte| byte.is_ascii_digit())
+                .then(|| number.parse().ok())?
+        })
+        .filter(|&n| n > 0)
+        .collect();
+    numbers.sort_unstable_by(|a, b| b.cmp(a));
+    numbers
 }
 
 /// `audit.jsonl.N`.

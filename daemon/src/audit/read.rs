@@ -2,17 +2,15 @@
 //! `toold audit`, and `toold audit verify`'s check of the chain, which names the first line
 //! that was changed, removed or moved.
 
+use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{self, BufRead, BufReader};
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use super::file::{GENESIS, rotated};
+use super::file::{GENESIS, rotated, rotated_numbers};
 use super::record::sha256_hex;
-
-/// The most rotated files looked for: far past any `audit_keep` a person sets.
-const MAX_ROTATED: usize = 10_000;
 
 /// One line of the log and where it is.
 #[derive(Debug, Clone)]
@@ -32,13 +30,13 @@ impl Line {
     }
 }
 
-/// The log's files, oldest first: `audit.jsonl.N` … `.1`, then `audit.jsonl`.
+/// The log's files, oldest first: `audit.jsonl.N` … `.1`, then `audit.jsonl`. Every rotated
+/// file in the directory counts, gaps in the numbers included.
 pub fn files(path: &Path) -> Vec<PathBuf> {
-    let mut found: Vec<PathBuf> = (1..=MAX_ROTATED)
+    let mut found: Vec<PathBuf> = rotated_numbers(path)
+        .into_iter()
         .map(|n| rotated(path, n))
-        .take_while(|file| file.exists())
         .collect();
-    found.reverse();
     if path.exists() {
         found.push(path.to_owned());
     }
@@ -138,7 +136,8 @@ fn parse(line: Line) -> Parsed {
 
 /// Checks the chain over every file: each line's `prev` is the hash of the line before it,
 /// its `seq` the one after the line before's, and a line that is not a record is a torn line
-/// covered by the `recovered` record right after it. The first problem is named by its line.
+/// covered by the `recovered` record right after it (or, the very last line of the log, one
+/// still being written). The first problem is named by its line.
 pub fn verify(path: &Path) -> Result<Verified, Broken> {
     let files = files(path);
     let oldest_is_rotated = files.first().is_some_and(|file| file != path);
@@ -154,95 +153,116 @@ pub fn verify(path: &Path) -> Result<Verified, Broken> {
             why: format!("cannot read the log: {err}"),
         })
     });
-    let mut rest: std::collections::VecDeque<Parsed> = std::collections::VecDeque::new();
-    let mut next =
-        |rest: &mut std::collections::VecDeque<Parsed>| -> Result<Option<Parsed>, Broken> {
-            match rest.pop_front() {
-                Some(parsed) => Ok(Some(parsed)),
-                None => lines.next().transpose(),
-            }
-        };
-    let Some(first) = next(&mut rest)? else {
-        return Ok(verified);
-    };
-    if first.seq.is_none() {
-        return Err(broken(
-            &first.line,
-            "not an audit record (not JSON, or no seq)",
-        ));
-    }
-    if first.prev.as_deref() != Some(GENESIS) {
-        if !oldest_is_rotated {
-            return Err(broken(
-                &first.line,
-                "the first line of the log does not start the chain (its prev is not 64 zeros): \
-                 lines before it were removed",
-            ));
+    let mut rest: VecDeque<Parsed> = VecDeque::new();
+    let mut next = |rest: &mut VecDeque<Parsed>| -> Result<Option<Parsed>, Broken> {
+        match rest.pop_front() {
+            Some(parsed) => Ok(Some(parsed)),
+            None => lines.next().transpose(),
         }
-        verified.notes.push(format!(
-            "the chain starts at record {} ({}): older files were rotated away",
-            first.seq.unwrap_or(0),
-            first.line.place()
-        ));
-    }
-    verified.records = 1;
-    let mut previous = first;
+    };
+    // Before the first line: the chain's start (64 zeros, record 0), unless older files were
+    // rotated away, when the first record starts it whatever its `prev` and `seq`.
+    let mut previous: Option<Parsed> = None;
     while let Some(current) = next(&mut rest)? {
-        // A torn line: not a record, and the next line a `recovered` one covering it.
-        if current.seq.is_none() {
-            if !current.line.ended {
+        let previous_hash = previous
+            .as_ref()
+            .map_or(GENESIS, |previous| previous.hash.as_str())
+            .to_owned();
+        // A line that is not a record: being written (the last line of the log, unended), or
+        // torn by a kill and covered by the `recovered` record after it.
+        let current = if current.seq.is_none() {
+            let after = next(&mut rest)?;
+            let Some(after) = after else {
+                if current.line.ended {
+                    return Err(broken(
+                        &current.line,
+                        "not an audit record (not JSON, or no seq)",
+                    ));
+                }
                 verified.notes.push(format!(
                     "{}: the newest line is incomplete (being written, or the daemon was killed; \
                      its next start covers it)",
                     current.line.place()
                 ));
                 break;
-            }
-            let Some(after) = next(&mut rest)? else {
-                return Err(broken(
-                    &current.line,
-                    "not an audit record (not JSON, or no seq)",
-                ));
             };
-            let covered = after.kind.as_deref() == Some("recovered")
+            let covered = current.line.ended
+                && after.kind.as_deref() == Some("recovered")
                 && after.prev.as_deref() == Some(current.hash.as_str())
-                && after.covers.as_deref() == Some(previous.hash.as_str());
+                && (after.covers.as_deref() == Some(previous_hash.as_str())
+                    || previous.is_none() && oldest_is_rotated);
             if !covered {
                 return Err(broken(
                     &current.line,
-                    "not an audit record, and not a torn line covered by a `recovered` record",
+                    "not an audit record, and not a torn line covered by a `recovered` record \
+                     right after it",
                 ));
             }
-            check_seq(&previous, &after, &mut rest, &mut next)?;
             verified.recovered += 1;
-            verified.records += 1;
-            previous = after;
-            continue;
-        }
-        check_seq(&previous, &current, &mut rest, &mut next)?;
-        if current.prev.as_deref() != Some(previous.hash.as_str()) {
-            // The link from `previous` to `current` is broken. `current` itself was changed
-            // (its `prev`) when its link to the next line is broken too; otherwise `previous`
-            // was changed after `current` recorded its hash.
-            let following = next(&mut rest)?;
-            let current_changed = following
-                .as_ref()
-                .is_some_and(|following| following.prev.as_deref() != Some(current.hash.as_str()));
-            return Err(if current_changed {
-                broken(
+            if let Some(previous) = &previous {
+                check_seq(previous, &after, &mut rest, &mut next)?;
+            }
+            after
+        } else {
+            // A record out of sequence says more (removed, moved) than the broken link it also
+            // makes: checked first.
+            if let Some(previous) = &previous {
+                check_seq(previous, &current, &mut rest, &mut next)?;
+            }
+            if current.prev.as_deref() != Some(previous_hash.as_str())
+                && !(previous.is_none() && oldest_is_rotated)
+            {
+                return Err(match &previous {
+                    None => broken(
+                        &current.line,
+                        "the first line of the log does not start the chain (its prev is not 64 \
+                         zeros): lines before it were removed",
+                    ),
+                    Some(previous) => {
+                        // The link from `previous` to `current` is broken. `current` itself was
+                        // changed (its `prev`) when its link to the next line is broken too;
+                        // otherwise `previous` was changed after `current` recorded its hash.
+                        let following = next(&mut rest)?;
+                        let current_changed = following.as_ref().is_some_and(|following| {
+                            following.prev.as_deref() != Some(current.hash.as_str())
+                        });
+                        if current_changed {
+                            broken(
+                                &current.line,
+                                "changed: its prev is not the hash of the line before it, and \
+                                 the next line's prev is not its hash",
+                            )
+                        } else {
+                            broken(
+                                &previous.line,
+                                "changed: the next line's prev is not the hash of this line",
+                            )
+                        }
+                    }
+                });
+            }
+            current
+        };
+        match &previous {
+            Some(_) => {}
+            None if oldest_is_rotated && current.prev.as_deref() != Some(GENESIS) => {
+                verified.notes.push(format!(
+                    "the chain starts at record {} ({}): older files were rotated away",
+                    current.seq.unwrap_or(0),
+                    current.line.place()
+                ));
+            }
+            None if oldest_is_rotated => {}
+            None if current.seq != Some(1) => {
+                return Err(broken(
                     &current.line,
-                    "changed: its prev is not the hash of the line before it, and the next line's \
-                     prev is not its hash",
-                )
-            } else {
-                broken(
-                    &previous.line,
-                    "changed: the next line's prev is not the hash of this line",
-                )
-            });
+                    "the first record of the log is not record 1: records before it were removed",
+                ));
+            }
+            None => {}
         }
         verified.records += 1;
-        previous = current;
+        previous = Some(current);
     }
     Ok(verified)
 }
@@ -252,11 +272,11 @@ pub fn verify(path: &Path) -> Result<Verified, Broken> {
 fn check_seq<F>(
     previous: &Parsed,
     current: &Parsed,
-    rest: &mut std::collections::VecDeque<Parsed>,
+    rest: &mut VecDeque<Parsed>,
     next: &mut F,
 ) -> Result<(), Broken>
 where
-    F: FnMut(&mut std::collections::VecDeque<Parsed>) -> Result<Option<Parsed>, Broken>,
+    F: FnMut(&mut VecDeque<Parsed>) -> Result<Option<Parsed>, Broken>,
 {
     let (Some(before), Some(seq)) = (previous.seq, current.seq) else {
         return Ok(());

@@ -231,3 +231,115 @@ fn digest_keeps_short_strings_and_hashes_long_ones_at_any_depth() {
         arguments
     );
 }
+
+#[test]
+fn a_rotation_cut_short_by_a_kill_leaves_a_log_that_verifies() {
+    let (_dir, path) = temp_log();
+    let roomy = AuditConfig {
+        keep: 20,
+        ..config(2048)
+    };
+    let log = AuditLog::open(&path, &roomy);
+    record_some(&log, 30);
+    drop(log);
+    let rotated = read::files(&path).len() - 1;
+    assert!(rotated >= 2, "{:?}", read::files(&path));
+    // A rotation that renamed every `.N` up and was killed before `audit.jsonl` became `.1`.
+    for n in (1..=rotated).rev() {
+        std::fs::rename(
+            super::file::rotated(&path, n),
+            super::file::rotated(&path, n + 1),
+        )
+        .unwrap();
+    }
+    assert!(!super::file::rotated(&path, 1).exists());
+    let verified = verify(&path).expect("the chain holds across the gap");
+    assert_eq!(verified.records, 30);
+    let log = AuditLog::open(&path, &roomy);
+    record_some(&log, 30);
+    assert_eq!(verify(&path).expect("and after more records").records, 60);
+}
+
+#[test]
+fn a_torn_line_is_a_break_anywhere_but_at_the_very_end() {
+    let (_dir, path) = temp_log();
+    let log = AuditLog::open(
+        &path,
+        &AuditConfig {
+            keep: 20,
+            ..config(2048)
+        },
+    );
+    record_some(&log, 30);
+    drop(log);
+    // Half a line without its newline at the end of a rotated file hides nothing after it.
+    let older = super::file::rotated(&path, 1);
+    let mut bytes = std::fs::read(&older).unwrap();
+    bytes.extend_from_slice(b"{\"seq\":99");
+    std::fs::write(&older, bytes).unwrap();
+    let broken = verify(&path).expect_err("not the end of the log");
+    assert!(
+        broken.place.starts_with(&older.display().to_string()),
+        "{broken}"
+    );
+}
+
+#[test]
+fn a_first_line_torn_in_a_fresh_file_is_covered_and_chained() {
+    let (_dir, path) = temp_log();
+    let roomy = AuditConfig {
+        keep: 20,
+        ..config(2048)
+    };
+    let log = AuditLog::open(&path, &roomy);
+    record_some(&log, 30);
+    drop(log);
+    // The file a rotation just started, torn in its very first line.
+    let current = std::fs::read(&path).unwrap();
+    let first_line_end = current.iter().position(|&byte| byte == b'\n').unwrap();
+    for n in (1..=read::files(&path).len() - 1).rev() {
+        std::fs::rename(
+            super::file::rotated(&path, n),
+            super::file::rotated(&path, n + 1),
+        )
+        .unwrap();
+    }
+    std::fs::rename(&path, super::file::rotated(&path, 1)).unwrap();
+    std::fs::write(&path, &current[..first_line_end / 2]).unwrap();
+    let log = AuditLog::open(&path, &roomy);
+    record_some(&log, 2);
+    let verified = verify(&path).expect("the recovered record chains to the rotated file");
+    assert_eq!(verified.recovered, 1);
+    // And in a brand-new log.
+    let (_dir, path) = temp_log();
+    std::fs::write(&path, b"{\"seq\":1,\"kind\"").unwrap();
+    let log = AuditLog::open(&path, &roomy);
+    record_some(&log, 2);
+    let verified = verify(&path).expect("a torn first line of a new log");
+    assert_eq!((verified.recovered, verified.records), (1, 3));
+}
+
+#[test]
+fn lowering_audit_keep_removes_the_files_past_it() {
+    let (_dir, path) = temp_log();
+    let log = AuditLog::open(
+        &path,
+        &AuditConfig {
+            keep: 10,
+            ..config(1024)
+        },
+    );
+    record_some(&log, 40);
+    drop(log);
+    assert!(read::files(&path).len() > 4);
+    let log = AuditLog::open(
+        &path,
+        &AuditConfig {
+            keep: 3,
+            ..config(1024)
+        },
+    );
+    record_some(&log, 20);
+    assert_eq!(read::files(&path).len(), 4, "{:?}", read::files(&path));
+    verify(&path).expect("the kept files verify");
+}

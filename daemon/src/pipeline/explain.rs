@@ -61,15 +61,39 @@ pub async fn explain(
         return unjudged("tool_not_allowed", Some(step), reason, hooks);
     }
     let analysed = analyse(executor, session_id, &resolved.arguments, &call.name).await;
-    let ((judgment, (commands, redirections, suggestion)), judged) = state.judge_and_inspect(
+    let ((judgment, (commands, redirections, allow_rules)), judged) = state.judge_and_inspect(
         &resolved,
         analysed.as_ref(),
         HookVerdict::None,
         |facts, _| {
             let Some(command) = facts.command else {
-                return (Vec::new(), Vec::new(), permission::canonical_form(facts));
+                let rule = permission::canonical_form(facts);
+                // A file tool's exact form is also a rule (`//` starts an absolute path);
+                // writing a protected path needs a rule naming `.git`, not this one.
+                let usable = !facts.paths.iter().any(|path| path.makes_code_run);
+                return (
+                    Vec::new(),
+                    Vec::new(),
+                    usable.then_some(vec![rule]).unwrap_or_default(),
+                );
             };
-            let commands = permission::command_rules(facts.tool, command, &state.policy)
+            let covered = permission::command_rules(facts.tool, command, &state.policy);
+            // One rule for each command no allow rule covers, when rules can cover the line
+            // at all (nothing opaque, nothing written outside the roots, run inside them).
+            let coverable = command.analysis.opaque.is_empty()
+                && command.analysis.unreadable.is_none()
+                && command.written.iter().all(ResolvedPath::inside_roots)
+                && command.cwd.as_ref().is_none_or(ResolvedPath::inside_roots);
+            let rules = if coverable {
+                covered
+                    .iter()
+                    .filter(|(_, rule)| rule.is_none())
+                    .map(|(text, _)| format!("{}({text})", facts.tool))
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            let commands = covered
                 .into_iter()
                 .map(|(text, rule)| ExplainedCommand {
                     text,
@@ -82,7 +106,7 @@ pub async fn explain(
                 .chain(writes)
                 .map(|(access, path)| explained("command", path, Some(access)))
                 .collect();
-            (commands, redirections, permission::canonical_form(facts))
+            (commands, redirections, rules)
         },
     );
     let argument_name = match judged_arguments(&call.name) {
@@ -104,13 +128,20 @@ pub async fn explain(
         step,
         rule,
     } = judgment;
-    let (decision, reason, suggestions) = match decision {
-        Decision::Allow => ("allow", allowed_because(step), Vec::new()),
-        Decision::Ask { reason, suggestion } => ("ask", reason, vec![suggestion]),
-        // Under dont_ask an allow rule for the call would still let it run.
-        Decision::Deny(reason) if step == Step::DontAsk => ("deny", reason, vec![suggestion]),
-        Decision::Deny(reason) => ("deny", reason, Vec::new()),
-        Decision::NotAllowed(reason) => ("tool_not_allowed", reason, Vec::new()),
+    // Allow rules change only what no rule, grant or mode decided: a default ask (and the
+    // denial dont_ask makes of it). An ask rule, an unreadable line, a protected path win
+    // over every allow rule.
+    let allow_rules_help = step == Step::DefaultAsk || step == Step::DontAsk && rule.is_none();
+    let suggestions = if allow_rules_help {
+        allow_rules
+    } else {
+        Vec::new()
+    };
+    let (decision, reason) = match decision {
+        Decision::Allow => ("allow", allowed_because(step)),
+        Decision::Ask { reason, .. } => ("ask", reason),
+        Decision::Deny(reason) => ("deny", reason),
+        Decision::NotAllowed(reason) => ("tool_not_allowed", reason),
     };
     Explanation {
         decision: decision.to_owned(),

@@ -1,0 +1,5 @@
+//! The warm index (EXTENSIONS.md section E): what lets a repeated `search_code` read only the
+//! files that can match. So far its query planner ([`plan`]): a regex turned into the
+//! trigrams every match must contain.
+
+pub mod plan;
