@@ -1,5 +1,7 @@
 //! The warm index (EXTENSIONS.md section E): what lets a repeated `search_code` read only the
-//! files that can match. So far its query planner ([`plan`]): a regex turned into the
-//! trigrams every match must contain.
+//! files that can match. So far its query planner ([`plan`]: a regex turned into the trigrams
+//! every match must contain) and the trigram index of a set of files ([`trigrams`]: which
+//! files can satisfy such a query).
 
 pub mod plan;
+pub mod trigrams;
