@@ -1,7 +1,9 @@
 //! The warm index (EXTENSIONS.md section E): what lets a repeated `search_code` read only the
 //! files that can match. So far its query planner ([`plan`]: a regex turned into the trigrams
 //! every match must contain) and the trigram index of a set of files ([`trigrams`]: which
-//! files can satisfy such a query).
+//! files can satisfy such a query), and the inotify watch of a root whose barrier says what
+//! changed since the last query ([`watch`]).
 
 pub mod plan;
 pub mod trigrams;
+pub mod watch;
