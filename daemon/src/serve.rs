@@ -132,8 +132,7 @@ pub fn serve(args: ServeArgs) -> Result<(), ServeError> {
             .map(toold_dir_of),
         );
         let store = SessionStore::new(SessionStore::default_dir().ok_or(ServeError::NoStateDirectory)?);
-        // Beside the sessions: `$XDG_STATE_HOME/toold/audit.jsonl`.
-        let audit_path = store.dir().parent().map_or_else(|| store.dir().join("audit.jsonl"), |toold| toold.join("audit.jsonl"));
+        let audit_path = crate::audit::default_path().ok_or(ServeError::NoStateDirectory)?;
         let audit = Arc::new(AuditLog::open(&audit_path, &config.audit));
         tokio::spawn(flush_audit_log(Arc::downgrade(&audit)));
         let executor = Executor::with_settings(

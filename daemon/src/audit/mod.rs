@@ -22,6 +22,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use toold_protocol::AuditStatus;
 use toold_protocol::sync::LockUnpoisoned;
 
 pub use record::{ApproverIdentity, CallRecord, DecisionRecord, SessionChange};
@@ -75,18 +76,6 @@ impl Default for AuditConfig {
 /// Where the log is: `$XDG_STATE_HOME/toold/audit.jsonl`.
 pub fn default_path() -> Option<PathBuf> {
     crate::paths::toold_state_dir().map(|dir| dir.join("audit.jsonl"))
-}
-
-/// What `toold status` shows of the log.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AuditHealth {
-    pub path: Option<PathBuf>,
-    pub mode: AuditMode,
-    pub written: u64,
-    /// Records that could not be written (the disk failed, or the queue was full).
-    pub lost: u64,
-    /// The last failure, if the log has failed.
-    pub last_error: Option<String>,
 }
 
 /// The daemon's audit log: a handle every part that records shares.
@@ -236,10 +225,11 @@ impl AuditLog {
         *self.last_error.lock_unpoisoned() = Some(why);
     }
 
-    pub fn health(&self) -> AuditHealth {
-        AuditHealth {
-            path: self.path.clone(),
-            mode: self.mode,
+    /// The log's state as `initialize` reports it (and `toold status` shows it).
+    pub fn status(&self) -> AuditStatus {
+        AuditStatus {
+            mode: self.mode.as_str().to_owned(),
+            path: self.path.as_ref().map(|path| path.display().to_string()),
             written: self.written.load(Ordering::Relaxed),
             lost: self.lost.load(Ordering::Relaxed),
             last_error: self.last_error.lock_unpoisoned().clone(),

@@ -197,7 +197,7 @@ fn an_unwritable_log_counts_what_it_loses_and_says_why() {
         &config(1 << 30),
     );
     record_some(&log, 3);
-    let health = log.health();
+    let health = log.status();
     assert_eq!((health.written, health.lost), (0, 3));
     assert!(health.last_error.is_some());
 }

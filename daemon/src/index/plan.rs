@@ -59,13 +59,7 @@ impl Query {
                 other => flat.push(other),
             }
         }
-        flat.sort_by_key(query_order);
-        flat.dedup();
-        match flat.len() {
-            0 => Query::All,
-            1 => flat.pop().unwrap_or(Query::All),
-            _ => Query::And(flat),
-        }
+        Self::joined(flat, Query::And)
     }
 
     /// A disjunction with an `All` part is `All`; nested ones flattened; one part is itself.
@@ -78,12 +72,17 @@ impl Query {
                 other => flat.push(other),
             }
         }
-        flat.sort_by_key(query_order);
-        flat.dedup();
-        match flat.len() {
+        Self::joined(flat, Query::Or)
+    }
+
+    /// Flattened parts, deduplicated, joined by `join`; none is `All`, one is itself.
+    fn joined(mut parts: Vec<Query>, join: fn(Vec<Query>) -> Query) -> Query {
+        parts.sort_by_key(query_order);
+        parts.dedup();
+        match parts.len() {
             0 => Query::All,
-            1 => flat.pop().unwrap_or(Query::All),
-            _ => Query::Or(flat),
+            1 => parts.pop().unwrap_or(Query::All),
+            _ => join(parts),
         }
     }
 }

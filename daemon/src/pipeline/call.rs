@@ -12,8 +12,7 @@ use tokio_util::sync::CancellationToken;
 use toold_protocol::{
     ApprovalDecision, ApprovalRequestParams, ApprovalResolved, ArgumentsReplaced, CallEnded,
     CallOutcome, CallStart, ErrorType, PostToolUseParams, PreToolUseDecision, PreToolUseParams,
-    ReplacedBy, ResolvedBy, Safety, SessionMode, ToolCall, ToolOutput as OutputEvent, ToolProgress,
-    ToolResult,
+    ReplacedBy, ResolvedBy, ToolCall, ToolOutput as OutputEvent, ToolProgress, ToolResult,
 };
 
 use super::session::{Session, SessionState};
@@ -231,13 +230,8 @@ fn step_resolve(
 ) -> Result<ResolvedCall, ToolResult> {
     let resolved = scope.executor.registry.resolve(call)?;
     let state = scope.session.state();
-    let definition = resolved.definition();
-    if !state.visible(definition) {
-        if state.mode == SessionMode::Plan && definition.safety == Safety::SideEffect {
-            trail.decided("mode", Step::PlanMode.as_str());
-        } else {
-            trail.decided("system", "tool_list");
-        }
+    if let Some(hidden) = state.hidden_by(resolved.definition()) {
+        trail.decided(hidden.decided_by(), hidden.step());
         return Err(not_visible(call));
     }
     Ok(resolved)

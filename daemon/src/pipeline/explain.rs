@@ -4,13 +4,11 @@
 
 use std::sync::Arc;
 
-use toold_protocol::{
-    ErrorType, ExplainedCommand, ExplainedPath, Explanation, Safety, SessionMode, ToolCall,
-};
+use toold_protocol::{ErrorType, ExplainedCommand, ExplainedPath, Explanation, ToolCall};
 
 use super::Executor;
 use super::call::analyse;
-use super::session::SessionState;
+use super::session::{Hidden, SessionState};
 use crate::hooks::ClientHooks;
 use crate::paths::{self, ResolvedPath};
 use crate::permission::{self, Decision, HookVerdict, Judgment, Step};
@@ -41,24 +39,16 @@ pub async fn explain(
         }
     };
     let definition = resolved.definition();
-    if !state.visible(definition) {
-        let plan = state.mode == SessionMode::Plan && definition.safety == Safety::SideEffect;
-        let (step, reason) = if plan {
-            (
-                Step::PlanMode.as_str(),
-                format!(
-                    "{} changes things, and the session is in plan mode, where only read-only \
-                     tools run",
-                    call.name
-                ),
-            )
-        } else {
-            (
-                "tool_list",
-                format!("{} is not in the session's allowed_tools", call.name),
-            )
+    if let Some(hidden) = state.hidden_by(definition) {
+        let reason = match hidden {
+            Hidden::PlanMode => format!(
+                "{} changes things, and the session is in plan mode, where only read-only \
+                 tools run",
+                call.name
+            ),
+            Hidden::ToolList => format!("{} is not in the session's allowed_tools", call.name),
         };
-        return unjudged("tool_not_allowed", Some(step), reason, hooks);
+        return unjudged("tool_not_allowed", Some(hidden.step()), reason, hooks);
     }
     let analysed = analyse(executor, session_id, &resolved.arguments, &call.name).await;
     let ((judgment, (commands, redirections, allow_rules)), judged) = state.judge_and_inspect(

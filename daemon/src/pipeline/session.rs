@@ -119,16 +119,50 @@ impl SessionState {
 
     /// Whether the session's model may see (and so call) a tool, in the current mode.
     pub fn visible(&self, definition: &ToolDefinition) -> bool {
+        self.hidden_by(definition).is_none()
+    }
+
+    /// Why the session's model may not see a tool; `None` when it may.
+    pub fn hidden_by(&self, definition: &ToolDefinition) -> Option<Hidden> {
         if definition.system {
-            return true;
+            return None;
+        }
+        if self.mode == SessionMode::Plan && definition.safety != toold_protocol::Safety::ReadOnly {
+            return Some(Hidden::PlanMode);
         }
         let listed = self
             .allowed_tools
             .as_deref()
             .is_none_or(|allowed| is_listed(definition, allowed));
-        let mode_allows =
-            self.mode != SessionMode::Plan || definition.safety == toold_protocol::Safety::ReadOnly;
-        listed && mode_allows
+        (!listed).then_some(Hidden::ToolList)
+    }
+}
+
+/// Why a tool is hidden from a session: what `permissions/explain` and the audit log name as
+/// the step that made a call of it `tool_not_allowed`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hidden {
+    /// Plan mode shows read-only tools alone.
+    PlanMode,
+    /// The session's `allowed_tools` leave it out.
+    ToolList,
+}
+
+impl Hidden {
+    /// The step's name (`plan_mode`, `tool_list`).
+    pub fn step(self) -> &'static str {
+        match self {
+            Hidden::PlanMode => permission::Step::PlanMode.as_str(),
+            Hidden::ToolList => "tool_list",
+        }
+    }
+
+    /// Who decided, as the audit log says it: the mode, or the session's tool list.
+    pub fn decided_by(self) -> &'static str {
+        match self {
+            Hidden::PlanMode => "mode",
+            Hidden::ToolList => "system",
+        }
     }
 }
 

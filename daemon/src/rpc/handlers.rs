@@ -76,19 +76,8 @@ pub(crate) fn initialize(
             max_message_bytes: daemon.settings.max_message_bytes as u64,
         },
         sandbox: Some(crate::sandbox::kernel::probe().report()),
-        audit: Some(audit_status(daemon)),
+        audit: Some(daemon.executor.audit.status()),
     })
-}
-
-fn audit_status(daemon: &Daemon) -> toold_protocol::AuditStatus {
-    let health = daemon.executor.audit.health();
-    toold_protocol::AuditStatus {
-        mode: health.mode.as_str().to_owned(),
-        path: health.path.map(|path| path.display().to_string()),
-        written: health.written,
-        lost: health.lost,
-        last_error: health.last_error,
-    }
 }
 
 pub(crate) fn session_create(
