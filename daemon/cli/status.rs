@@ -7,6 +7,8 @@ use std::time::{Duration, SystemTime};
 use clap::Args;
 use serde_json::json;
 use toold_client::protocol::InitializeResult;
+use toold_client::protocol::index::{IndexRootStatus, IndexStatusParams};
+use toold_client::protocol::methods::IndexStatus;
 use toold_client::protocol::time::parse_rfc3339;
 use toold_client::{Client, ClientOptions};
 
@@ -27,6 +29,8 @@ pub struct StatusArgs {
 /// What a running daemon told us.
 struct Up {
     initialized: InitializeResult,
+    /// Each root's warm index (empty from a daemon that does not say).
+    indexes: Vec<IndexRootStatus>,
     sessions: usize,
     running: usize,
     /// The daemon's pid, from the socket's peer credentials.
@@ -54,11 +58,14 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<Outcome> {
     let up = match Client::connect(options).await {
         Ok((client, _events)) => {
             let sessions = client.session_list().await;
+            let indexes = client.call::<IndexStatus>(IndexStatusParams {}).await;
             let initialized = client.initialized();
             client.close();
             let sessions = sessions?;
             Up {
                 initialized,
+                // A daemon older than the index does not know the method.
+                indexes: indexes.unwrap_or_default(),
                 sessions: sessions.len(),
                 running: sessions
                     .iter()
@@ -91,6 +98,7 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<Outcome> {
             "pid": up.pid,
             "sandbox": up.initialized.sandbox,
             "audit": up.initialized.audit,
+            "index": up.indexes,
         });
         render::print_out(&format!("{}\n", serde_json::to_string_pretty(&report)?));
     } else {
@@ -120,7 +128,7 @@ fn describe(socket: &Path, up: &Up) -> String {
     format!(
         "toold is up\n  socket:    {}\n  version:   {version} (protocol {})\n  instance:  {}\n  \
          pid:       {process}\n  sessions:  {} ({} running a batch)\n  uptime:    {uptime}\n  \
-         sandbox:   {}\n  audit:     {}\n",
+         sandbox:   {}\n  audit:     {}\n  index:     {}\n",
         socket.display(),
         info.protocol_version,
         info.instance_id,
@@ -128,7 +136,41 @@ fn describe(socket: &Path, up: &Up) -> String {
         up.running,
         describe_sandbox(info.sandbox.as_ref()),
         describe_audit(info.audit.as_ref()),
+        describe_indexes(&up.indexes),
     )
+}
+
+/// The warm indexes: how many roots, and each root's state, files and fallbacks.
+fn describe_indexes(indexes: &[IndexRootStatus]) -> String {
+    if indexes.is_empty() {
+        return "no root indexed yet".to_owned();
+    }
+    let memory: u64 = indexes.iter().map(|root| root.memory_bytes).sum();
+    let mut text = format!(
+        "{} root{}, {:.1} MiB",
+        indexes.len(),
+        if indexes.len() == 1 { "" } else { "s" },
+        memory as f64 / (1024.0 * 1024.0)
+    );
+    for root in indexes {
+        let state = match &root.reason {
+            Some(reason) => format!("{} ({reason})", root.state),
+            None => root.state.clone(),
+        };
+        text.push_str(&format!(
+            "\n    {}: {state}, {} files",
+            root.root, root.files
+        ));
+        if !root.fallbacks.is_empty() {
+            let fallbacks: Vec<String> = root
+                .fallbacks
+                .iter()
+                .map(|(reason, count)| format!("{reason} {count}"))
+                .collect();
+            text.push_str(&format!("; cold answers: {}", fallbacks.join(", ")));
+        }
+    }
+    text
 }
 
 /// The audit log's state, with what was lost said first.

@@ -63,6 +63,8 @@ pub struct Config {
     pub allow_bypass: bool,
     /// `audit`, `audit_max_bytes`, `audit_keep`.
     pub audit: AuditConfig,
+    /// `[index]`.
+    pub index: crate::index::roots::IndexConfig,
     /// `[permissions]`, each rule's line known; every rule has been parsed once.
     pub rules: ConfigRules,
     /// `[[hooks.pre_tool_use]]` and `[[hooks.post_tool_use]]`, in file order.
@@ -96,6 +98,7 @@ impl Default for Config {
             frame_timeout_ms: millis(toold_protocol::peer::PeerOptions::DEFAULT_FRAME_TIMEOUT),
             allow_bypass: false,
             audit: AuditConfig::default(),
+            index: crate::index::roots::IndexConfig::default(),
             rules: ConfigRules::default(),
             hooks: Vec::new(),
             sandbox: SandboxConfig::default(),

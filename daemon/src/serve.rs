@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use crate::audit::AuditLog;
 use crate::config::{Config, ConfigError};
+use crate::index::roots::Indexes;
 use crate::mcp::server::McpServers;
 use crate::pipeline::Executor;
 use crate::rpc::reload::session_defaults;
@@ -135,8 +136,10 @@ pub fn serve(args: ServeArgs) -> Result<(), ServeError> {
         let audit_path = crate::audit::default_path().ok_or(ServeError::NoStateDirectory)?;
         let audit = Arc::new(AuditLog::open(&audit_path, &config.audit));
         tokio::spawn(flush_audit_log(Arc::downgrade(&audit)));
+        let indexes = Arc::new(Indexes::new(config.index.clone()));
+        tokio::spawn(evict_idle_indexes(Arc::downgrade(&indexes)));
         let executor = Executor::with_settings(
-            Arc::new(Registry::with_builtins()),
+            Arc::new(Registry::with_builtins_indexed(&indexes)),
             Arc::new(ShellParser::of_this_binary()),
             config.batch_settings(),
         )
@@ -147,7 +150,7 @@ pub fn serve(args: ServeArgs) -> Result<(), ServeError> {
         let sessions = SessionManager::new(session_defaults(&config), Some(store));
         let restored = sessions.restore();
         let settings = Settings { allow_bypass: config.allow_bypass, max_message_bytes: config.max_message_bytes };
-        let daemon = Arc::new(Daemon::new(Arc::new(executor), sessions, settings, config.clone(), config_path.clone()));
+        let daemon = Arc::new(Daemon::new(Arc::new(executor), sessions, settings, config.clone(), config_path.clone(), indexes));
         // Each server once, for every session; their tools' coming and going told to clients.
         let told = Arc::downgrade(&daemon);
         let mcp = Arc::new(McpServers::start(&config.mcp_servers, mcp_log_dir, &daemon.registry, Arc::new(move || {
@@ -249,6 +252,22 @@ async fn flush_audit_log(audit: std::sync::Weak<AuditLog>) {
             return;
         };
         audit.flush();
+    }
+}
+
+/// How often indexes unused for `[index] idle_evict` are looked for.
+const INDEX_EVICT_EVERY: Duration = Duration::from_secs(60);
+
+/// Drops the warm indexes left unused, every [`INDEX_EVICT_EVERY`], for as long as they live.
+async fn evict_idle_indexes(indexes: std::sync::Weak<Indexes>) {
+    let mut every = tokio::time::interval(INDEX_EVICT_EVERY);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+        let Some(indexes) = indexes.upgrade() else {
+            return;
+        };
+        indexes.evict_idle(&indexes.config());
     }
 }
 

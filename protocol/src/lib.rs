@@ -17,6 +17,7 @@ pub mod execute;
 pub mod explain;
 pub mod framing;
 pub mod hooks;
+pub mod index;
 pub mod initialize;
 pub mod invoke;
 pub mod mcp;

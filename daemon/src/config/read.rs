@@ -21,6 +21,7 @@ use toold_protocol::{HookEvent, SandboxMode};
 use super::{Config, DAY_SECS, GIB, KIB, MIB, show_duration};
 use crate::audit::AuditMode;
 use crate::hooks::ConfiguredHook;
+use crate::index::roots::IndexConfig;
 use crate::permission::{ConfigRules, Rule, home_dir, lint};
 use crate::sandbox::{OnUnsupported, SandboxConfig};
 
@@ -101,7 +102,7 @@ pub(super) struct Fault {
 }
 
 /// The keys of the top level, for "unknown key" errors.
-const TOP_LEVEL_KEYS: [&str; 21] = [
+const TOP_LEVEL_KEYS: [&str; 22] = [
     "socket",
     "max_message_bytes",
     "max_connections",
@@ -122,6 +123,7 @@ const TOP_LEVEL_KEYS: [&str; 21] = [
     "permissions",
     "hooks",
     "sandbox",
+    "index",
     "mcp",
 ];
 
@@ -154,6 +156,7 @@ pub(super) fn read_document(document: &DeTable<'_>) -> Result<(Config, Vec<Fault
             "permissions" => config.rules = permissions(&field, &mut warnings)?,
             "hooks" => config.hooks = hooks(&field)?,
             "sandbox" => config.sandbox = sandbox(&field, &mut warnings)?,
+            "index" => config.index = index(&field)?,
             "mcp" => config.mcp_servers = mcp::mcp(&field)?,
             _ => return Err(field.unknown(&TOP_LEVEL_KEYS)),
         }
@@ -198,6 +201,63 @@ fn idle_ttl(field: &Field<'_, '_>) -> Result<Option<Duration>, Fault> {
         )));
     }
     Ok(Some(ttl).filter(|ttl| !ttl.is_zero()))
+}
+
+/// The memory all warm indexes may take together, in MiB.
+const INDEX_MEMORY_MIB: Bounds = Bounds {
+    min: 1,
+    max: 1024 * 1024,
+    unit: Unit::Count,
+};
+/// The most directories one root's watch may hold.
+const INDEX_WATCHES: Bounds = Bounds {
+    min: 1,
+    max: 1 << 24,
+    unit: Unit::Count,
+};
+
+/// `[index]`: the warm index of the roots searched (EXTENSIONS.md section E).
+fn index(field: &Field<'_, '_>) -> Result<IndexConfig, Fault> {
+    let mut index = IndexConfig::default();
+    for entry in field.entries()? {
+        match entry.name {
+            "enabled" => index.enabled = entry.boolean()?,
+            "max_memory_mib" => {
+                index.max_memory_bytes = entry.size(INDEX_MEMORY_MIB)? * MIB as usize;
+            }
+            "idle_evict" => index.idle_evict = positive_duration(&entry)?,
+            "retry_after" => index.retry_after = positive_duration(&entry)?,
+            "max_watches" => index.max_watches = entry.size(INDEX_WATCHES)?,
+            _ => {
+                return Err(entry.unknown(&[
+                    "enabled",
+                    "max_memory_mib",
+                    "idle_evict",
+                    "retry_after",
+                    "max_watches",
+                ]));
+            }
+        }
+    }
+    Ok(index)
+}
+
+/// A duration of at least a second: whole seconds, or a string such as `"90s"`, `"30m"`.
+fn positive_duration(field: &Field<'_, '_>) -> Result<Duration, Fault> {
+    let unbounded = Bounds {
+        min: 1,
+        max: 365 * DAY_SECS,
+        unit: Unit::Count,
+    };
+    let duration = match field.value.get_ref() {
+        DeValue::Integer(_) => Duration::from_secs(field.integer(unbounded)?),
+        DeValue::String(text) => parse_duration(text).map_err(|reason| field.fault(reason))?,
+        _ => return Err(field.wrong_type("a duration (\"90s\", \"30m\", \"24h\", \"7d\")")),
+    };
+    if duration.is_zero() {
+        return Err(field.fault("must be at least 1s".to_owned()));
+    }
+    Ok(duration)
 }
 
 /// A whole number followed by one unit: `s`, `m`, `h` or `d`.

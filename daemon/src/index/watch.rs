@@ -67,21 +67,29 @@ pub enum Rebuild {
 pub struct RootWatch {
     root: PathBuf,
     fd: OwnedFd,
-    /// Watch descriptor → the directory it watches.
+    /// Watch descriptor → the directory it watches...
     dirs: HashMap<i32, PathBuf>,
+    /// ...and back.
+    descriptors: HashMap<PathBuf, i32>,
+    /// The most directories watched; past it a directory counts as one that cannot be
+    /// watched, as at the kernel's own limit.
+    max_watches: usize,
     /// A directory that could not be watched since the last barrier.
     unwatched: bool,
     buffer: Vec<MaybeUninit<u8>>,
 }
 
 impl RootWatch {
-    /// An instance for `root`, watching nothing yet.
-    pub fn new(root: &Path) -> io::Result<Self> {
+    /// An instance for `root`, watching nothing yet, that watches at most `max_watches`
+    /// directories.
+    pub fn new(root: &Path, max_watches: usize) -> io::Result<Self> {
         let fd = inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK)?;
         Ok(Self {
             root: root.to_owned(),
             fd,
             dirs: HashMap::new(),
+            descriptors: HashMap::new(),
+            max_watches,
             unwatched: false,
             buffer: vec![MaybeUninit::uninit(); 64 * 1024],
         })
@@ -96,18 +104,51 @@ impl RootWatch {
         self.dirs.len()
     }
 
-    /// Watches `dir` (to be called before it is read). A directory that cannot be watched
-    /// makes the next barrier ask for a rebuild; its error is returned.
+    /// Watches `dir` (to be called before it is read). A directory past the watch limit
+    /// makes the next barrier ask for a rebuild; one that is gone or cannot be read does not
+    /// (its parent's watch reports its going, or the change that makes it readable). The
+    /// error is returned either way.
     pub fn watch_dir(&mut self, dir: &Path) -> io::Result<()> {
+        if self.dirs.len() >= self.max_watches && !self.descriptors.contains_key(dir) {
+            self.unwatched = true;
+            return Err(io::Error::from_raw_os_error(libc_enospc()));
+        }
         match inotify::add_watch(&self.fd, dir, watched_events()) {
             Ok(wd) => {
-                self.dirs.insert(wd, dir.to_owned());
+                // The same directory (inode) watched again keeps its descriptor: the path is
+                // what changes, after a move.
+                if let Some(old) = self.dirs.insert(wd, dir.to_owned()) {
+                    self.descriptors.remove(&old);
+                }
+                self.descriptors.insert(dir.to_owned(), wd);
                 Ok(())
             }
             Err(err) => {
-                self.unwatched = true;
+                if !matches!(
+                    err,
+                    rustix::io::Errno::NOENT
+                        | rustix::io::Errno::ACCESS
+                        | rustix::io::Errno::NOTDIR
+                ) {
+                    self.unwatched = true;
+                }
                 Err(err.into())
             }
+        }
+    }
+
+    /// Whether every directory asked for is watched (none past the limit since the last
+    /// barrier).
+    pub fn complete(&self) -> bool {
+        !self.unwatched
+    }
+
+    /// Stops watching `dir`, if it is watched.
+    pub fn unwatch(&mut self, dir: &Path) {
+        if let Some(wd) = self.descriptors.remove(dir) {
+            self.dirs.remove(&wd);
+            // A directory already gone took its watch with it.
+            let _ = inotify::remove_watch(&self.fd, wd);
         }
     }
 
@@ -139,7 +180,9 @@ impl RootWatch {
             }
             if flags.contains(ReadFlags::IGNORED) {
                 // The watch is gone (its directory deleted, or unmounted).
-                self.dirs.remove(&event.wd());
+                if let Some(dir) = self.dirs.remove(&event.wd()) {
+                    self.descriptors.remove(&dir);
+                }
                 continue;
             }
             match event.file_name() {
@@ -155,6 +198,11 @@ impl RootWatch {
         }
         Ok(changes)
     }
+}
+
+/// `ENOSPC`, what the kernel answers past its watch limit.
+fn libc_enospc() -> i32 {
+    rustix::io::Errno::NOSPC.raw_os_error()
 }
 
 #[cfg(test)]

@@ -97,9 +97,9 @@ macro_rules! method {
 /// Builds the method table.
 pub(crate) fn method_table(daemon: Arc<Daemon>) -> Methods {
     use toold_protocol::methods::{
-        ConfigReload, Initialize, McpRestart, McpStatus, PermissionsExplain, SessionAttach,
-        SessionClose, SessionCreate, SessionDetach, SessionGet, SessionList, SessionUpdate,
-        ToolsCancel, ToolsExecute, ToolsList, ToolsRegister, ToolsUnregister,
+        ConfigReload, IndexStatus, Initialize, McpRestart, McpStatus, PermissionsExplain,
+        SessionAttach, SessionClose, SessionCreate, SessionDetach, SessionGet, SessionList,
+        SessionUpdate, ToolsCancel, ToolsExecute, ToolsList, ToolsRegister, ToolsUnregister,
     };
     let mut module = RpcModule::from_arc(daemon);
     method!(module, Initialize, |daemon, request, params| {
@@ -143,6 +143,9 @@ pub(crate) fn method_table(daemon: Arc<Daemon>) -> Methods {
     });
     method!(module, McpStatus, |daemon, _request, _params| {
         handlers::mcp_status(&daemon)
+    });
+    method!(module, IndexStatus, |daemon, _request, _params| {
+        handlers::index_status(&daemon)
     });
     method!(module, PermissionsExplain, |daemon, _request, params| {
         handlers::permissions_explain(&daemon, params).await

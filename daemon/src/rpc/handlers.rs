@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use serde_json::{Value, json};
+use toold_protocol::index::IndexRootStatus;
 use toold_protocol::{
     CancelParams, CancelResult, Empty, ErrorObject, ExecuteParams, ExecuteResult, ExplainParams,
     Explanation, HookEvent, InitializeParams, InitializeResult, McpRestartParams, McpServerStatus,
@@ -402,6 +403,27 @@ pub(crate) async fn tools_execute(
     // A result the client is answered with is in the audit log first.
     daemon.executor.audit.flush();
     Ok(ExecuteResult { batch_id, results })
+}
+
+pub(crate) fn index_status(daemon: &Daemon) -> Reply<Vec<IndexRootStatus>> {
+    Ok(daemon
+        .indexes
+        .status()
+        .into_iter()
+        .map(|root| IndexRootStatus {
+            root: root.root.display().to_string(),
+            state: root.state.to_owned(),
+            reason: root.reason.map(|reason| reason.as_str().to_owned()),
+            files: root.files as u64,
+            memory_bytes: root.memory_bytes as u64,
+            last_rebuild: root.last_rebuild.map(toold_protocol::time::rfc3339),
+            fallbacks: root
+                .fallbacks
+                .into_iter()
+                .map(|(reason, count)| (reason.as_str().to_owned(), count))
+                .collect(),
+        })
+        .collect())
 }
 
 pub(crate) fn mcp_status(daemon: &Daemon) -> Reply<McpStatusResult> {

@@ -49,6 +49,8 @@ pub struct Daemon {
     /// The configured MCP servers, set once they are started (they need the daemon to tell
     /// clients of their tools).
     pub mcp: std::sync::OnceLock<Arc<McpServers>>,
+    /// The warm indexes of the roots `find_files` and `search_code` search.
+    pub indexes: Arc<crate::index::roots::Indexes>,
     /// `--config`, read again by a reload (`None`: the default file).
     config_path: Option<PathBuf>,
     /// The config in effect, which a reload compares the file with.
@@ -64,6 +66,7 @@ impl Daemon {
         settings: Settings,
         config: Config,
         config_path: Option<PathBuf>,
+        indexes: Arc<crate::index::roots::Indexes>,
     ) -> Self {
         let started = std::time::SystemTime::now();
         let started_nanos = started
@@ -81,6 +84,7 @@ impl Daemon {
             next_batch: AtomicU64::new(1),
             connections: Mutex::new(HashMap::new()),
             mcp: std::sync::OnceLock::new(),
+            indexes,
             config_path,
             running_config: tokio::sync::Mutex::new(config),
             reloading: tokio::sync::Mutex::new(()),

@@ -76,6 +76,10 @@ impl Daemon {
                  with its own ({why})"
             ));
         }
+        if running.index != config.index {
+            result.changed.push("index".to_owned());
+            self.indexes.reconfigure(config.index.clone());
+        }
         if let Some(servers) = self.mcp.get() {
             let changes = servers.reload(&config.mcp_servers).await;
             result.mcp_started = changes.started;

@@ -16,13 +16,16 @@
 //! forge a line) and given exactly in the metadata's `escaped_paths`.
 
 use std::borrow::Cow;
-use std::sync::Mutex;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
 
 use ignore::WalkState;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use toold_protocol::sync::LockUnpoisoned;
 use toold_protocol::{ErrorType, Safety, ToolDefinition};
+
+use crate::index::roots::Indexes;
 
 use super::walk::{self, Budget, FileFilter, MAX_RESULTS, ThreadResults};
 use super::{
@@ -33,7 +36,9 @@ use super::{
 /// How many paths a call lists when it does not say.
 pub const DEFAULT_MAX_RESULTS: usize = 1000;
 
-pub struct FindFiles;
+pub struct FindFiles {
+    pub indexes: Arc<Indexes>,
+}
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -96,38 +101,51 @@ impl Tool for FindFiles {
     }
 
     fn run(&self, args: Map<String, Value>, ctx: ToolContext) -> ToolFuture {
+        let indexes = Arc::clone(&self.indexes);
         Box::pin(async move {
             let args: FindArgs = parse_args(args)?;
-            super::blocking(move || find_files(&args, &ctx)).await
+            super::blocking(move || find_files(&args, &ctx, &indexes)).await
         })
     }
 }
 
-fn find_files(args: &FindArgs, ctx: &ToolContext) -> ToolOutcome {
+fn find_files(args: &FindArgs, ctx: &ToolContext, indexes: &Indexes) -> ToolOutcome {
     let filter = FileFilter::new(Some(&args.pattern))?.hiding(ctx.hidden.clone());
     let root = walk::locate_directory(ctx, args.path.as_deref(), "find_files")?;
     let cancel = &ctx.cancel;
     let budget = Budget::new(args.max_results, ctx.env.max_read_bytes);
-    let shared = Mutex::new(Vec::new());
-    walk::walk_files(&root, &filter, cancel, || {
-        let mut results = ThreadResults::new(&shared);
-        let budget = &budget;
-        move |_path, relative| {
-            let shown = walk::shown_path(relative);
-            let full = budget.take(1, shown.len() + 1);
-            let exact = match &shown {
-                Cow::Owned(shown) => walk::exact_name(relative, shown),
-                Cow::Borrowed(_) => None,
-            };
-            results.local.push((shown.into_owned(), exact));
-            if full {
-                WalkState::Quit
-            } else {
-                WalkState::Continue
-            }
+    let found = |results: &mut Vec<(String, Option<String>)>, relative: &Path| {
+        let shown = walk::shown_path(relative);
+        let full = budget.take(1, shown.len() + 1);
+        let exact = match &shown {
+            Cow::Owned(shown) => walk::exact_name(relative, shown),
+            Cow::Borrowed(_) => None,
+        };
+        results.push((shown.into_owned(), exact));
+        if full {
+            WalkState::Quit
+        } else {
+            WalkState::Continue
         }
+    };
+    let warm = indexes.with_files(&root, filter.walks_git_dirs(), |list| {
+        let mut results = Vec::new();
+        walk::walk_listed(list, &filter, cancel, |relative| {
+            found(&mut results, relative)
+        });
+        results
     });
-    let mut paths = shared.into_inner_unpoisoned();
+    let (mut paths, cold) = match warm {
+        Ok(paths) => (paths, None),
+        Err(reason) => {
+            let shared = Mutex::new(Vec::new());
+            walk::walk_files(&root, &filter, cancel, || {
+                let mut results = ThreadResults::new(&shared);
+                move |_path, relative| found(&mut results.local, relative)
+            });
+            (shared.into_inner_unpoisoned(), Some(reason))
+        }
+    };
     paths.sort_unstable_by(|(left, _), (right, _)| walk::path_order(left, right));
     let found = paths.len();
     paths.truncate(listed(&paths, &budget));
@@ -140,6 +158,11 @@ fn find_files(args: &FindArgs, ctx: &ToolContext) -> ToolOutcome {
     let mut output = ToolOutput::new(shown.join("\n"))
         .with_meta("count", shown.len())
         .with_meta("truncated", truncated);
+    for (key, value) in walk::index_metadata(cold) {
+        if let Some(value) = value {
+            output = output.with_meta(key, value);
+        }
+    }
     if !escaped.is_empty() {
         output = output.with_meta("escaped_paths", escaped);
     }

@@ -435,14 +435,22 @@ fn builtin_definition(
     }
 }
 
-/// The six builtin tools.
+/// The six builtin tools, searching without a warm index (for their definitions, and
+/// callers without a daemon).
 pub fn builtins() -> Vec<Arc<dyn Tool>> {
+    builtins_indexed(&Arc::new(crate::index::roots::Indexes::disabled()))
+}
+
+/// The six builtin tools, `find_files` and `search_code` using `indexes`.
+pub fn builtins_indexed(indexes: &Arc<crate::index::roots::Indexes>) -> Vec<Arc<dyn Tool>> {
     vec![
         Arc::new(read_file::ReadFile),
         Arc::new(write_file::WriteFile),
         Arc::new(edit_file::EditFile),
         Arc::new(run_command::RunCommand),
-        Arc::new(find_files::FindFiles),
+        Arc::new(find_files::FindFiles {
+            indexes: Arc::clone(indexes),
+        }),
         Arc::new(search_code::SearchCode),
     ]
 }

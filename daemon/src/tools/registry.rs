@@ -99,10 +99,16 @@ impl ResolvedCall {
 }
 
 impl Registry {
-    /// A registry holding the six builtin tools.
+    /// A registry holding the six builtin tools, searching without a warm index.
     pub fn with_builtins() -> Self {
+        Self::with_builtins_indexed(&Arc::new(crate::index::roots::Indexes::disabled()))
+    }
+
+    /// A registry holding the six builtin tools, `find_files` and `search_code` using
+    /// `indexes`.
+    pub fn with_builtins_indexed(indexes: &Arc<crate::index::roots::Indexes>) -> Self {
         let registry = Self::default();
-        for tool in super::builtins() {
+        for tool in super::builtins_indexed(indexes) {
             // The builtins' names are distinct and their schemas are literals tested below.
             registry.register(tool).expect("builtin tools register");
         }

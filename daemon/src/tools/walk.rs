@@ -14,23 +14,20 @@
 
 use std::borrow::Cow;
 use std::cmp::Ordering;
-use std::ffi::OsStr;
-use std::num::NonZeroUsize;
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{self, AtomicUsize};
-use std::sync::{Arc, Mutex};
 
 use ignore::overrides::{Override, OverrideBuilder};
-use ignore::{DirEntry, WalkBuilder, WalkState};
+use ignore::{DirEntry, WalkState};
 use tokio_util::sync::CancellationToken;
 use toold_protocol::ErrorType;
-use toold_protocol::sync::LockUnpoisoned;
 
 use super::{HiddenPaths, ToolContext, ToolFailure};
+use crate::index::files::{self, FileList};
+pub use crate::index::files::{ThreadResults, relative_to, walk_threads};
+use crate::index::roots::ColdReason;
 
-/// ripgrep's own ceiling on walker threads: past it, more threads only contend on the disk.
-const MAX_WALK_THREADS: usize = 12;
 /// How many checks [`CancelCheck`] lets pass between two looks at the token.
 const CANCEL_CHECK_EVERY: u32 = 64;
 
@@ -151,6 +148,11 @@ impl FileFilter {
         !self.glob.matched(relative, false).is_ignore()
     }
 
+    /// Whether the walk enters `.git` directories (the glob names `.git`).
+    pub fn walks_git_dirs(&self) -> bool {
+        self.walk_git_dirs
+    }
+
     /// Whether a directory below the root should not be descended into.
     fn prunes_directory(&self, entry: &DirEntry, relative: &Path) -> bool {
         if !self.walk_git_dirs && entry.file_name() == ".git" {
@@ -170,13 +172,6 @@ pub fn names_hidden(glob: &str) -> bool {
         .any(|part| part.starts_with('.') && part != "." && part != "..")
 }
 
-/// How many threads a walk uses: the machine's parallelism, capped as ripgrep caps it.
-pub fn walk_threads() -> usize {
-    std::thread::available_parallelism()
-        .map_or(1, NonZeroUsize::get)
-        .min(MAX_WALK_THREADS)
-}
-
 /// Walks `root` in parallel and calls a per-thread visitor for every regular file that the
 /// ignore rules and `filter` let through, with its absolute path and its path relative to
 /// `root`. `make_visitor` is called once per walker thread, so a visitor can keep its own
@@ -193,10 +188,7 @@ pub fn walk_files<'s, B, V>(
     B: FnMut() -> V,
     V: FnMut(&Path, &Path) -> WalkState + Send + 's,
 {
-    let walker = WalkBuilder::new(root)
-        .hidden(!filter.walk_hidden)
-        .require_git(false)
-        .follow_links(false)
+    let walker = files::walker(root, !filter.walk_hidden)
         .threads(walk_threads())
         .build_parallel();
     walker.run(|| {
@@ -233,22 +225,59 @@ pub fn walk_files<'s, B, V>(
     });
 }
 
-/// `path` relative to `root`, for a path the walker built by joining names onto `root`: a
-/// byte prefix, cheaper than [`Path::strip_prefix`]'s component-by-component comparison, which
-/// showed in profiles of a walk where most entries are rejected.
-fn relative_to<'p>(path: &'p Path, root: &Path) -> Option<&'p Path> {
-    let rest = path
-        .as_os_str()
-        .as_bytes()
-        .strip_prefix(root.as_os_str().as_bytes())?;
-    let rest = match rest.strip_prefix(b"/") {
-        Some(below) => below,
-        // Either the root itself, or a root that ends in `/` (only `/` does, after resolution).
-        None if rest.is_empty() || root.as_os_str().as_bytes().ends_with(b"/") => rest,
-        // A sibling that merely shares the root's bytes (`/a/bc` for root `/a/b`).
-        None => return None,
-    };
-    Some(Path::new(OsStr::from_bytes(rest)))
+/// Visits, from a root's warm file list, exactly the files [`walk_files`] would visit from
+/// that root with `filter` (the list holds what the walk decides with hidden entries shown:
+/// this leaves out what `filter` leaves out), with their paths relative to the root; on the
+/// calling thread, in no particular order. Stops when `visit` returns [`WalkState::Quit`] or
+/// `cancel` fires.
+pub fn walk_listed(
+    list: &FileList,
+    filter: &FileFilter,
+    cancel: &CancellationToken,
+    mut visit: impl FnMut(&Path) -> WalkState,
+) {
+    let root = list.root();
+    if filter.denies(root) {
+        return;
+    }
+    let mut cancel = CancelCheck::new(cancel);
+    list.walk(
+        |relative, name| {
+            (filter.walk_hidden || !is_hidden(name))
+                && !filter.glob.matched(relative, true).is_ignore()
+                && !filter.denies(&root.join(relative))
+        },
+        |relative| {
+            if cancel.is_cancelled() {
+                return false;
+            }
+            let hidden = relative.file_name().is_some_and(is_hidden);
+            if (hidden && !filter.walk_hidden)
+                || !filter.selects_file(relative)
+                || filter.denies(&root.join(relative))
+            {
+                return true;
+            }
+            !matches!(visit(relative), WalkState::Quit)
+        },
+    );
+}
+
+/// A name the walker leaves out as hidden unless told to show hidden entries.
+fn is_hidden(name: &std::ffi::OsStr) -> bool {
+    name.as_encoded_bytes().first() == Some(&b'.')
+}
+
+/// How a listing was made, for its result's metadata: `index` is `warm` when it came from
+/// the warm index, `cold` (with `index_reason`) when from a walk.
+pub fn index_metadata(cold: Option<ColdReason>) -> [(&'static str, Option<&'static str>); 2] {
+    match cold {
+        None => [("index", Some("warm")), ("index_reason", None)],
+        Some(reason) => [
+            ("index", Some("cold")),
+            ("index_reason", Some(reason.as_str())),
+        ],
+    }
 }
 
 /// Looks at a cancellation token only every `CANCEL_CHECK_EVERY` calls (and on the first).
@@ -279,31 +308,6 @@ impl<'a> CancelCheck<'a> {
             self.countdown -= 1;
             false
         }
-    }
-}
-
-/// A walker thread's own results, merged into the shared list once when the thread ends,
-/// so that threads never contend on a lock while they walk.
-pub struct ThreadResults<'s, T> {
-    shared: &'s Mutex<Vec<T>>,
-    pub local: Vec<T>,
-}
-
-impl<'s, T> ThreadResults<'s, T> {
-    pub fn new(shared: &'s Mutex<Vec<T>>) -> Self {
-        Self {
-            shared,
-            local: Vec::new(),
-        }
-    }
-}
-
-impl<T> Drop for ThreadResults<'_, T> {
-    fn drop(&mut self) {
-        // A poisoned lock means another walker thread panicked mid-append; the walk's panic
-        // propagates anyway, and appending to a Vec cannot leave it inconsistent.
-        let mut shared = self.shared.lock_unpoisoned();
-        shared.append(&mut self.local);
     }
 }
 

@@ -27,7 +27,7 @@ fn watch_all(watch: &mut RootWatch, dir: &Path) {
 }
 
 fn watched(root: &Path) -> RootWatch {
-    let mut watch = RootWatch::new(root).unwrap();
+    let mut watch = RootWatch::new(root, usize::MAX).unwrap();
     watch_all(&mut watch, root);
     assert!(
         watch.barrier().unwrap().is_empty(),
@@ -134,12 +134,18 @@ fn a_lost_root_asks_for_a_rebuild() {
 }
 
 #[test]
-fn a_directory_that_cannot_be_watched_asks_for_a_rebuild() {
+fn a_directory_past_the_watch_limit_asks_for_a_rebuild() {
     let (_dir, root) = tree();
-    let mut watch = watched(&root);
-    assert!(watch.watch_dir(&root.join("no-such-dir")).is_err());
+    let mut watch = RootWatch::new(&root, 2).unwrap();
+    watch.watch_dir(&root).unwrap();
+    watch.watch_dir(&root.join("src")).unwrap();
+    assert!(watch.watch_dir(&root.join("src/deep")).is_err());
     assert_eq!(watch.barrier().unwrap().rebuild, Some(Rebuild::Unwatched));
     assert!(watch.barrier().unwrap().is_empty(), "said once");
+    // A directory that is gone is no reason to rebuild: its parent's watch reports it.
+    let mut watch = watched(&root);
+    assert!(watch.watch_dir(&root.join("no-such-dir")).is_err());
+    assert!(watch.barrier().unwrap().is_empty());
 }
 
 #[test]

@@ -1,0 +1,575 @@
+//! The daemon's warm indexes, one per directory a search starts from: each built in the
+//! background on first use, brought up to date at every query (the sync barrier), answered
+//! cold whenever it cannot promise a cold walk's answer, and dropped when idle or over the
+//! memory budget (least recently used first).
+//!
+//! A query gets the index only through [`Indexes::with_files`], which runs the barrier first
+//! and hands the query a list that is what a cold walk would find now, or says why the query
+//! must walk cold. Every cold answer is counted by its reason (`index/status`).
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::Metadata;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant, SystemTime};
+
+use toold_protocol::sync::LockUnpoisoned;
+
+use super::files::{FileList, Limits, Stopped};
+use super::watch::{Rebuild, RootWatch};
+
+/// `[index]`: whether roots are indexed, the memory all indexes may take together, how long
+/// an unused one is kept, and how long a root that could not be indexed answers cold before
+/// it is tried again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IndexConfig {
+    pub enabled: bool,
+    pub max_memory_bytes: usize,
+    pub idle_evict: Duration,
+    pub retry_after: Duration,
+    /// The most directories one root's watch may hold (besides the kernel's own limit).
+    pub max_watches: usize,
+}
+
+impl Default for IndexConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            max_memory_bytes: 256 * 1024 * 1024,
+            idle_evict: Duration::from_secs(30 * 60),
+            retry_after: Duration::from_secs(5 * 60),
+            max_watches: 1 << 20,
+        }
+    }
+}
+
+/// Why a query walked cold instead of using the index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ColdReason {
+    /// `[index] enabled = false`.
+    Disabled,
+    /// The index of the root is being built (first use, or a rebuild).
+    Building,
+    /// The kernel's event queue overflowed: events were lost; rebuilding.
+    Overflow,
+    /// The root itself was deleted, moved or replaced; rebuilding.
+    RootChanged,
+    /// An ignore file outside what the watch sees changed (a parent directory's, a
+    /// `.git/info/exclude`, the global excludes file or git's config naming it); rebuilding.
+    IgnoreFilesChanged,
+    /// A directory could not be watched (the watch limit).
+    WatchLimit,
+    /// The index would pass `max_memory_mib`.
+    MemoryBudget,
+    /// The root is on a network or FUSE filesystem, whose changes inotify does not report.
+    NetworkFilesystem,
+    /// The glob names `.git`, whose directories the index does not hold.
+    GitDirectories,
+    /// The index failed (an inotify instance refused, a thread not started).
+    Error,
+}
+
+impl ColdReason {
+    /// The reason's name on the wire (`metadata.index_reason`, `index/status`'s fallbacks).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Disabled => "disabled",
+            Self::Building => "building",
+            Self::Overflow => "overflow",
+            Self::RootChanged => "root_changed",
+            Self::IgnoreFilesChanged => "ignore_files_changed",
+            Self::WatchLimit => "watch_limit",
+            Self::MemoryBudget => "memory_budget",
+            Self::NetworkFilesystem => "network_filesystem",
+            Self::GitDirectories => "git_directories",
+            Self::Error => "error",
+        }
+    }
+}
+
+/// One root's index as `index/status` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RootStatus {
+    pub root: PathBuf,
+    /// `building`, `ready` or `cold`.
+    pub state: &'static str,
+    /// Why it is cold, when it is.
+    pub reason: Option<ColdReason>,
+    pub files: usize,
+    pub memory_bytes: usize,
+    pub last_rebuild: Option<SystemTime>,
+    pub fallbacks: BTreeMap<ColdReason, u64>,
+}
+
+/// Every root's index.
+pub struct Indexes {
+    config: RwLock<IndexConfig>,
+    roots: Mutex<HashMap<PathBuf, Arc<RootIndex>>>,
+}
+
+struct RootIndex {
+    root: PathBuf,
+    inner: Mutex<Inner>,
+    /// What the index takes, read without its lock when the budget is checked.
+    memory: AtomicUsize,
+    /// When a query last asked for it, read without its lock by eviction.
+    last_used: Mutex<Instant>,
+    /// Set when the index is dropped: a build under way stops.
+    stop: Arc<AtomicBool>,
+}
+
+struct Inner {
+    state: State,
+    last_rebuild: Option<SystemTime>,
+    fallbacks: BTreeMap<ColdReason, u64>,
+}
+
+enum State {
+    Building,
+    Ready(Box<Warm>),
+    Cold {
+        reason: ColdReason,
+        retry_at: Instant,
+    },
+}
+
+/// A built index: the watch, the list it keeps current, and the ignore files it cannot see.
+struct Warm {
+    watch: Arc<Mutex<RootWatch>>,
+    list: FileList,
+    outside: Outside,
+}
+
+impl Default for Indexes {
+    fn default() -> Self {
+        Self::new(IndexConfig::default())
+    }
+}
+
+impl Indexes {
+    pub fn new(config: IndexConfig) -> Self {
+        Self {
+            config: RwLock::new(config),
+            roots: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Indexes that are never used: every query walks cold.
+    pub fn disabled() -> Self {
+        Self::new(IndexConfig {
+            enabled: false,
+            ..IndexConfig::default()
+        })
+    }
+
+    pub fn config(&self) -> IndexConfig {
+        self.config
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
+    /// Takes a new `[index]` (a reload): indexes kept if still enabled, within the new budget.
+    pub fn reconfigure(&self, config: IndexConfig) {
+        let enabled = config.enabled;
+        *self
+            .config
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = config;
+        if !enabled {
+            self.drop_all();
+        } else {
+            self.evict(None);
+        }
+    }
+
+    /// Runs `query` on the file list of `root` (the directory a search starts from,
+    /// resolved), brought up to date first; or says why the caller must walk cold.
+    /// `names_git`: the query's glob names `.git`, which the index does not hold.
+    pub fn with_files<R>(
+        &self,
+        root: &Path,
+        names_git: bool,
+        query: impl FnOnce(&FileList) -> R,
+    ) -> Result<R, ColdReason> {
+        let config = self.config();
+        if !config.enabled {
+            return Err(ColdReason::Disabled);
+        }
+        self.evict_idle(&config);
+        let index = self.root_index(root, &config);
+        *index.last_used.lock_unpoisoned() = Instant::now();
+        let mut inner = index.inner.lock_unpoisoned();
+        if names_git {
+            return Err(inner.fell_back(ColdReason::GitDirectories));
+        }
+        let limits = index.limits(&config);
+        let outcome = match &mut inner.state {
+            State::Building => Err(ColdReason::Building),
+            State::Cold { reason, retry_at } => {
+                let reason = *reason;
+                if Instant::now() >= *retry_at {
+                    index.start_build(&mut inner, &config);
+                }
+                Err(reason)
+            }
+            State::Ready(warm) => match warm.sync(&limits) {
+                Ok(()) => {
+                    index
+                        .memory
+                        .store(warm.list.memory_bytes(), Ordering::Relaxed);
+                    Ok(())
+                }
+                Err(reason) => {
+                    index.memory.store(0, Ordering::Relaxed);
+                    match reason {
+                        ColdReason::WatchLimit | ColdReason::MemoryBudget => {
+                            inner.state = State::Cold {
+                                reason,
+                                retry_at: Instant::now() + config.retry_after,
+                            };
+                        }
+                        _ => index.start_build(&mut inner, &config),
+                    }
+                    Err(reason)
+                }
+            },
+        };
+        if let Err(reason) = outcome {
+            return Err(inner.fell_back(reason));
+        }
+        drop(inner);
+        if self.evict(Some(&index)) {
+            let mut inner = index.inner.lock_unpoisoned();
+            inner.state = State::Cold {
+                reason: ColdReason::MemoryBudget,
+                retry_at: Instant::now() + config.retry_after,
+            };
+            index.memory.store(0, Ordering::Relaxed);
+            return Err(inner.fell_back(ColdReason::MemoryBudget));
+        }
+        let inner = index.inner.lock_unpoisoned();
+        match &inner.state {
+            State::Ready(warm) => Ok(query(&warm.list)),
+            // Taken by a reload or an eviction in between.
+            _ => Err(ColdReason::Building),
+        }
+    }
+
+    /// Every root's index, sorted by root.
+    pub fn status(&self) -> Vec<RootStatus> {
+        let roots: Vec<Arc<RootIndex>> = self.roots.lock_unpoisoned().values().cloned().collect();
+        let mut status: Vec<RootStatus> = roots.iter().map(|index| index.status()).collect();
+        status.sort_by(|left, right| left.root.cmp(&right.root));
+        status
+    }
+
+    /// Drops the indexes not used for `idle_evict`.
+    pub fn evict_idle(&self, config: &IndexConfig) {
+        let now = Instant::now();
+        let mut roots = self.roots.lock_unpoisoned();
+        roots.retain(|_, index| {
+            let idle = now.duration_since(*index.last_used.lock_unpoisoned());
+            let keep = idle < config.idle_evict;
+            if !keep {
+                index.stop.store(true, Ordering::Relaxed);
+            }
+            keep
+        });
+    }
+
+    fn drop_all(&self) {
+        let mut roots = self.roots.lock_unpoisoned();
+        for index in roots.values() {
+            index.stop.store(true, Ordering::Relaxed);
+        }
+        roots.clear();
+    }
+
+    /// Drops the least recently used indexes other than `keep` while all of them together
+    /// take more than the budget; true when `keep` alone is still over it.
+    fn evict(&self, keep: Option<&Arc<RootIndex>>) -> bool {
+        let budget = self.config().max_memory_bytes;
+        let mut roots = self.roots.lock_unpoisoned();
+        let total = |roots: &HashMap<PathBuf, Arc<RootIndex>>| -> usize {
+            roots
+                .values()
+                .map(|index| index.memory.load(Ordering::Relaxed))
+                .sum()
+        };
+        while total(&roots) > budget {
+            let oldest = roots
+                .values()
+                .filter(|index| keep.is_none_or(|keep| !Arc::ptr_eq(index, keep)))
+                .filter(|index| index.memory.load(Ordering::Relaxed) > 0)
+                .min_by_key(|index| *index.last_used.lock_unpoisoned())
+                .map(|index| index.root.clone());
+            let Some(oldest) = oldest else {
+                return true;
+            };
+            if let Some(index) = roots.remove(&oldest) {
+                index.stop.store(true, Ordering::Relaxed);
+            }
+        }
+        false
+    }
+
+    /// The index of `root`, made (and its build started) on first use.
+    fn root_index(&self, root: &Path, config: &IndexConfig) -> Arc<RootIndex> {
+        let mut roots = self.roots.lock_unpoisoned();
+        if let Some(index) = roots.get(root) {
+            return Arc::clone(index);
+        }
+        let index = Arc::new(RootIndex {
+            root: root.to_owned(),
+            last_used: Mutex::new(Instant::now()),
+            inner: Mutex::new(Inner {
+                state: State::Building,
+                last_rebuild: None,
+                fallbacks: BTreeMap::new(),
+            }),
+            memory: AtomicUsize::new(0),
+            stop: Arc::new(AtomicBool::new(false)),
+        });
+        roots.insert(root.to_owned(), Arc::clone(&index));
+        drop(roots);
+        let mut inner = index.inner.lock_unpoisoned();
+        index.start_build(&mut inner, config);
+        drop(inner);
+        index
+    }
+}
+
+impl Inner {
+    fn fell_back(&mut self, reason: ColdReason) -> ColdReason {
+        *self.fallbacks.entry(reason).or_default() += 1;
+        reason
+    }
+}
+
+impl RootIndex {
+    fn limits(&self, config: &IndexConfig) -> Limits {
+        Limits {
+            max_bytes: config.max_memory_bytes,
+            stop: Arc::clone(&self.stop),
+        }
+    }
+
+    /// Builds the index on a thread of its own; queries answer cold meanwhile.
+    fn start_build(self: &Arc<Self>, inner: &mut Inner, config: &IndexConfig) {
+        inner.state = State::Building;
+        self.memory.store(0, Ordering::Relaxed);
+        let index = Arc::clone(self);
+        let limits = self.limits(config);
+        let (max_watches, retry_after) = (config.max_watches, config.retry_after);
+        let started = std::thread::Builder::new()
+            .name("toold-index".to_owned())
+            .spawn(move || {
+                let built = Warm::build(&index.root, max_watches, &limits);
+                let mut inner = index.inner.lock_unpoisoned();
+                inner.state = match built {
+                    Ok(warm) => {
+                        index
+                            .memory
+                            .store(warm.list.memory_bytes(), Ordering::Relaxed);
+                        inner.last_rebuild = Some(SystemTime::now());
+                        State::Ready(Box::new(warm))
+                    }
+                    Err(reason) => State::Cold {
+                        reason,
+                        retry_at: Instant::now() + retry_after,
+                    },
+                };
+            });
+        if let Err(err) = started {
+            tracing::warn!(root = %self.root.display(), %err, "cannot start an index build");
+            inner.state = State::Cold {
+                reason: ColdReason::Error,
+                retry_at: Instant::now() + config.retry_after,
+            };
+        }
+    }
+
+    fn status(&self) -> RootStatus {
+        let inner = self.inner.lock_unpoisoned();
+        let (state, reason, files, memory_bytes) = match &inner.state {
+            State::Building => ("building", None, 0, 0),
+            State::Ready(warm) => ("ready", None, warm.list.files(), warm.list.memory_bytes()),
+            State::Cold { reason, .. } => ("cold", Some(*reason), 0, 0),
+        };
+        RootStatus {
+            root: self.root.clone(),
+            state,
+            reason,
+            files,
+            memory_bytes,
+            last_rebuild: inner.last_rebuild,
+            fallbacks: inner.fallbacks.clone(),
+        }
+    }
+}
+
+impl Warm {
+    fn build(root: &Path, max_watches: usize, limits: &Limits) -> Result<Self, ColdReason> {
+        if on_network_filesystem(root) {
+            return Err(ColdReason::NetworkFilesystem);
+        }
+        let watch = RootWatch::new(root, max_watches).map_err(|err| {
+            tracing::warn!(root = %root.display(), %err, "cannot watch a root to index it");
+            ColdReason::Error
+        })?;
+        let watch = Arc::new(Mutex::new(watch));
+        // Read before the walk: a change made while it runs shows at the first barrier.
+        let mut outside = Outside::read(root);
+        let list = FileList::build(root, &watch, limits).map_err(|stopped| match stopped {
+            Stopped::OverBudget => ColdReason::MemoryBudget,
+            Stopped::Asked => ColdReason::Error,
+        })?;
+        outside.add_git_dirs(list.git_dirs());
+        if !watch.lock_unpoisoned().complete() {
+            return Err(ColdReason::WatchLimit);
+        }
+        Ok(Self {
+            watch,
+            list,
+            outside,
+        })
+    }
+
+    /// The sync barrier: every change the watch holds applied, or why the index cannot be
+    /// brought up to date.
+    fn sync(&mut self, limits: &Limits) -> Result<(), ColdReason> {
+        let changes = self
+            .watch
+            .lock_unpoisoned()
+            .barrier()
+            .map_err(|_| ColdReason::Error)?;
+        match changes.rebuild {
+            Some(Rebuild::Overflow) => return Err(ColdReason::Overflow),
+            Some(Rebuild::RootGone) => return Err(ColdReason::RootChanged),
+            Some(Rebuild::Unwatched) => return Err(ColdReason::WatchLimit),
+            None => {}
+        }
+        if self.outside.changed() {
+            return Err(ColdReason::IgnoreFilesChanged);
+        }
+        if !changes.paths.is_empty() {
+            self.list
+                .apply(&changes.paths, &self.watch, limits)
+                .map_err(|stopped| match stopped {
+                    Stopped::OverBudget => ColdReason::MemoryBudget,
+                    Stopped::Asked => ColdReason::Error,
+                })?;
+            if !self.watch.lock_unpoisoned().complete() {
+                return Err(ColdReason::WatchLimit);
+            }
+            self.outside.add_git_dirs(self.list.git_dirs());
+        }
+        Ok(())
+    }
+}
+
+/// What identifies a file's version: a change of any of these is a change of the file.
+type Fingerprint = Option<(u64, u64, u64, i64, i64, i64, i64)>;
+
+fn fingerprint(path: &Path) -> Fingerprint {
+    std::fs::metadata(path).ok().map(|meta: Metadata| {
+        (
+            meta.dev(),
+            meta.ino(),
+            meta.size(),
+            meta.mtime(),
+            meta.mtime_nsec(),
+            meta.ctime(),
+            meta.ctime_nsec(),
+        )
+    })
+}
+
+/// The files that decide what the walk ignores but that no watch of the root sees: the
+/// parents' ignore files and `.git/info/exclude`, those of the `.git` directories inside the
+/// root (never entered), the global excludes file and git's config files that may name it.
+/// Looked at (one `statx` each) at every barrier.
+struct Outside {
+    files: BTreeMap<PathBuf, Fingerprint>,
+}
+
+impl Outside {
+    fn read(root: &Path) -> Self {
+        let mut paths = Vec::new();
+        for dir in root.ancestors() {
+            for name in [".gitignore", ".ignore", ".git/info/exclude"] {
+                paths.push(dir.join(name));
+            }
+        }
+        let home = std::env::var_os("HOME").map(PathBuf::from);
+        let xdg = std::env::var_os("XDG_CONFIG_HOME")
+            .map(PathBuf::from)
+            .filter(|dir| !dir.as_os_str().is_empty())
+            .or_else(|| home.as_ref().map(|home| home.join(".config")));
+        if let Some(home) = &home {
+            paths.push(home.join(".gitconfig"));
+        }
+        if let Some(xdg) = &xdg {
+            paths.push(xdg.join("git/config"));
+            paths.push(xdg.join("git/ignore"));
+        }
+        for variable in ["GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM"] {
+            if let Some(path) = std::env::var_os(variable).filter(|path| !path.is_empty()) {
+                paths.push(PathBuf::from(path));
+            }
+        }
+        paths.push(PathBuf::from("/etc/gitconfig"));
+        if let Some(excludes) = ignore::gitignore::gitconfig_excludes_path() {
+            paths.push(excludes);
+        }
+        Self {
+            files: paths
+                .into_iter()
+                .map(|path| {
+                    let print = fingerprint(&path);
+                    (path, print)
+                })
+                .collect(),
+        }
+    }
+
+    /// Also looks at the `info/exclude` of these `.git` directories.
+    fn add_git_dirs<'p>(&mut self, git_dirs: impl Iterator<Item = &'p Path>) {
+        for git_dir in git_dirs {
+            let exclude = git_dir.join("info/exclude");
+            if let std::collections::btree_map::Entry::Vacant(vacant) = self.files.entry(exclude) {
+                let print = fingerprint(vacant.key());
+                vacant.insert(print);
+            }
+        }
+    }
+
+    fn changed(&self) -> bool {
+        self.files
+            .iter()
+            .any(|(path, print)| fingerprint(path) != *print)
+    }
+}
+
+/// Whether `root` is on a filesystem whose changes inotify may not report: network
+/// filesystems (changes made on other machines), FUSE, 9p.
+fn on_network_filesystem(root: &Path) -> bool {
+    const NETWORK: [u64; 9] = [
+        0x6969,      // NFS
+        0x6573_5546, // FUSE
+        0x517B,      // SMB
+        0xFF53_4D42, // CIFS
+        0xFE53_4D42, // SMB2
+        0x0102_1997, // 9p
+        0x00C3_6400, // Ceph
+        0x5346_414F, // AFS
+        0x0BD0_0BD0, // Lustre
+    ];
+    rustix::fs::statfs(root).is_ok_and(|stat| NETWORK.contains(&(stat.f_type as u64)))
+}
+
+#[cfg(test)]
+mod tests;
