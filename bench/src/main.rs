@@ -18,6 +18,7 @@
 
 mod audit;
 mod daemon;
+mod index;
 mod mcp;
 mod memory;
 mod permission;
@@ -39,10 +40,11 @@ const DEFAULT_ROUNDS: usize = 21;
 /// The least rounds accepted: fewer make the IQR meaningless.
 const MIN_ROUNDS: usize = 11;
 /// The harness's sections, in the order they run and are written.
-const SECTIONS: [&str; 7] = [
+const SECTIONS: [&str; 8] = [
     "roundtrip",
     "audit",
     "search",
+    "index",
     "process",
     "memory",
     "permission",
@@ -143,7 +145,7 @@ fn run(options: &Options) -> anyhow::Result<()> {
             .canonicalize()
             .with_context(|| format!("corpus {}", dir.display()))?,
         (None, true) => search::quick_corpus(scratch.path())?,
-        (None, false) if selected("search") => search::full_corpus()?,
+        (None, false) if selected("search") || selected("index") => search::full_corpus()?,
         (None, false) => PathBuf::new(),
     };
     // Built before anything is timed.
@@ -155,6 +157,7 @@ fn run(options: &Options) -> anyhow::Result<()> {
         let section = match *name {
             "roundtrip" => roundtrip::roundtrip_section(settings),
             "search" => search::search_section(settings, &tools, &corpus),
+            "index" => index::index_section(settings, &tools, &corpus),
             "process" => process::process_section(settings),
             "memory" => memory::memory_section(settings),
             "permission" => permission::permission_section(settings.rounds),

@@ -76,8 +76,9 @@ pub struct Limits {
 #[derive(Debug)]
 pub struct FileList {
     root: PathBuf,
-    /// Every directory entered, by its path relative to the root (the root's is empty).
-    dirs: HashMap<PathBuf, Dir>,
+    /// Every directory entered, by its path relative to the root (the root's is empty), as
+    /// bytes: hashed and compared as bytes, not component by component as a `Path` is.
+    dirs: HashMap<OsString, Dir>,
     files: usize,
     bytes: usize,
     /// The `.git` directories met, whose `info/exclude` the watch cannot see.
@@ -129,43 +130,56 @@ impl FileList {
 
     /// Visits the list as a walk would: from the root down, `enter` saying for each directory
     /// (its path relative to the root, and its name) whether to go in, `visit` getting each
-    /// file of an entered directory (relative to the root) and saying whether to go on.
-    /// Directories come in no particular order; a caller that shows paths sorts them.
+    /// file of an entered directory (its path relative to the root, and its name) and saying
+    /// whether to go on. Entries come in the order toold shows paths (component by component,
+    /// each by its bytes), so that a listing made from them is sorted already.
     pub fn walk(
         &self,
         mut enter: impl FnMut(&Path, &OsStr) -> bool,
-        mut visit: impl FnMut(&Path) -> bool,
+        mut visit: impl FnMut(&Path, &OsStr) -> bool,
     ) {
-        let mut path = PathBuf::new();
+        let mut path = Vec::new();
         self.walk_from(&mut path, &mut enter, &mut visit);
     }
 
+    /// The walk below the directory at `path` (relative, as bytes: a name is pushed and cut
+    /// off again without `PathBuf::pop`'s parsing of components): its files and
+    /// subdirectories merged by name.
     fn walk_from(
         &self,
-        path: &mut PathBuf,
+        path: &mut Vec<u8>,
         enter: &mut impl FnMut(&Path, &OsStr) -> bool,
-        visit: &mut impl FnMut(&Path) -> bool,
+        visit: &mut impl FnMut(&Path, &OsStr) -> bool,
     ) -> bool {
-        let Some(dir) = self.dirs.get(path.as_path()) else {
+        let Some(dir) = self.dirs.get(OsStr::from_bytes(path)) else {
             return true;
         };
-        for name in &dir.files {
-            path.push(name);
-            let go_on = visit(path);
-            path.pop();
+        let length = path.len();
+        let mut files = dir.files.iter().peekable();
+        let mut subdirs = dir.subdirs.iter().peekable();
+        loop {
+            let (name, is_dir) = match (files.peek(), subdirs.peek()) {
+                (Some(file), Some(subdir)) if file < subdir => (files.next(), false),
+                (Some(_), Some(_)) | (None, Some(_)) => (subdirs.next(), true),
+                (Some(_), None) => (files.next(), false),
+                (None, None) => return true,
+            };
+            let name = name.expect("peeked").as_os_str();
+            if !path.is_empty() {
+                path.push(b'/');
+            }
+            path.extend_from_slice(name.as_bytes());
+            let relative = Path::new(OsStr::from_bytes(path));
+            let go_on = if is_dir {
+                !enter(relative, name) || self.walk_from(path, enter, visit)
+            } else {
+                visit(relative, name)
+            };
+            path.truncate(length);
             if !go_on {
                 return false;
             }
         }
-        for name in &dir.subdirs {
-            path.push(name);
-            let go_on = !enter(path, name) || self.walk_from(path, enter, visit);
-            path.pop();
-            if !go_on {
-                return false;
-            }
-        }
-        true
     }
 
     /// Brings the list up to date with the paths the watch reported changed (absolute).
@@ -183,7 +197,7 @@ impl FileList {
                 continue;
             };
             let parent = relative.parent().unwrap_or(Path::new(""));
-            if self.dirs.contains_key(relative) {
+            if self.dirs.contains_key(relative.as_os_str()) {
                 redo.insert(relative.to_owned());
             } else if relative
                 .file_name()
@@ -219,7 +233,7 @@ impl FileList {
         let mut relist: Vec<PathBuf> = relist.into_iter().collect();
         relist.sort_by_key(|dir| dir.components().count());
         for dir in relist {
-            if self.dirs.contains_key(&dir) {
+            if self.dirs.contains_key(dir.as_os_str()) {
                 self.relist(&dir, watch, limits)?;
             }
         }
@@ -268,7 +282,7 @@ impl FileList {
         }
         let old = self
             .dirs
-            .get_mut(dir)
+            .get_mut(dir.as_os_str())
             .expect("a listed directory is in the list");
         let old_files = std::mem::take(&mut old.files);
         let old_subdirs = std::mem::take(&mut old.subdirs);
@@ -282,7 +296,7 @@ impl FileList {
         }
         let old = self
             .dirs
-            .get_mut(dir)
+            .get_mut(dir.as_os_str())
             .expect("a listed directory is in the list");
         old.files = files;
         old.subdirs = subdirs.clone();
@@ -293,7 +307,7 @@ impl FileList {
         }
         for name in &subdirs {
             let path = dir.join(name);
-            if !self.dirs.contains_key(&path) {
+            if !self.dirs.contains_key(path.as_os_str()) {
                 self.walk_subtree(&path, watch, limits)?;
             }
         }
@@ -382,17 +396,17 @@ impl FileList {
                     self.bytes += DIR_BYTES + path.as_os_str().len();
                     if let Some(parent) = path.parent()
                         && !path.as_os_str().is_empty()
-                        && let Some(dir) = self.dirs.get_mut(parent)
+                        && let Some(dir) = self.dirs.get_mut(parent.as_os_str())
                     {
                         dir.subdirs.insert(name_of(&path));
                     }
-                    self.dirs.entry(path).or_default();
+                    self.dirs.entry(path.into_os_string()).or_default();
                 }
                 Found::File(path) => {
                     let parent = path.parent().unwrap_or(Path::new(""));
                     let name = name_of(&path);
                     let bytes = FILE_BYTES + name.len();
-                    if let Some(dir) = self.dirs.get_mut(parent)
+                    if let Some(dir) = self.dirs.get_mut(parent.as_os_str())
                         && dir.files.insert(name)
                     {
                         self.files += 1;
@@ -415,15 +429,15 @@ impl FileList {
     /// Takes out the directory at `dir` (relative) and everything below it, and its name from
     /// its parent's entries.
     fn remove_subtree(&mut self, dir: &Path) {
-        let below: Vec<PathBuf> = self
+        let below: Vec<OsString> = self
             .dirs
             .keys()
-            .filter(|path| path.starts_with(dir))
+            .filter(|path| Path::new(path).starts_with(dir))
             .cloned()
             .collect();
         for path in below {
             if let Some(removed) = self.dirs.remove(&path) {
-                self.bytes -= DIR_BYTES + path.as_os_str().len();
+                self.bytes -= DIR_BYTES + path.len();
                 for name in &removed.files {
                     self.files -= 1;
                     self.bytes -= FILE_BYTES + name.len();
@@ -434,7 +448,7 @@ impl FileList {
         self.git_dirs
             .retain(|git_dir| !git_dir.starts_with(&absolute));
         if let (Some(parent), Some(name)) = (dir.parent(), dir.file_name())
-            && let Some(parent) = self.dirs.get_mut(parent)
+            && let Some(parent) = self.dirs.get_mut(parent.as_os_str())
         {
             parent.subdirs.remove(name);
         }
@@ -444,7 +458,11 @@ impl FileList {
     /// away keeps its watch, which would report its changes under its old path.
     fn unwatch_subtree(&self, dir: &Path, watch: &Arc<Mutex<RootWatch>>) {
         let mut watch = watch.lock_unpoisoned();
-        for path in self.dirs.keys().filter(|path| path.starts_with(dir)) {
+        for path in self
+            .dirs
+            .keys()
+            .filter(|path| Path::new(path).starts_with(dir))
+        {
             watch.unwatch(&self.root.join(path));
         }
     }
@@ -493,6 +511,16 @@ pub fn walk_threads() -> usize {
     std::thread::available_parallelism()
         .map_or(1, std::num::NonZeroUsize::get)
         .min(MAX_WALK_THREADS)
+}
+
+/// The order paths are shown in: component by component, as a tree listing reads
+/// (`a/x` before `a-b/x`), which is plain byte order with `/` counted lowest.
+pub fn path_order(left: &str, right: &str) -> std::cmp::Ordering {
+    let key = |byte: &u8| if *byte == b'/' { 0 } else { *byte };
+    left.as_bytes()
+        .iter()
+        .map(key)
+        .cmp(right.as_bytes().iter().map(key))
 }
 
 /// `path` relative to `root`, for a path the walker built by joining names onto `root`: a

@@ -13,7 +13,6 @@
 //! unless the glob names `.git` itself: nobody searching for `.github/**` wants git's object store.
 
 use std::borrow::Cow;
-use std::cmp::Ordering;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{self, AtomicUsize};
@@ -25,7 +24,7 @@ use toold_protocol::ErrorType;
 
 use super::{HiddenPaths, ToolContext, ToolFailure};
 use crate::index::files::{self, FileList};
-pub use crate::index::files::{ThreadResults, relative_to, walk_threads};
+pub use crate::index::files::{ThreadResults, path_order, relative_to, walk_threads};
 use crate::index::roots::ColdReason;
 
 /// How many checks [`CancelCheck`] lets pass between two looks at the token.
@@ -228,7 +227,7 @@ pub fn walk_files<'s, B, V>(
 /// Visits, from a root's warm file list, exactly the files [`walk_files`] would visit from
 /// that root with `filter` (the list holds what the walk decides with hidden entries shown:
 /// this leaves out what `filter` leaves out), with their paths relative to the root; on the
-/// calling thread, in no particular order. Stops when `visit` returns [`WalkState::Quit`] or
+/// calling thread, in the order paths are shown ([`path_order`]). Stops when `visit` returns [`WalkState::Quit`] or
 /// `cancel` fires.
 pub fn walk_listed(
     list: &FileList,
@@ -241,20 +240,21 @@ pub fn walk_listed(
         return;
     }
     let mut cancel = CancelCheck::new(cancel);
+    // Joined onto the root only when deny rules need the absolute path.
+    let denied = |relative: &Path| filter.denied.is_some() && filter.denies(&root.join(relative));
     list.walk(
         |relative, name| {
             (filter.walk_hidden || !is_hidden(name))
                 && !filter.glob.matched(relative, true).is_ignore()
-                && !filter.denies(&root.join(relative))
+                && !denied(relative)
         },
-        |relative| {
+        |relative, name| {
             if cancel.is_cancelled() {
                 return false;
             }
-            let hidden = relative.file_name().is_some_and(is_hidden);
-            if (hidden && !filter.walk_hidden)
+            if (!filter.walk_hidden && is_hidden(name))
                 || !filter.selects_file(relative)
-                || filter.denies(&root.join(relative))
+                || denied(relative)
             {
                 return true;
             }
@@ -309,16 +309,6 @@ impl<'a> CancelCheck<'a> {
             false
         }
     }
-}
-
-/// The order paths are shown in: component by component, as a tree listing reads
-/// (`a/x` before `a-b/x`), which is plain byte order with `/` counted lowest.
-pub fn path_order(left: &str, right: &str) -> Ordering {
-    let key = |byte: &u8| if *byte == b'/' { 0 } else { *byte };
-    left.as_bytes()
-        .iter()
-        .map(key)
-        .cmp(right.as_bytes().iter().map(key))
 }
 
 /// A path relative to the walk's root as the text output shows it: non-UTF-8 bytes replaced,

@@ -30,7 +30,7 @@ fn contents(list: &FileList) -> BTreeSet<String> {
             seen.borrow_mut().insert(format!("{}/", relative.display()));
             true
         },
-        |relative| {
+        |relative, _| {
             seen.borrow_mut().insert(relative.display().to_string());
             true
         },
@@ -97,6 +97,28 @@ fn tree() -> (tempfile::TempDir, PathBuf) {
         std::fs::write(path, text).unwrap();
     }
     (dir, root)
+}
+
+#[test]
+fn the_walk_comes_in_the_order_paths_are_shown() {
+    let (_dir, root) = tree();
+    for path in ["a-b/x", "a/x", "a.rs", "a/b/c", "b", "A", "a0"] {
+        let path = root.join(path);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, "").unwrap();
+    }
+    let (list, _watch) = fresh(&root);
+    let mut seen = Vec::new();
+    list.walk(
+        |_, _| true,
+        |relative, _| {
+            seen.push(relative.display().to_string());
+            true
+        },
+    );
+    let mut sorted = seen.clone();
+    sorted.sort_by(|left, right| super::path_order(left, right));
+    assert_eq!(seen, sorted);
 }
 
 #[test]
