@@ -59,7 +59,12 @@ impl Pair {
 
     /// Both daemons' answer to `find_files`: (warm result, cold result).
     async fn find(&self, arguments: Value) -> (Value, Value) {
-        let call = json!([{"id": "f", "name": "find_files", "arguments": arguments}]);
+        self.call("find_files", arguments).await
+    }
+
+    /// Both daemons' answer to a call of `tool`: (warm result, cold result).
+    async fn call(&self, tool: &str, arguments: Value) -> (Value, Value) {
+        let call = json!([{"id": "f", "name": tool, "arguments": arguments}]);
         let warm = self
             .warm_client
             .execute(&self.warm_session, call.clone())
@@ -83,6 +88,49 @@ impl Pair {
         assert_eq!(cold["metadata"]["index"], "cold");
         assert_eq!(cold["metadata"]["index_reason"], "disabled");
         warm["metadata"]["index"] == "warm"
+    }
+
+    /// Asks both to search (every match: the answers are never cut) and checks the answers
+    /// are the same; returns the warm result.
+    async fn same_search(&self, mut arguments: Value, what: &str) -> Value {
+        arguments["max_results"] = json!(1_000_000);
+        let (warm, cold) = self.call("search_code", arguments.clone()).await;
+        assert_eq!(
+            outcome(&warm),
+            outcome(&cold),
+            "{what}: {arguments}: {warm}"
+        );
+        assert_eq!(warm["metadata"]["truncated"], false, "{what}: {arguments}");
+        same_lines(text(&warm), text(&cold), &format!("{what}: {arguments}"));
+        assert_eq!(
+            warm["metadata"]["matches"], cold["metadata"]["matches"],
+            "{what}: {arguments}"
+        );
+        warm
+    }
+
+    /// Waits until the warm daemon has read the root's contents: a search for `pattern` (which
+    /// few files hold) reads fewer than half the root's files.
+    async fn contents_read(&self, pattern: &str) {
+        let started = Instant::now();
+        loop {
+            let warm = self
+                .same_search(json!({"pattern": pattern}), "the contents read")
+                .await;
+            let read = warm["metadata"]["index_files_read"].as_u64();
+            let files = self.status().await.and_then(|root| root["files"].as_u64());
+            if let (Some(read), Some(files)) = (read, files)
+                && read * 2 < files
+            {
+                return;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "the contents were never read: {}",
+                warm["metadata"]
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     /// Waits until the warm daemon's index of the root is ready.
@@ -151,6 +199,39 @@ fn same_lines(got: &str, expected: &str, what: &str) {
     );
 }
 
+/// `rg -n` of `pattern` in `root` as toold shows matches (`path:line:text`), sorted: the
+/// same set of lines the daemons give, for a search without context.
+fn rg_search(rg: &Path, daemon: &TestDaemon, root: &Path, pattern: &str) -> Vec<String> {
+    let output = Command::new(rg)
+        .args([
+            "-n",
+            "--no-require-git",
+            "--no-config",
+            "--no-heading",
+            "--with-filename",
+            "-e",
+            pattern,
+        ])
+        .current_dir(root)
+        .env("HOME", daemon.root().join("home"))
+        .env("XDG_CONFIG_HOME", daemon.root().join("config"))
+        .output()
+        .expect("rg runs");
+    let mut lines: Vec<String> = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|line| line.trim_start_matches("./").to_owned())
+        .collect();
+    lines.sort();
+    lines
+}
+
+/// A listing's lines, sorted.
+fn sorted_lines(text: &str) -> Vec<String> {
+    let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
+    lines.sort();
+    lines
+}
+
 /// `rg --files` of `root` (ignore files read whether or not it is a git repository, as the
 /// walk reads them), with the daemon's `HOME` and config directory so that both read the same
 /// global excludes file; sorted as toold sorts.
@@ -210,6 +291,9 @@ const PATTERNS: [&str; 7] = [
     "**/.git/**",
     "!*.md",
 ];
+
+/// The searches asked after each change: literals, a regex, case folds.
+const SEARCHES: [&str; 5] = ["saved", "fn main", r"\bx\b|guide", "(?i)SAVED", "ref: refs"];
 
 /// A small generator, so that a failing sequence can be replayed from its seed.
 struct Random(u64);
@@ -335,7 +419,21 @@ async fn find_files_answers_as_a_cold_walk_and_rg_through_a_churn() {
         if pair.same(json!({"pattern": pattern}), &description).await {
             warm_answers += 1;
         }
+        let search = SEARCHES[random.below(SEARCHES.len())];
+        pair.same_search(json!({"pattern": search}), &description)
+            .await;
         if step % 25 == 0 {
+            let (warm, _) = pair
+                .call(
+                    "search_code",
+                    json!({"pattern": "x", "max_results": 1_000_000}),
+                )
+                .await;
+            assert_eq!(
+                sorted_lines(text(&warm)),
+                rg_search(&rg, &pair.warm, &root, "x"),
+                "{description}: against rg -n"
+            );
             let (warm, _) = pair
                 .find(json!({"pattern": "*", "max_results": 1_000_000}))
                 .await;
@@ -357,6 +455,107 @@ async fn find_files_answers_as_a_cold_walk_and_rg_through_a_churn() {
     );
     let status = pair.status().await.expect("the root is listed");
     assert!(status["fallbacks"]["git_directories"].as_u64().unwrap_or(0) >= 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn searches_read_only_candidates_and_answer_as_cold_and_rg() {
+    const TEST: &str = "searches_read_only_candidates_and_answer_as_cold_and_rg";
+    let Some(rg) = require::program(TEST, "rg", &[], "apt-get install ripgrep") else {
+        return;
+    };
+    let pair = Pair::start(WARM).await;
+    let root = pair.root.clone();
+    seed_tree(&root);
+    for n in 0..200 {
+        write(
+            &root.join(format!("bulk/f{n}.rs")),
+            &format!("fn bulk_{n}() {{ return {n}; }}\n"),
+        );
+    }
+    let utf16: Vec<u8> = [0xFF, 0xFE]
+        .into_iter()
+        .chain(
+            "a utf16 needle here\n"
+                .encode_utf16()
+                .flat_map(u16::to_le_bytes),
+        )
+        .collect();
+    std::fs::write(root.join("enc/utf16.txt"), &utf16).unwrap_or_else(|_| {
+        std::fs::create_dir_all(root.join("enc")).unwrap();
+        std::fs::write(root.join("enc/utf16.txt"), &utf16).unwrap();
+    });
+    write(&root.join("enc/bom.txt"), "\u{feff}needle after a bom\n");
+    std::fs::write(
+        root.join("enc/nul-after.txt"),
+        b"needle before\n\0 needle after\n",
+    )
+    .unwrap();
+    std::fs::write(root.join("enc/nul-before.txt"), b"\0 needle after a nul\n").unwrap();
+    write(
+        &root.join("enc/fold.txt"),
+        "\u{17f}eek the long s\n\u{212a}elvin sign\n",
+    );
+    // A file with more distinct trigrams than the index keeps for one: searched always.
+    let mut noise = Vec::with_capacity(4 << 20);
+    let mut state = 0x2545_f491_4f6c_dd1d_u64;
+    while noise.len() < 4 << 20 {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        noise.push(b'!' + (state % 90) as u8);
+        if noise.len() % 100 == 0 {
+            noise.push(b'\n');
+        }
+    }
+    noise.extend_from_slice(b"\nneedle in the noise\n");
+    std::fs::write(root.join("enc/noise.txt"), &noise).unwrap();
+    pair.ready().await;
+    pair.contents_read("bulk_17").await;
+    let warm = pair
+        .same_search(json!({"pattern": "bulk_17\\b"}), "selective")
+        .await;
+    assert!(
+        warm["metadata"]["index_files_read"].as_u64().unwrap() <= 13,
+        "a selective search reads its 11 candidates and the 2 files never indexed: {}",
+        warm["metadata"]
+    );
+    for pattern in [
+        "needle",
+        "(?i)SEEK",
+        "(?i)seek",
+        "(?i)kelvin",
+        "(?i)KELVIN",
+        r"return \d+;",
+        "utf16 needle",
+        "fn main",
+        "no such text anywhere",
+    ] {
+        let warm = pair
+            .same_search(json!({"pattern": pattern}), "encodings")
+            .await;
+        assert_eq!(warm["metadata"]["index"], "warm", "{pattern}");
+        assert_eq!(
+            sorted_lines(text(&warm)),
+            rg_search(&rg, &pair.warm, &root, pattern),
+            "{pattern}: against rg -n"
+        );
+    }
+    pair.same_search(json!({"pattern": "seek", "case_insensitive": true}), "flag")
+        .await;
+    // Changed files are searched whatever the index read: an edit, an atomic save, a new
+    // file, each asked at once.
+    write(&root.join("bulk/f3.rs"), "fn now_holds_fresh_text() {}\n");
+    pair.same_search(json!({"pattern": "fresh_text"}), "an edit")
+        .await;
+    write(&root.join("bulk/.f4.tmp"), "saved_over_f4\n");
+    std::fs::rename(root.join("bulk/.f4.tmp"), root.join("bulk/f4.rs")).unwrap();
+    pair.same_search(json!({"pattern": "saved_over_f4"}), "an atomic save")
+        .await;
+    write(&root.join("bulk/new/deep/g.rs"), "brand_new_file\n");
+    let warm = pair
+        .same_search(json!({"pattern": "brand_new_file"}), "a new file")
+        .await;
+    assert_eq!(warm["metadata"]["matches"], 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

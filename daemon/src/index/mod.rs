@@ -4,6 +4,7 @@
 //! files can satisfy such a query), and the inotify watch of a root whose barrier says what
 //! changed since the last query ([`watch`]).
 
+pub mod contents;
 pub mod files;
 pub mod plan;
 pub mod roots;

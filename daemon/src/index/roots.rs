@@ -7,17 +7,20 @@
 //! and hands the query a list that is what a cold walk would find now, or says why the query
 //! must walk cold. Every cold answer is counted by its reason (`index/status`).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::ffi::{OsStr, OsString};
 use std::fs::Metadata;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use toold_protocol::sync::LockUnpoisoned;
 
+use super::contents::{Contents, Selector};
 use super::files::{FileList, Limits, Stopped};
+use super::plan::Query;
 use super::watch::{Rebuild, RootWatch};
 
 /// `[index]`: whether roots are indexed, the memory all indexes may take together, how long
@@ -135,11 +138,43 @@ enum State {
     },
 }
 
-/// A built index: the watch, the list it keeps current, and the ignore files it cannot see.
+/// A built index: the watch, the list it keeps current, the ignore files it cannot see, and
+/// (once a search asked for it) the trigram index of the files' contents.
 struct Warm {
+    /// Which build this is: a reading of contents started for one build is never given to
+    /// another (whose watch started later, and so may not have seen a change the reading
+    /// missed).
+    generation: u64,
     watch: Arc<Mutex<RootWatch>>,
     list: FileList,
     outside: Outside,
+    contents: ContentState,
+}
+
+/// The trigram index of a root's contents: read on the first search, in the background, and
+/// read again (the overlay merged) once many files changed.
+#[derive(Default)]
+struct ContentState {
+    ready: Option<Contents>,
+    /// While it is being read: the files changed meanwhile, which it may have read before
+    /// they changed.
+    reading: Option<HashSet<OsString>>,
+}
+
+impl ContentState {
+    fn memory_bytes(&self) -> usize {
+        self.ready.as_ref().map_or(0, Contents::memory_bytes)
+    }
+
+    /// Counts the file at `relative` as changed.
+    fn changed(&mut self, relative: &OsStr) {
+        if let Some(contents) = &mut self.ready {
+            contents.changed(relative);
+        }
+        if let Some(changed) = &mut self.reading {
+            changed.insert(relative.to_owned());
+        }
+    }
 }
 
 impl Default for Indexes {
@@ -194,6 +229,41 @@ impl Indexes {
         names_git: bool,
         query: impl FnOnce(&FileList) -> R,
     ) -> Result<R, ColdReason> {
+        self.with_warm(root, names_git, |_, warm| query(&warm.list))
+    }
+
+    /// Like [`Self::with_files`], for a search of contents: `query` also gets which files can
+    /// hold a match of `plan`, once the trigram index of the root's contents is read (the
+    /// first search starts reading it, in the background; until then `None`: every file).
+    pub fn with_contents<R>(
+        &self,
+        root: &Path,
+        names_git: bool,
+        plan: &Query,
+        query: impl FnOnce(&FileList, Option<&Selector<'_>>) -> R,
+    ) -> Result<R, ColdReason> {
+        let config = self.config();
+        self.with_warm(root, names_git, |index, warm| {
+            let needs_reading = match &warm.contents.ready {
+                None => true,
+                Some(contents) => contents.needs_merge(),
+            };
+            if needs_reading && warm.contents.reading.is_none() {
+                index.start_reading(warm, &config);
+            }
+            match &warm.contents.ready {
+                Some(contents) => query(&warm.list, Some(&contents.selector(plan))),
+                None => query(&warm.list, None),
+            }
+        })
+    }
+
+    fn with_warm<R>(
+        &self,
+        root: &Path,
+        names_git: bool,
+        query: impl FnOnce(&Arc<RootIndex>, &mut Warm) -> R,
+    ) -> Result<R, ColdReason> {
         let config = self.config();
         if !config.enabled {
             return Err(ColdReason::Disabled);
@@ -217,9 +287,7 @@ impl Indexes {
             }
             State::Ready(warm) => match warm.sync(&limits) {
                 Ok(()) => {
-                    index
-                        .memory
-                        .store(warm.list.memory_bytes(), Ordering::Relaxed);
+                    index.memory.store(warm.memory_bytes(), Ordering::Relaxed);
                     Ok(())
                 }
                 Err(reason) => {
@@ -250,9 +318,9 @@ impl Indexes {
             index.memory.store(0, Ordering::Relaxed);
             return Err(inner.fell_back(ColdReason::MemoryBudget));
         }
-        let inner = index.inner.lock_unpoisoned();
-        match &inner.state {
-            State::Ready(warm) => Ok(query(&warm.list)),
+        let mut inner = index.inner.lock_unpoisoned();
+        match &mut inner.state {
+            State::Ready(warm) => Ok(query(&index, warm)),
             // Taken by a reload or an eviction in between.
             _ => Err(ColdReason::Building),
         }
@@ -392,11 +460,53 @@ impl RootIndex {
         }
     }
 
+    /// Reads the root's contents into a trigram index on a thread of its own; searches read
+    /// every file (or use the index read before) meanwhile.
+    fn start_reading(self: &Arc<Self>, warm: &mut Warm, _config: &IndexConfig) {
+        let mut files = Vec::new();
+        warm.list.walk(
+            |_, _| true,
+            |relative, _| {
+                files.push(relative.as_os_str().to_owned());
+                true
+            },
+        );
+        warm.contents.reading = Some(HashSet::new());
+        let index = Arc::clone(self);
+        let root = warm.list.root().to_owned();
+        let generation = warm.generation;
+        let started = std::thread::Builder::new()
+            .name("toold-index-read".to_owned())
+            .spawn(move || {
+                let read = Contents::build(&root, files, &index.stop);
+                let mut inner = index.inner.lock_unpoisoned();
+                let State::Ready(warm) = &mut inner.state else {
+                    return;
+                };
+                if warm.generation != generation {
+                    // Rebuilt meanwhile: this reading belongs to a list gone.
+                    return;
+                }
+                let changed = warm.contents.reading.take().unwrap_or_default();
+                if let Some(mut contents) = read {
+                    for path in &changed {
+                        contents.changed(path);
+                    }
+                    warm.contents.ready = Some(contents);
+                    index.memory.store(warm.memory_bytes(), Ordering::Relaxed);
+                }
+            });
+        if let Err(err) = started {
+            tracing::warn!(root = %self.root.display(), %err, "cannot start reading an index's contents");
+            warm.contents.reading = None;
+        }
+    }
+
     fn status(&self) -> RootStatus {
         let inner = self.inner.lock_unpoisoned();
         let (state, reason, files, memory_bytes) = match &inner.state {
             State::Building => ("building", None, 0, 0),
-            State::Ready(warm) => ("ready", None, warm.list.files(), warm.list.memory_bytes()),
+            State::Ready(warm) => ("ready", None, warm.list.files(), warm.memory_bytes()),
             State::Cold { reason, .. } => ("cold", Some(*reason), 0, 0),
         };
         RootStatus {
@@ -431,11 +541,19 @@ impl Warm {
         if !watch.lock_unpoisoned().complete() {
             return Err(ColdReason::WatchLimit);
         }
+        /// Numbers the builds of every root.
+        static GENERATION: AtomicU64 = AtomicU64::new(0);
         Ok(Self {
+            generation: GENERATION.fetch_add(1, Ordering::Relaxed),
             watch,
             list,
             outside,
+            contents: ContentState::default(),
         })
+    }
+
+    fn memory_bytes(&self) -> usize {
+        self.list.memory_bytes() + self.contents.memory_bytes()
     }
 
     /// The sync barrier: every change the watch holds applied, or why the index cannot be
@@ -456,6 +574,14 @@ impl Warm {
             return Err(ColdReason::IgnoreFilesChanged);
         }
         if !changes.paths.is_empty() {
+            // A changed path names a file or a directory: either way, a file there may hold
+            // other bytes than the trigram index read (a directory moved in brings files the
+            // index never read, which it does not know, and so always searches).
+            for path in &changes.paths {
+                if let Some(relative) = super::files::relative_to(path, self.list.root()) {
+                    self.contents.changed(relative.as_os_str());
+                }
+            }
             self.list
                 .apply(&changes.paths, &self.watch, limits)
                 .map_err(|stopped| match stopped {

@@ -12,6 +12,7 @@
 //! a sorted table of trigrams: a few bytes a posting for the usual source tree.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 
 use super::plan::{Query, Trigram};
 
@@ -24,10 +25,10 @@ pub type FileId = u32;
 /// Collects files' trigrams; [`TrigramIndexBuilder::build`] makes the index.
 #[derive(Default)]
 pub struct TrigramIndexBuilder {
-    postings: HashMap<u32, Vec<FileId>>,
+    postings: HashMap<u32, Vec<FileId>, BuildHasherDefault<KeyHasher>>,
     always: Vec<FileId>,
     files: u32,
-    scratch: Vec<u32>,
+    seen: Option<Seen>,
 }
 
 /// Why a file is searched whatever the query.
@@ -39,6 +40,48 @@ pub enum Unindexable {
     TooManyTrigrams,
 }
 
+/// A set of trigrams as one bit each (2 MiB), cleared after each use by the trigrams it
+/// holds: finding a file's distinct trigrams costs one pass, not a sort.
+pub struct Seen {
+    bits: Vec<u64>,
+}
+
+impl Default for Seen {
+    fn default() -> Self {
+        Self {
+            bits: vec![0; (1 << 24) / 64],
+        }
+    }
+}
+
+/// The distinct trigrams (as keys) of what `search_code`'s searcher reads of `contents`: its
+/// bytes up to the first NUL; `Err` says why the file will be searched whatever the query.
+pub fn distinct_trigrams(contents: &[u8], seen: &mut Seen) -> Result<Vec<u32>, Unindexable> {
+    if contents.starts_with(&[0xFF, 0xFE]) || contents.starts_with(&[0xFE, 0xFF]) {
+        return Err(Unindexable::Transcoded);
+    }
+    let searched = match memchr::memchr(0, contents) {
+        Some(nul) => &contents[..nul],
+        None => contents,
+    };
+    let mut keys = Vec::new();
+    for window in searched.windows(3) {
+        let key = key([window[0], window[1], window[2]]);
+        let (word, bit) = ((key / 64) as usize, 1u64 << (key % 64));
+        if seen.bits[word] & bit == 0 {
+            seen.bits[word] |= bit;
+            keys.push(key);
+        }
+    }
+    for &key in &keys {
+        seen.bits[(key / 64) as usize] = 0;
+    }
+    if keys.len() > MAX_TRIGRAMS_PER_FILE {
+        return Err(Unindexable::TooManyTrigrams);
+    }
+    Ok(keys)
+}
+
 impl TrigramIndexBuilder {
     pub fn new() -> Self {
         Self::default()
@@ -48,28 +91,25 @@ impl TrigramIndexBuilder {
     /// contents; `Err` says why it will be searched whatever the query.
     pub fn add(&mut self, contents: &[u8]) -> Result<FileId, Unindexable> {
         let id = self.files;
-        self.files += 1;
-        if contents.starts_with(&[0xFF, 0xFE]) || contents.starts_with(&[0xFE, 0xFF]) {
-            self.always.push(id);
-            return Err(Unindexable::Transcoded);
+        let mut seen = self.seen.take().unwrap_or_default();
+        let keys = distinct_trigrams(contents, &mut seen);
+        self.seen = Some(seen);
+        let keys = keys.as_deref().map_err(|why| *why);
+        self.insert(id, keys);
+        keys.map(|_| id)
+    }
+
+    /// Adds file `id` by its distinct trigrams ([`distinct_trigrams`]), in any order of ids.
+    pub fn insert(&mut self, id: FileId, keys: Result<&[u32], Unindexable>) {
+        self.files = self.files.max(id + 1);
+        match keys {
+            Ok(keys) => {
+                for &key in keys {
+                    self.postings.entry(key).or_default().push(id);
+                }
+            }
+            Err(_) => self.always.push(id),
         }
-        let searched = match memchr::memchr(0, contents) {
-            Some(nul) => &contents[..nul],
-            None => contents,
-        };
-        self.scratch.clear();
-        self.scratch
-            .extend(searched.windows(3).map(|w| key([w[0], w[1], w[2]])));
-        self.scratch.sort_unstable();
-        self.scratch.dedup();
-        if self.scratch.len() > MAX_TRIGRAMS_PER_FILE {
-            self.always.push(id);
-            return Err(Unindexable::TooManyTrigrams);
-        }
-        for &trigram in &self.scratch {
-            self.postings.entry(trigram).or_default().push(id);
-        }
-        Ok(id)
     }
 
     /// The immutable index.
@@ -78,12 +118,14 @@ impl TrigramIndexBuilder {
         keys.sort_unstable();
         let mut table = Vec::with_capacity(keys.len());
         let mut bytes = Vec::new();
+        let mut postings = self.postings;
         for key in keys {
             let start = u32::try_from(bytes.len()).unwrap_or(u32::MAX);
-            let ids = &self.postings[&key];
+            let mut ids = postings.remove(&key).unwrap_or_default();
+            // Files added out of order (by several readers) come nearly sorted.
+            ids.sort_unstable();
             let mut last = 0;
             for (n, &id) in ids.iter().enumerate() {
-                // Files are added in order, so each list is sorted; the first is stored whole.
                 let delta = if n == 0 { id } else { id - last };
                 write_varint(&mut bytes, delta);
                 last = id;
@@ -95,12 +137,35 @@ impl TrigramIndexBuilder {
             });
         }
         bytes.shrink_to_fit();
+        let mut always = self.always;
+        always.sort_unstable();
         TrigramIndex {
             table,
             bytes,
-            always: self.always,
+            always,
             files: self.files,
         }
+    }
+}
+
+/// A trigram key is already well spread over its 24 bits: a multiply is hash enough, and far
+/// cheaper than SipHash for the millions of inserts of a build.
+#[derive(Default)]
+pub struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &byte in bytes {
+            self.0 = (self.0 << 8 | u64::from(byte)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+
+    fn write_u32(&mut self, value: u32) {
+        self.0 = u64::from(value).wrapping_mul(0x9E37_79B9_7F4A_7C15);
     }
 }
 

@@ -451,6 +451,8 @@ pub fn builtins_indexed(indexes: &Arc<crate::index::roots::Indexes>) -> Vec<Arc<
         Arc::new(find_files::FindFiles {
             indexes: Arc::clone(indexes),
         }),
-        Arc::new(search_code::SearchCode),
+        Arc::new(search_code::SearchCode {
+            indexes: Arc::clone(indexes),
+        }),
     ]
 }

@@ -27,8 +27,8 @@ use std::borrow::Cow;
 use std::fmt::Write as _;
 use std::io;
 use std::path::Path;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use grep_regex::{RegexMatcher, RegexMatcherBuilder};
 use grep_searcher::{BinaryDetection, Searcher, SearcherBuilder, Sink, SinkContext, SinkMatch};
@@ -37,6 +37,9 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use toold_protocol::sync::LockUnpoisoned;
 use toold_protocol::{ErrorType, Safety, ToolDefinition};
+
+use crate::index::plan;
+use crate::index::roots::Indexes;
 
 use super::walk::{self, Budget, CancelCheck, FileFilter, MAX_RESULTS, Start, ThreadResults};
 use super::{
@@ -56,7 +59,9 @@ pub const MAX_CONTEXT_LINES: usize = 50;
 /// file is skipped (counted in `skipped`), as ripgrep skips a file it cannot read.
 pub const SEARCH_HEAP_LIMIT: usize = 32 * 1024 * 1024;
 
-pub struct SearchCode;
+pub struct SearchCode {
+    pub indexes: Arc<Indexes>,
+}
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -141,9 +146,10 @@ impl Tool for SearchCode {
     }
 
     fn run(&self, args: Map<String, Value>, ctx: ToolContext) -> ToolFuture {
+        let indexes = Arc::clone(&self.indexes);
         Box::pin(async move {
             let args: SearchArgs = parse_args(args)?;
-            super::blocking(move || search_code(&args, &ctx)).await
+            super::blocking(move || search_code(&args, &ctx, &indexes)).await
         })
     }
 }
@@ -159,7 +165,7 @@ struct FileHits {
     match_ends: Vec<usize>,
 }
 
-fn search_code(args: &SearchArgs, ctx: &ToolContext) -> ToolOutcome {
+fn search_code(args: &SearchArgs, ctx: &ToolContext, indexes: &Indexes) -> ToolOutcome {
     let matcher = RegexMatcherBuilder::new()
         .case_insensitive(args.case_insensitive)
         .line_terminator(Some(b'\n'))
@@ -183,6 +189,9 @@ fn search_code(args: &SearchArgs, ctx: &ToolContext) -> ToolOutcome {
     let start = walk::locate(ctx, args.path.as_deref())?;
     let budget = Budget::new(args.max_results, ctx.env.max_read_bytes);
     let skipped = AtomicUsize::new(0);
+    // How the files were found: from the warm index (how many it had read), or a cold walk
+    // and why; `None` for one file named.
+    let mut index = None;
     let mut hits = match start {
         // A file that a deny rule hides is searched no more when named than when walked.
         Start::File { path, .. } if filter.denies(&path) => Vec::new(),
@@ -207,8 +216,22 @@ fn search_code(args: &SearchArgs, ctx: &ToolContext) -> ToolOutcome {
             hits
         }
         Start::Directory(root) => {
+            // From the warm index: the files the walk would visit that can hold a match.
+            let plan = plan::plan(&args.pattern, args.case_insensitive);
+            let listed =
+                indexes.with_contents(&root, filter.walks_git_dirs(), &plan, |list, selector| {
+                    let mut files = Vec::new();
+                    walk::walk_listed(list, &filter, &ctx.cancel, |relative| {
+                        if selector.is_none_or(|selector| selector.may_match(relative.as_os_str()))
+                        {
+                            files.push(relative.to_owned());
+                        }
+                        WalkState::Continue
+                    });
+                    files
+                });
             let shared = Mutex::new(Vec::new());
-            walk::walk_files(&root, &filter, &ctx.cancel, || {
+            let visitor = || {
                 let mut results = ThreadResults::new(&shared);
                 let mut searcher = searcher.clone();
                 let matcher = matcher.clone();
@@ -217,7 +240,7 @@ fn search_code(args: &SearchArgs, ctx: &ToolContext) -> ToolOutcome {
                     budget: &budget,
                     skipped: &skipped,
                 };
-                move |path, relative| {
+                move |path: &Path, relative: &Path| {
                     if let Some(file_hits) = search_file(
                         &mut searcher,
                         &matcher,
@@ -234,7 +257,12 @@ fn search_code(args: &SearchArgs, ctx: &ToolContext) -> ToolOutcome {
                         WalkState::Continue
                     }
                 }
-            });
+            };
+            match &listed {
+                Ok(files) => walk::visit_files(&root, files, &ctx.cancel, visitor),
+                Err(_) => walk::walk_files(&root, &filter, &ctx.cancel, visitor),
+            }
+            index = Some(listed.as_ref().map(Vec::len).map_err(|reason| *reason));
             shared.into_inner_unpoisoned()
         }
     };
@@ -257,6 +285,16 @@ fn search_code(args: &SearchArgs, ctx: &ToolContext) -> ToolOutcome {
         .with_meta("truncated", assembled.truncated);
     if skipped > 0 {
         output = output.with_meta("skipped", skipped);
+    }
+    if let Some(index) = index {
+        for (key, value) in walk::index_metadata(index.err()) {
+            if let Some(value) = value {
+                output = output.with_meta(key, value);
+            }
+        }
+        if let Ok(read) = index {
+            output = output.with_meta("index_files_read", read);
+        }
     }
     if !assembled.escaped.is_empty() {
         output = output.with_meta("escaped_paths", assembled.escaped);

@@ -263,6 +263,53 @@ pub fn walk_listed(
     );
 }
 
+/// Calls a per-thread visitor, as [`walk_files`] does, for each of `files` (paths relative
+/// to `root`, from the warm index), with its absolute and relative path, on the walk's
+/// threads (on this one for a few files: threads cost more than they save there). Stops when
+/// a visitor returns [`WalkState::Quit`] or `cancel` fires.
+pub fn visit_files<'s, B, V>(
+    root: &Path,
+    files: &[PathBuf],
+    cancel: &CancellationToken,
+    mut make_visitor: B,
+) where
+    B: FnMut() -> V,
+    V: FnMut(&Path, &Path) -> WalkState + Send + 's,
+{
+    /// Fewer files than this are searched on the calling thread.
+    const FILES_PER_THREAD: usize = 32;
+    let next = AtomicUsize::new(0);
+    let quit = std::sync::atomic::AtomicBool::new(false);
+    let run = |mut visit: V| {
+        let mut check = CancelCheck::new(cancel);
+        loop {
+            let at = next.fetch_add(1, atomic::Ordering::Relaxed);
+            if at >= files.len() || quit.load(atomic::Ordering::Relaxed) || check.is_cancelled() {
+                return;
+            }
+            let relative = &files[at];
+            if matches!(visit(&root.join(relative), relative), WalkState::Quit) {
+                quit.store(true, atomic::Ordering::Relaxed);
+                return;
+            }
+        }
+    };
+    let threads = walk_threads()
+        .min(files.len().div_ceil(FILES_PER_THREAD))
+        .max(1);
+    if threads == 1 {
+        run(make_visitor());
+        return;
+    }
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            let visit = make_visitor();
+            let run = &run;
+            scope.spawn(move || run(visit));
+        }
+    });
+}
+
 /// A name the walker leaves out as hidden unless told to show hidden entries.
 fn is_hidden(name: &std::ffi::OsStr) -> bool {
     name.as_encoded_bytes().first() == Some(&b'.')

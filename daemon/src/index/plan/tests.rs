@@ -93,3 +93,11 @@ fn classes_and_unicode_literals() {
     sound(r"\x{1F600}ok", false, &["\u{1F600}ok"]);
     sound(r"(?i)straße", false, &["STRASSE", "Straße", "STRAẞE"]);
 }
+
+#[test]
+fn a_word_boundary_keeps_the_literal_it_bounds() {
+    let query = plan(r"bulk_17\b", false);
+    assert!(!query.is_all(), "{query:?}");
+    assert!(!satisfied(&query, "fn bulk_18() {}"));
+    assert!(satisfied(&query, "fn bulk_17() {}"));
+}
