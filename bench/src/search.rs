@@ -420,7 +420,7 @@ fn toold_call(
 
 /// `path:line` of one `path:line:text` output line; the path has no `:` in this corpus, and
 /// a line that does not parse fails the comparison rather than being skipped.
-fn match_key(line: &str) -> anyhow::Result<String> {
+pub fn match_key(line: &str) -> anyhow::Result<String> {
     let mut parts = line.splitn(3, ':');
     let (Some(path), Some(number), Some(_)) = (parts.next(), parts.next(), parts.next()) else {
         bail!("not a path:line:text line: {line:?}");

@@ -3,18 +3,18 @@
 //! in), which every search reads whatever its trigrams. A query asks which files can hold a
 //! match ([`Contents::selector`]); the searcher still reads each of those.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ffi::{OsStr, OsString};
 use std::io::Read;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Mutex, mpsc};
-
-use toold_protocol::sync::LockUnpoisoned;
+use std::sync::mpsc;
 
 use super::files::walk_threads;
 use super::plan::Query;
-use super::trigrams::{FileId, Seen, TrigramIndex, TrigramIndexBuilder, distinct_trigrams};
+use super::trigrams::{
+    FileId, Seen, TrigramIndex, TrigramIndexBuilder, Unindexable, distinct_trigrams,
+};
 
 /// A file larger than this is not read into the index: it is searched whatever the query.
 const MAX_INDEXED_FILE_BYTES: u64 = 16 * 1024 * 1024;
@@ -45,13 +45,13 @@ impl Contents {
     /// when `stop` was set meanwhile.
     pub fn build(root: &Path, files: Vec<OsString>, stop: &AtomicBool) -> Option<Self> {
         let next = AtomicUsize::new(0);
-        let (sender, receiver) = mpsc::sync_channel::<(FileId, Option<Vec<u32>>)>(256);
-        let unindexed = Mutex::new(Vec::new());
+        let (sender, receiver) = mpsc::sync_channel::<(FileId, Found)>(256);
         let mut builder = TrigramIndexBuilder::new();
+        let mut unreadable = HashSet::new();
         std::thread::scope(|scope| {
             for _ in 0..walk_threads() {
                 let sender = sender.clone();
-                let (files, next, unindexed) = (&files, &next, &unindexed);
+                let (files, next) = (&files, &next);
                 scope.spawn(move || {
                     let mut seen = Seen::default();
                     let mut buffer = Vec::new();
@@ -61,46 +61,57 @@ impl Contents {
                             return;
                         }
                         let id = FileId::try_from(at).unwrap_or(FileId::MAX);
-                        let keys = read(&root.join(&files[at]), &mut buffer)
-                            .map(|contents| distinct_trigrams(contents, &mut seen).ok());
-                        match keys {
-                            Some(keys) => {
-                                if sender.send((id, keys)).is_err() {
-                                    return;
-                                }
+                        let read = match read(&root.join(&files[at]), &mut buffer) {
+                            Some(contents) => {
+                                Found::Trigrams(distinct_trigrams(contents, &mut seen))
                             }
-                            // Unreadable now: left out of the index, so always searched.
-                            None => unindexed.lock_unpoisoned().push(id),
+                            None => Found::Unreadable,
+                        };
+                        if sender.send((id, read)).is_err() {
+                            return;
                         }
                     }
                 });
             }
             drop(sender);
-            for (id, keys) in receiver {
-                builder.insert(
-                    id,
-                    keys.as_deref()
-                        .ok_or(super::trigrams::Unindexable::TooManyTrigrams),
-                );
+            // Readers finish out of order; the builder takes files in order, so that each
+            // posting list is written as it grows.
+            let mut waiting = BTreeMap::new();
+            let mut expected: FileId = 0;
+            for (id, read) in receiver {
+                waiting.insert(id, read);
+                while let Some(read) = waiting.remove(&expected) {
+                    match read {
+                        Found::Trigrams(keys) => {
+                            builder.insert(expected, keys.as_deref().map_err(|why| *why))
+                        }
+                        // Left out of the index, so always searched.
+                        Found::Unreadable => {
+                            unreadable.insert(expected);
+                        }
+                    }
+                    expected += 1;
+                }
             }
         });
         if stop.load(Ordering::Relaxed) {
             return None;
         }
-        let unindexed: HashSet<FileId> = unindexed.into_inner_unpoisoned().into_iter().collect();
         let ids = files
             .into_iter()
             .enumerate()
             .filter_map(|(at, path)| {
                 let id = FileId::try_from(at).ok()?;
-                (!unindexed.contains(&id)).then_some((path, id))
+                (!unreadable.contains(&id)).then_some((path, id))
             })
             .collect();
-        Some(Self {
+        let contents = Self {
             trigrams: builder.build(),
             ids,
             changed: HashSet::new(),
-        })
+        };
+        release_freed_memory();
+        Some(contents)
     }
 
     /// Counts the file at `relative` as changed: every search reads it.
@@ -152,6 +163,23 @@ impl Selector<'_> {
                     || self.contents.changed.contains(relative)
             }
         }
+    }
+}
+
+/// What a reader found of one file.
+enum Found {
+    Trigrams(Result<Vec<u32>, Unindexable>),
+    Unreadable,
+}
+
+/// Gives the memory a build freed back to the system: the allocator would keep it, and the
+/// daemon's resident size with it, long after the build.
+#[allow(unsafe_code)]
+fn release_freed_memory() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim only walks the allocator's own free lists.
+    unsafe {
+        nix::libc::malloc_trim(0);
     }
 }
 
