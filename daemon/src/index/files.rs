@@ -128,6 +128,11 @@ impl FileList {
         self.git_dirs.iter().map(PathBuf::as_path)
     }
 
+    /// Whether the walk entered the directory at `relative`.
+    pub fn holds_dir(&self, relative: &Path) -> bool {
+        self.dirs.contains_key(relative.as_os_str())
+    }
+
     /// Visits the list as a walk would: from the root down, `enter` saying for each directory
     /// (its path relative to the root, and its name) whether to go in, `visit` getting each
     /// file of an entered directory (its path relative to the root, and its name) and saying
@@ -138,18 +143,20 @@ impl FileList {
         mut enter: impl FnMut(&Path, &OsStr) -> bool,
         mut visit: impl FnMut(&Path, &OsStr) -> bool,
     ) {
-        let mut path = Vec::new();
-        self.walk_from(&mut path, &mut enter, &mut visit);
+        Listing::new(self, Path::new(""))
+            .walk(&mut enter, |relative, _, name| visit(relative, name));
     }
 
-    /// The walk below the directory at `path` (relative, as bytes: a name is pushed and cut
-    /// off again without `PathBuf::pop`'s parsing of components): its files and
-    /// subdirectories merged by name.
+    /// The walk below the directory at `path` (relative to the list's root, as bytes: a name
+    /// is pushed and cut off again without `PathBuf::pop`'s parsing of components): its files
+    /// and subdirectories merged by name. The callbacks see paths without their first `skip`
+    /// bytes (relative to the listing's base); `visit` also gets the path from the root.
     fn walk_from(
         &self,
         path: &mut Vec<u8>,
+        skip: usize,
         enter: &mut impl FnMut(&Path, &OsStr) -> bool,
-        visit: &mut impl FnMut(&Path, &OsStr) -> bool,
+        visit: &mut impl FnMut(&Path, &Path, &OsStr) -> bool,
     ) -> bool {
         let Some(dir) = self.dirs.get(OsStr::from_bytes(path)) else {
             return true;
@@ -169,11 +176,11 @@ impl FileList {
                 path.push(b'/');
             }
             path.extend_from_slice(name.as_bytes());
-            let relative = Path::new(OsStr::from_bytes(path));
+            let relative = Path::new(OsStr::from_bytes(&path[skip..]));
             let go_on = if is_dir {
-                !enter(relative, name) || self.walk_from(path, enter, visit)
+                !enter(relative, name) || self.walk_from(path, skip, enter, visit)
             } else {
-                visit(relative, name)
+                visit(relative, Path::new(OsStr::from_bytes(path)), name)
             };
             path.truncate(length);
             if !go_on {
@@ -465,6 +472,43 @@ impl FileList {
         {
             watch.unwatch(&self.root.join(path));
         }
+    }
+}
+
+/// A file list seen from one of its directories: what a walk starting there would find (the
+/// walk decides the same below a directory whichever ancestor it started from: it reads the
+/// parents' ignore files).
+pub struct Listing<'l> {
+    list: &'l FileList,
+    base: &'l Path,
+    root: PathBuf,
+}
+
+impl<'l> Listing<'l> {
+    /// The list seen from `base` (relative to its root; a directory it holds).
+    pub fn new(list: &'l FileList, base: &'l Path) -> Self {
+        Self {
+            list,
+            base,
+            root: list.root.join(base),
+        }
+    }
+
+    /// Where the walk starts (absolute).
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// [`FileList::walk`] from the base: `enter` and `visit` get paths relative to it, and
+    /// `visit` also the path relative to the list's root.
+    pub fn walk(
+        &self,
+        enter: &mut impl FnMut(&Path, &OsStr) -> bool,
+        mut visit: impl FnMut(&Path, &Path, &OsStr) -> bool,
+    ) {
+        let mut path = self.base.as_os_str().as_bytes().to_vec();
+        let skip = if path.is_empty() { 0 } else { path.len() + 1 };
+        self.list.walk_from(&mut path, skip, enter, &mut visit);
     }
 }
 

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant, SystemTime};
 use toold_protocol::sync::LockUnpoisoned;
 
 use super::contents::{Contents, Selector};
-use super::files::{FileList, Limits, Stopped};
+use super::files::{FileList, Limits, Listing, Stopped};
 use super::plan::Query;
 use super::watch::{Rebuild, RootWatch};
 
@@ -43,10 +43,25 @@ impl Default for IndexConfig {
             max_memory_bytes: 256 * 1024 * 1024,
             idle_evict: Duration::from_secs(30 * 60),
             retry_after: Duration::from_secs(5 * 60),
-            max_watches: 1 << 20,
+            max_watches: default_max_watches(),
         }
     }
 }
+
+/// The most directories one root watches by default: 65,536, and never more than half the
+/// user's inotify watches (`/proc/sys/fs/inotify/max_user_watches`), which every program of
+/// the user shares (editors, file managers): one large tree must not take them all.
+fn default_max_watches() -> usize {
+    const MOST: usize = 65_536;
+    std::fs::read_to_string("/proc/sys/fs/inotify/max_user_watches")
+        .ok()
+        .and_then(|text| text.trim().parse::<usize>().ok())
+        .map_or(MOST, |user| (user / 2).clamp(1, MOST))
+}
+
+/// The most roots indexed at once (each holds an inotify instance, of which a user has 128 by
+/// default); past it the least recently used is dropped.
+const MAX_ROOTS: usize = 32;
 
 /// Why a query walked cold instead of using the index.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -90,6 +105,15 @@ impl ColdReason {
             Self::Error => "error",
         }
     }
+}
+
+/// What one index made of a query.
+enum Attempt<R> {
+    Answered(R),
+    Cold(ColdReason),
+    /// An ancestor's index that does not hold the directory asked about (not ready, or the
+    /// directory is ignored, or gone).
+    NotHeld,
 }
 
 /// One root's index as `index/status` shows it.
@@ -220,16 +244,20 @@ impl Indexes {
         }
     }
 
-    /// Runs `query` on the file list of `root` (the directory a search starts from,
-    /// resolved), brought up to date first; or says why the caller must walk cold.
-    /// `names_git`: the query's glob names `.git`, which the index does not hold.
+    /// Runs `query` on the files under `root` (the directory a search starts from, resolved)
+    /// as a walk from there would find them, brought up to date first; or says why the
+    /// caller must walk cold. `names_git`: the query's glob names `.git`, which the index does
+    /// not hold. The index of an ancestor that holds `root` as one of its directories
+    /// answers, else `root`'s own (built on first use).
     pub fn with_files<R>(
         &self,
         root: &Path,
         names_git: bool,
-        query: impl FnOnce(&FileList) -> R,
+        query: impl FnOnce(&Listing<'_>) -> R,
     ) -> Result<R, ColdReason> {
-        self.with_warm(root, names_git, |_, warm| query(&warm.list))
+        self.with_warm(root, names_git, |_, warm, base| {
+            query(&Listing::new(&warm.list, base))
+        })
     }
 
     /// Like [`Self::with_files`], for a search of contents: `query` also gets which files can
@@ -240,10 +268,10 @@ impl Indexes {
         root: &Path,
         names_git: bool,
         plan: &Query,
-        query: impl FnOnce(&FileList, Option<&Selector<'_>>) -> R,
+        query: impl FnOnce(&Listing<'_>, Option<&Selector<'_>>) -> R,
     ) -> Result<R, ColdReason> {
         let config = self.config();
-        self.with_warm(root, names_git, |index, warm| {
+        self.with_warm(root, names_git, |index, warm, base| {
             let needs_reading = match &warm.contents.ready {
                 None => true,
                 Some(contents) => contents.needs_merge(),
@@ -251,9 +279,10 @@ impl Indexes {
             if needs_reading && warm.contents.reading.is_none() {
                 index.start_reading(warm, &config);
             }
+            let listing = Listing::new(&warm.list, base);
             match &warm.contents.ready {
-                Some(contents) => query(&warm.list, Some(&contents.selector(plan))),
-                None => query(&warm.list, None),
+                Some(contents) => query(&listing, Some(&contents.selector(plan))),
+                None => query(&listing, None),
             }
         })
     }
@@ -262,33 +291,85 @@ impl Indexes {
         &self,
         root: &Path,
         names_git: bool,
-        query: impl FnOnce(&Arc<RootIndex>, &mut Warm) -> R,
+        query: impl FnOnce(&Arc<RootIndex>, &mut Warm, &Path) -> R,
     ) -> Result<R, ColdReason> {
         let config = self.config();
         if !config.enabled {
             return Err(ColdReason::Disabled);
         }
         self.evict_idle(&config);
-        let index = self.root_index(root, &config);
-        *index.last_used.lock_unpoisoned() = Instant::now();
-        let mut inner = index.inner.lock_unpoisoned();
-        if names_git {
-            return Err(inner.fell_back(ColdReason::GitDirectories));
+        let mut ancestors: Vec<Arc<RootIndex>> = self
+            .roots
+            .lock_unpoisoned()
+            .values()
+            .filter(|index| index.root != root && root.starts_with(&index.root))
+            .cloned()
+            .collect();
+        // The nearest first: the smallest list to walk.
+        ancestors.sort_by_key(|index| std::cmp::Reverse(index.root.as_os_str().len()));
+        let mut query = Some(query);
+        for index in ancestors {
+            let Ok(base) = root.strip_prefix(&index.root) else {
+                continue;
+            };
+            match self.attempt(&index, &config, names_git, Some(base), &mut query) {
+                Attempt::Answered(answer) => return Ok(answer),
+                // Its fallback is counted against the root asked about, below.
+                Attempt::Cold(_) | Attempt::NotHeld => {}
+            }
         }
-        let limits = index.limits(&config);
+        let index = self.root_index(root, &config);
+        match self.attempt(&index, &config, names_git, None, &mut query) {
+            Attempt::Answered(answer) => Ok(answer),
+            Attempt::Cold(reason) => Err(reason),
+            Attempt::NotHeld => Err(ColdReason::Error),
+        }
+    }
+
+    /// Brings `index` up to date and runs the query on it, from `base` (a directory of its
+    /// list, relative; `None`: its root). A cold answer is counted as a fallback of the
+    /// index's own root only.
+    fn attempt<R, Q>(
+        &self,
+        index: &Arc<RootIndex>,
+        config: &IndexConfig,
+        names_git: bool,
+        base: Option<&Path>,
+        query: &mut Option<Q>,
+    ) -> Attempt<R>
+    where
+        Q: FnOnce(&Arc<RootIndex>, &mut Warm, &Path) -> R,
+    {
+        let own = base.is_none();
+        let base = base.unwrap_or(Path::new(""));
+        let mut inner = index.inner.lock_unpoisoned();
+        let count = |inner: &mut Inner, reason| {
+            if own {
+                inner.fell_back(reason);
+            }
+            Attempt::Cold(reason)
+        };
+        if !own && !matches!(inner.state, State::Ready(_)) {
+            return Attempt::NotHeld;
+        }
+        *index.last_used.lock_unpoisoned() = Instant::now();
+        if names_git {
+            return count(&mut inner, ColdReason::GitDirectories);
+        }
+        let limits = index.limits(config);
         let outcome = match &mut inner.state {
             State::Building => Err(ColdReason::Building),
             State::Cold { reason, retry_at } => {
                 let reason = *reason;
                 if Instant::now() >= *retry_at {
-                    index.start_build(&mut inner, &config);
+                    index.start_build(&mut inner, config);
                 }
                 Err(reason)
             }
             State::Ready(warm) => match warm.sync(&limits) {
                 Ok(()) => {
                     index.memory.store(warm.memory_bytes(), Ordering::Relaxed);
-                    Ok(())
+                    Ok(warm.list.holds_dir(base))
                 }
                 Err(reason) => {
                     index.memory.store(0, Ordering::Relaxed);
@@ -299,30 +380,34 @@ impl Indexes {
                                 retry_at: Instant::now() + config.retry_after,
                             };
                         }
-                        _ => index.start_build(&mut inner, &config),
+                        _ => index.start_build(&mut inner, config),
                     }
                     Err(reason)
                 }
             },
         };
-        if let Err(reason) = outcome {
-            return Err(inner.fell_back(reason));
+        match outcome {
+            Err(reason) => return count(&mut inner, reason),
+            Ok(false) => return Attempt::NotHeld,
+            Ok(true) => {}
         }
         drop(inner);
-        if self.evict(Some(&index)) {
+        if self.evict(Some(index)) {
             let mut inner = index.inner.lock_unpoisoned();
             inner.state = State::Cold {
                 reason: ColdReason::MemoryBudget,
                 retry_at: Instant::now() + config.retry_after,
             };
             index.memory.store(0, Ordering::Relaxed);
-            return Err(inner.fell_back(ColdReason::MemoryBudget));
+            return count(&mut inner, ColdReason::MemoryBudget);
         }
         let mut inner = index.inner.lock_unpoisoned();
-        match &mut inner.state {
-            State::Ready(warm) => Ok(query(&index, warm)),
+        match (&mut inner.state, query.take()) {
+            (State::Ready(warm), Some(query)) if warm.list.holds_dir(base) => {
+                Attempt::Answered(query(index, warm, base))
+            }
             // Taken by a reload or an eviction in between.
-            _ => Err(ColdReason::Building),
+            _ => Attempt::Cold(ColdReason::Building),
         }
     }
 
@@ -389,6 +474,15 @@ impl Indexes {
         let mut roots = self.roots.lock_unpoisoned();
         if let Some(index) = roots.get(root) {
             return Arc::clone(index);
+        }
+        while roots.len() >= MAX_ROOTS {
+            let oldest = roots
+                .values()
+                .min_by_key(|index| *index.last_used.lock_unpoisoned())
+                .map(|index| index.root.clone());
+            if let Some(index) = oldest.and_then(|oldest| roots.remove(&oldest)) {
+                index.stop.store(true, Ordering::Relaxed);
+            }
         }
         let index = Arc::new(RootIndex {
             root: root.to_owned(),

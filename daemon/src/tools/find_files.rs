@@ -130,7 +130,7 @@ fn find_files(args: &FindArgs, ctx: &ToolContext, indexes: &Indexes) -> ToolOutc
     };
     let warm = indexes.with_files(&root, filter.walks_git_dirs(), |list| {
         let mut results = Vec::new();
-        walk::walk_listed(list, &filter, cancel, |relative| {
+        walk::walk_listed(list, &filter, cancel, |relative, _| {
             found(&mut results, relative)
         });
         results

@@ -221,9 +221,8 @@ fn search_code(args: &SearchArgs, ctx: &ToolContext, indexes: &Indexes) -> ToolO
             let listed =
                 indexes.with_contents(&root, filter.walks_git_dirs(), &plan, |list, selector| {
                     let mut files = Vec::new();
-                    walk::walk_listed(list, &filter, &ctx.cancel, |relative| {
-                        if selector.is_none_or(|selector| selector.may_match(relative.as_os_str()))
-                        {
+                    walk::walk_listed(list, &filter, &ctx.cancel, |relative, in_list| {
+                        if selector.is_none_or(|selector| selector.may_match(in_list.as_os_str())) {
                             files.push(relative.to_owned());
                         }
                         WalkState::Continue

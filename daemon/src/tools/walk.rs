@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 use toold_protocol::ErrorType;
 
 use super::{HiddenPaths, ToolContext, ToolFailure};
-use crate::index::files::{self, FileList};
+use crate::index::files::{self, Listing};
 pub use crate::index::files::{ThreadResults, path_order, relative_to, walk_threads};
 use crate::index::roots::ColdReason;
 
@@ -224,31 +224,31 @@ pub fn walk_files<'s, B, V>(
     });
 }
 
-/// Visits, from a root's warm file list, exactly the files [`walk_files`] would visit from
-/// that root with `filter` (the list holds what the walk decides with hidden entries shown:
-/// this leaves out what `filter` leaves out), with their paths relative to the root; on the
-/// calling thread, in the order paths are shown ([`path_order`]). Stops when `visit` returns [`WalkState::Quit`] or
-/// `cancel` fires.
+/// Visits, from a warm file list seen from the walk's root, exactly the files [`walk_files`]
+/// would visit from that root with `filter` (the list holds what the walk decides with hidden
+/// entries shown: this leaves out what `filter` leaves out), with their paths relative to the
+/// root and to the list's own root; on the calling thread, in the order paths are shown
+/// ([`path_order`]). Stops when `visit` returns [`WalkState::Quit`] or `cancel` fires.
 pub fn walk_listed(
-    list: &FileList,
+    listing: &Listing<'_>,
     filter: &FileFilter,
     cancel: &CancellationToken,
-    mut visit: impl FnMut(&Path) -> WalkState,
+    mut visit: impl FnMut(&Path, &Path) -> WalkState,
 ) {
-    let root = list.root();
+    let root = listing.root();
     if filter.denies(root) {
         return;
     }
     let mut cancel = CancelCheck::new(cancel);
     // Joined onto the root only when deny rules need the absolute path.
     let denied = |relative: &Path| filter.denied.is_some() && filter.denies(&root.join(relative));
-    list.walk(
-        |relative, name| {
+    listing.walk(
+        &mut |relative, name| {
             (filter.walk_hidden || !is_hidden(name))
                 && !filter.glob.matched(relative, true).is_ignore()
                 && !denied(relative)
         },
-        |relative, name| {
+        |relative, in_list, name| {
             if cancel.is_cancelled() {
                 return false;
             }
@@ -258,7 +258,7 @@ pub fn walk_listed(
             {
                 return true;
             }
-            !matches!(visit(relative), WalkState::Quit)
+            !matches!(visit(relative, in_list), WalkState::Quit)
         },
     );
 }
