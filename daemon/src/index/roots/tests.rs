@@ -56,7 +56,7 @@ fn an_ancestor_answers_for_the_directories_it_holds() {
     assert_eq!(files(&indexes, &root.join("src")), ["a.rs", "deep/b.rs"]);
     assert_eq!(
         roots(&indexes),
-        [root.clone()],
+        std::slice::from_ref(&root),
         "no index of its own for src"
     );
     // Ignored by the root's walk, listed by a walk that starts there: an index of its own.
@@ -78,7 +78,11 @@ fn over_the_budget_the_least_recently_used_goes() {
     });
     files(&indexes, &first);
     files(&indexes, &second);
-    assert_eq!(roots(&indexes), [second.clone()], "the first was evicted");
+    assert_eq!(
+        roots(&indexes),
+        std::slice::from_ref(&second),
+        "the first was evicted"
+    );
     // Alone over the budget: cold, and said so.
     let small = Indexes::new(IndexConfig {
         max_memory_bytes: one / 2,
