@@ -210,7 +210,9 @@ pub fn search_section(
     let _ = write!(
         markdown,
         ". toold is the release daemon answering `tools/execute` over its socket (a \
-         detached connection: the answer comes once, in the response); rg and fd are processes \
+         detached connection: the answer comes once, in the response), with `[index] enabled \
+         = false`: these are its cold walks (the warm index has a section of its own); rg and \
+         fd are processes \
          writing to a pipe, so their times include a process start (about a millisecond). \
          {} interleaved rounds, page cache warm; times are median (IQR) in ms. Every row was \
          first checked to give the same set of results.\n\n",
