@@ -434,7 +434,7 @@ fn unknown_keys_are_refused_at_every_level() {
             ":1:1: colour: unknown key; the keys here are socket, max_message_bytes, \
              max_connections, max_parallel, max_stream_bytes, timeout_ms, max_command_timeout_ms, \
              max_output_bytes, max_read_bytes, session_idle_ttl, approval_timeout_ms, \
-             hook_timeout_ms, frame_timeout_ms, allow_bypass, audit, audit_max_bytes, audit_keep, permissions, hooks, sandbox, mcp",
+             hook_timeout_ms, frame_timeout_ms, allow_bypass, audit, audit_max_bytes, audit_keep, permissions, hooks, sandbox, index, mcp",
         ),
         (
             "[permissions]\nallow = []\nalow = []",
@@ -456,6 +456,42 @@ fn unknown_keys_are_refused_at_every_level() {
         (
             "[hooks]\n\"on error\" = []",
             ":2:1: hooks.\"on error\": unknown key; the keys here are pre_tool_use, post_tool_use",
+        ),
+    ]);
+}
+
+#[test]
+fn the_index_is_read_with_every_key_and_bad_values_refused() {
+    let config = parse(
+        "[index]\nenabled = false\nmax_memory_mib = 64\nidle_evict = \"10m\"\n\
+         retry_after = 30\nmax_watches = 1000\n",
+    )
+    .expect("valid");
+    assert!(!config.index.enabled);
+    assert_eq!(config.index.max_memory_bytes, 64 * 1024 * 1024);
+    assert_eq!(config.index.idle_evict, Duration::from_secs(600));
+    assert_eq!(config.index.retry_after, Duration::from_secs(30));
+    assert_eq!(config.index.max_watches, 1000);
+    let defaults = parse("").expect("empty").index;
+    assert!(defaults.enabled);
+    assert_eq!(defaults.max_memory_bytes, 256 * 1024 * 1024);
+    assert_eq!(defaults.idle_evict, Duration::from_secs(30 * 60));
+    check_refusals(&[
+        (
+            "[index]\nmax_memory_mib = 0",
+            ":2:18: index.max_memory_mib: must be at least 1, got 0",
+        ),
+        (
+            "[index]\nidle_evict = \"0s\"",
+            ":2:14: index.idle_evict: must be at least 1s",
+        ),
+        (
+            "[index]\nenable = true",
+            ":2:1: index.enable: unknown key; did you mean `enabled`?",
+        ),
+        (
+            "[index]\nenabled = \"yes\"",
+            ":2:11: index.enabled: expected true or false, found a string",
         ),
     ]);
 }
