@@ -578,6 +578,76 @@ async fn searches_read_only_candidates_and_answer_as_cold_and_rg() {
     assert_eq!(warm["metadata"]["matches"], 1);
 }
 
+/// The changes an adversarial reading of the index found answered stale, each asked at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_changes_a_review_found_stale_are_answered_as_cold() {
+    let pair = Pair::start(WARM).await;
+    let root = pair.root.clone();
+    // A hidden name that a `!` rule shows: a walk skipping hidden entries lists it.
+    write(&root.join(".gitignore"), "!.env\n.hid*\n!.hidok\n");
+    for path in [
+        ".env",
+        "a.txt",
+        ".hidok/x.txt",
+        ".hidden/y.txt",
+        "sub/.hidok",
+        "sub/d/x.txt",
+        "sub/y.txt",
+    ] {
+        write(&root.join(path), "x\n");
+    }
+    write(&root.join("a/f.txt"), "alpha\n");
+    write(&root.join("b/f.txt"), "bravo\n");
+    write(&root.join("sub/c/g.txt"), "charlie\n");
+    write(&root.join("rules/ign.txt"), "nothing\n");
+    write(&root.join("s/keep.txt"), "k\n");
+    write(&root.join("s/drop.txt"), "d\n");
+    std::os::unix::fs::symlink("../rules/ign.txt", root.join("s/.gitignore")).unwrap();
+    pair.ready().await;
+    pair.contents_read("charlie").await;
+    let both = |what: &'static str| {
+        let pair = &pair;
+        async move {
+            pair.same(json!({"pattern": "*"}), what).await;
+            for pattern in ["x", "bravo", "DELTA", "ECHOTOKEN"] {
+                pair.same_search(json!({"pattern": pattern}), what).await;
+            }
+        }
+    };
+    both("hidden names a rule shows").await;
+    let (warm, _) = pair.find(json!({"pattern": "*", "max_results": 100})).await;
+    assert!(text(&warm).lines().any(|line| line == ".env"), "{warm}");
+    // A `.git` directory created: its info/exclude applies, and its later edits.
+    std::fs::create_dir_all(root.join("sub/.git/info")).unwrap();
+    write(&root.join("sub/.git/info/exclude"), "x.txt\n");
+    both("a .git directory created").await;
+    write(&root.join("sub/.git/info/exclude"), "x.txt\ny.txt\n");
+    both("its exclude edited").await;
+    // Two directories swapped through a third name: files under old names, other contents.
+    std::fs::rename(root.join("a"), root.join("t")).unwrap();
+    std::fs::rename(root.join("b"), root.join("a")).unwrap();
+    std::fs::rename(root.join("t"), root.join("b")).unwrap();
+    both("two directories swapped").await;
+    // A file edited while its directory had another name, then the name given back.
+    std::fs::rename(root.join("a"), root.join("a2")).unwrap();
+    both("a directory renamed").await;
+    write(&root.join("a2/f.txt"), "bravo\nDELTA\n");
+    both("a file edited under the new name").await;
+    std::fs::rename(root.join("a2"), root.join("a")).unwrap();
+    both("the name given back").await;
+    // A directory ignored, edited unwatched, then shown again.
+    write(&root.join("sub/.gitignore"), "c/\n");
+    both("a directory ignored").await;
+    write(&root.join("sub/c/g.txt"), "charlie\nECHOTOKEN\n");
+    std::fs::remove_file(root.join("sub/.gitignore")).unwrap();
+    both("edited while ignored, then shown again").await;
+    // An ignore file that is a symlink, its target edited.
+    write(&root.join("rules/ign.txt"), "drop.txt\n");
+    both("a symlinked ignore file's target edited").await;
+    let (warm, _) = pair.find(json!({"pattern": "*", "max_results": 100})).await;
+    assert!(!text(&warm).contains("s/drop.txt"), "{warm}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_overflow_falls_back_cold_and_the_index_recovers() {
     let pair = Pair::start(WARM).await;

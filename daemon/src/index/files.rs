@@ -54,6 +54,9 @@ const DIR_BYTES: usize = 160;
 struct Dir {
     files: BTreeSet<OsString>,
     subdirs: BTreeSet<OsString>,
+    /// The hidden names among them that a walk skipping hidden entries still shows: an
+    /// ignore file's `!` rule names them (the walker hides a name only when no rule matched).
+    shown_hidden: BTreeSet<OsString>,
 }
 
 /// Why a walk of the list stopped short.
@@ -83,12 +86,20 @@ pub struct FileList {
     bytes: usize,
     /// The `.git` directories met, whose `info/exclude` the watch cannot see.
     git_dirs: BTreeSet<PathBuf>,
+    /// Ignore files that are symlinks (absolute): the watch sees their target change under
+    /// another name, or not at all.
+    linked_ignores: BTreeSet<PathBuf>,
+    /// Files put in the list by a walk since [`Self::take_added`] was last called (relative):
+    /// their contents may be other than any index of contents read.
+    added: Vec<OsString>,
 }
 
 /// An entry a walk found, relative to the root.
 enum Found {
     Dir(PathBuf),
     File(PathBuf),
+    /// An ignore file that is a symlink (absolute).
+    LinkedIgnore(PathBuf),
 }
 
 impl FileList {
@@ -104,8 +115,11 @@ impl FileList {
             files: 0,
             bytes: 0,
             git_dirs: BTreeSet::new(),
+            linked_ignores: BTreeSet::new(),
+            added: Vec::new(),
         };
         list.walk_subtree(Path::new(""), watch, limits)?;
+        list.added.clear();
         Ok(list)
     }
 
@@ -128,6 +142,16 @@ impl FileList {
         self.git_dirs.iter().map(PathBuf::as_path)
     }
 
+    /// The ignore files under the root that are symlinks (absolute).
+    pub fn linked_ignores(&self) -> impl Iterator<Item = &Path> {
+        self.linked_ignores.iter().map(PathBuf::as_path)
+    }
+
+    /// The files walks put in the list since the last call (relative to the root).
+    pub fn take_added(&mut self) -> Vec<OsString> {
+        std::mem::take(&mut self.added)
+    }
+
     /// Whether the walk entered the directory at `relative`.
     pub fn holds_dir(&self, relative: &Path) -> bool {
         self.dirs.contains_key(relative.as_os_str())
@@ -143,20 +167,23 @@ impl FileList {
         mut enter: impl FnMut(&Path, &OsStr) -> bool,
         mut visit: impl FnMut(&Path, &OsStr) -> bool,
     ) {
-        Listing::new(self, Path::new(""))
-            .walk(&mut enter, |relative, _, name| visit(relative, name));
+        Listing::new(self, Path::new("")).walk(
+            &mut |relative, name, _| enter(relative, name),
+            |relative, _, name, _| visit(relative, name),
+        );
     }
 
     /// The walk below the directory at `path` (relative to the list's root, as bytes: a name
     /// is pushed and cut off again without `PathBuf::pop`'s parsing of components): its files
     /// and subdirectories merged by name. The callbacks see paths without their first `skip`
-    /// bytes (relative to the listing's base); `visit` also gets the path from the root.
+    /// bytes (relative to the listing's base), and whether a walk that skips hidden entries
+    /// leaves the entry out; `visit` also gets the path from the root.
     fn walk_from(
         &self,
         path: &mut Vec<u8>,
         skip: usize,
-        enter: &mut impl FnMut(&Path, &OsStr) -> bool,
-        visit: &mut impl FnMut(&Path, &Path, &OsStr) -> bool,
+        enter: &mut impl FnMut(&Path, &OsStr, bool) -> bool,
+        visit: &mut impl FnMut(&Path, &Path, &OsStr, bool) -> bool,
     ) -> bool {
         let Some(dir) = self.dirs.get(OsStr::from_bytes(path)) else {
             return true;
@@ -177,10 +204,11 @@ impl FileList {
             }
             path.extend_from_slice(name.as_bytes());
             let relative = Path::new(OsStr::from_bytes(&path[skip..]));
+            let hidden = is_hidden(name) && !dir.shown_hidden.contains(name);
             let go_on = if is_dir {
-                !enter(relative, name) || self.walk_from(path, skip, enter, visit)
+                !enter(relative, name, hidden) || self.walk_from(path, skip, enter, visit)
             } else {
-                visit(relative, Path::new(OsStr::from_bytes(path)), name)
+                visit(relative, Path::new(OsStr::from_bytes(path)), name, hidden)
             };
             path.truncate(length);
             if !go_on {
@@ -206,10 +234,10 @@ impl FileList {
             let parent = relative.parent().unwrap_or(Path::new(""));
             if self.dirs.contains_key(relative.as_os_str()) {
                 redo.insert(relative.to_owned());
-            } else if relative
-                .file_name()
-                .is_some_and(|name| IGNORE_FILES.iter().any(|file| name == *file))
-            {
+            } else if relative.file_name().is_some_and(|name| {
+                // A `.git` directory that appears or goes brings or takes its `info/exclude`.
+                name == ".git" || is_ignore_file(name)
+            }) {
                 redo.insert(parent.to_owned());
             } else if !relative.as_os_str().is_empty() {
                 relist.insert(parent.to_owned());
@@ -222,6 +250,7 @@ impl FileList {
             self.files = 0;
             self.bytes = 0;
             self.git_dirs.clear();
+            self.linked_ignores.clear();
             return self.walk_subtree(Path::new(""), watch, limits);
         }
         // Outermost first: a directory redone takes its subtree with it.
@@ -256,9 +285,19 @@ impl FileList {
         limits: &Limits,
     ) -> Result<(), Stopped> {
         let mut found = Vec::new();
+        let git_dirs = Arc::new(Mutex::new(Vec::new()));
         let mut builder = walker(&self.root.join(dir), false);
         builder.max_depth(Some(1));
-        builder.filter_entry(|entry| !is_git_dir(entry));
+        builder.filter_entry({
+            let git_dirs = Arc::clone(&git_dirs);
+            move |entry| {
+                if is_git_dir(entry) {
+                    git_dirs.lock_unpoisoned().push(entry.path().to_owned());
+                    return false;
+                }
+                true
+            }
+        });
         for entry in builder.build() {
             let Ok(entry) = entry else { continue };
             if entry.depth() == 0 {
@@ -273,7 +312,12 @@ impl FileList {
                 found.push(Found::Dir(relative.to_owned()));
             } else if kind.is_file() {
                 found.push(Found::File(relative.to_owned()));
+            } else if kind.is_symlink() && is_ignore_file(entry.file_name()) {
+                self.linked_ignores.insert(entry.path().to_owned());
             }
+        }
+        for git_dir in git_dirs.lock_unpoisoned().drain(..) {
+            self.git_dirs.insert(git_dir);
         }
         let mut files = BTreeSet::new();
         let mut subdirs = BTreeSet::new();
@@ -285,6 +329,7 @@ impl FileList {
                 Found::Dir(path) => {
                     subdirs.insert(name_of(&path));
                 }
+                Found::LinkedIgnore(_) => {}
             }
         }
         let old = self
@@ -301,12 +346,17 @@ impl FileList {
             self.files += 1;
             self.bytes += FILE_BYTES + name.len();
         }
+        for name in files.difference(&old_files) {
+            self.added.push(dir.join(name).into_os_string());
+        }
+        let shown_hidden = self.shown_hidden_in(dir, &files, &subdirs);
         let old = self
             .dirs
             .get_mut(dir.as_os_str())
             .expect("a listed directory is in the list");
         old.files = files;
         old.subdirs = subdirs.clone();
+        old.shown_hidden = shown_hidden;
         for gone in old_subdirs.difference(&subdirs) {
             let path = dir.join(gone);
             self.unwatch_subtree(&path, watch);
@@ -376,6 +426,10 @@ impl FileList {
                     } else if kind.is_file() {
                         grown.fetch_add(FILE_BYTES + bytes, Ordering::Relaxed);
                         thread.local.push(Found::File(relative.to_owned()));
+                    } else if kind.is_symlink() && is_ignore_file(entry.file_name()) {
+                        thread
+                            .local
+                            .push(Found::LinkedIgnore(entry.path().to_owned()));
                     }
                     WalkState::Continue
                 })
@@ -395,8 +449,9 @@ impl FileList {
         let mut found = found.into_inner_unpoisoned();
         found.sort_by_key(|entry| match entry {
             Found::Dir(path) => (false, path.components().count()),
-            Found::File(_) => (true, 0),
+            Found::File(_) | Found::LinkedIgnore(_) => (true, 0),
         });
+        let mut walked = Vec::new();
         for entry in found {
             match entry {
                 Found::Dir(path) => {
@@ -407,7 +462,11 @@ impl FileList {
                     {
                         dir.subdirs.insert(name_of(&path));
                     }
+                    walked.push(path.clone());
                     self.dirs.entry(path.into_os_string()).or_default();
+                }
+                Found::LinkedIgnore(path) => {
+                    self.linked_ignores.insert(path);
                 }
                 Found::File(path) => {
                     let parent = path.parent().unwrap_or(Path::new(""));
@@ -418,11 +477,49 @@ impl FileList {
                     {
                         self.files += 1;
                         self.bytes += bytes;
+                        self.added.push(path.into_os_string());
                     }
                 }
             }
         }
+        for dir in walked {
+            let Some(entries) = self.dirs.get(dir.as_os_str()) else {
+                continue;
+            };
+            let shown_hidden = self.shown_hidden_in(&dir, &entries.files, &entries.subdirs);
+            if let Some(entries) = self.dirs.get_mut(dir.as_os_str()) {
+                entries.shown_hidden = shown_hidden;
+            }
+        }
         self.check(limits)
+    }
+
+    /// The hidden names among `dir`'s entries that a walk skipping hidden entries shows (a
+    /// `!` rule names them): asked of the walker itself, one level deep, and only where there
+    /// are hidden names.
+    fn shown_hidden_in(
+        &self,
+        dir: &Path,
+        files: &BTreeSet<OsString>,
+        subdirs: &BTreeSet<OsString>,
+    ) -> BTreeSet<OsString> {
+        let hidden: BTreeSet<&OsStr> = files
+            .iter()
+            .chain(subdirs)
+            .map(OsString::as_os_str)
+            .filter(|name| is_hidden(name))
+            .collect();
+        if hidden.is_empty() {
+            return BTreeSet::new();
+        }
+        let mut builder = walker(&self.root.join(dir), true);
+        builder.max_depth(Some(1));
+        builder
+            .build()
+            .filter_map(Result::ok)
+            .filter(|entry| entry.depth() == 1 && hidden.contains(entry.file_name()))
+            .map(|entry| entry.file_name().to_owned())
+            .collect()
     }
 
     fn check(&self, limits: &Limits) -> Result<(), Stopped> {
@@ -454,6 +551,8 @@ impl FileList {
         let absolute = self.root.join(dir);
         self.git_dirs
             .retain(|git_dir| !git_dir.starts_with(&absolute));
+        self.linked_ignores
+            .retain(|linked| !linked.starts_with(&absolute));
         if let (Some(parent), Some(name)) = (dir.parent(), dir.file_name())
             && let Some(parent) = self.dirs.get_mut(parent.as_os_str())
         {
@@ -499,12 +598,13 @@ impl<'l> Listing<'l> {
         &self.root
     }
 
-    /// [`FileList::walk`] from the base: `enter` and `visit` get paths relative to it, and
-    /// `visit` also the path relative to the list's root.
+    /// [`FileList::walk`] from the base: `enter` and `visit` get paths relative to it and
+    /// whether a walk skipping hidden entries leaves the entry out, and `visit` also the path
+    /// relative to the list's root.
     pub fn walk(
         &self,
-        enter: &mut impl FnMut(&Path, &OsStr) -> bool,
-        mut visit: impl FnMut(&Path, &Path, &OsStr) -> bool,
+        enter: &mut impl FnMut(&Path, &OsStr, bool) -> bool,
+        mut visit: impl FnMut(&Path, &Path, &OsStr, bool) -> bool,
     ) {
         let mut path = self.base.as_os_str().as_bytes().to_vec();
         let skip = if path.is_empty() { 0 } else { path.len() + 1 };
@@ -535,6 +635,16 @@ impl<T> Drop for ThreadResults<'_, T> {
         let mut shared = self.shared.lock_unpoisoned();
         shared.append(&mut self.local);
     }
+}
+
+/// A name the walker leaves out as hidden, unless an ignore rule names it.
+pub fn is_hidden(name: &OsStr) -> bool {
+    name.as_bytes().first() == Some(&b'.')
+}
+
+/// A name the walker reads ignore rules from.
+fn is_ignore_file(name: &OsStr) -> bool {
+    IGNORE_FILES.iter().any(|file| name == *file)
 }
 
 /// A `.git` directory: never entered by the list.

@@ -632,6 +632,7 @@ impl Warm {
             Stopped::Asked => ColdReason::Error,
         })?;
         outside.add_git_dirs(list.git_dirs());
+        outside.add_files(list.linked_ignores());
         if !watch.lock_unpoisoned().complete() {
             return Err(ColdReason::WatchLimit);
         }
@@ -682,6 +683,12 @@ impl Warm {
                     Stopped::OverBudget => ColdReason::MemoryBudget,
                     Stopped::Asked => ColdReason::Error,
                 })?;
+            // A directory walked again (moved, swapped, un-ignored) brings files under old
+            // names whose contents the index may have read before they changed.
+            for added in self.list.take_added() {
+                self.contents.changed(&added);
+            }
+            self.outside.add_files(self.list.linked_ignores());
             if !self.watch.lock_unpoisoned().complete() {
                 return Err(ColdReason::WatchLimit);
             }
@@ -761,6 +768,18 @@ impl Outside {
         for git_dir in git_dirs {
             let exclude = git_dir.join("info/exclude");
             if let std::collections::btree_map::Entry::Vacant(vacant) = self.files.entry(exclude) {
+                let print = fingerprint(vacant.key());
+                vacant.insert(print);
+            }
+        }
+    }
+
+    /// Also looks at these files (ignore files that are symlinks: what they point to).
+    fn add_files<'p>(&mut self, files: impl Iterator<Item = &'p Path>) {
+        for file in files {
+            if let std::collections::btree_map::Entry::Vacant(vacant) =
+                self.files.entry(file.to_owned())
+            {
                 let print = fingerprint(vacant.key());
                 vacant.insert(print);
             }

@@ -243,18 +243,16 @@ pub fn walk_listed(
     // Joined onto the root only when deny rules need the absolute path.
     let denied = |relative: &Path| filter.denied.is_some() && filter.denies(&root.join(relative));
     listing.walk(
-        &mut |relative, name| {
-            (filter.walk_hidden || !is_hidden(name))
+        &mut |relative, _, hidden| {
+            (filter.walk_hidden || !hidden)
                 && !filter.glob.matched(relative, true).is_ignore()
                 && !denied(relative)
         },
-        |relative, in_list, name| {
+        |relative, in_list, _, hidden| {
             if cancel.is_cancelled() {
                 return false;
             }
-            if (!filter.walk_hidden && is_hidden(name))
-                || !filter.selects_file(relative)
-                || denied(relative)
+            if (!filter.walk_hidden && hidden) || !filter.selects_file(relative) || denied(relative)
             {
                 return true;
             }
@@ -308,11 +306,6 @@ pub fn visit_files<'s, B, V>(
             scope.spawn(move || run(visit));
         }
     });
-}
-
-/// A name the walker leaves out as hidden unless told to show hidden entries.
-fn is_hidden(name: &std::ffi::OsStr) -> bool {
-    name.as_encoded_bytes().first() == Some(&b'.')
 }
 
 /// How a listing was made, for its result's metadata: `index` is `warm` when it came from

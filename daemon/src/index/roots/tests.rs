@@ -24,7 +24,7 @@ fn files(indexes: &Indexes, root: &Path) -> Vec<String> {
     loop {
         let listed = indexes.with_files(root, false, |listing| {
             let mut files = Vec::new();
-            listing.walk(&mut |_, _| true, |relative, _, _| {
+            listing.walk(&mut |_, _, _| true, |relative, _, _, _| {
                 files.push(relative.display().to_string());
                 true
             });
