@@ -341,7 +341,7 @@ async fn find_files_answers_as_a_cold_walk_and_rg_through_a_churn() {
     let mut random = Random(0x1dea);
     let mut warm_answers = 0;
     let mut answers = 0;
-    for step in 0..1000 {
+    for step in 0..2000 {
         let dir = root.join(dirs[random.below(dirs.len())]);
         let name = names[random.below(names.len())];
         let path = dir.join(name);
@@ -646,6 +646,58 @@ async fn the_changes_a_review_found_stale_are_answered_as_cold() {
     both("a symlinked ignore file's target edited").await;
     let (warm, _) = pair.find(json!({"pattern": "*", "max_results": 100})).await;
     assert!(!text(&warm).contains("s/drop.txt"), "{warm}");
+}
+
+/// The changes a second adversarial reading found answered stale: a root's parent moved and
+/// another tree made at its path, a `.git` that is a symlink to a git directory elsewhere,
+/// a file and an ignore file written through hard links outside the root.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changes_outside_the_watched_tree_are_answered_as_cold() {
+    let pair = Pair::start(WARM).await;
+    let root = pair.root.clone();
+    let outside = root.parent().unwrap().to_owned();
+    write(&root.join("old.txt"), "oldtoken\n");
+    write(&root.join("sub/keep.txt"), "k\n");
+    write(&root.join("sub/drop.txt"), "d\n");
+    write(&outside.join("gitstore/info/exclude"), "\n");
+    std::os::unix::fs::symlink(outside.join("gitstore"), root.join("sub/.git")).unwrap();
+    write(&root.join("a.txt"), "alpha\n");
+    std::fs::hard_link(root.join("a.txt"), outside.join("outside-link.txt")).unwrap();
+    write(&outside.join("rules.txt"), "nothing\n");
+    std::fs::create_dir_all(root.join("s")).unwrap();
+    std::fs::hard_link(outside.join("rules.txt"), root.join("s/.gitignore")).unwrap();
+    write(&root.join("s/drop.txt"), "d\n");
+    pair.ready().await;
+    pair.contents_read("oldtoken").await;
+    let both = |what: &'static str| {
+        let pair = &pair;
+        async move {
+            pair.same(json!({"pattern": "*"}), what).await;
+            pair.same(json!({"pattern": "*", "path": "sub"}), what)
+                .await;
+            for pattern in ["token", "ZULU"] {
+                pair.same_search(json!({"pattern": pattern}), what).await;
+            }
+        }
+    };
+    both("ready").await;
+    // The git directory's exclude, edited where no watch of the root is.
+    write(&outside.join("gitstore/info/exclude"), "drop.txt\n");
+    both("a .git symlink's exclude edited").await;
+    // Written through a hard link outside the root: no event in the root.
+    std::fs::write(outside.join("outside-link.txt"), "ZULU\n").unwrap();
+    both("a file written through a hard link").await;
+    std::fs::write(outside.join("rules.txt"), "drop.txt\n").unwrap();
+    both("an ignore file written through a hard link").await;
+    // The parent moved away, another tree made at the root's path.
+    let mut moved_name = outside.file_name().unwrap().to_owned();
+    moved_name.push("-moved");
+    let moved = outside.with_file_name(moved_name);
+    std::fs::rename(&outside, &moved).unwrap();
+    write(&root.join("new.txt"), "newtoken\n");
+    write(&root.join("sub/n.txt"), "n\n");
+    both("the parent moved, a new tree at the root's path").await;
+    let _ = std::fs::remove_dir_all(&moved);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

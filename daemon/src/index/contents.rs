@@ -184,7 +184,7 @@ fn release_freed_memory() {
 }
 
 /// The file's bytes into `buffer` (the whole file, up to [`MAX_INDEXED_FILE_BYTES`]); `None`
-/// when it cannot be read or is larger.
+/// when it cannot be read, is larger, or has other hard links.
 fn read<'b>(path: &Path, buffer: &'b mut Vec<u8>) -> Option<&'b [u8]> {
     use std::os::unix::fs::OpenOptionsExt;
     // Not blocking: a file swapped for a FIFO since it was listed must not hold the build.
@@ -193,7 +193,10 @@ fn read<'b>(path: &Path, buffer: &'b mut Vec<u8>) -> Option<&'b [u8]> {
         .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
         .open(path)
         .ok()?;
-    if !file.metadata().ok()?.is_file() {
+    let meta = file.metadata().ok()?;
+    // A file with other hard links can be written through a name outside the root, which no
+    // watch of it reports: it is left out of the index, and so always read.
+    if !meta.is_file() || std::os::unix::fs::MetadataExt::nlink(&meta) > 1 {
         return None;
     }
     buffer.clear();

@@ -86,8 +86,8 @@ pub struct FileList {
     bytes: usize,
     /// The `.git` directories met, whose `info/exclude` the watch cannot see.
     git_dirs: BTreeSet<PathBuf>,
-    /// Ignore files that are symlinks (absolute): the watch sees their target change under
-    /// another name, or not at all.
+    /// Files the walker reads ignore rules from whose changes the watch does not report under
+    /// their name (absolute; see [`read_elsewhere`]).
     linked_ignores: BTreeSet<PathBuf>,
     /// Files put in the list by a walk since [`Self::take_added`] was last called (relative):
     /// their contents may be other than any index of contents read.
@@ -98,7 +98,7 @@ pub struct FileList {
 enum Found {
     Dir(PathBuf),
     File(PathBuf),
-    /// An ignore file that is a symlink (absolute).
+    /// A file ignore rules are read from elsewhere (absolute; see [`read_elsewhere`]).
     LinkedIgnore(PathBuf),
 }
 
@@ -142,7 +142,7 @@ impl FileList {
         self.git_dirs.iter().map(PathBuf::as_path)
     }
 
-    /// The ignore files under the root that are symlinks (absolute).
+    /// The files ignore rules are read from that the watch does not see change (absolute).
     pub fn linked_ignores(&self) -> impl Iterator<Item = &Path> {
         self.linked_ignores.iter().map(PathBuf::as_path)
     }
@@ -312,8 +312,9 @@ impl FileList {
                 found.push(Found::Dir(relative.to_owned()));
             } else if kind.is_file() {
                 found.push(Found::File(relative.to_owned()));
-            } else if kind.is_symlink() && is_ignore_file(entry.file_name()) {
-                self.linked_ignores.insert(entry.path().to_owned());
+            }
+            if !kind.is_dir() {
+                self.linked_ignores.extend(read_elsewhere(&entry));
             }
         }
         for git_dir in git_dirs.lock_unpoisoned().drain(..) {
@@ -426,10 +427,10 @@ impl FileList {
                     } else if kind.is_file() {
                         grown.fetch_add(FILE_BYTES + bytes, Ordering::Relaxed);
                         thread.local.push(Found::File(relative.to_owned()));
-                    } else if kind.is_symlink() && is_ignore_file(entry.file_name()) {
-                        thread
-                            .local
-                            .push(Found::LinkedIgnore(entry.path().to_owned()));
+                    }
+                    if !kind.is_dir() {
+                        let elsewhere = read_elsewhere(&entry).into_iter();
+                        thread.local.extend(elsewhere.map(Found::LinkedIgnore));
                     }
                     WalkState::Continue
                 })
@@ -645,6 +646,47 @@ pub fn is_hidden(name: &OsStr) -> bool {
 /// A name the walker reads ignore rules from.
 fn is_ignore_file(name: &OsStr) -> bool {
     IGNORE_FILES.iter().any(|file| name == *file)
+}
+
+/// The files the walker reads ignore rules from through `entry` whose changes no watch of
+/// the root reports under that name: an ignore file that is a symlink or has other hard links
+/// (its target, or the inode another name writes), and the `info/exclude` that a `.git` that is
+/// not a plain directory leads to (a symlink to a git directory elsewhere, or a worktree's
+/// `gitdir:` file). Each is then looked at, through the name, at every barrier.
+fn read_elsewhere(entry: &ignore::DirEntry) -> Vec<PathBuf> {
+    let name = entry.file_name();
+    let Some(kind) = entry.file_type() else {
+        return Vec::new();
+    };
+    let path = entry.path();
+    if is_ignore_file(name) {
+        let linked = kind.is_symlink()
+            || (kind.is_file()
+                && entry
+                    .metadata()
+                    .is_ok_and(|meta| std::os::unix::fs::MetadataExt::nlink(&meta) > 1));
+        return if linked {
+            vec![path.to_owned()]
+        } else {
+            Vec::new()
+        };
+    }
+    if name != ".git" || kind.is_dir() {
+        return Vec::new();
+    }
+    let mut read = vec![path.to_owned(), path.join("info/exclude")];
+    if kind.is_file()
+        && let Ok(text) = std::fs::read_to_string(path)
+        && let Some(gitdir) = text.lines().find_map(|line| line.strip_prefix("gitdir:"))
+    {
+        let gitdir = path.parent().unwrap_or(Path::new("/")).join(gitdir.trim());
+        read.push(gitdir.join("info/exclude"));
+        read.push(gitdir.join("commondir"));
+        if let Ok(common) = std::fs::read_to_string(gitdir.join("commondir")) {
+            read.push(gitdir.join(common.trim()).join("info/exclude"));
+        }
+    }
+    read
 }
 
 /// A `.git` directory: never entered by the list.

@@ -169,6 +169,8 @@ struct Warm {
     /// another (whose watch started later, and so may not have seen a change the reading
     /// missed).
     generation: u64,
+    /// The root directory's device and inode when it was built.
+    root_identity: (u64, u64),
     watch: Arc<Mutex<RootWatch>>,
     list: FileList,
     outside: Outside,
@@ -270,14 +272,13 @@ impl Indexes {
         plan: &Query,
         query: impl FnOnce(&Listing<'_>, Option<&Selector<'_>>) -> R,
     ) -> Result<R, ColdReason> {
-        let config = self.config();
         self.with_warm(root, names_git, |index, warm, base| {
             let needs_reading = match &warm.contents.ready {
                 None => true,
                 Some(contents) => contents.needs_merge(),
             };
             if needs_reading && warm.contents.reading.is_none() {
-                index.start_reading(warm, &config);
+                index.start_reading(warm);
             }
             let listing = Listing::new(&warm.list, base);
             match &warm.contents.ready {
@@ -556,7 +557,7 @@ impl RootIndex {
 
     /// Reads the root's contents into a trigram index on a thread of its own; searches read
     /// every file (or use the index read before) meanwhile.
-    fn start_reading(self: &Arc<Self>, warm: &mut Warm, _config: &IndexConfig) {
+    fn start_reading(self: &Arc<Self>, warm: &mut Warm) {
         let mut files = Vec::new();
         warm.list.walk(
             |_, _| true,
@@ -624,6 +625,7 @@ impl Warm {
             tracing::warn!(root = %root.display(), %err, "cannot watch a root to index it");
             ColdReason::Error
         })?;
+        let root_identity = identity(root).ok_or(ColdReason::RootChanged)?;
         let watch = Arc::new(Mutex::new(watch));
         // Read before the walk: a change made while it runs shows at the first barrier.
         let mut outside = Outside::read(root);
@@ -640,6 +642,7 @@ impl Warm {
         static GENERATION: AtomicU64 = AtomicU64::new(0);
         Ok(Self {
             generation: GENERATION.fetch_add(1, Ordering::Relaxed),
+            root_identity,
             watch,
             list,
             outside,
@@ -664,6 +667,11 @@ impl Warm {
             Some(Rebuild::RootGone) => return Err(ColdReason::RootChanged),
             Some(Rebuild::Unwatched) => return Err(ColdReason::WatchLimit),
             None => {}
+        }
+        // A parent moved away, and another tree made at the root's path, reaches no watch of
+        // the root: the path must still name the directory the index was built of.
+        if identity(self.list.root()) != Some(self.root_identity) {
+            return Err(ColdReason::RootChanged);
         }
         if self.outside.changed() {
             return Err(ColdReason::IgnoreFilesChanged);
@@ -696,6 +704,14 @@ impl Warm {
         }
         Ok(())
     }
+}
+
+/// A directory's device and inode, its symlink not followed.
+fn identity(path: &Path) -> Option<(u64, u64)> {
+    std::fs::symlink_metadata(path)
+        .ok()
+        .filter(Metadata::is_dir)
+        .map(|meta| (meta.dev(), meta.ino()))
 }
 
 /// What identifies a file's version: a change of any of these is a change of the file.

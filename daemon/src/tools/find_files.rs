@@ -1,5 +1,7 @@
 //! The `find_files` builtin tool: lists the files under a directory whose path matches a glob,
 //! honouring ignore files and skipping hidden files as ripgrep does (see [`super::walk`]).
+//! The files come from the directory's warm index when it can give exactly what the walk
+//! would ([`crate::index::roots`]), else from the walk; the answer is the same either way.
 //!
 //! **Truncation and determinism.** The walk runs on several threads and stops as soon as
 //! `max_results + 1` files were found (the extra one proves there are more). The answer is

@@ -11,7 +11,9 @@
 //! one minified file cannot flood the model. Invalid UTF-8 is replaced, never refused.
 //!
 //! **Speed.** Like ripgrep: a parallel walk, one `Searcher` (with its read buffer) and one
-//! matcher per walker thread, binary files detected by a NUL byte and abandoned. Each file's
+//! matcher per walker thread, binary files detected by a NUL byte and abandoned. From a warm
+//! index ([`crate::index::roots`]) the walk is skipped and only the files its trigram index
+//! says can match are read, on the same threads; the answer is the same. Each file's
 //! output is built once, straight into its final text; the only sort is of whole files.
 //!
 //! **Truncation and determinism.** `max_results` counts matching lines. The walk stops once
