@@ -8,12 +8,15 @@
 //! walker's entry filter, which runs before the walker reads the directory it lets through).
 //!
 //! **Applying changes.** A changed path either is a directory of the list (deleted, moved,
-//! replaced, its mode changed) or names an ignore file: then that directory's whole subtree is
-//! taken out and the directory decided again from its parent's listing; or it is anything
-//! else, and its parent's own entries are listed again (a walk of depth one, with the same
-//! ignore rules as the full walk: the walker reads the parents' ignore files). A directory
-//! that appears in a listing and is not in the list yet is walked whole. Every decision is the
-//! walker's own, so the list is what a cold walk would find now.
+//! replaced, its mode changed) or names an ignore file or a `.git`: then that directory's
+//! whole subtree is taken out and the directory decided again from its parent's listing; or
+//! it is anything else, and its parent's own entries are listed again (a walk of depth one,
+//! with the same ignore rules as the full walk: the walker reads the parents' ignore files). A
+//! directory that appears in a listing and is not in the list yet is walked whole. Every
+//! decision is the walker's own, so the list is what a cold walk would find now; which hidden
+//! names a `!` rule shows is asked of it too ([`Dir::shown_hidden`]). The files it reads rules
+//! from whose changes no watch reports (symlinked or hard-linked ignore files, a `.git` that
+//! leads elsewhere) are handed to the caller to look at ([`FileList::linked_ignores`]).
 
 use std::collections::{BTreeSet, HashMap};
 use std::ffi::{OsStr, OsString};

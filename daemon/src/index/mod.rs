@@ -1,8 +1,10 @@
-//! The warm index (EXTENSIONS.md section E): what lets a repeated `search_code` read only the
-//! files that can match. So far its query planner ([`plan`]: a regex turned into the trigrams
-//! every match must contain) and the trigram index of a set of files ([`trigrams`]: which
-//! files can satisfy such a query), and the inotify watch of a root whose barrier says what
-//! changed since the last query ([`watch`]).
+//! The warm index (EXTENSIONS.md section E): what lets a repeated `find_files` skip the walk
+//! and a repeated `search_code` read only the files that can match, with the answers of a cold
+//! walk. [`roots`]: the daemon's indexes, one per directory searched, synced at every query;
+//! [`files`]: a root's file list, kept current from [`watch`] (a root's inotify watches and
+//! the barrier that says what changed); [`contents`]: the trigram index of a root's files
+//! ([`trigrams`]) with the overlay of files changed since, queried by [`plan`] (a regex turned
+//! into the trigrams every match must contain).
 
 pub mod contents;
 pub mod files;

@@ -3,9 +3,11 @@
 //! cold whenever it cannot promise a cold walk's answer, and dropped when idle or over the
 //! memory budget (least recently used first).
 //!
-//! A query gets the index only through [`Indexes::with_files`], which runs the barrier first
-//! and hands the query a list that is what a cold walk would find now, or says why the query
-//! must walk cold. Every cold answer is counted by its reason (`index/status`).
+//! A query gets the index only through [`Indexes::with_files`] or [`Indexes::with_contents`],
+//! which run the barrier first and hand the query a list that is what a cold walk would find
+//! now (from the query's directory, which an ancestor's index may hold), with which files can
+//! match once the contents are read; or say why the query must walk cold. Every cold answer is
+//! counted by its reason (`index/status`).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ffi::{OsStr, OsString};
