@@ -14,7 +14,7 @@
 //! with the same ignore rules as the full walk: the walker reads the parents' ignore files). A
 //! directory that appears in a listing and is not in the list yet is walked whole. Every
 //! decision is the walker's own, so the list is what a cold walk would find now; which hidden
-//! names a `!` rule shows is asked of it too ([`Dir::shown_hidden`]). The files it reads rules
+//! names a `!` rule shows is asked of it too (`Dir::shown_hidden`). The files it reads rules
 //! from whose changes no watch reports (symlinked or hard-linked ignore files, a `.git` that
 //! leads elsewhere) are handed to the caller to look at ([`FileList::linked_ignores`]).
 
