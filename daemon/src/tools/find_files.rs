@@ -160,11 +160,7 @@ fn find_files(args: &FindArgs, ctx: &ToolContext, indexes: &Indexes) -> ToolOutc
     let mut output = ToolOutput::new(shown.join("\n"))
         .with_meta("count", shown.len())
         .with_meta("truncated", truncated);
-    for (key, value) in walk::index_metadata(cold) {
-        if let Some(value) = value {
-            output = output.with_meta(key, value);
-        }
-    }
+    output = walk::with_index_metadata(output, cold);
     if !escaped.is_empty() {
         output = output.with_meta("escaped_paths", escaped);
     }

@@ -288,11 +288,7 @@ fn search_code(args: &SearchArgs, ctx: &ToolContext, indexes: &Indexes) -> ToolO
         output = output.with_meta("skipped", skipped);
     }
     if let Some(index) = index {
-        for (key, value) in walk::index_metadata(index.err()) {
-            if let Some(value) = value {
-                output = output.with_meta(key, value);
-            }
-        }
+        output = walk::with_index_metadata(output, index.err());
         if let Ok(read) = index {
             output = output.with_meta("index_files_read", read);
         }

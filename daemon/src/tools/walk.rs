@@ -22,7 +22,7 @@ use ignore::{DirEntry, WalkState};
 use tokio_util::sync::CancellationToken;
 use toold_protocol::ErrorType;
 
-use super::{HiddenPaths, ToolContext, ToolFailure};
+use super::{HiddenPaths, ToolContext, ToolFailure, ToolOutput};
 use crate::index::files::{self, Listing};
 pub use crate::index::files::{ThreadResults, path_order, relative_to, walk_threads};
 use crate::index::roots::ColdReason;
@@ -308,15 +308,14 @@ pub fn visit_files<'s, B, V>(
     });
 }
 
-/// How a listing was made, for its result's metadata: `index` is `warm` when it came from
-/// the warm index, `cold` (with `index_reason`) when from a walk.
-pub fn index_metadata(cold: Option<ColdReason>) -> [(&'static str, Option<&'static str>); 2] {
+/// Says in `output`'s metadata how its files were found: `index` is `warm` when from the warm
+/// index, `cold` (with `index_reason`) when from a walk.
+pub fn with_index_metadata(output: ToolOutput, cold: Option<ColdReason>) -> ToolOutput {
     match cold {
-        None => [("index", Some("warm")), ("index_reason", None)],
-        Some(reason) => [
-            ("index", Some("cold")),
-            ("index_reason", Some(reason.as_str())),
-        ],
+        None => output.with_meta("index", "warm"),
+        Some(reason) => output
+            .with_meta("index", "cold")
+            .with_meta("index_reason", reason.as_str()),
     }
 }
 
