@@ -55,15 +55,20 @@ pub fn mcp_section(settings: &Settings, workspace: &Path) -> anyhow::Result<Sect
     )?;
     let echo =
         json!([{"id": "e", "name": "mcp__everything__echo", "arguments": {"message": "hi"}}]);
-    // A connection that did not create the session is not attached to it: it gets the
-    // response alone, as the bare client does; the attached one gets the call's five events too.
+    // A session nobody is attached to (its creator detached): its calls send the response
+    // alone, as the bare client gets; the attached one's also send the call's five events.
     let mut detached = daemon.client()?;
+    let alone = detached.create_session(
+        &work.path().canonicalize()?,
+        json!({"rules": {"allow": ["mcp__everything__echo"]}}),
+    )?;
+    detached.call("session/detach", json!({"session_id": alone}))?;
     let bare = runtime.block_on(bare_client(&program))?;
 
     let per_round = if settings.quick { 50 } else { 200 };
     for _ in 0..100 {
         toold.execute_ok(&session, echo.clone())?;
-        detached.execute_ok(&session, echo.clone())?;
+        detached.execute_ok(&alone, echo.clone())?;
         runtime.block_on(bare_echo(&bare))?;
     }
     let p50_of = |call: &mut dyn FnMut() -> anyhow::Result<()>| -> anyhow::Result<Duration> {
@@ -83,7 +88,7 @@ pub fn mcp_section(settings: &Settings, workspace: &Path) -> anyhow::Result<Sect
             toold.execute_ok(&session, echo.clone()).map(drop)
         })?);
         detached_p50s.push(p50_of(&mut || {
-            detached.execute_ok(&session, echo.clone()).map(drop)
+            detached.execute_ok(&alone, echo.clone()).map(drop)
         })?);
         bare_p50s.push(p50_of(&mut || runtime.block_on(bare_echo(&bare)))?);
     }
@@ -130,9 +135,10 @@ pub fn mcp_section(settings: &Settings, workspace: &Path) -> anyhow::Result<Sect
         "One call of `@modelcontextprotocol/server-everything`'s `echo` (as \
          `tests/mcp_servers/install.sh` installs it): through toold (`tools/execute` of \
          `mcp__everything__echo` by the blocking client, in a session whose rule allows it: the \
-         pipeline, the daemon's rmcp client, the server's stdio; from a connection that is not \
-         attached to the session, which gets the response alone as the bare client does, and \
-         from the attached one) against the same `tools/call` \
+         pipeline, the daemon's MCP client, the server's stdio; in a session nobody is \
+         attached to, whose calls send the response alone as the bare client gets it, and in \
+         one whose attached client reads the call's five events too) against the same \
+         `tools/call` \
          from a bare rmcp client (the same version, in this process) of its own copy of the \
          server, {} rounds of {per_round} calls each, interleaved. Medians (IQR) of each round's \
          p50, in µs.\n",

@@ -9,12 +9,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use futures_util::{FutureExt, StreamExt};
-use rmcp::handler::client::progress::ProgressDispatcher;
+use rmcp::handler::client::progress::{ProgressDispatcher, ProgressSubscriber};
 use rmcp::model::{
     CallToolRequestParams, CancelledNotificationParam, ClientCapabilities, ClientConfig,
     ClientRequest, Implementation, JsonRpcMessage, PaginatedRequestParams,
-    ProgressNotificationParam, ProtocolVersion, Request, RequestOptionalParam, ServerNotification,
-    ServerResult,
+    ProgressNotificationParam, ProtocolVersion, Request, RequestId, RequestMetaObject,
+    RequestOptionalParam, ServerNotification, ServerResult,
 };
 use rmcp::service::{
     ClientLifecycleMode, MaybeSendFuture, NotificationContext, PeerRequestOptions, RunningService,
@@ -22,7 +22,6 @@ use rmcp::service::{
 };
 use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
-use rmcp::transport::async_rw::AsyncRwTransport;
 use rmcp::transport::streamable_http_client::{
     StreamableHttpClientTransport, StreamableHttpClientTransportConfig,
 };
@@ -32,6 +31,7 @@ use tokio::process::{ChildStdin, ChildStdout};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use super::stdio::{CallNews, StdioCalls, StdioTransport};
 use crate::tools::{Progress, ToolContext};
 
 /// The longest progress message kept (bytes): a message is one line for people, and every
@@ -86,11 +86,45 @@ impl ClientHandler for Notices {
     }
 
     fn get_info(&self) -> ClientConfig {
-        ClientConfig::new(
-            ClientCapabilities::default(),
-            Implementation::new("toold", env!("CARGO_PKG_VERSION")),
-        )
+        client_config()
     }
+}
+
+/// Who the daemon says it is to servers, and what it can do for them.
+fn client_config() -> ClientConfig {
+    ClientConfig::new(
+        ClientCapabilities::default(),
+        Implementation::new("toold", env!("CARGO_PKG_VERSION")),
+    )
+}
+
+/// What every request's `_meta` carries under the agreed protocol version: nothing under one
+/// with a handshake; the client's context (its protocol version, identity and capabilities)
+/// under one without, as rmcp adds to the requests it sends.
+fn request_envelope(agreed: Option<&ProtocolVersion>) -> Map<String, Value> {
+    let Some(version) = agreed.filter(|version| !version.has_initialize()) else {
+        return Map::new();
+    };
+    let client = client_config();
+    let meta = RequestMetaObject::with_client_context(
+        version.clone(),
+        client.client_info,
+        client.capabilities,
+    );
+    match serde_json::to_value(meta) {
+        Ok(Value::Object(envelope)) => envelope,
+        _ => Map::new(),
+    }
+}
+
+/// Reports the server's progress `update` as the call's.
+async fn report_progress(ctx: &ToolContext, update: ProgressNotificationParam) {
+    ctx.report_progress(Progress {
+        progress: update.progress,
+        total: update.total,
+        message: update.message.map(cut_message),
+    })
+    .await;
 }
 
 /// `message` cut to [`MAX_PROGRESS_MESSAGE`] bytes, on a character boundary.
@@ -111,6 +145,10 @@ pub struct McpSession {
     notices: Arc<ServerNotices>,
     /// Fired when the transport closed (the server's output ended, the HTTP stream broke).
     closed: CancellationToken,
+    /// A stdio server's calls, which go around rmcp's service loop (see [`stdio`]).
+    stdio: Option<Arc<StdioCalls>>,
+    /// What each of those calls' `_meta` carries besides its progress token.
+    envelope: Map<String, Value>,
 }
 
 /// A transport that says when it closed (when its receiving side gives nothing more), and
@@ -195,9 +233,11 @@ impl McpSession {
         timeout: Duration,
     ) -> Result<Self, String> {
         let closed = CancellationToken::new();
+        let mut stdio = None;
         let service = match connect {
             Connect::Stdio(stdout, stdin) => {
-                let transport = AsyncRwTransport::new_client(stdout, stdin);
+                let (transport, calls) = StdioTransport::new(stdout, stdin);
+                stdio = Some(calls);
                 Self::handshake(transport, &closed, &notices, timeout).await?
             }
             Connect::Http {
@@ -214,10 +254,17 @@ impl McpSession {
                 Self::handshake(transport, &closed, &notices, timeout).await?
             }
         };
+        let agreed = service
+            .peer()
+            .peer_info()
+            .map(|info| info.protocol_version.clone());
+        let envelope = request_envelope(agreed.as_ref());
         Ok(Self {
             service,
             notices,
             closed,
+            stdio,
+            envelope,
         })
     }
 
@@ -254,7 +301,6 @@ impl McpSession {
     /// gone, a stream broken), so the session counts as closed and its supervisor starts it
     /// again. The error says why without the transport's type names.
     fn broken(&self, err: &rmcp::ServiceError) -> CallError {
-        self.closed.cancel();
         let why = match err {
             rmcp::ServiceError::TransportSend(sent) => {
                 let mut why = sent.error.to_string();
@@ -267,6 +313,12 @@ impl McpSession {
             }
             other => other.to_string(),
         };
+        self.closed_because(why)
+    }
+
+    /// The session counts as closed (its supervisor starts the server again), because `why`.
+    fn closed_because(&self, why: String) -> CallError {
+        self.closed.cancel();
         CallError::Closed(why)
     }
 
@@ -330,77 +382,108 @@ impl McpSession {
         arguments: Map<String, Value>,
         ctx: &ToolContext,
     ) -> Result<Value, CallError> {
-        let stop = &ctx.cancel;
-        let peer = self.service.peer();
-        let mut params = CallToolRequestParams::new(name.to_owned());
-        params.arguments = Some(arguments);
-        let request = ClientRequest::CallToolRequest(Request::new(params));
-        let handle = peer
-            .send_cancellable_request(request, PeerRequestOptions::no_options())
-            .await
-            .map_err(|err| self.broken(&err))?;
-        let request_id = handle.id.clone();
-        // rmcp gives every request a progress token of its own, known once the request is
-        // queued; it is subscribed to at once, with no await in between, while the server (a
-        // process away) has yet to read the request.
-        let mut progress = self
-            .notices
-            .progress
-            .subscribe(handle.progress_token.clone())
-            .await;
-        let answer = handle.await_response();
+        match &self.stdio {
+            Some(calls) => {
+                let mut sent = calls
+                    .send(name, &arguments, &self.envelope)
+                    .await
+                    .map_err(|err| self.closed_because(err.to_string()))?;
+                loop {
+                    tokio::select! {
+                        biased;
+                        news = sent.next() => match news {
+                            Some(CallNews::Progress(update)) => report_progress(ctx, update).await,
+                            Some(CallNews::Answer(answer)) => return answer.map_err(CallError::Server),
+                            None => return Err(self.closed_because("its output ended".to_owned())),
+                        },
+                        () = ctx.cancel.cancelled() => return Err(self.stopped(sent.request_id()).await),
+                    }
+                }
+            }
+            None => {
+                let peer = self.service.peer();
+                let mut params = CallToolRequestParams::new(name.to_owned());
+                params.arguments = Some(arguments);
+                let request = ClientRequest::CallToolRequest(Request::new(params));
+                let handle = peer
+                    .send_cancellable_request(request, PeerRequestOptions::no_options())
+                    .await
+                    .map_err(|err| self.broken(&err))?;
+                let request_id = handle.id.clone();
+                // rmcp gives every request a progress token of its own, known once the request
+                // is queued; it is subscribed to at once, with no await in between, while the
+                // server (a network away) has yet to read the request.
+                let progress = self
+                    .notices
+                    .progress
+                    .subscribe(handle.progress_token.clone())
+                    .await;
+                let answer = async {
+                    match handle.await_response().await {
+                        Ok(ServerResult::CallToolResult(result)) => serde_json::to_value(result)
+                            .map_err(|err| {
+                                CallError::Server(format!("an unreadable result: {err}"))
+                            }),
+                        Ok(ServerResult::CustomResult(custom)) => Ok(custom.0),
+                        Ok(other) => serde_json::to_value(other).map_err(|err| {
+                            CallError::Server(format!("an unreadable result: {err}"))
+                        }),
+                        Err(rmcp::ServiceError::McpError(error)) => {
+                            Err(CallError::Server(error.message.to_string()))
+                        }
+                        Err(err) => Err(self.broken(&err)),
+                    }
+                };
+                self.follow(answer, progress, request_id, ctx).await
+            }
+        }
+    }
+
+    /// Waits for a call's `answer`, reporting its `progress` to `ctx` meanwhile (and the
+    /// progress the server sent before its answer, before the answer); when `ctx.cancel`
+    /// fires first, tells the server and ends the call.
+    async fn follow(
+        &self,
+        answer: impl Future<Output = Result<Value, CallError>>,
+        mut progress: ProgressSubscriber,
+        request_id: RequestId,
+        ctx: &ToolContext,
+    ) -> Result<Value, CallError> {
         tokio::pin!(answer);
-        let report = async |update: ProgressNotificationParam| {
-            ctx.report_progress(Progress {
-                progress: update.progress,
-                total: update.total,
-                message: update.message.map(cut_message),
-            })
-            .await;
-        };
         loop {
             tokio::select! {
                 // Progress first: the server sent it before its answer.
                 biased;
-                Some(update) = progress.next() => report(update).await,
+                Some(update) = progress.next() => report_progress(ctx, update).await,
                 answer = &mut answer => {
-                    // Progress the server sent before its answer is reported before it.
                     let late = self.late_progress();
                     tokio::pin!(late);
                     loop {
                         tokio::select! {
                             biased;
-                            Some(update) = progress.next() => report(update).await,
+                            Some(update) = progress.next() => report_progress(ctx, update).await,
                             () = &mut late => break,
                         }
                     }
                     while let Some(Some(update)) = progress.next().now_or_never() {
-                        report(update).await;
+                        report_progress(ctx, update).await;
                     }
-                    return match answer {
-                    Ok(ServerResult::CallToolResult(result)) => serde_json::to_value(result)
-                        .map_err(|err| CallError::Server(format!("an unreadable result: {err}"))),
-                    Ok(ServerResult::CustomResult(custom)) => Ok(custom.0),
-                    Ok(other) => serde_json::to_value(other)
-                        .map_err(|err| CallError::Server(format!("an unreadable result: {err}"))),
-                    Err(rmcp::ServiceError::McpError(error)) => {
-                        Err(CallError::Server(error.message.to_string()))
-                    }
-                    Err(err) => Err(self.broken(&err)),
-                    };
+                    return answer;
                 }
-                () = stop.cancelled() => {
-                    let notice = CancelledNotificationParam::new(
-                        Some(request_id),
-                        Some("the call was stopped".to_owned()),
-                    );
-                    // The call ends now whatever happens to the notice; a server gone needs
-                    // none.
-                    let _ = peer.notify_cancelled(notice).await;
-                    return Err(CallError::Stopped);
-                }
+                () = ctx.cancel.cancelled() => return Err(self.stopped(request_id).await),
             }
         }
+    }
+
+    /// Tells the server that call `request_id` was stopped; the call ends now whatever happens
+    /// to the notice (a server gone needs none).
+    async fn stopped(&self, request_id: RequestId) -> CallError {
+        let notice = CancelledNotificationParam::new(
+            Some(request_id),
+            Some("the call was stopped".to_owned()),
+        );
+        let _ = self.service.peer().notify_cancelled(notice).await;
+        CallError::Stopped
     }
 
     /// Resolves once every progress notification read so far has been handed to its call, or

@@ -10,6 +10,7 @@ pub mod listing;
 pub mod names;
 pub mod process;
 pub mod server;
+pub mod stdio;
 pub mod tool;
 
 use std::collections::BTreeMap;

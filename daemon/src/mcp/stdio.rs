@@ -1,0 +1,412 @@
+//! The stdio transport of an MCP server: newline-delimited JSON-RPC over its process's stdin
+//! and stdout, framed here. rmcp's session reads and writes every message through it, typed,
+//! except `tools/call`: a call is written here straight onto the server's stdin, and what the
+//! server sends about it (its progress, then its answer, as raw JSON) comes back to it through
+//! one channel in the order sent, around rmcp's service loop (a channel hop, a task spawned per
+//! write, a progress subscription per call, and a typed reading of the result that tries each
+//! of rmcp's result types in turn).
+
+use std::collections::HashMap;
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use futures_util::FutureExt;
+use rmcp::RoleClient;
+use rmcp::model::{NumberOrString, ProgressNotificationParam, RequestId};
+use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
+use rmcp::transport::Transport;
+use rmcp::transport::async_rw::DEFAULT_MAX_LINE_LENGTH;
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{ChildStdin, ChildStdout};
+use tokio::sync::mpsc;
+use toold_protocol::sync::LockUnpoisoned;
+
+/// Every id of a call sent here starts so; rmcp's own requests have numeric ids, so the two
+/// never meet.
+const CALL_ID_PREFIX: &str = "toold-";
+
+/// The server's stdin, shared by rmcp's writes and the calls'; `None` once closed.
+type Writer = Arc<tokio::sync::Mutex<Option<ChildStdin>>>;
+
+/// What the server sends about a call.
+#[derive(Debug)]
+pub enum CallNews {
+    /// `notifications/progress` naming the call's progress token.
+    Progress(ProgressNotificationParam),
+    /// Its answer: its `result`, or its JSON-RPC error's message.
+    Answer(Result<Value, String>),
+}
+
+/// The calls in flight, by their number, each with where its news goes.
+#[derive(Default)]
+struct Waiting {
+    calls: HashMap<u64, mpsc::UnboundedSender<CallNews>>,
+    /// Set once the server's output ended: nothing more will be answered.
+    closed: bool,
+}
+
+/// Sends `tools/call` requests to the server and routes their answers back.
+pub struct StdioCalls {
+    writer: Writer,
+    waiting: Mutex<Waiting>,
+    next: AtomicU64,
+}
+
+/// A call sent and not yet answered; dropping it forgets the call (what the server sends
+/// about it later is dropped).
+pub struct SentCall {
+    number: u64,
+    news: mpsc::UnboundedReceiver<CallNews>,
+    calls: Arc<StdioCalls>,
+}
+
+impl SentCall {
+    /// The call's JSON-RPC id, which `notifications/cancelled` names.
+    pub fn request_id(&self) -> RequestId {
+        NumberOrString::String(call_id(self.number).into())
+    }
+
+    /// What the server sent next about the call, in the order it sent it; `None` when its
+    /// output ended before the answer.
+    pub async fn next(&mut self) -> Option<CallNews> {
+        self.news.recv().await
+    }
+}
+
+impl Drop for SentCall {
+    fn drop(&mut self) {
+        self.calls
+            .waiting
+            .lock_unpoisoned()
+            .calls
+            .remove(&self.number);
+    }
+}
+
+fn call_id(number: u64) -> String {
+    format!("{CALL_ID_PREFIX}{number}")
+}
+
+/// The number of a call's id or progress token (`"toold-17"`, as raw JSON), if it is one.
+fn call_number(id: &RawValue) -> Option<u64> {
+    id.get()
+        .strip_prefix('"')?
+        .strip_suffix('"')?
+        .strip_prefix(CALL_ID_PREFIX)?
+        .parse()
+        .ok()
+}
+
+#[derive(Serialize)]
+struct CallRequest<'a> {
+    jsonrpc: &'static str,
+    id: &'a str,
+    method: &'static str,
+    params: CallParams<'a>,
+}
+
+#[derive(Serialize)]
+struct CallParams<'a> {
+    name: &'a str,
+    arguments: &'a Map<String, Value>,
+    #[serde(rename = "_meta")]
+    meta: CallMeta<'a>,
+}
+
+/// The request's `_meta`: its progress token is its id, unique among the calls.
+#[derive(Serialize)]
+struct CallMeta<'a> {
+    #[serde(rename = "progressToken")]
+    progress_token: &'a str,
+    #[serde(flatten)]
+    envelope: &'a Map<String, Value>,
+}
+
+impl StdioCalls {
+    /// Writes `tools/call` of `name`, its `_meta` holding its progress token and `envelope`
+    /// (what the agreed protocol version asks every request to carry). Fails when the server's
+    /// output has ended or its stdin cannot be written.
+    pub async fn send(
+        self: &Arc<Self>,
+        name: &str,
+        arguments: &Map<String, Value>,
+        envelope: &Map<String, Value>,
+    ) -> io::Result<SentCall> {
+        let number = self.next.fetch_add(1, Ordering::Relaxed);
+        let id = call_id(number);
+        let mut line = serde_json::to_vec(&CallRequest {
+            jsonrpc: "2.0",
+            id: &id,
+            method: "tools/call",
+            params: CallParams {
+                name,
+                arguments,
+                meta: CallMeta {
+                    progress_token: &id,
+                    envelope,
+                },
+            },
+        })?;
+        line.push(b'\n');
+        let (news_to, news) = mpsc::unbounded_channel();
+        {
+            let mut waiting = self.waiting.lock_unpoisoned();
+            if waiting.closed {
+                return Err(io::Error::new(
+                    io::ErrorKind::BrokenPipe,
+                    "the server's output ended",
+                ));
+            }
+            waiting.calls.insert(number, news_to);
+        }
+        // Registered before it is written, so that nothing the server sends about it can come
+        // before the call is known.
+        let sent = SentCall {
+            number,
+            news,
+            calls: Arc::clone(self),
+        };
+        write_whole_line(&self.writer, line).await?;
+        Ok(sent)
+    }
+
+    /// Hands `line` to the call it is about (its answer, or progress naming its token); false if
+    /// it is about no call sent here.
+    fn route(&self, line: &[u8]) -> bool {
+        #[derive(Deserialize)]
+        struct Message<'a> {
+            #[serde(borrow, default)]
+            id: Option<&'a RawValue>,
+            #[serde(borrow, default)]
+            method: Option<std::borrow::Cow<'a, str>>,
+            #[serde(borrow, default)]
+            params: Option<&'a RawValue>,
+            #[serde(borrow, default)]
+            result: Option<&'a RawValue>,
+            #[serde(borrow, default)]
+            error: Option<&'a RawValue>,
+        }
+        #[derive(Deserialize)]
+        struct Token<'a> {
+            #[serde(borrow, rename = "progressToken")]
+            progress_token: &'a RawValue,
+        }
+        #[derive(Deserialize)]
+        struct ErrorMessage {
+            message: String,
+        }
+        let Ok(message) = serde_json::from_slice::<Message<'_>>(line) else {
+            return false;
+        };
+        let (number, news) = match message.method.as_deref() {
+            None => {
+                let Some(number) = message.id.and_then(call_number) else {
+                    return false;
+                };
+                let answer = match (message.result, message.error) {
+                    (_, Some(error)) => Err(serde_json::from_str::<ErrorMessage>(error.get())
+                        .map_or_else(|_| error.get().to_owned(), |error| error.message)),
+                    (Some(result), None) => serde_json::from_str(result.get())
+                        .map_err(|err| format!("an unreadable result: {err}")),
+                    (None, None) => Err("an answer with neither a result nor an error".to_owned()),
+                };
+                (number, CallNews::Answer(answer))
+            }
+            Some("notifications/progress") => {
+                let Some(params) = message.params else {
+                    return false;
+                };
+                let Some(number) = serde_json::from_str::<Token<'_>>(params.get())
+                    .ok()
+                    .and_then(|token| call_number(token.progress_token))
+                else {
+                    return false;
+                };
+                match serde_json::from_str(params.get()) {
+                    Ok(progress) => (number, CallNews::Progress(progress)),
+                    Err(err) => {
+                        tracing::debug!(%err, "an MCP server sent unreadable progress");
+                        return true;
+                    }
+                }
+            }
+            Some(_) => return false,
+        };
+        // Absent when the call was stopped meanwhile: its news is not wanted then.
+        if let Some(call) = self.waiting.lock_unpoisoned().calls.get(&number) {
+            let _ = call.send(news);
+        }
+        true
+    }
+
+    /// The server's output ended: the calls in flight and every later one end.
+    fn close(&self) {
+        let mut waiting = self.waiting.lock_unpoisoned();
+        waiting.closed = true;
+        waiting.calls.clear();
+    }
+}
+
+/// Writes `line` whole onto the server's stdin. A line begun is always finished, even when the
+/// caller stops waiting (a call stopped while the pipe is full): half a line would corrupt
+/// every message after it. Most lines go in at once, without a task.
+async fn write_whole_line(writer: &Writer, line: Vec<u8>) -> io::Result<()> {
+    let guard = Arc::clone(writer).lock_owned().await;
+    let mut write = Box::pin(async move {
+        let mut guard = guard;
+        let stdin = guard.as_mut().ok_or_else(|| {
+            io::Error::new(io::ErrorKind::NotConnected, "the server's stdin is closed")
+        })?;
+        stdin.write_all(&line).await?;
+        stdin.flush().await
+    });
+    match (&mut write).now_or_never() {
+        Some(written) => written,
+        None => {
+            tokio::spawn(async move {
+                if let Err(err) = write.await {
+                    tracing::debug!(%err, "cannot write to an MCP server");
+                }
+            });
+            Ok(())
+        }
+    }
+}
+
+/// The transport rmcp's session runs over; see the module's docs.
+pub struct StdioTransport {
+    reader: BufReader<ChildStdout>,
+    line: Vec<u8>,
+    /// Set while the rest of a line over the length limit is skipped.
+    discarding: bool,
+    calls: Arc<StdioCalls>,
+}
+
+impl StdioTransport {
+    /// The transport, and the handle its calls go through.
+    pub fn new(stdout: ChildStdout, stdin: ChildStdin) -> (Self, Arc<StdioCalls>) {
+        let calls = Arc::new(StdioCalls {
+            writer: Arc::new(tokio::sync::Mutex::new(Some(stdin))),
+            waiting: Mutex::default(),
+            next: AtomicU64::new(1),
+        });
+        let transport = Self {
+            reader: BufReader::new(stdout),
+            line: Vec::new(),
+            discarding: false,
+            calls: Arc::clone(&calls),
+        };
+        (transport, calls)
+    }
+
+    /// Reads the next whole line into `self.line` (without its newline); false at the end of
+    /// the output. Cancel-safe: a line read in part is kept and continued at the next call.
+    /// Lines over [`DEFAULT_MAX_LINE_LENGTH`] are skipped, never held whole.
+    async fn read_line(&mut self) -> io::Result<bool> {
+        loop {
+            let available = self.reader.fill_buf().await?;
+            if available.is_empty() {
+                return Ok(false);
+            }
+            let newline = memchr::memchr(b'\n', available);
+            let take = newline.map_or(available.len(), |at| at + 1);
+            let ended = newline.is_some();
+            if self.discarding {
+                self.discarding = !ended;
+            } else if self.line.len() + take > DEFAULT_MAX_LINE_LENGTH {
+                tracing::warn!(
+                    limit = DEFAULT_MAX_LINE_LENGTH,
+                    "an MCP server sent a message over the length limit; it is skipped"
+                );
+                self.line.clear();
+                self.discarding = !ended;
+            } else {
+                self.line.extend_from_slice(&available[..take]);
+                if ended {
+                    self.reader.consume(take);
+                    self.line.pop();
+                    if self.line.last() == Some(&b'\r') {
+                        self.line.pop();
+                    }
+                    return Ok(true);
+                }
+            }
+            self.reader.consume(take);
+        }
+    }
+}
+
+impl Transport<RoleClient> for StdioTransport {
+    type Error = io::Error;
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleClient>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        let writer = Arc::clone(&self.calls.writer);
+        async move {
+            let mut line = serde_json::to_vec(&item)?;
+            line.push(b'\n');
+            write_whole_line(&writer, line).await
+        }
+    }
+
+    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
+        // rmcp drops this future whenever another of its events comes first: a line read in
+        // part stays in `self.line` until it is whole, and only a whole line is cleared.
+        loop {
+            match self.read_line().await {
+                Ok(true) => {}
+                Ok(false) => break,
+                Err(err) => {
+                    tracing::debug!(%err, "cannot read from an MCP server");
+                    break;
+                }
+            }
+            let line = self
+                .line
+                .strip_prefix(b"\xEF\xBB\xBF")
+                .unwrap_or(&self.line);
+            let message = if line.iter().all(u8::is_ascii_whitespace) || self.calls.route(line) {
+                None
+            } else {
+                serde_json::from_slice(line)
+                    // What is not a message of MCP's is skipped, as the MCP SDKs do.
+                    .inspect_err(|err| {
+                        tracing::debug!(%err, "an MCP server sent what is not a message");
+                    })
+                    .ok()
+            };
+            self.line.clear();
+            if message.is_some() {
+                return message;
+            }
+        }
+        self.calls.close();
+        None
+    }
+
+    async fn close(&mut self) -> Result<(), Self::Error> {
+        self.calls.writer.lock().await.take();
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_ids_of_calls_sent_here_are_taken() {
+        let raw = |text: &str| RawValue::from_string(text.to_owned()).unwrap();
+        assert_eq!(call_number(&raw("\"toold-17\"")), Some(17));
+        assert_eq!(call_number(&raw("17")), None);
+        assert_eq!(call_number(&raw("\"17\"")), None);
+        assert_eq!(call_number(&raw("\"toold-x\"")), None);
+        assert_eq!(call_number(&raw("\"toold-17\\u0000\"")), None);
+    }
+}
