@@ -398,6 +398,12 @@ impl Transport<RoleClient> for StdioTransport {
 
 #[cfg(test)]
 mod tests {
+    use std::process::Stdio;
+    use std::time::Duration;
+
+    use rmcp::model::ServerNotification;
+    use serde_json::json;
+
     use super::*;
 
     #[test]
@@ -408,5 +414,162 @@ mod tests {
         assert_eq!(call_number(&raw("\"17\"")), None);
         assert_eq!(call_number(&raw("\"toold-x\"")), None);
         assert_eq!(call_number(&raw("\"toold-17\\u0000\"")), None);
+    }
+
+    /// A server, in Python, that answers each `tools/call` as its `name` says, writing its lines
+    /// in pieces with pauses between them (so that reads end mid-line), with a notification for
+    /// rmcp and a line that is no JSON before each answer.
+    const SERVER: &str = r#"
+import json, sys, time
+def out(text, pieces=3):
+    step = max(1, len(text) // pieces)
+    for at in range(0, len(text), step):
+        sys.stdout.write(text[at:at + step]); sys.stdout.flush(); time.sleep(0.005)
+for line in sys.stdin:
+    request = json.loads(line)
+    params = request["params"]
+    token = params["_meta"]["progressToken"]
+    name = params["name"]
+    if name == "exit":
+        sys.exit(0)
+    for step in (1, 2):
+        out(json.dumps({"jsonrpc": "2.0", "method": "notifications/progress",
+            "params": {"progressToken": token, "progress": step, "total": 2}}) + "\n")
+    out(json.dumps({"jsonrpc": "2.0", "method": "notifications/message",
+        "params": {"level": "info", "data": "for rmcp"}}) + "\n")
+    out("this is no JSON\n\n")
+    if name == "fail":
+        answer = {"error": {"code": -32602, "message": "no such tool"}}
+    else:
+        answer = {"result": {"content": [{"type": "text", "text": params["arguments"]["say"]}],
+                             "meta": params["_meta"]}}
+    out(json.dumps(dict(answer, jsonrpc="2.0", id=request["id"])) + "\n")
+"#;
+
+    /// The transport on a real process, rmcp's side of it read by a task that gives up each
+    /// read after a millisecond (as rmcp's service loop drops a read when another event comes
+    /// first): what it reads, and the calls' handle.
+    fn start() -> (
+        tokio::process::Child,
+        Arc<StdioCalls>,
+        mpsc::UnboundedReceiver<RxJsonRpcMessage<RoleClient>>,
+    ) {
+        let mut child = tokio::process::Command::new("python3")
+            .args(["-c", SERVER])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("python3");
+        let (mut transport, calls) =
+            StdioTransport::new(child.stdout.take().unwrap(), child.stdin.take().unwrap());
+        let (read_to, read) = mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            loop {
+                match tokio::time::timeout(Duration::from_millis(1), transport.receive()).await {
+                    Ok(Some(message)) => drop(read_to.send(message)),
+                    Ok(None) => return,
+                    Err(_) => {}
+                }
+            }
+        });
+        (child, calls, read)
+    }
+
+    /// What the server sends about `sent`, up to its answer; fails if that takes 10 s (a line
+    /// lost would leave the call waiting for ever).
+    async fn news_to_the_answer(sent: &mut SentCall) -> Vec<CallNews> {
+        let wait = async {
+            let mut news = Vec::new();
+            while let Some(item) = sent.next().await {
+                let answered = matches!(item, CallNews::Answer(_));
+                news.push(item);
+                if answered {
+                    break;
+                }
+            }
+            news
+        };
+        tokio::time::timeout(Duration::from_secs(10), wait)
+            .await
+            .expect("no answer within 10 s")
+    }
+
+    #[tokio::test]
+    async fn a_call_gets_its_progress_then_its_answer_and_rmcp_the_rest() {
+        let (_child, calls, mut read) = start();
+        let envelope = Map::from_iter([("io.example/key".to_owned(), json!("kept"))]);
+        let mut sent = calls
+            .send("echo", json!({"say": "hi"}).as_object().unwrap(), &envelope)
+            .await
+            .unwrap();
+        let news = news_to_the_answer(&mut sent).await;
+        let progress: Vec<f64> = news
+            .iter()
+            .filter_map(|item| match item {
+                CallNews::Progress(update) => Some(update.progress),
+                CallNews::Answer(_) => None,
+            })
+            .collect();
+        assert_eq!(progress, [1.0, 2.0]);
+        let Some(CallNews::Answer(Ok(result))) = news.last() else {
+            panic!("{news:?}");
+        };
+        assert_eq!(result["content"][0]["text"], "hi");
+        // The request's `_meta`: the progress token (the call's id) and the envelope.
+        assert_eq!(result["meta"]["progressToken"], json!(sent.request_id()));
+        assert_eq!(result["meta"]["io.example/key"], "kept");
+        // rmcp got the notification that was not about the call, whole, and nothing else.
+        let message = read.recv().await.unwrap();
+        assert!(
+            matches!(
+                &message,
+                rmcp::model::JsonRpcMessage::Notification(notice)
+                    if matches!(notice.notification, ServerNotification::LoggingMessageNotification(_))
+            ),
+            "{message:?}"
+        );
+        assert!(read.try_recv().is_err());
+
+        let mut failed = calls.send("fail", &Map::new(), &Map::new()).await.unwrap();
+        let news = news_to_the_answer(&mut failed).await;
+        assert!(
+            matches!(news.last(), Some(CallNews::Answer(Err(message))) if message == "no such tool"),
+            "{news:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_call_forgotten_loses_nothing_and_an_ended_output_ends_every_call() {
+        let (mut child, calls, _read) = start();
+        // Dropped at once: its news, when it comes, goes nowhere, and the next call is whole.
+        drop(
+            calls
+                .send(
+                    "echo",
+                    json!({"say": "lost"}).as_object().unwrap(),
+                    &Map::new(),
+                )
+                .await,
+        );
+        let mut kept = calls
+            .send(
+                "echo",
+                json!({"say": "kept"}).as_object().unwrap(),
+                &Map::new(),
+            )
+            .await
+            .unwrap();
+        let news = news_to_the_answer(&mut kept).await;
+        let Some(CallNews::Answer(Ok(result))) = news.last() else {
+            panic!("{news:?}");
+        };
+        assert_eq!(result["content"][0]["text"], "kept");
+
+        let mut ended = calls.send("exit", &Map::new(), &Map::new()).await.unwrap();
+        assert!(news_to_the_answer(&mut ended).await.is_empty());
+        child.wait().await.unwrap();
+        let after = calls.send("echo", &Map::new(), &Map::new()).await;
+        assert!(after.is_err());
     }
 }
