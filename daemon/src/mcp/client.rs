@@ -1,8 +1,9 @@
-//! The MCP session with one server, over its process's stdin and stdout or over streamable
-//! HTTP (rmcp's client and transports), watched so that its end is known: the handshake (rmcp's automatic lifecycle, which settles the protocol version with servers old
-//! and new), the tool listing read as raw JSON so that one malformed tool never fails the rest,
-//! and calls that report the server's progress and that a stop ends at once, telling the server
-//! (`notifications/cancelled`).
+//! The MCP session with one server, over its process's stdin and stdout (the daemon's own
+//! framing, `stdio`) or over streamable HTTP (rmcp's transport), with rmcp's client, watched so
+//! that its end is known: the handshake (rmcp's automatic lifecycle, which settles the protocol
+//! version with servers old and new), the tool listing read as raw JSON so that one malformed
+//! tool never fails the rest, and calls that report the server's progress and that a stop ends
+//! at once, telling the server (`notifications/cancelled`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

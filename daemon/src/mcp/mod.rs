@@ -2,8 +2,9 @@
 //! runs once per daemon, shared by every session, its tools going through the same pipeline as
 //! the builtins. Here: what the config says of a server (`[mcp.servers.NAME]`, checked by
 //! `config`); the names its tools take (`names`); what its `tools/list` becomes in the registry
-//! (`listing`); its process (`process`), its MCP session (`client`), its supervisor and the
-//! daemon's set of servers (`server`), and its tools as the registry runs them (`tool`).
+//! (`listing`); its process (`process`), the framing of its stdio and the calls sent on it
+//! (`stdio`), its MCP session (`client`), its supervisor and the daemon's set of servers
+//! (`server`), and its tools as the registry runs them (`tool`).
 
 pub mod client;
 pub mod listing;
