@@ -12,7 +12,7 @@ use std::collections::HashSet;
 
 use libfuzzer_sys::fuzz_target;
 use toold::index::plan::{Trigram, plan, trigrams};
-use toold::index::trigrams::TrigramIndexBuilder;
+use toold::index::trigrams::{TrigramIndexBuilder, searched_bytes};
 
 fuzz_target!(|data: &[u8]| {
     let Some((&flags, rest)) = data.split_first() else {
@@ -38,10 +38,7 @@ fuzz_target!(|data: &[u8]| {
     let mut builder = TrigramIndexBuilder::new();
     let _ = builder.add(haystack);
     let index = builder.build();
-    let read = match haystack.iter().position(|&byte| byte == 0) {
-        Some(nul) => &haystack[..nul],
-        None => haystack,
-    };
+    let read = searched_bytes(haystack);
     if regex.is_match(read) {
         assert_eq!(
             index.candidates(&query),

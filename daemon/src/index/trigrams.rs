@@ -63,16 +63,22 @@ impl Default for Seen {
     }
 }
 
-/// The distinct trigrams (as keys) of what `search_code`'s searcher reads of `contents`: its
-/// bytes up to the first NUL; `Err` says why the file will be searched whatever the query.
+/// What `search_code`'s searcher reads of a file's `contents` (when it does not transcode
+/// them): its bytes up to the first NUL, where it abandons the file as binary.
+pub fn searched_bytes(contents: &[u8]) -> &[u8] {
+    match memchr::memchr(0, contents) {
+        Some(nul) => &contents[..nul],
+        None => contents,
+    }
+}
+
+/// The distinct trigrams (as keys) of what `search_code`'s searcher reads of `contents` (see
+/// [`searched_bytes`]); `Err` says why the file will be searched whatever the query.
 pub fn distinct_trigrams(contents: &[u8], seen: &mut Seen) -> Result<Vec<u32>, Unindexable> {
     if contents.starts_with(&[0xFF, 0xFE]) || contents.starts_with(&[0xFE, 0xFF]) {
         return Err(Unindexable::Transcoded);
     }
-    let searched = match memchr::memchr(0, contents) {
-        Some(nul) => &contents[..nul],
-        None => contents,
-    };
+    let searched = searched_bytes(contents);
     let mut keys = Vec::new();
     for window in searched.windows(3) {
         let key = key([window[0], window[1], window[2]]);

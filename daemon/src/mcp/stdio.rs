@@ -29,6 +29,11 @@ use toold_protocol::sync::LockUnpoisoned;
 /// never meet.
 const CALL_ID_PREFIX: &str = "toold-";
 
+/// How many progress updates of a call wait for its reader at most. A server may send progress
+/// faster than the call's events reach a slow client; beyond this, updates are dropped (the
+/// next one says more), and the answer always has its place (see [`CallRoute`]).
+const PROGRESS_QUEUED: usize = 16;
+
 /// The server's stdin, shared by rmcp's writes and the calls'; `None` once closed.
 type Writer = Arc<tokio::sync::Mutex<Option<ChildStdin>>>;
 
@@ -41,10 +46,17 @@ pub enum CallNews {
     Answer(Result<Value, String>),
 }
 
+/// Where a call's news goes: one channel, so that it arrives in the order sent, holding at most
+/// [`PROGRESS_QUEUED`] updates and a place kept from the start for the answer.
+struct CallRoute {
+    progress: mpsc::Sender<CallNews>,
+    answer: mpsc::OwnedPermit<CallNews>,
+}
+
 /// The calls in flight, by their number, each with where its news goes.
 #[derive(Default)]
 struct Waiting {
-    calls: HashMap<u64, mpsc::UnboundedSender<CallNews>>,
+    calls: HashMap<u64, CallRoute>,
     /// Set once the server's output ended: nothing more will be answered.
     closed: bool,
 }
@@ -60,7 +72,7 @@ pub struct StdioCalls {
 /// about it later is dropped).
 pub struct SentCall {
     number: u64,
-    news: mpsc::UnboundedReceiver<CallNews>,
+    news: mpsc::Receiver<CallNews>,
     calls: Arc<StdioCalls>,
 }
 
@@ -152,7 +164,11 @@ impl StdioCalls {
             },
         })?;
         line.push(b'\n');
-        let (news_to, news) = mpsc::unbounded_channel();
+        let (progress, news) = mpsc::channel(PROGRESS_QUEUED + 1);
+        // Cannot fail: nothing was sent on the channel yet, and it has room for more than one.
+        let Ok(answer) = progress.clone().try_reserve_owned() else {
+            unreachable!("a new channel has room");
+        };
         {
             let mut waiting = self.waiting.lock_unpoisoned();
             if waiting.closed {
@@ -161,7 +177,7 @@ impl StdioCalls {
                     "the server's output ended",
                 ));
             }
-            waiting.calls.insert(number, news_to);
+            waiting.calls.insert(number, CallRoute { progress, answer });
         }
         // Registered before it is written, so that nothing the server sends about it can come
         // before the call is known.
@@ -237,8 +253,23 @@ impl StdioCalls {
             Some(_) => return false,
         };
         // Absent when the call was stopped meanwhile: its news is not wanted then.
-        if let Some(call) = self.waiting.lock_unpoisoned().calls.get(&number) {
-            let _ = call.send(news);
+        let mut waiting = self.waiting.lock_unpoisoned();
+        match news {
+            CallNews::Answer(_) => {
+                if let Some(call) = waiting.calls.remove(&number) {
+                    call.answer.send(news);
+                }
+            }
+            CallNews::Progress(_) => {
+                if let Some(call) = waiting.calls.get(&number)
+                    && let Err(mpsc::error::TrySendError::Full(_)) = call.progress.try_send(news)
+                {
+                    tracing::debug!(
+                        number,
+                        "an MCP call's progress dropped: its reader is behind"
+                    );
+                }
+            }
         }
         true
     }
@@ -432,6 +463,12 @@ for line in sys.stdin:
     name = params["name"]
     if name == "exit":
         sys.exit(0)
+    if name == "flood":
+        sys.stdout.write("".join(json.dumps({"jsonrpc": "2.0", "method": "notifications/progress",
+            "params": {"progressToken": token, "progress": step}}) + "\n" for step in range(10000)))
+        sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": request["id"], "result": {}}) + "\n")
+        sys.stdout.flush()
+        continue
     for step in (1, 2):
         out(json.dumps({"jsonrpc": "2.0", "method": "notifications/progress",
             "params": {"progressToken": token, "progress": step, "total": 2}}) + "\n")
@@ -535,6 +572,43 @@ for line in sys.stdin:
         let news = news_to_the_answer(&mut failed).await;
         assert!(
             matches!(news.last(), Some(CallNews::Answer(Err(message))) if message == "no such tool"),
+            "{news:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_flood_of_progress_is_bounded_and_the_answer_still_comes_after_it() {
+        let (_child, calls, _read) = start();
+        let mut flooded = calls.send("flood", &Map::new(), &Map::new()).await.unwrap();
+        // The server answers in order: once this later call has its answer, every line about
+        // the flooded call was routed while nobody read its news.
+        let mut later = calls
+            .send(
+                "echo",
+                json!({"say": "after"}).as_object().unwrap(),
+                &Map::new(),
+            )
+            .await
+            .unwrap();
+        let news = news_to_the_answer(&mut later).await;
+        assert!(
+            matches!(news.last(), Some(CallNews::Answer(Ok(_)))),
+            "{news:?}"
+        );
+
+        let news = news_to_the_answer(&mut flooded).await;
+        let progress: Vec<f64> = news
+            .iter()
+            .filter_map(|item| match item {
+                CallNews::Progress(update) => Some(update.progress),
+                CallNews::Answer(_) => None,
+            })
+            .collect();
+        // The first updates, those that found room; the rest were dropped, not held.
+        let kept: Vec<f64> = (0..PROGRESS_QUEUED).map(|step| step as f64).collect();
+        assert_eq!(progress, kept);
+        assert!(
+            matches!(news.last(), Some(CallNews::Answer(Ok(_)))),
             "{news:?}"
         );
     }

@@ -3,7 +3,10 @@
 //! reads (after a NUL) narrows, what it transcodes is always a candidate.
 
 use super::super::plan::plan;
-use super::{TrigramIndexBuilder, Unindexable, intersection, read_varint, union, write_varint};
+use super::{
+    TrigramIndexBuilder, Unindexable, intersection, read_varint, searched_bytes, union,
+    write_varint,
+};
 
 #[test]
 fn varints_and_set_operations() {
@@ -95,11 +98,7 @@ fn no_file_holding_a_match_is_ever_excluded() {
                 .unwrap();
             let candidates = index.candidates(&plan(pattern, case_insensitive));
             for (id, file) in files.iter().enumerate() {
-                let bytes = file.as_bytes();
-                let searched = match bytes.iter().position(|&byte| byte == 0) {
-                    Some(nul) => &bytes[..nul],
-                    None => bytes,
-                };
+                let searched = searched_bytes(file.as_bytes());
                 if regex.is_match(searched) {
                     assert!(
                         candidates.binary_search(&(id as u32)).is_ok(),
