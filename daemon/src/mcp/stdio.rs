@@ -6,7 +6,7 @@
 //! write, a progress subscription per call, and a typed reading of the result that tries each
 //! of rmcp's result types in turn).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -22,8 +22,12 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{ChildStdin, ChildStdout};
-use tokio::sync::mpsc;
+use tokio::sync::Notify;
 use toold_protocol::sync::LockUnpoisoned;
+
+use skipped::SkippedLine;
+
+mod skipped;
 
 /// Every id of a call sent here starts so; rmcp's own requests have numeric ids, so the two
 /// never meet.
@@ -31,7 +35,7 @@ const CALL_ID_PREFIX: &str = "toold-";
 
 /// How many progress updates of a call wait for its reader at most. A server may send progress
 /// faster than the call's events reach a slow client; beyond this, updates are dropped (the
-/// next one says more), and the answer always has its place (see [`CallRoute`]).
+/// next one says more), and the answer always has its place.
 const PROGRESS_QUEUED: usize = 16;
 
 /// The server's stdin, shared by rmcp's writes and the calls'; `None` once closed.
@@ -46,17 +50,55 @@ pub enum CallNews {
     Answer(Result<Value, String>),
 }
 
-/// Where a call's news goes: one channel, so that it arrives in the order sent, holding at most
-/// [`PROGRESS_QUEUED`] updates and a place kept from the start for the answer.
-struct CallRoute {
-    progress: mpsc::Sender<CallNews>,
-    answer: mpsc::OwnedPermit<CallNews>,
+/// Where a call's news waits for the call to take it, in the order sent: at most
+/// [`PROGRESS_QUEUED`] progress updates, then its answer. (A channel would allocate a block of
+/// slots per call; a call has one reader and one writer, and mostly an answer alone.)
+#[derive(Default)]
+struct Inbox {
+    queued: Mutex<Queued>,
+    /// Woken when news is queued or none will come; one waiter, so a wake-up before it waits
+    /// is kept as `Notify`'s permit.
+    arrived: Notify,
+}
+
+#[derive(Default)]
+struct Queued {
+    news: VecDeque<CallNews>,
+    progress: usize,
+    /// Set once the answer is queued or the server's output ended: nothing more comes.
+    ended: bool,
+}
+
+impl Inbox {
+    fn put(&self, news: CallNews, number: u64) {
+        {
+            let mut queued = self.queued.lock_unpoisoned();
+            match news {
+                CallNews::Progress(_) if queued.progress == PROGRESS_QUEUED => {
+                    tracing::debug!(
+                        number,
+                        "an MCP call's progress dropped: its reader is behind"
+                    );
+                    return;
+                }
+                CallNews::Progress(_) => queued.progress += 1,
+                CallNews::Answer(_) => queued.ended = true,
+            }
+            queued.news.push_back(news);
+        }
+        self.arrived.notify_one();
+    }
+
+    fn end(&self) {
+        self.queued.lock_unpoisoned().ended = true;
+        self.arrived.notify_one();
+    }
 }
 
 /// The calls in flight, by their number, each with where its news goes.
 #[derive(Default)]
 struct Waiting {
-    calls: HashMap<u64, CallRoute>,
+    calls: HashMap<u64, Arc<Inbox>>,
     /// Set once the server's output ended: nothing more will be answered.
     closed: bool,
 }
@@ -72,7 +114,7 @@ pub struct StdioCalls {
 /// about it later is dropped).
 pub struct SentCall {
     number: u64,
-    news: mpsc::Receiver<CallNews>,
+    inbox: Arc<Inbox>,
     calls: Arc<StdioCalls>,
 }
 
@@ -85,7 +127,21 @@ impl SentCall {
     /// What the server sent next about the call, in the order it sent it; `None` when its
     /// output ended before the answer.
     pub async fn next(&mut self) -> Option<CallNews> {
-        self.news.recv().await
+        loop {
+            {
+                let mut queued = self.inbox.queued.lock_unpoisoned();
+                if let Some(news) = queued.news.pop_front() {
+                    if matches!(news, CallNews::Progress(_)) {
+                        queued.progress -= 1;
+                    }
+                    return Some(news);
+                }
+                if queued.ended {
+                    return None;
+                }
+            }
+            self.inbox.arrived.notified().await;
+        }
     }
 }
 
@@ -105,12 +161,12 @@ fn call_id(number: u64) -> String {
 
 /// The number of a call's id or progress token (`"toold-17"`, as raw JSON), if it is one.
 fn call_number(id: &RawValue) -> Option<u64> {
-    id.get()
-        .strip_prefix('"')?
-        .strip_suffix('"')?
-        .strip_prefix(CALL_ID_PREFIX)?
-        .parse()
-        .ok()
+    number_in(id.get().strip_prefix('"')?.strip_suffix('"')?)
+}
+
+/// The number of a call's id (`toold-17`, between its quotes), if it is one.
+fn number_in(id: &str) -> Option<u64> {
+    id.strip_prefix(CALL_ID_PREFIX)?.parse().ok()
 }
 
 #[derive(Serialize)]
@@ -164,11 +220,7 @@ impl StdioCalls {
             },
         })?;
         line.push(b'\n');
-        let (progress, news) = mpsc::channel(PROGRESS_QUEUED + 1);
-        // Cannot fail: nothing was sent on the channel yet, and it has room for more than one.
-        let Ok(answer) = progress.clone().try_reserve_owned() else {
-            unreachable!("a new channel has room");
-        };
+        let inbox = Arc::new(Inbox::default());
         {
             let mut waiting = self.waiting.lock_unpoisoned();
             if waiting.closed {
@@ -177,13 +229,13 @@ impl StdioCalls {
                     "the server's output ended",
                 ));
             }
-            waiting.calls.insert(number, CallRoute { progress, answer });
+            waiting.calls.insert(number, Arc::clone(&inbox));
         }
         // Registered before it is written, so that nothing the server sends about it can come
         // before the call is known.
         let sent = SentCall {
             number,
-            news,
+            inbox,
             calls: Arc::clone(self),
         };
         write_whole_line(&self.writer, line).await?;
@@ -252,33 +304,40 @@ impl StdioCalls {
             }
             Some(_) => return false,
         };
-        // Absent when the call was stopped meanwhile: its news is not wanted then.
-        let mut waiting = self.waiting.lock_unpoisoned();
-        match news {
-            CallNews::Answer(_) => {
-                if let Some(call) = waiting.calls.remove(&number) {
-                    call.answer.send(news);
-                }
-            }
-            CallNews::Progress(_) => {
-                if let Some(call) = waiting.calls.get(&number)
-                    && let Err(mpsc::error::TrySendError::Full(_)) = call.progress.try_send(news)
-                {
-                    tracing::debug!(
-                        number,
-                        "an MCP call's progress dropped: its reader is behind"
-                    );
-                }
-            }
-        }
+        self.deliver(number, news);
         true
+    }
+
+    /// A line over the length limit was skipped: when it was a call's answer, the call fails.
+    fn skipped(&self, line: &SkippedLine) {
+        if let Some(number) = line.answer_id().and_then(number_in) {
+            let limit = DEFAULT_MAX_LINE_LENGTH >> 20;
+            let why = format!("its answer was over the {limit} MiB limit on one message");
+            self.deliver(number, CallNews::Answer(Err(why)));
+        }
+    }
+
+    fn deliver(&self, number: u64, news: CallNews) {
+        // Absent when the call was stopped meanwhile: its news is not wanted then.
+        let inbox = {
+            let mut waiting = self.waiting.lock_unpoisoned();
+            match news {
+                CallNews::Answer(_) => waiting.calls.remove(&number),
+                CallNews::Progress(_) => waiting.calls.get(&number).cloned(),
+            }
+        };
+        if let Some(inbox) = inbox {
+            inbox.put(news, number);
+        }
     }
 
     /// The server's output ended: the calls in flight and every later one end.
     fn close(&self) {
         let mut waiting = self.waiting.lock_unpoisoned();
         waiting.closed = true;
-        waiting.calls.clear();
+        for (_, inbox) in waiting.calls.drain() {
+            inbox.end();
+        }
     }
 }
 
@@ -313,7 +372,7 @@ pub struct StdioTransport {
     reader: BufReader<ChildStdout>,
     line: Vec<u8>,
     /// Set while the rest of a line over the length limit is skipped.
-    discarding: bool,
+    skipping: Option<SkippedLine>,
     calls: Arc<StdioCalls>,
 }
 
@@ -328,7 +387,7 @@ impl StdioTransport {
         let transport = Self {
             reader: BufReader::new(stdout),
             line: Vec::new(),
-            discarding: false,
+            skipping: None,
             calls: Arc::clone(&calls),
         };
         (transport, calls)
@@ -336,7 +395,8 @@ impl StdioTransport {
 
     /// Reads the next whole line into `self.line` (without its newline); false at the end of
     /// the output. Cancel-safe: a line read in part is kept and continued at the next call.
-    /// Lines over [`DEFAULT_MAX_LINE_LENGTH`] are skipped, never held whole.
+    /// Lines over [`DEFAULT_MAX_LINE_LENGTH`] are skipped, never held whole; a call whose
+    /// answer such a line was fails.
     async fn read_line(&mut self) -> io::Result<bool> {
         loop {
             let available = self.reader.fill_buf().await?;
@@ -346,15 +406,19 @@ impl StdioTransport {
             let newline = memchr::memchr(b'\n', available);
             let take = newline.map_or(available.len(), |at| at + 1);
             let ended = newline.is_some();
-            if self.discarding {
-                self.discarding = !ended;
+            if let Some(skipped) = &mut self.skipping {
+                skipped.feed(&available[..take]);
             } else if self.line.len() + take > DEFAULT_MAX_LINE_LENGTH {
                 tracing::warn!(
                     limit = DEFAULT_MAX_LINE_LENGTH,
                     "an MCP server sent a message over the length limit; it is skipped"
                 );
-                self.line.clear();
-                self.discarding = !ended;
+                let mut skipped = SkippedLine::default();
+                skipped.feed(&self.line);
+                skipped.feed(&available[..take]);
+                // Not kept for the next line: its capacity is the limit's.
+                self.line = Vec::new();
+                self.skipping = Some(skipped);
             } else {
                 self.line.extend_from_slice(&available[..take]);
                 if ended {
@@ -365,6 +429,9 @@ impl StdioTransport {
                     }
                     return Ok(true);
                 }
+            }
+            if ended && let Some(skipped) = self.skipping.take() {
+                self.calls.skipped(&skipped);
             }
             self.reader.consume(take);
         }
@@ -463,6 +530,16 @@ for line in sys.stdin:
     name = params["name"]
     if name == "exit":
         sys.exit(0)
+    if name == "huge":
+        # Over the limit, the id after the result (as Node's SDK writes it), a decoy inside;
+        # a notification over the limit first, which is no answer.
+        big = "x" * (17 << 20)
+        sys.stdout.write(json.dumps({"jsonrpc": "2.0", "method": "notifications/message",
+            "params": {"data": big}}) + "\n")
+        sys.stdout.write(json.dumps({"result": {"id": "toold-0", "content": [{"type": "text",
+            "text": big}]}, "jsonrpc": "2.0", "id": request["id"]}) + "\n")
+        sys.stdout.flush()
+        continue
     if name == "flood":
         sys.stdout.write("".join(json.dumps({"jsonrpc": "2.0", "method": "notifications/progress",
             "params": {"progressToken": token, "progress": step}}) + "\n" for step in range(10000)))
@@ -489,7 +566,7 @@ for line in sys.stdin:
     fn start() -> (
         tokio::process::Child,
         Arc<StdioCalls>,
-        mpsc::UnboundedReceiver<RxJsonRpcMessage<RoleClient>>,
+        tokio::sync::mpsc::UnboundedReceiver<RxJsonRpcMessage<RoleClient>>,
     ) {
         let mut child = tokio::process::Command::new("python3")
             .args(["-c", SERVER])
@@ -500,7 +577,7 @@ for line in sys.stdin:
             .expect("python3");
         let (mut transport, calls) =
             StdioTransport::new(child.stdout.take().unwrap(), child.stdin.take().unwrap());
-        let (read_to, read) = mpsc::unbounded_channel();
+        let (read_to, read) = tokio::sync::mpsc::unbounded_channel();
         tokio::spawn(async move {
             loop {
                 match tokio::time::timeout(Duration::from_millis(1), transport.receive()).await {
@@ -611,6 +688,33 @@ for line in sys.stdin:
             matches!(news.last(), Some(CallNews::Answer(Ok(_)))),
             "{news:?}"
         );
+    }
+
+    #[tokio::test]
+    async fn an_answer_over_the_length_limit_fails_its_call_at_once() {
+        let (_child, calls, mut read) = start();
+        let mut huge = calls.send("huge", &Map::new(), &Map::new()).await.unwrap();
+        let news = news_to_the_answer(&mut huge).await;
+        assert!(
+            matches!(news.as_slice(), [CallNews::Answer(Err(why))] if why.contains("16 MiB")),
+            "{news:?}"
+        );
+        // The next line is read whole, and the skipped notification reached nobody.
+        let mut after = calls
+            .send(
+                "echo",
+                json!({"say": "after"}).as_object().unwrap(),
+                &Map::new(),
+            )
+            .await
+            .unwrap();
+        let news = news_to_the_answer(&mut after).await;
+        let Some(CallNews::Answer(Ok(result))) = news.last() else {
+            panic!("{news:?}");
+        };
+        assert_eq!(result["content"][0]["text"], "after");
+        let message = serde_json::to_value(read.recv().await.unwrap()).unwrap();
+        assert_eq!(message["params"]["data"], "for rmcp", "{message}");
     }
 
     #[tokio::test]
