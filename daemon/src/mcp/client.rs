@@ -384,60 +384,74 @@ impl McpSession {
         ctx: &ToolContext,
     ) -> Result<Value, CallError> {
         match &self.stdio {
-            Some(calls) => {
-                let mut sent = calls
-                    .send(name, &arguments, &self.envelope)
-                    .await
-                    .map_err(|err| self.closed_because(err.to_string()))?;
-                loop {
-                    tokio::select! {
-                        biased;
-                        news = sent.next() => match news {
-                            Some(CallNews::Progress(update)) => report_progress(ctx, update).await,
-                            Some(CallNews::Answer(answer)) => return answer.map_err(CallError::Server),
-                            None => return Err(self.closed_because("its output ended".to_owned())),
-                        },
-                        () = ctx.cancel.cancelled() => return Err(self.stopped(sent.request_id()).await),
-                    }
-                }
-            }
-            None => {
-                let peer = self.service.peer();
-                let mut params = CallToolRequestParams::new(name.to_owned());
-                params.arguments = Some(arguments);
-                let request = ClientRequest::CallToolRequest(Request::new(params));
-                let handle = peer
-                    .send_cancellable_request(request, PeerRequestOptions::no_options())
-                    .await
-                    .map_err(|err| self.broken(&err))?;
-                let request_id = handle.id.clone();
-                // rmcp gives every request a progress token of its own, known once the request
-                // is queued; it is subscribed to at once, with no await in between, while the
-                // server (a network away) has yet to read the request.
-                let progress = self
-                    .notices
-                    .progress
-                    .subscribe(handle.progress_token.clone())
-                    .await;
-                let answer = async {
-                    match handle.await_response().await {
-                        Ok(ServerResult::CallToolResult(result)) => serde_json::to_value(result)
-                            .map_err(|err| {
-                                CallError::Server(format!("an unreadable result: {err}"))
-                            }),
-                        Ok(ServerResult::CustomResult(custom)) => Ok(custom.0),
-                        Ok(other) => serde_json::to_value(other).map_err(|err| {
-                            CallError::Server(format!("an unreadable result: {err}"))
-                        }),
-                        Err(rmcp::ServiceError::McpError(error)) => {
-                            Err(CallError::Server(error.message.to_string()))
-                        }
-                        Err(err) => Err(self.broken(&err)),
-                    }
-                };
-                self.follow(answer, progress, request_id, ctx).await
+            Some(calls) => self.call_over_stdio(calls, name, &arguments, ctx).await,
+            // rmcp's request futures are large (kilobytes): boxed, so that a stdio call's
+            // future, allocated and moved for every call, stays small.
+            None => Box::pin(self.call_through_rmcp(name, arguments, ctx)).await,
+        }
+    }
+
+    async fn call_over_stdio(
+        &self,
+        calls: &Arc<StdioCalls>,
+        name: &str,
+        arguments: &Map<String, Value>,
+        ctx: &ToolContext,
+    ) -> Result<Value, CallError> {
+        let mut sent = calls
+            .send(name, arguments, &self.envelope)
+            .await
+            .map_err(|err| self.closed_because(err.to_string()))?;
+        loop {
+            tokio::select! {
+                biased;
+                news = sent.next() => match news {
+                    Some(CallNews::Progress(update)) => Box::pin(report_progress(ctx, update)).await,
+                    Some(CallNews::Answer(answer)) => return answer.map_err(CallError::Server),
+                    None => return Err(self.closed_because("its output ended".to_owned())),
+                },
+                () = ctx.cancel.cancelled() => return Err(Box::pin(self.stopped(sent.request_id())).await),
             }
         }
+    }
+
+    async fn call_through_rmcp(
+        &self,
+        name: &str,
+        arguments: Map<String, Value>,
+        ctx: &ToolContext,
+    ) -> Result<Value, CallError> {
+        let peer = self.service.peer();
+        let mut params = CallToolRequestParams::new(name.to_owned());
+        params.arguments = Some(arguments);
+        let request = ClientRequest::CallToolRequest(Request::new(params));
+        let handle = peer
+            .send_cancellable_request(request, PeerRequestOptions::no_options())
+            .await
+            .map_err(|err| self.broken(&err))?;
+        let request_id = handle.id.clone();
+        // rmcp gives every request a progress token of its own, known once the request
+        // is queued; it is subscribed to at once, with no await in between, while the
+        // server (a network away) has yet to read the request.
+        let progress = self
+            .notices
+            .progress
+            .subscribe(handle.progress_token.clone())
+            .await;
+        let answer = async {
+            match handle.await_response().await {
+                Ok(ServerResult::CallToolResult(result)) => serde_json::to_value(result)
+                    .map_err(|err| CallError::Server(format!("an unreadable result: {err}"))),
+                Ok(ServerResult::CustomResult(custom)) => Ok(custom.0),
+                Ok(other) => serde_json::to_value(other)
+                    .map_err(|err| CallError::Server(format!("an unreadable result: {err}"))),
+                Err(rmcp::ServiceError::McpError(error)) => {
+                    Err(CallError::Server(error.message.to_string()))
+                }
+                Err(err) => Err(self.broken(&err)),
+            }
+        };
+        self.follow(answer, progress, request_id, ctx).await
     }
 
     /// Waits for a call's `answer`, reporting its `progress` to `ctx` meanwhile (and the
