@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """A small MCP server over stdio, written for toold's tests, that lists three tools of which one
 is malformed: `no_schema` has no object inputSchema (toold must quarantine it), a tool whose name
-is over 64 characters once prefixed (toold must shorten it), and `echo`, which works. `fail`
+is over 64 characters once prefixed (toold must shorten it), and `echo`, which works (with
+`times`, its answer holds the text that many times: over toold's 16 MiB limit if asked). `fail`
 reports an error (isError); `slow` never answers, and says on stderr when its request is
 cancelled; `crash` says its last words on stderr and exits (with `hang_up`, it closes its
 stdout and lives on instead). With MALFORMED_NEVER_LISTS set, `tools/list` is never answered.
@@ -20,7 +21,7 @@ TOOLS = [
         "description": "Echoes its text",
         "inputSchema": {
             "type": "object",
-            "properties": {"text": {"type": "string"}},
+            "properties": {"text": {"type": "string"}, "times": {"type": "integer"}},
             "required": ["text"],
         },
     },
@@ -63,7 +64,8 @@ def answer(request):
         name = params.get("name")
         arguments = params.get("arguments") or {}
         if name == "echo":
-            return {"content": [{"type": "text", "text": "echo: " + arguments.get("text", "")}]}
+            text = arguments.get("text", "") * arguments.get("times", 1)
+            return {"content": [{"type": "text", "text": "echo: " + text}]}
         if name == LONG_NAME:
             return {"content": [{"type": "text", "text": "the long one answered"}]}
         if name == "fail":

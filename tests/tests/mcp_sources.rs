@@ -158,6 +158,29 @@ async fn a_malformed_servers_good_tools_are_registered_and_called_through_the_pi
     assert_eq!(outcome(failed), "tool_error", "{failed}");
     assert_eq!(failed["error"], "it failed on purpose", "{failed}");
 
+    // An answer over the 16 MiB limit on one message fails its call at once, and the server's
+    // next answer is read whole.
+    let over = client
+        .execute(
+            &open,
+            json!([
+                {"id": "c1", "name": "mcp__bad__echo",
+                 "arguments": {"text": "x".repeat(1024), "times": 17 * 1024}},
+                {"id": "c2", "name": "mcp__bad__echo", "arguments": {"text": "after"}},
+            ]),
+        )
+        .await;
+    let over = results_of(&over);
+    assert_eq!(outcome(&over[0]), "tool_error", "{}", over[0]);
+    assert!(
+        over[0]["error"]
+            .as_str()
+            .is_some_and(|error| error.contains("over the 16 MiB limit")),
+        "{}",
+        over[0]
+    );
+    assert_eq!(over[1]["content"], "echo: after", "{}", over[1]);
+
     // The server's stderr went to its log, not to the daemon's.
     let log = daemon.state_dir().join("mcp/bad.log");
     let logged = std::fs::read_to_string(&log).expect("the server's log");
