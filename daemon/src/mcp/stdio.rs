@@ -1,8 +1,8 @@
 //! The stdio transport of an MCP server: newline-delimited JSON-RPC over its process's stdin
 //! and stdout, framed here. rmcp's session reads and writes every message through it, typed,
 //! except `tools/call`: a call is written here straight onto the server's stdin, and what the
-//! server sends about it (its progress, then its answer, as raw JSON) comes back to it through
-//! one channel in the order sent, around rmcp's service loop (a channel hop, a task spawned per
+//! server sends about it (its progress, then its answer, as raw JSON) waits in the call's
+//! inbox in the order sent, around rmcp's service loop (a channel hop, a task spawned per
 //! write, a progress subscription per call, and a typed reading of the result that tries each
 //! of rmcp's result types in turn).
 
