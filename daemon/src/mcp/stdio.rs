@@ -564,17 +564,19 @@ for line in sys.stdin:
     /// read after a millisecond (as rmcp's service loop drops a read when another event comes
     /// first): what it reads, and the calls' handle.
     fn start() -> (
-        tokio::process::Child,
+        Server,
         Arc<StdioCalls>,
         tokio::sync::mpsc::UnboundedReceiver<RxJsonRpcMessage<RoleClient>>,
     ) {
-        let mut child = tokio::process::Command::new("python3")
+        let mut command = tokio::process::Command::new("python3");
+        command
             .args(["-c", SERVER])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("python3");
+            .kill_on_drop(true);
+        let (mut child, known) =
+            crate::process_tree::spawn_known(|| command.spawn(), tokio::process::Child::id)
+                .expect("python3");
         let (mut transport, calls) =
             StdioTransport::new(child.stdout.take().unwrap(), child.stdin.take().unwrap());
         let (read_to, read) = tokio::sync::mpsc::unbounded_channel();
@@ -587,7 +589,20 @@ for line in sys.stdin:
                 }
             }
         });
-        (child, calls, read)
+        let server = Server {
+            child,
+            _known: known,
+        };
+        (server, calls, read)
+    }
+
+    /// The server's process, recorded as one the daemon started (`spawn_known`), as the daemon
+    /// records every process it starts: the process-tree tests running beside these sweep up
+    /// any other child of this process as a command's orphan. Killed when dropped, then
+    /// forgotten.
+    struct Server {
+        child: tokio::process::Child,
+        _known: Option<crate::process_tree::KnownChild>,
     }
 
     /// What the server sends about `sent`, up to its answer; fails if that takes 10 s (a line
@@ -611,7 +626,7 @@ for line in sys.stdin:
 
     #[tokio::test]
     async fn a_call_gets_its_progress_then_its_answer_and_rmcp_the_rest() {
-        let (_child, calls, mut read) = start();
+        let (_server, calls, mut read) = start();
         let envelope = Map::from_iter([("io.example/key".to_owned(), json!("kept"))]);
         let mut sent = calls
             .send("echo", json!({"say": "hi"}).as_object().unwrap(), &envelope)
@@ -655,7 +670,7 @@ for line in sys.stdin:
 
     #[tokio::test]
     async fn a_flood_of_progress_is_bounded_and_the_answer_still_comes_after_it() {
-        let (_child, calls, _read) = start();
+        let (_server, calls, _read) = start();
         let mut flooded = calls.send("flood", &Map::new(), &Map::new()).await.unwrap();
         // The server answers in order: once this later call has its answer, every line about
         // the flooded call was routed while nobody read its news.
@@ -692,7 +707,7 @@ for line in sys.stdin:
 
     #[tokio::test]
     async fn an_answer_over_the_length_limit_fails_its_call_at_once() {
-        let (_child, calls, mut read) = start();
+        let (_server, calls, mut read) = start();
         let mut huge = calls.send("huge", &Map::new(), &Map::new()).await.unwrap();
         let news = news_to_the_answer(&mut huge).await;
         assert!(
@@ -719,7 +734,7 @@ for line in sys.stdin:
 
     #[tokio::test]
     async fn a_call_forgotten_loses_nothing_and_an_ended_output_ends_every_call() {
-        let (mut child, calls, _read) = start();
+        let (mut server, calls, _read) = start();
         // Dropped at once: its news, when it comes, goes nowhere, and the next call is whole.
         drop(
             calls
@@ -746,7 +761,7 @@ for line in sys.stdin:
 
         let mut ended = calls.send("exit", &Map::new(), &Map::new()).await.unwrap();
         assert!(news_to_the_answer(&mut ended).await.is_empty());
-        child.wait().await.unwrap();
+        server.child.wait().await.unwrap();
         let after = calls.send("echo", &Map::new(), &Map::new()).await;
         assert!(after.is_err());
     }
