@@ -391,6 +391,9 @@ impl McpSession {
         }
     }
 
+    /// A call to a stdio server, written and answered through the daemon's own framing
+    /// (`stdio.rs`). The rare steps (a progress report, telling the server of a stop) are
+    /// boxed for the same reason as rmcp's path.
     async fn call_over_stdio(
         &self,
         calls: &Arc<StdioCalls>,
@@ -415,6 +418,8 @@ impl McpSession {
         }
     }
 
+    /// A call through rmcp's client (a streamable HTTP server): its own ids and progress
+    /// tokens, its progress followed by subscription.
     async fn call_through_rmcp(
         &self,
         name: &str,
