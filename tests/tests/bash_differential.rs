@@ -124,6 +124,11 @@ const NOT_ALLOWED: &[&str] = &[
 /// Hostile lines: not allowed, or allowed and harmless. Each aims at a place where the
 /// analysis and bash could read a line differently.
 const HOSTILE: &[&str] = &[
+    // Found by fuzzing: bash takes 0x7f and 0x01 in its input for its own quoting marks, and
+    // a word of 0x7f alone is the empty string to it.
+    "echo hi >>.tot \u{7f}>& \u{7f}>&1",
+    "echo hi > \u{7f}",
+    "echo hi > a\u{1}b",
     // Found by this test: bash expands a redirection's glob to the one file it matches (a
     // link out of the root, git's config), which the analysis listed by its pattern.
     "echo hi > a*",

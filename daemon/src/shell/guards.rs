@@ -137,6 +137,13 @@ pub(super) fn parsable(line: &str) -> Result<(), String> {
     if line.contains('\0') {
         return Err("it contains a NUL byte".to_owned());
     }
+    // bash marks quoting inside its words with two bytes of its own, CTLESC (0x01) and CTLNUL
+    // (0x7f), and takes them in the input for its marks: a word of 0x7f alone is the empty
+    // string to bash (`echo hi >& \x7f` opens "" for writing) and the named file to the parser
+    // (found by fuzzing). No real line holds either byte.
+    if line.contains(['\u{1}', '\u{7f}']) {
+        return Err("it contains a byte bash uses to mark quoting (0x01 or 0x7f)".to_owned());
+    }
     let (mut depth, mut deepest) = (0usize, 0usize);
     for byte in line.bytes() {
         match byte {

@@ -208,6 +208,23 @@ fn lines_the_parser_cannot_take_are_unreadable_at_once() {
     }
 }
 
+/// bash's own quoting marks (0x01, 0x7f) in the input change words unlike the parser reads
+/// them: a word of 0x7f alone is the empty string to bash. Found by fuzzing, as a write bash
+/// tried (`openat("")`) that the analysis named otherwise.
+#[test]
+fn bash_quoting_marks_in_a_line_are_unreadable() {
+    for line in [
+        "echo hi >>.tot \u{7f}>& \u{7f}>&1",
+        "echo hi > \u{7f}",
+        "echo hi > '\u{7f}'",
+        "r\u{7f}m -rf x",
+        "echo hi > a\u{1}b",
+    ] {
+        let analysis = analyze(line);
+        assert!(analysis.unreadable.is_some(), "{line:?}: {analysis:?}");
+    }
+}
+
 /// brush-parser keeps a process substitution inside a parameter expansion as plain text, but
 /// bash runs it (`echo ${x:-<(touch f)}` runs `touch f`; found by fuzzing): such a line is
 /// unreadable, so no allow rule covers it and deny rules are not trusted to have seen inside.
