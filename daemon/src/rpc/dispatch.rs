@@ -15,18 +15,20 @@ use super::Daemon;
 use super::connection::Connection;
 use super::handlers;
 
-/// What a handler learns about the request besides its params.
+/// What a handler learns about the request: its connection, its id and its params as the
+/// peer parsed them (read into the method's typed params from there, not from text again).
 #[derive(Clone)]
 struct RequestContext {
     connection: Arc<Connection>,
     /// The request's id as JSON text, for `$/cancelRequest`.
     request_id: String,
+    params: Option<Value>,
 }
 
 type Handled<T> = Result<T, ErrorObjectOwned>;
 
-fn context(extensions: &Extensions) -> Handled<RequestContext> {
-    extensions.get::<RequestContext>().cloned().ok_or_else(|| {
+fn context(extensions: &mut Extensions) -> Handled<RequestContext> {
+    extensions.remove::<RequestContext>().ok_or_else(|| {
         to_rpc(ErrorObject::internal_error(
             "the request reached its handler without its connection",
         ))
@@ -37,11 +39,19 @@ fn to_rpc(error: ErrorObject) -> ErrorObjectOwned {
     ErrorObjectOwned::owned(error.code, error.message, error.data)
 }
 
-/// Params as `T`; absent params read as `{}`. A mismatch is `-32602` with serde's reason,
-/// prefixed with the top-level field it concerns when serde's reason does not name it (a wrong
-/// type or an unknown variant).
-fn parse<T: DeserializeOwned>(params: &Params<'_>) -> Handled<T> {
-    let text = params.as_str().unwrap_or("{}");
+/// Params as `T`; absent params read as `{}`. Read from the parsed `Value`; only params it
+/// refuses are rendered and read again as text, which gives the same verdict and a reason
+/// with a column. A mismatch is `-32602` with serde's reason, prefixed with the top-level
+/// field it concerns when serde's reason does not name it (a wrong type or an unknown variant).
+fn parse<T: DeserializeOwned>(params: Option<Value>) -> Handled<T> {
+    let params = params.unwrap_or_else(|| Value::Object(serde_json::Map::new()));
+    match T::deserialize(&params) {
+        Ok(typed) => Ok(typed),
+        Err(_) => parse_text(&params.to_string()),
+    }
+}
+
+fn parse_text<T: DeserializeOwned>(text: &str) -> Handled<T> {
     serde_json::from_str(text).map_err(|err| {
         let reason = err.to_string();
         let named = reason.starts_with("unknown field") || reason.starts_with("missing field");
@@ -55,7 +65,7 @@ fn parse<T: DeserializeOwned>(params: &Params<'_>) -> Handled<T> {
 
 /// The top-level field of a params object whose member ends at or after `column` (serde's
 /// 1-based column, just past the value it refused). The text is compact JSON on one line, as
-/// `call` renders it from a `Value`, so re-rendering each member finds its span.
+/// `parse` renders it from a `Value`, so re-rendering each member finds its span.
 fn field_at(text: &str, column: usize) -> Option<String> {
     let Ok(Value::Object(members)) = serde_json::from_str::<Value>(text) else {
         return None;
@@ -80,9 +90,9 @@ macro_rules! method {
     ($module:expr, $method:ty, |$daemon:ident, $request:ident, $params:ident| $body:expr) => {{
         let registered = $module.register_async_method(
             <$method as RequestMethod>::METHOD,
-            |params, $daemon, extensions| async move {
-                let $request = context(&extensions)?;
-                let $params: <$method as RequestMethod>::Params = parse(&params)?;
+            |_params, $daemon, mut extensions| async move {
+                let mut $request = context(&mut extensions)?;
+                let $params: <$method as RequestMethod>::Params = parse($request.params.take())?;
                 let reply: handlers::Reply<<$method as RequestMethod>::Result> = $body;
                 reply.map_err(to_rpc)
             },
@@ -171,21 +181,22 @@ pub(crate) async fn call(
     connection: &Arc<Connection>,
     id: &toold_protocol::Id,
     method: &str,
-    params: Option<&Value>,
+    params: Option<Value>,
 ) -> (Reply, Option<i32>) {
     let Some(callback) = methods.method(method) else {
         let error = ErrorObject::method_not_found(method);
         let code = error.code;
         return (Reply::error(error), Some(code));
     };
-    let raw = params.map(Value::to_string);
-    let params = Params::new(raw.as_deref()).into_owned();
     let mut extensions = Extensions::new();
     let id_text = serde_json::to_string(id).unwrap_or_else(|_| "null".to_owned());
     extensions.insert(RequestContext {
         connection: Arc::clone(connection),
         request_id: id_text,
+        params,
     });
+    // The params travel in the context; jsonrpsee's own are left empty.
+    let params = Params::new(None);
     let rpc_id = match id {
         toold_protocol::Id::Number(number) => match u64::try_from(*number) {
             Ok(number) => Id::Number(number),
@@ -239,4 +250,44 @@ pub(crate) async fn call(
             .unwrap_or(Value::Null)),
     };
     (Reply::from(outcome), code)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+    use toold_protocol::{Empty, ExecuteParams};
+
+    use super::*;
+
+    #[test]
+    fn params_read_from_the_parsed_value_agree_with_their_text() {
+        let params = json!({
+            "session_id": "s_1",
+            "iteration": 2,
+            "calls": [{"id": "a", "name": "read_file", "arguments": {"path": "x", "n": 1.5}}]
+        });
+        let typed: ExecuteParams = parse(Some(params.clone())).unwrap();
+        let from_text: ExecuteParams = serde_json::from_str(&params.to_string()).unwrap();
+        assert_eq!(typed, from_text);
+        assert_eq!(parse::<Empty>(None).unwrap(), Empty {});
+
+        // Refused params are read again as text: the reason names the field, as it did.
+        let wrong_type = json!({"session_id": "s_1", "iteration": "two", "calls": []});
+        let refused = parse::<ExecuteParams>(Some(wrong_type)).unwrap_err();
+        assert_eq!(refused.code(), toold_protocol::error_code::INVALID_PARAMS);
+        assert!(
+            refused
+                .message()
+                .starts_with("invalid params: iteration: invalid type: string"),
+            "{}",
+            refused.message()
+        );
+        let unknown = json!({"session_id": "s_1", "calls": [], "time_out_ms": 1});
+        let refused = parse::<ExecuteParams>(Some(unknown)).unwrap_err();
+        assert!(
+            refused.message().contains("unknown field `time_out_ms`"),
+            "{}",
+            refused.message()
+        );
+    }
 }

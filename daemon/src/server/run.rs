@@ -344,6 +344,7 @@ impl Handler for ConnectionHandler {
         }
         let methods = self.methods.clone();
         Box::pin(async move {
+            let mut request = request;
             if request.method != methods::INITIALIZE && !connection.wait_for_handshake().await {
                 return Reply::error(ErrorObject::not_initialized(&request.method));
             }
@@ -353,7 +354,7 @@ impl Handler for ConnectionHandler {
                 &connection,
                 &request.id,
                 &request.method,
-                request.params.as_ref(),
+                request.params.take(),
             )
             .await;
             if initializing {

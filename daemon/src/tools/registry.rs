@@ -38,7 +38,8 @@ pub enum RegisterError {
 
 /// A registered tool: its definition, its compiled schema and its implementation.
 struct Entry {
-    definition: ToolDefinition,
+    /// Shared, so that a call's recheck reads the current definition without copying its schema.
+    definition: Arc<ToolDefinition>,
     /// Compiled at registration for a client's tool (an invalid schema is refused then); for a
     /// builtin, whose schema a test checks, at its first call: a daemon nobody has called yet
     /// holds no validator, nor the meta-schema validator that compiling builds (3 MiB).
@@ -143,7 +144,7 @@ impl Registry {
             OnceLock::from(Ok(compiled))
         };
         let entry = Arc::new(Entry {
-            definition,
+            definition: Arc::new(definition),
             validator,
             tool,
         });
@@ -186,11 +187,11 @@ impl Registry {
         self.read().revision
     }
 
-    pub fn get(&self, name: &str) -> Option<ToolDefinition> {
+    pub fn get(&self, name: &str) -> Option<Arc<ToolDefinition>> {
         self.read()
             .tools
             .get(name)
-            .map(|entry| entry.definition.clone())
+            .map(|entry| Arc::clone(&entry.definition))
     }
 
     /// Every definition, sorted by name.
@@ -204,7 +205,7 @@ impl Registry {
         self.read()
             .tools
             .values()
-            .map(|entry| &entry.definition)
+            .map(|entry| &*entry.definition)
             .filter(|definition| filter.lets_through(definition))
             .cloned()
             .collect()
