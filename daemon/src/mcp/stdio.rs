@@ -624,6 +624,36 @@ for line in sys.stdin:
             .expect("no answer within 10 s")
     }
 
+    /// Sends the test server's `echo` of `say`.
+    async fn echo(calls: &Arc<StdioCalls>, say: &str) -> SentCall {
+        calls
+            .send(
+                "echo",
+                json!({"say": say}).as_object().unwrap(),
+                &Map::new(),
+            )
+            .await
+            .unwrap()
+    }
+
+    /// The progress values among `news`, in order.
+    fn progress_of(news: &[CallNews]) -> Vec<f64> {
+        news.iter()
+            .filter_map(|item| match item {
+                CallNews::Progress(update) => Some(update.progress),
+                CallNews::Answer(_) => None,
+            })
+            .collect()
+    }
+
+    /// The text of the successful answer that ends `news`.
+    fn answered_text(news: &[CallNews]) -> &Value {
+        let Some(CallNews::Answer(Ok(result))) = news.last() else {
+            panic!("{news:?}");
+        };
+        &result["content"][0]["text"]
+    }
+
     #[tokio::test]
     async fn a_call_gets_its_progress_then_its_answer_and_rmcp_the_rest() {
         let (_server, calls, mut read) = start();
@@ -633,13 +663,7 @@ for line in sys.stdin:
             .await
             .unwrap();
         let news = news_to_the_answer(&mut sent).await;
-        let progress: Vec<f64> = news
-            .iter()
-            .filter_map(|item| match item {
-                CallNews::Progress(update) => Some(update.progress),
-                CallNews::Answer(_) => None,
-            })
-            .collect();
+        let progress = progress_of(&news);
         assert_eq!(progress, [1.0, 2.0]);
         let Some(CallNews::Answer(Ok(result))) = news.last() else {
             panic!("{news:?}");
@@ -674,14 +698,7 @@ for line in sys.stdin:
         let mut flooded = calls.send("flood", &Map::new(), &Map::new()).await.unwrap();
         // The server answers in order: once this later call has its answer, every line about
         // the flooded call was routed while nobody read its news.
-        let mut later = calls
-            .send(
-                "echo",
-                json!({"say": "after"}).as_object().unwrap(),
-                &Map::new(),
-            )
-            .await
-            .unwrap();
+        let mut later = echo(&calls, "after").await;
         let news = news_to_the_answer(&mut later).await;
         assert!(
             matches!(news.last(), Some(CallNews::Answer(Ok(_)))),
@@ -689,13 +706,7 @@ for line in sys.stdin:
         );
 
         let news = news_to_the_answer(&mut flooded).await;
-        let progress: Vec<f64> = news
-            .iter()
-            .filter_map(|item| match item {
-                CallNews::Progress(update) => Some(update.progress),
-                CallNews::Answer(_) => None,
-            })
-            .collect();
+        let progress = progress_of(&news);
         // The first updates, those that found room; the rest were dropped, not held.
         let kept: Vec<f64> = (0..PROGRESS_QUEUED).map(|step| step as f64).collect();
         assert_eq!(progress, kept);
@@ -715,19 +726,9 @@ for line in sys.stdin:
             "{news:?}"
         );
         // The next line is read whole, and the skipped notification reached nobody.
-        let mut after = calls
-            .send(
-                "echo",
-                json!({"say": "after"}).as_object().unwrap(),
-                &Map::new(),
-            )
-            .await
-            .unwrap();
+        let mut after = echo(&calls, "after").await;
         let news = news_to_the_answer(&mut after).await;
-        let Some(CallNews::Answer(Ok(result))) = news.last() else {
-            panic!("{news:?}");
-        };
-        assert_eq!(result["content"][0]["text"], "after");
+        assert_eq!(answered_text(&news), "after");
         let message = serde_json::to_value(read.recv().await.unwrap()).unwrap();
         assert_eq!(message["params"]["data"], "for rmcp", "{message}");
     }
@@ -736,28 +737,10 @@ for line in sys.stdin:
     async fn a_call_forgotten_loses_nothing_and_an_ended_output_ends_every_call() {
         let (mut server, calls, _read) = start();
         // Dropped at once: its news, when it comes, goes nowhere, and the next call is whole.
-        drop(
-            calls
-                .send(
-                    "echo",
-                    json!({"say": "lost"}).as_object().unwrap(),
-                    &Map::new(),
-                )
-                .await,
-        );
-        let mut kept = calls
-            .send(
-                "echo",
-                json!({"say": "kept"}).as_object().unwrap(),
-                &Map::new(),
-            )
-            .await
-            .unwrap();
+        drop(echo(&calls, "lost").await);
+        let mut kept = echo(&calls, "kept").await;
         let news = news_to_the_answer(&mut kept).await;
-        let Some(CallNews::Answer(Ok(result))) = news.last() else {
-            panic!("{news:?}");
-        };
-        assert_eq!(result["content"][0]["text"], "kept");
+        assert_eq!(answered_text(&news), "kept");
 
         let mut ended = calls.send("exit", &Map::new(), &Map::new()).await.unwrap();
         assert!(news_to_the_answer(&mut ended).await.is_empty());
