@@ -3,4 +3,5 @@
 
 pub mod run;
 pub mod socket;
+mod stream;
 pub mod systemd;

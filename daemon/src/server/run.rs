@@ -255,7 +255,13 @@ async fn serve_connection(_slot: OpenSlot, stream: UnixStream, shared: Shared, o
             .filter(|&pid| pid > 0),
         uid: super::socket::peer_uid(&stream).ok(),
     };
-    let (reader, writer) = stream.into_split();
+    let (reader, writer) = match super::stream::split(stream) {
+        Ok(halves) => halves,
+        Err(err) => {
+            tracing::warn!(%err, "cannot register a connection with the runtime");
+            return;
+        }
+    };
     let options = PeerOptions {
         max_message_bytes,
         frame_timeout: Some(frame_timeout),
