@@ -135,7 +135,7 @@ pub fn serve(args: ServeArgs) -> Result<(), ServeError> {
         let store = SessionStore::new(SessionStore::default_dir().ok_or(ServeError::NoStateDirectory)?);
         let audit_path = crate::audit::default_path().ok_or(ServeError::NoStateDirectory)?;
         let audit = Arc::new(AuditLog::open(&audit_path, &config.audit));
-        tokio::spawn(flush_audit_log(Arc::downgrade(&audit)));
+        tokio::spawn(crate::audit::flush_in_background(Arc::downgrade(&audit)));
         let indexes = Arc::new(Indexes::new(config.index.clone()));
         tokio::spawn(evict_idle_indexes(Arc::downgrade(&indexes)));
         let executor = Executor::with_settings(
@@ -234,24 +234,6 @@ fn recover_interrupted_writes() {
         Err(err) => {
             tracing::warn!(%err, "no journal of writes: temporary files of a crash will not be cleaned up")
         }
-    }
-}
-
-/// How often records no answer waits for (a call finished early in a long batch, a grant) are
-/// written.
-const AUDIT_FLUSH_EVERY: Duration = Duration::from_millis(100);
-
-/// Writes the audit log's queued records every [`AUDIT_FLUSH_EVERY`], for as long as the log
-/// lives.
-async fn flush_audit_log(audit: std::sync::Weak<AuditLog>) {
-    let mut every = tokio::time::interval(AUDIT_FLUSH_EVERY);
-    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        every.tick().await;
-        let Some(audit) = audit.upgrade() else {
-            return;
-        };
-        audit.flush();
     }
 }
 

@@ -519,3 +519,80 @@ async fn a_full_disk_stops_no_call_and_status_says_how_many_records_were_lost() 
         "{text}"
     );
 }
+
+/// Every context switch of every thread of process `pid` so far.
+fn context_switches(pid: u32) -> u64 {
+    let mut switches = 0;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).expect("the daemon's threads") {
+        let Ok(status) = std::fs::read_to_string(task.expect("a thread").path().join("status"))
+        else {
+            continue; // a thread that ended meanwhile
+        };
+        for line in status.lines() {
+            if let Some(count) = line
+                .strip_prefix("voluntary_ctxt_switches:")
+                .or_else(|| line.strip_prefix("nonvoluntary_ctxt_switches:"))
+            {
+                switches += count.trim().parse::<u64>().expect("a count");
+            }
+        }
+    }
+    switches
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_no_answer_waits_for_is_written_soon_and_an_idle_daemon_sleeps() {
+    let daemon = TestDaemon::start();
+    let work = daemon.work();
+    std::fs::write(work.join("small.txt"), "small\n").expect("a file");
+    let client =
+        TestClient::connect(&daemon.socket(), Framing::Ndjson, json!({}), no_answers()).await;
+    let session = client
+        .create_session(&work, json!({"rules": {"allow": ["run_command"]}}))
+        .await;
+    // The read ends at once, the command a second later: the read's record is the background
+    // flush's to write, long before the batch's response writes the rest.
+    let batch = json!([
+        {"id": "read", "name": "read_file", "arguments": {"path": "small.txt"}},
+        {"id": "wait", "name": "run_command", "arguments": {"command": "sleep 1"}},
+    ]);
+    let running = tokio::spawn(async move {
+        let response = client.execute(&session, batch).await;
+        (client, response)
+    });
+    let log = audit_path(&daemon);
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(700);
+    let read_record = loop {
+        let read = log.exists().then(|| {
+            calls(&log)
+                .into_iter()
+                .find(|record| record["call_id"] == "read")
+        });
+        if let Some(Some(record)) = read {
+            break record;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the finished read's record was not written while the batch ran"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(read_record["outcome"], "ok");
+    assert!(!running.is_finished(), "the batch was still running");
+    let (_client, response) = running.await.expect("the batch");
+    for result in results(&response) {
+        assert_eq!(outcome(result), "ok", "{result}");
+    }
+    assert_eq!(calls(&log).len(), 2, "one record per call");
+
+    // Idle now: nothing queued, so nothing wakes the daemon to write it (a flush on a timer
+    // would switch its threads ten times a second).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = context_switches(daemon.pid());
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let switches = context_switches(daemon.pid()) - before;
+    assert!(
+        switches <= 4,
+        "an idle daemon's threads switched {switches} times in 2 s"
+    );
+}

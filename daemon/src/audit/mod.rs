@@ -19,9 +19,10 @@ pub mod read;
 pub mod record;
 
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 
+use tokio::sync::Notify;
 use toold_protocol::AuditStatus;
 use toold_protocol::sync::LockUnpoisoned;
 
@@ -30,6 +31,10 @@ pub use record::{ApproverIdentity, CallRecord, DecisionRecord, SessionChange};
 /// How much recorded-but-unwritten text the queue holds before records are lost: far more
 /// than any burst of calls renders between two writes; reached only while the disk fails.
 pub const MAX_QUEUED_BYTES: usize = 64 * 1024 * 1024;
+
+/// How long a record no answer waits for (a call finished early in a long batch, a grant, a
+/// session change) may stay queued before [`flush_in_background`] writes it.
+pub const FLUSH_WITHIN: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// `audit` in the config.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -89,6 +94,9 @@ pub struct AuditLog {
     written: AtomicU64,
     lost: AtomicU64,
     last_error: Mutex<Option<String>>,
+    /// Told when the queue stops being empty: what wakes [`flush_in_background`], so that an
+    /// idle daemon is not woken to find nothing to write.
+    queued: Arc<Notify>,
 }
 
 #[derive(Default)]
@@ -141,6 +149,7 @@ impl AuditLog {
             written: AtomicU64::new(0),
             lost: AtomicU64::new(0),
             last_error: Mutex::new(None),
+            queued: Arc::new(Notify::new()),
         }
     }
 
@@ -182,6 +191,9 @@ impl AuditLog {
         }
         queue.bytes += body.len();
         queue.records.push(body);
+        if queue.records.len() == 1 {
+            self.queued.notify_one();
+        }
     }
 
     /// Writes every record queued so far, in one append. Returns when they are written (or
@@ -239,3 +251,27 @@ impl AuditLog {
 
 #[cfg(test)]
 mod tests;
+
+impl Drop for AuditLog {
+    /// Wakes [`flush_in_background`] to find the log gone, and end.
+    fn drop(&mut self) {
+        self.queued.notify_one();
+    }
+}
+
+/// Writes the records no answer waits for within [`FLUSH_WITHIN`] of the first of them, for as
+/// long as `log` lives. Woken only by a record queued into an empty queue: an idle daemon sleeps.
+pub async fn flush_in_background(log: Weak<AuditLog>) {
+    let Some(queued) = log.upgrade().map(|log| Arc::clone(&log.queued)) else {
+        return;
+    };
+    loop {
+        queued.notified().await;
+        // Records queued meanwhile go out with this one, in the same append.
+        tokio::time::sleep(FLUSH_WITHIN).await;
+        let Some(log) = log.upgrade() else {
+            return;
+        };
+        log.flush();
+    }
+}
