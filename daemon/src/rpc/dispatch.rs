@@ -2,13 +2,14 @@
 //! `RpcModule`, and the call into it for one request. The connection a request came on reaches
 //! its handler through the request's `Extensions`.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use jsonrpsee::core::server::{ConnectionId, Extensions, MethodCallback, Methods, RpcModule};
 use jsonrpsee::types::{ErrorObjectOwned, Id, Params};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use toold_protocol::peer::Reply;
+use toold_protocol::sync::LockUnpoisoned;
 use toold_protocol::{ErrorObject, JsonText, RequestMethod};
 
 use super::Daemon;
@@ -17,7 +18,6 @@ use super::handlers;
 
 /// What a handler learns about the request: its connection, its id and its params as the
 /// peer parsed them (read into the method's typed params from there, not from text again).
-#[derive(Clone)]
 struct RequestContext {
     connection: Arc<Connection>,
     /// The request's id as JSON text, for `$/cancelRequest`.
@@ -25,14 +25,23 @@ struct RequestContext {
     params: Option<Value>,
 }
 
+/// A request's context on its way to the handler, which takes it out. jsonrpsee clones a
+/// request's `Extensions` (one for the handler, one kept with the response): through a shared
+/// slot, that clone counts a reference instead of copying the params.
+#[derive(Clone)]
+struct Handoff(Arc<Mutex<Option<RequestContext>>>);
+
 type Handled<T> = Result<T, ErrorObjectOwned>;
 
-fn context(extensions: &mut Extensions) -> Handled<RequestContext> {
-    extensions.remove::<RequestContext>().ok_or_else(|| {
-        to_rpc(ErrorObject::internal_error(
-            "the request reached its handler without its connection",
-        ))
-    })
+fn context(extensions: &Extensions) -> Handled<RequestContext> {
+    let handoff = extensions.get::<Handoff>();
+    handoff
+        .and_then(|handoff| handoff.0.lock_unpoisoned().take())
+        .ok_or_else(|| {
+            to_rpc(ErrorObject::internal_error(
+                "the request reached its handler without its connection",
+            ))
+        })
 }
 
 fn to_rpc(error: ErrorObject) -> ErrorObjectOwned {
@@ -90,8 +99,8 @@ macro_rules! method {
     ($module:expr, $method:ty, |$daemon:ident, $request:ident, $params:ident| $body:expr) => {{
         let registered = $module.register_async_method(
             <$method as RequestMethod>::METHOD,
-            |_params, $daemon, mut extensions| async move {
-                let mut $request = context(&mut extensions)?;
+            |_params, $daemon, extensions| async move {
+                let mut $request = context(&extensions)?;
                 let $params: <$method as RequestMethod>::Params = parse($request.params.take())?;
                 let reply: handlers::Reply<<$method as RequestMethod>::Result> = $body;
                 reply.map_err(to_rpc)
@@ -190,11 +199,11 @@ pub(crate) async fn call(
     };
     let mut extensions = Extensions::new();
     let id_text = serde_json::to_string(id).unwrap_or_else(|_| "null".to_owned());
-    extensions.insert(RequestContext {
+    extensions.insert(Handoff(Arc::new(Mutex::new(Some(RequestContext {
         connection: Arc::clone(connection),
         request_id: id_text,
         params,
-    });
+    })))));
     // The params travel in the context; jsonrpsee's own are left empty.
     let params = Params::new(None);
     let rpc_id = match id {
