@@ -7,7 +7,7 @@
 //! (besides the request and, for an MCP tool, the server's answer), which a virtual CPU pays for
 //! as dearly as the ones that carry work. Here a write goes straight to the socket, and only
 //! one the socket refuses (a client not reading) registers a second descriptor of the same
-//! socket for writability, dropped again once the write went through.
+//! socket for writability, dropped again once a write fits whole.
 
 use std::io::{self, Read as _, Write as _};
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -25,7 +25,7 @@ pub(super) struct ReadHalf {
 }
 
 /// The writing half: writes to the socket directly; `waiting` is the registration for
-/// writability that only a refused write makes.
+/// writability that only a refused write makes, kept until a write fits whole.
 pub(super) struct WriteHalf {
     socket: Arc<AsyncFd<UnixStream>>,
     waiting: Option<AsyncFd<OwnedFd>>,
@@ -111,8 +111,12 @@ impl AsyncWrite for WriteHalf {
         loop {
             match self.socket.get_ref().write(buf) {
                 Ok(written) => {
-                    // Room again: the client reads, and each read would wake us through it.
-                    self.waiting = None;
+                    // All of it fit: the client keeps up, and while registered each of its
+                    // reads would wake us. Part of it: the socket is full again, and the next
+                    // write waits on the registration it would otherwise make anew.
+                    if written == buf.len() {
+                        self.waiting = None;
+                    }
                     return Poll::Ready(Ok(written));
                 }
                 Err(err) if err.kind() == io::ErrorKind::WouldBlock => {
