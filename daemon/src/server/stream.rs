@@ -89,7 +89,9 @@ impl AsyncRead for ReadHalf {
 }
 
 impl WriteHalf {
-    /// The registration for writability, made at the first refused write.
+    /// The registration for writability, made at the first refused write. A duplicate that
+    /// cannot be made (the descriptor limit reached) fails the write, which closes the
+    /// connection as any failed write does.
     fn waiting(&mut self) -> io::Result<&AsyncFd<OwnedFd>> {
         if self.waiting.is_none() {
             // A second descriptor of the same socket: one epoll instance holds each descriptor
