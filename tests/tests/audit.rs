@@ -550,18 +550,18 @@ async fn a_record_no_answer_waits_for_is_written_soon_and_an_idle_daemon_sleeps(
     let session = client
         .create_session(&work, json!({"rules": {"allow": ["run_command"]}}))
         .await;
-    // The read ends at once, the command a second later: the read's record is the background
-    // flush's to write, long before the batch's response writes the rest.
+    // The read ends at once, the command two seconds later: the read's record is the
+    // background flush's to write, long before the batch's response writes the rest.
     let batch = json!([
         {"id": "read", "name": "read_file", "arguments": {"path": "small.txt"}},
-        {"id": "wait", "name": "run_command", "arguments": {"command": "sleep 1"}},
+        {"id": "wait", "name": "run_command", "arguments": {"command": "sleep 2"}},
     ]);
     let running = tokio::spawn(async move {
         let response = client.execute(&session, batch).await;
         (client, response)
     });
     let log = audit_path(&daemon);
-    let deadline = tokio::time::Instant::now() + Duration::from_millis(700);
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(1500);
     let read_record = loop {
         let read = log.exists().then(|| {
             calls(&log)
