@@ -249,9 +249,6 @@ impl AuditLog {
     }
 }
 
-#[cfg(test)]
-mod tests;
-
 impl Drop for AuditLog {
     /// Wakes [`flush_in_background`] to find the log gone, and end.
     fn drop(&mut self) {
@@ -275,3 +272,6 @@ pub async fn flush_in_background(log: Weak<AuditLog>) {
         log.flush();
     }
 }
+
+#[cfg(test)]
+mod tests;
