@@ -5,10 +5,10 @@
 //! `TOOLD_KILL_ITERATIONS` sets the number of kills (default 50, the reliability check's size).
 
 use std::io::{BufRead, BufReader, Write};
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use toold_tests::daemon::TestDaemon;
@@ -67,6 +67,37 @@ fn client(socket: &Path, work: &Path) -> (UnixStream, String) {
     (stream, session)
 }
 
+/// Sends a write of `content` and returns how long after its last byte `target` was replaced
+/// (a new inode: the rename), then reads the response.
+fn time_until_replaced(
+    mut stream: UnixStream,
+    session: &str,
+    content: &str,
+    target: &Path,
+) -> Duration {
+    let before = std::fs::metadata(target).unwrap().ino();
+    stream.write_all(&write_request(session, content)).unwrap();
+    let sent = Instant::now();
+    let deadline = sent + Duration::from_secs(60);
+    while std::fs::metadata(target).unwrap().ino() == before {
+        assert!(Instant::now() < deadline, "a write took over 60 s");
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    let window = sent.elapsed();
+    let mut reader = BufReader::new(stream);
+    loop {
+        let mut text = String::new();
+        assert!(
+            reader.read_line(&mut text).unwrap() > 0,
+            "the daemon hung up"
+        );
+        if text.contains("\"id\":10") {
+            assert!(text.contains("\"result\""), "the write failed: {text}");
+            return window;
+        }
+    }
+}
+
 fn temporaries_in(dir: &Path) -> Vec<String> {
     std::fs::read_dir(dir)
         .unwrap()
@@ -92,31 +123,28 @@ fn kill_9_during_large_writes_leaves_whole_files_and_no_temporaries() {
     let mut current = content(0);
     std::fs::write(&target, &current).unwrap();
     std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o640)).unwrap();
-    // How long one whole write takes here (debug builds are slow): the kills spread over it.
-    let full = {
-        let (mut stream, session) = client(&daemon.socket(), &work);
-        let started = std::time::Instant::now();
-        stream
-            .write_all(&write_request(&session, &current))
-            .unwrap();
-        let mut reader = BufReader::new(stream);
-        loop {
-            let mut text = String::new();
-            assert!(reader.read_line(&mut text).unwrap() > 0);
-            if text.contains("\"id\":10") {
-                break;
-            }
-        }
-        started.elapsed()
-    };
-    let spread_micros = (full.as_micros() as u64 * 12 / 10).max(1);
+    // The window a kill must hit, measured on this machine (a slow machine and a fast one
+    // differ tenfold): from the request's last byte sent until the file is replaced, for the
+    // first write of a daemon just started, as each round's is. The shortest of three.
+    let mut window = Duration::MAX;
+    for round in 0..3 {
+        let next = content(100 + round);
+        let (stream, session) = client(&daemon.socket(), &work);
+        window = window.min(time_until_replaced(stream, &session, &next, &target));
+        current = next;
+        daemon.kill();
+        daemon.start_again();
+    }
     let (mut completed, mut interrupted, mut cleaned) = (0, 0, 0);
     for round in 1..=iterations {
         let next = content(round);
         let (mut stream, session) = client(&daemon.socket(), &work);
         stream.write_all(&write_request(&session, &next)).unwrap();
-        // A different moment each round, from "still parsing" to "already renamed".
-        std::thread::sleep(Duration::from_micros((round * 7919) % spread_micros));
+        // A different moment each round, from "still reading the request" (0) through "writing
+        // the temporary file" to "already renamed" (1.5 windows), in a shuffled order: ten of
+        // every sixteen rounds kill before the rename of the shortest write measured.
+        let tenths = (round * 7) % 16;
+        std::thread::sleep(window * tenths as u32 / 10);
         daemon.kill();
 
         let now = std::fs::read_to_string(&target).unwrap();
@@ -142,10 +170,14 @@ fn kill_9_during_large_writes_leaves_whole_files_and_no_temporaries() {
         );
     }
     eprintln!(
-        "{iterations} kills over {full:?} writes: {completed} writes completed, {interrupted} interrupted, \
-         {cleaned} temporary files removed at restart, 0 torn, 0 stray"
+        "{iterations} kills over writes replacing the file {window:?} after their request: \
+         {completed} writes completed, {interrupted} interrupted, {cleaned} temporary files \
+         removed at restart, 0 torn, 0 stray"
     );
-    assert!(interrupted > 0, "the kills never hit a write in progress");
+    assert!(
+        interrupted > 0,
+        "the kills never hit a write in progress ({completed} completed, window {window:?})"
+    );
 }
 
 /// The cleanup itself, whatever moment a kill hits: a temporary file the journal lists is gone
