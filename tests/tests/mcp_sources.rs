@@ -196,6 +196,38 @@ fn server_pid(daemon: &TestDaemon, script: &str) -> Option<u32> {
     child_running(daemon, script)
 }
 
+/// The pid of the one configured server once `mcp/status` says it is ready in a process other
+/// than `not`, and that process runs `script`: after a crash or a restart the old listing can
+/// still be seen for a moment, and the new process is started after a backoff.
+async fn ready_server_pid(
+    client: &TestClient,
+    daemon: &TestDaemon,
+    script: &str,
+    not: Option<u32>,
+) -> u32 {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let status = client
+            .request("mcp/status", json!({}))
+            .await
+            .expect("mcp/status");
+        let server = &status["servers"][0];
+        let ready = (server["state"] == "ready")
+            .then(|| server["pid"].as_u64())
+            .flatten()
+            .and_then(|pid| u32::try_from(pid).ok())
+            .filter(|pid| Some(*pid) != not && server_pid(daemon, script) == Some(*pid));
+        if let Some(pid) = ready {
+            return pid;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the server was not ready in a new process within 30 s: {status}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// A server killed with SIGKILL loses its tools, and comes back with them after its backoff,
 /// as a new process.
 #[tokio::test]
@@ -329,8 +361,7 @@ async fn stopped_calls_end_at_once_and_a_crash_is_quoted() {
 
     // A server that closes its output but lives on answers nothing more: its call ends, and
     // the process is stopped and a new one started.
-    mcp_tools(&client, "mcp__bad__", 5).await;
-    let hanging = server_pid(&daemon, "malformed.py").expect("the server's process");
+    let hanging = ready_server_pid(&client, &daemon, "malformed.py", None).await;
     let hung_up = client
         .execute(
             &session,
@@ -412,8 +443,8 @@ async fn the_mcp_commands_show_and_restart_servers() {
     assert_eq!(restarted.status.code(), Some(0));
     let restarted: Value = serde_json::from_slice(&restarted.stdout).expect("JSON");
     assert_eq!(restarted["name"], "bad");
+    let second = ready_server_pid(&client, &daemon, "malformed.py", Some(first)).await;
     mcp_tools(&client, "mcp__bad__", 5).await;
-    let second = server_pid(&daemon, "malformed.py").expect("a new process");
     assert_ne!(first, second);
     assert!(
         !toold_tests::daemon::process_alive(first),
