@@ -11,27 +11,59 @@ pub fn now_rfc3339() -> String {
 /// `time` as RFC 3339 in UTC to the second. Sub-second parts are dropped, not rounded; a
 /// time before 1970 (a clock gone wrong) is written as the epoch.
 pub fn rfc3339(time: SystemTime) -> String {
-    let seconds = time
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |since| since.as_secs());
-    let (days, in_day) = (seconds / 86_400, seconds % 86_400);
-    let (year, month, day) = civil_from_days(days);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        in_day / 3600,
-        in_day % 3600 / 60,
-        in_day % 60
-    )
+    written(time, false)
 }
 
 /// `time` as RFC 3339 in UTC to the millisecond (`2026-11-30T09:00:00.123Z`): what the audit
 /// log stamps its records with.
 pub fn rfc3339_millis(time: SystemTime) -> String {
-    let millis = time
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |since| since.subsec_millis());
-    let seconds = rfc3339(time);
-    format!("{}.{millis:03}Z", &seconds[..seconds.len() - 1])
+    written(time, true)
+}
+
+/// Both forms, the digits put in place: every audit record is stamped, and the formatting
+/// machinery cost more than the rest of a record's fields.
+fn written(time: SystemTime, with_millis: bool) -> String {
+    let since = time.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let seconds = since.as_secs();
+    let (days, in_day) = (seconds / 86_400, seconds % 86_400);
+    let (year, month, day) = civil_from_days(days);
+    if year > 9999 {
+        // Past four digits (a clock gone far wrong): the year is written whole.
+        let millis = with_millis.then(|| format!(".{:03}", since.subsec_millis()));
+        return format!(
+            "{year}-{month:02}-{day:02}T{:02}:{:02}:{:02}{}Z",
+            in_day / 3600,
+            in_day % 3600 / 60,
+            in_day % 60,
+            millis.unwrap_or_default()
+        );
+    }
+    let mut text = *b"0000-00-00T00:00:00.000Z";
+    put_digits(&mut text[0..4], year);
+    put_digits(&mut text[5..7], month);
+    put_digits(&mut text[8..10], day);
+    put_digits(&mut text[11..13], in_day / 3600);
+    put_digits(&mut text[14..16], in_day % 3600 / 60);
+    put_digits(&mut text[17..19], in_day % 60);
+    let length = if with_millis {
+        put_digits(&mut text[20..23], u64::from(since.subsec_millis()));
+        text.len()
+    } else {
+        text[19] = b'Z';
+        20
+    };
+    text[..length]
+        .iter()
+        .map(|&digit| char::from(digit))
+        .collect()
+}
+
+/// Writes `value`'s last `field.len()` decimal digits into `field`, zero-padded.
+fn put_digits(field: &mut [u8], mut value: u64) {
+    for place in field.iter_mut().rev() {
+        *place = b'0' + (value % 10) as u8;
+        value /= 10;
+    }
 }
 
 /// Reads an RFC 3339 timestamp (`YYYY-MM-DDTHH:MM:SS`, an optional fraction, then `Z` or an
@@ -179,6 +211,16 @@ mod tests {
             rfc3339(UNIX_EPOCH + Duration::from_millis(59_999)),
             "1970-01-01T00:00:59Z"
         );
+    }
+
+    #[test]
+    fn audit_stamps_have_milliseconds_and_far_years_are_whole() {
+        let time = UNIX_EPOCH + Duration::from_millis(1_796_029_200_042);
+        assert_eq!(rfc3339_millis(time), "2026-11-30T09:00:00.042Z");
+        assert_eq!(rfc3339_millis(UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
+        let far = UNIX_EPOCH + Duration::from_secs(253_402_300_800 + 3_723);
+        assert_eq!(rfc3339(far), "10000-01-01T01:02:03Z");
+        assert_eq!(rfc3339_millis(far), "10000-01-01T01:02:03.000Z");
     }
 
     #[test]

@@ -302,7 +302,7 @@ async fn step_permission(
     match judgment.decision {
         Decision::Allow => {
             let judged = judged_for(&state, resolved, judged);
-            Ok((state.env, judged))
+            Ok((Arc::clone(&state.env), judged))
         }
         Decision::Deny(reason) => Err(failure(call, ErrorType::PermissionDenied, reason)),
         Decision::NotAllowed(reason) => Err(failure(call, ErrorType::ToolNotAllowed, reason)),
@@ -321,7 +321,7 @@ async fn step_permission(
             .await?;
             let state = scope.session.state();
             let judged = judged_for(&state, resolved, rejudged.unwrap_or(judged));
-            Ok((state.env, judged))
+            Ok((Arc::clone(&state.env), judged))
         }
     }
 }

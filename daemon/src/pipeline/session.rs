@@ -176,7 +176,9 @@ pub struct SessionPeers {
 /// One session.
 pub struct Session {
     id: String,
-    state: RwLock<SessionState>,
+    /// Shared with the calls that took it: a snapshot costs a reference count, and a change
+    /// copies the state only while a snapshot of it is still held.
+    state: RwLock<Arc<SessionState>>,
     peers: RwLock<SessionPeers>,
     events: EventSink,
     /// Called after each grant recorded ([`Self::on_grant`]).
@@ -196,7 +198,7 @@ impl Session {
         Self {
             events: EventSink::new(id.clone(), last_seq, listener),
             id,
-            state: RwLock::new(state),
+            state: RwLock::new(Arc::new(state)),
             peers: RwLock::new(SessionPeers::default()),
             grant_recorded: std::sync::OnceLock::new(),
         }
@@ -210,14 +212,14 @@ impl Session {
         &self.events
     }
 
-    /// The state as it is now.
-    pub fn state(&self) -> SessionState {
-        self.state.read_unpoisoned().clone()
+    /// The state as it is now: a snapshot that later changes leave as it is.
+    pub fn state(&self) -> Arc<SessionState> {
+        Arc::clone(&self.state.read_unpoisoned())
     }
 
     /// Changes the state; the next step of every call sees the change.
     pub fn update<T>(&self, change: impl FnOnce(&mut SessionState) -> T) -> T {
-        change(&mut self.state.write_unpoisoned())
+        change(Arc::make_mut(&mut self.state.write_unpoisoned()))
     }
 
     /// Records an `allow_session` grant (once); `false` when the session's grants have no room
@@ -230,7 +232,7 @@ impl Session {
         if !Self::has_room(&state.grants, &grant) {
             return false;
         }
-        state.grants.push(grant);
+        Arc::make_mut(&mut state).grants.push(grant);
         drop(state);
         if let Some(grant_recorded) = self.grant_recorded.get() {
             grant_recorded();

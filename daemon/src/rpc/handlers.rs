@@ -210,7 +210,7 @@ pub(crate) async fn permissions_explain(
         }
         (None, Some(described)) => {
             let state = daemon.sessions.draft(described, &known_tools(daemon))?;
-            (state, Vec::new(), "explain".to_owned())
+            (Arc::new(state), Vec::new(), "explain".to_owned())
         }
         _ => {
             return Err(ErrorObject::invalid_params(
