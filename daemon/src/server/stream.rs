@@ -87,7 +87,7 @@ impl AsyncRead for ReadHalf {
 }
 
 /// Reads from `socket` into `buf`'s unfilled part, which need not be initialized: the caller's
-/// buffer is a frame decoder's spare capacity, tens of KiB, and zeroing it before every read
+/// buffer is a frame decoder's spare capacity, 8 KiB or more, and zeroing it before every read
 /// cost more than the rest of reading a request.
 #[allow(unsafe_code)]
 fn read_into(socket: &UnixStream, buf: &mut ReadBuf<'_>) -> io::Result<usize> {
