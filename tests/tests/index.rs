@@ -710,13 +710,15 @@ async fn an_overflow_falls_back_cold_and_the_index_recovers() {
         .ok()
         .and_then(|text| text.trim().parse().ok())
         .unwrap_or(16_384);
-    // 50,000 creates (or more than the queue holds), queried as they go.
+    // 50,000 creates (or more than the queue holds), queried as they go: each query drains the
+    // queue, so no more often than the queue's size (a create is two events).
     let creates = limit.max(50_000) + 100;
+    let query_every = limit.max(10_000);
     let flood = pair.root.join("flood");
     std::fs::create_dir_all(&flood).unwrap();
     for n in 0..creates {
         std::fs::write(flood.join(format!("f{n}.rs")), "").unwrap();
-        if n % 10_000 == 0 {
+        if n % query_every == 0 {
             pair.same(json!({"pattern": "flood/*.rs"}), "while flooding")
                 .await;
         }

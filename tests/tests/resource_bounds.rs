@@ -65,9 +65,37 @@ async fn with_another_session<T>(
     tokio::join!(load, reads)
 }
 
-/// A daemon under the [`DATA_LIMIT`] memory cap.
+/// A daemon under the [`DATA_LIMIT`] memory cap, on two CPUs: its worker and walker threads
+/// are counted by the CPUs it may run on, and each thread's stack counts against the cap, so
+/// the bounds are the same on a machine of two CPUs and one of sixty-four.
 fn daemon_under_a_memory_cap() -> TestDaemon {
-    TestDaemon::start_under(&["prlimit".to_owned(), DATA_LIMIT.to_owned()], &[])
+    // "Cpus_allowed_list:\t0-3,8-11"
+    let status = std::fs::read_to_string("/proc/self/status").expect("this process's status");
+    let allowed = status
+        .lines()
+        .find_map(|line| line.strip_prefix("Cpus_allowed_list:"))
+        .expect("a Cpus_allowed_list line");
+    let two: Vec<String> = allowed
+        .trim()
+        .split(',')
+        .flat_map(|range| {
+            let (first, last) = range.split_once('-').unwrap_or((range, range));
+            let first: u32 = first.parse().expect("a CPU number");
+            first..=last.parse().expect("a CPU number")
+        })
+        .take(2)
+        .map(|cpu| cpu.to_string())
+        .collect();
+    TestDaemon::start_under(
+        &[
+            "taskset".to_owned(),
+            "--cpu-list".to_owned(),
+            two.join(","),
+            "prlimit".to_owned(),
+            DATA_LIMIT.to_owned(),
+        ],
+        &[],
+    )
 }
 
 /// Fails unless another session's slowest read stayed within [`OTHER_SESSION_LATENCY`].
@@ -419,9 +447,11 @@ async fn an_edit_is_bounded_by_what_it_would_write() {
     assert!(diff.ends_with("read the file to see the rest]\n"));
     assert_peak_within_bound(&daemon, "edits");
 
-    // Stopped by its deadline while it builds the new text: the file stays as it was.
+    // Stopped by its deadline while it reads and builds the new text: the file stays as it was.
+    // The deadline is 1 ms, past before 16 MiB is read on any machine; a longer one could let
+    // a fast machine's write land first, answered `timeout` by the diff made after it.
     let hurried = client
-        .create_session(&work, json!({"mode": "accept_edits", "timeout_ms": 50}))
+        .create_session(&work, json!({"mode": "accept_edits", "timeout_ms": 1}))
         .await;
     let stopped = execute(&client, &hurried, edit("slow.txt", "b")).await;
     assert_eq!(stopped[0]["error_type"], "timeout", "{}", stopped[0]);

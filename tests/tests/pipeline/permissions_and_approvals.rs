@@ -237,8 +237,17 @@ async fn canceling_a_batch_stops_running_calls_and_ends_the_rest() {
     let harness = Harness::new(&[], rules(&["run_command"], &[], &[]), SessionMode::Default);
     let control = BatchControl::new(2);
     let canceller = control.batch.clone();
+    // Canceled once the first command is seen running (its output is out), however long the
+    // shell took to start.
+    let events = Arc::clone(&harness.events);
     tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while !events.events().iter().any(
+            |event| matches!(event, Event::Output(output) if output.body.data.contains("started")),
+        ) && tokio::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         canceller.cancel();
     });
     let results = harness
@@ -266,13 +275,12 @@ async fn canceling_a_batch_stops_running_calls_and_ends_the_rest() {
 #[tokio::test]
 async fn canceling_a_call_withdraws_its_approval() {
     let harness = Harness::new(&[], Rules::default(), SessionMode::Default);
-    harness.approver(ScriptedApprover::answering(vec![None]));
+    let approver = ScriptedApprover::answering(vec![None]);
     let control = BatchControl::new(1);
+    // Canceled while the approval is pending, whenever the line's analysis let it be asked.
     let canceller = control.calls[0].clone();
-    tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        canceller.cancel();
-    });
+    *approver.on_request.lock().unwrap() = Some(Box::new(move || canceller.cancel()));
+    harness.approver(approver);
     let results = harness
         .run_with(
             vec![call("1", "run_command", json!({"command": "true"}))],
