@@ -401,6 +401,52 @@ async fn a_stopped_call_stops_working_and_never_holds_the_exit() {
     let _ = pending.await;
 }
 
+/// Whatever moment its deadline falls at, an edit's answer says what happened to the file: an
+/// answer of `timeout` (or stopped) means the file is as it was, for good; a diff means it was
+/// changed. The deadlines spread from before the read to after the diff on any machine.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edit_answered_timeout_never_changes_the_file() {
+    let daemon = TestDaemon::start();
+    let work = daemon.work();
+    let client = daemon.connect(json!({}), no_answers()).await;
+    let before = "a\n".repeat(1 << 19);
+    let after = "b\n".repeat(1 << 19);
+    let mut outcomes = Vec::new();
+    for deadline_ms in [2, 10, 40, 160, 640, 2560] {
+        std::fs::write(work.join("edited.txt"), &before).unwrap();
+        let session = client
+            .create_session(
+                &work,
+                json!({"mode": "accept_edits", "timeout_ms": deadline_ms}),
+            )
+            .await;
+        let edit = json!([{"id": "e", "name": "edit_file", "arguments": {"path": "edited.txt",
+            "old_string": "a", "new_string": "b", "replace_all": true}}]);
+        let result = execute(&client, &session, edit).await.remove(0);
+        // Long enough for a stopped edit's diff (at most 1 s, then coarser) to have ended.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let now = std::fs::read_to_string(work.join("edited.txt")).unwrap();
+        if result["ok"] == true {
+            assert!(
+                now == after,
+                "{deadline_ms} ms: answered ok, the file unchanged"
+            );
+        } else {
+            assert!(
+                result["error_type"] == "timeout" || result["error_type"] == "canceled",
+                "{deadline_ms} ms: {result}"
+            );
+            assert!(
+                now == before,
+                "{deadline_ms} ms: answered {}, the file changed",
+                result["error_type"]
+            );
+        }
+        outcomes.push(format!("{deadline_ms} ms: {}", result["error_type"]));
+    }
+    eprintln!("{outcomes:?}");
+}
+
 /// `edit_file` is bounded by what it would write, not only by what it reads: an edit that
 /// would grow the file past 16 MiB is refused before the new text is built, a large diff is
 /// cut to `max_read_bytes`, and an edit whose call was stopped never replaces the file.

@@ -4,7 +4,7 @@
 //! Bounded whatever the file and the strings: the file is at most [`MAX_EDIT_BYTES`] before
 //! and after the edit (checked before the new text is built), the diff is computed within
 //! `DIFF_TIME_LIMIT` (then coarser) and shown up to the session's `max_read_bytes`, and a
-//! call stopped before its new text is ready leaves the file as it was.
+//! call stopped before its new text and its diff are ready leaves the file as it was.
 
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
@@ -12,7 +12,7 @@ use similar::TextDiff;
 use toold_protocol::{ErrorType, Safety, ToolDefinition};
 
 use super::read_file::{MAX_EDIT_BYTES, read_text};
-use super::write_file::write_atomically;
+use super::write_file::{stopped_unchanged, write_atomically};
 use super::{
     JudgedArguments, Reads, Tool, ToolContext, ToolFailure, ToolFuture, ToolOutput, blocking,
     builtin_definition, parse_args,
@@ -113,7 +113,13 @@ impl Tool for EditFile {
                     )));
                 }
                 let after = before.replace(&args.old_string, &args.new_string);
-                write_atomically(&target.resolved, after.as_bytes(), Some(&stop))?;
+                // The diff (up to its time limit) is made before the write, so that nothing
+                // slow follows the rename: a call answered "stopped" or `timeout` has left the
+                // file as it was, and one answered with the diff has changed it. Not begun for
+                // a call already stopped.
+                if stop.is_cancelled() {
+                    return Err(stopped_unchanged());
+                }
                 let diff = TextDiff::configure()
                     .timeout(DIFF_TIME_LIMIT)
                     .diff_lines(&before, &after)
@@ -121,6 +127,7 @@ impl Tool for EditFile {
                     .context_radius(3)
                     .header(&shown, &shown)
                     .to_string();
+                write_atomically(&target.resolved, after.as_bytes(), Some(&stop))?;
                 let (diff, cut) = cut_at_line(diff, max_diff_bytes);
                 let mut output = ToolOutput::new(diff)
                     .with_meta("path", shown)

@@ -93,6 +93,14 @@ impl Tool for WriteFile {
     }
 }
 
+/// A write's answer when its call was stopped before the file was replaced.
+pub(crate) fn stopped_unchanged() -> ToolFailure {
+    ToolFailure::new(
+        ErrorType::Canceled,
+        "the call was stopped before the file was replaced; it is unchanged",
+    )
+}
+
 /// Replaces the judged `path` with `bytes` atomically, creating parent directories; returns
 /// whether a file was there before. An existing file keeps its mode; a new one gets the mode a
 /// plain `open(O_CREAT, 0666)` would give under the umask. The temporary file, the rename and
@@ -128,10 +136,7 @@ pub(crate) fn write_atomically(
     let filled = fill_temp(temp, bytes, mode);
     if filled.is_ok() && stop.is_some_and(CancellationToken::is_cancelled) {
         let _ = unlinkat(&dir, temp_name.as_str(), UnlinkatFlags::NoRemoveDir);
-        return Err(ToolFailure::new(
-            ErrorType::Canceled,
-            "the call was stopped before the file was replaced; it is unchanged",
-        ));
+        return Err(stopped_unchanged());
     }
     let written = filled
         .and_then(|()| renameat(&dir, temp_name.as_str(), &dir, name).map_err(io::Error::from));
