@@ -20,8 +20,8 @@ pub fn rfc3339_millis(time: SystemTime) -> String {
     written(time, true)
 }
 
-/// Both forms, the digits put in place: every audit record is stamped, and the formatting
-/// machinery cost more than the rest of a record's fields.
+/// Both forms, the digits put in place: every audit record is stamped, and going through the
+/// formatting machinery twice cost about as much as serializing the rest of the record.
 fn written(time: SystemTime, with_millis: bool) -> String {
     let since = time.duration_since(UNIX_EPOCH).unwrap_or_default();
     let seconds = since.as_secs();
