@@ -3,6 +3,7 @@
 //! tool and method names, paths in errors): a newline in one would forge a log line, an escape
 //! sequence would reach the terminal or the journal's viewer as one.
 
+use std::borrow::Cow;
 use std::io::{self, Write};
 
 /// The filter when `TOOLD_LOG` is unset or invalid: toold's own `info`, and only warnings from
@@ -38,8 +39,15 @@ impl<W: Write> Write for SafeLines<W> {
 }
 
 /// `event` with each control character (C0, DEL, C1, line and paragraph separators) but a
-/// final newline written as `\n`, `\r`, `\t` or `\u{…}`; invalid UTF-8 replaced.
-fn escaped(event: &[u8]) -> String {
+/// final newline written as `\n`, `\r`, `\t` or `\u{…}`; invalid UTF-8 replaced. A line of
+/// printable ASCII, as nearly every line is, is written as it is, unchecked char by char.
+fn escaped(event: &[u8]) -> Cow<'_, str> {
+    let body = event.strip_suffix(b"\n").unwrap_or(event);
+    if body.iter().all(|byte| matches!(byte, b' '..=b'~'))
+        && let Ok(line) = std::str::from_utf8(event)
+    {
+        return Cow::Borrowed(line);
+    }
     let text = String::from_utf8_lossy(event);
     let (body, end) = match text.strip_suffix('\n') {
         Some(body) => (body, "\n"),
@@ -58,7 +66,7 @@ fn escaped(event: &[u8]) -> String {
         }
     }
     shown.push_str(end);
-    shown
+    Cow::Owned(shown)
 }
 
 #[cfg(test)]
@@ -76,5 +84,8 @@ mod tests {
             "a\\u{9b}b\\u{2028}c"
         );
         assert_eq!(escaped(b"plain line\n"), "plain line\n");
+        assert!(matches!(escaped(b"plain line\n"), Cow::Borrowed(_)));
+        assert_eq!(escaped(b"two\n\n"), "two\\n\n");
+        assert_eq!(escaped(b"caf\xc3\xa9 \xff\n"), "café \u{fffd}\n");
     }
 }

@@ -1,6 +1,6 @@
 //! What the MCP tests share: the test server written for them (`tests/mcp_servers/`), the
-//! registry's tools of one server, waiting for them, the daemon's children, and the `toold`
-//! command line run against a test daemon.
+//! registry's tools of one server, waiting for them and for `mcp/status`, the daemon's
+//! children, and the `toold` command line run against a test daemon.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -61,6 +61,31 @@ pub async fn tools_when(
             Instant::now() < deadline,
             "the registry never held the wanted number of {prefix}* tools: {:?}",
             tools.keys()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// What `found` makes of `mcp/status` once it makes something of it, asked every 50 ms for up
+/// to `within`; past that, the test fails saying it was waiting for `what`, with the last status.
+pub async fn status_until<T>(
+    client: &TestClient,
+    within: Duration,
+    what: &str,
+    mut found: impl FnMut(&Value) -> Option<T>,
+) -> T {
+    let deadline = Instant::now() + within;
+    loop {
+        let status = client
+            .request("mcp/status", json!({}))
+            .await
+            .expect("mcp/status");
+        if let Some(found) = found(&status) {
+            return found;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "waited {within:?} for {what}: {status}"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

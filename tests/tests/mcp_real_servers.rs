@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use toold_tests::daemon::{TestClient, TestDaemon, no_answers, outcome, results};
-use toold_tests::mcp::{cmdline, parent_of, toold, tools_named};
+use toold_tests::mcp::{cmdline, parent_of, status_until, toold, tools_named};
 use toold_tests::require;
 
 /// Where `install.sh` puts the servers.
@@ -67,28 +67,21 @@ fn four_servers_config(root: &Path) -> String {
 
 /// `mcp/status`'s entry for `server` once it is `state` (waiting up to 30 s).
 async fn status_when(client: &TestClient, server: &str, state: &str) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let status = client
-            .request("mcp/status", json!({}))
-            .await
-            .expect("mcp/status");
-        let entry = status["servers"]
-            .as_array()
-            .expect("servers")
-            .iter()
-            .find(|entry| entry["name"] == server)
-            .cloned()
-            .unwrap_or_else(|| panic!("{server} is not configured: {status}"));
-        if entry["state"] == state {
-            return entry;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{server} never became {state}: {entry}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    status_until(
+        client,
+        Duration::from_secs(30),
+        &format!("{server} to be {state}"),
+        |status| {
+            let entry = status["servers"]
+                .as_array()
+                .expect("servers")
+                .iter()
+                .find(|entry| entry["name"] == server)
+                .unwrap_or_else(|| panic!("{server} is not configured: {status}"));
+            (entry["state"] == state).then(|| entry.clone())
+        },
+    )
+    .await
 }
 
 /// The registry's definitions of `server`'s tools, by name.
@@ -679,20 +672,14 @@ async fn a_server_over_streamable_http_is_listed_and_called() {
         error.contains("error sending request") && error.contains(&format!("reached at {url}")),
         "{error}"
     );
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let status = client
-            .request("mcp/status", json!({}))
-            .await
-            .expect("mcp/status");
-        let server = &status["servers"][0];
-        if server["restarts"].as_u64() >= Some(1) && server["state"] != "ready" {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "never counted as ended: {status}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    status_until(
+        &client,
+        Duration::from_secs(30),
+        "the server to be counted as ended",
+        |status| {
+            let server = &status["servers"][0];
+            (server["restarts"].as_u64() >= Some(1) && server["state"] != "ready").then_some(())
+        },
+    )
+    .await;
 }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use toold_tests::daemon::{TestClient, TestDaemon, no_answers, outcome, results};
-use toold_tests::mcp::{child_running, malformed_server_table, toold, tools_when};
+use toold_tests::mcp::{child_running, malformed_server_table, status_until, toold, tools_when};
 use toold_tests::require;
 
 /// The config of one server, `bad`, running the malformed test server under python3; `None`
@@ -205,27 +205,20 @@ async fn ready_server_pid(
     script: &str,
     not: Option<u32>,
 ) -> u32 {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let status = client
-            .request("mcp/status", json!({}))
-            .await
-            .expect("mcp/status");
-        let server = &status["servers"][0];
-        let ready = (server["state"] == "ready")
-            .then(|| server["pid"].as_u64())
-            .flatten()
-            .and_then(|pid| u32::try_from(pid).ok())
-            .filter(|pid| Some(*pid) != not && server_pid(daemon, script) == Some(*pid));
-        if let Some(pid) = ready {
-            return pid;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the server was not ready in a new process within 30 s: {status}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    status_until(
+        client,
+        Duration::from_secs(30),
+        "the server to be ready in a new process",
+        |status| {
+            let server = &status["servers"][0];
+            (server["state"] == "ready")
+                .then(|| server["pid"].as_u64())
+                .flatten()
+                .and_then(|pid| u32::try_from(pid).ok())
+                .filter(|pid| Some(*pid) != not && server_pid(daemon, script) == Some(*pid))
+        },
+    )
+    .await
 }
 
 /// A server killed with SIGKILL loses its tools, and comes back with them after its backoff,
@@ -532,23 +525,21 @@ async fn a_server_that_never_lists_its_tools_is_started_again() {
     config.push_str("startup_timeout_ms = 500\nenv = { MALFORMED_NEVER_LISTS = \"1\" }\n");
     let daemon = TestDaemon::start_with_config(Some(&config));
     let client = daemon.connect(json!({}), no_answers()).await;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let status = loop {
-        let status = client
-            .request("mcp/status", json!({}))
-            .await
-            .expect("mcp/status");
-        // The same timeout bounds the handshake: on a slow machine the first attempt may be
-        // given up there, so wait for the listing's own.
-        let gave_up_listing = status["servers"][0]["last_error"]
-            .as_str()
-            .is_some_and(|error| error.contains("tools/list"));
-        if status["servers"][0]["restarts"].as_u64() >= Some(1) && gave_up_listing {
-            break status;
-        }
-        assert!(Instant::now() < deadline, "never given up: {status}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let status = status_until(
+        &client,
+        Duration::from_secs(20),
+        "the listing to be given up",
+        |status| {
+            // The same timeout bounds the handshake: on a slow machine the first attempt may
+            // be given up there, so wait for the listing's own.
+            let gave_up_listing = status["servers"][0]["last_error"]
+                .as_str()
+                .is_some_and(|error| error.contains("tools/list"));
+            (status["servers"][0]["restarts"].as_u64() >= Some(1) && gave_up_listing)
+                .then(|| status.clone())
+        },
+    )
+    .await;
     assert!(
         status["servers"][0]["last_error"]
             .as_str()
