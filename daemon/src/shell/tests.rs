@@ -498,3 +498,38 @@ fn spaced_nested_subshells_are_unreadable() {
     }
     assert!(analyze("(echo x)").unreadable.is_none());
 }
+
+/// Bash expands the file name of `>&WORD` twice when it is no descriptor (found by the
+/// `bash_differential` fuzz target: `echo>&1\'ech/w` wrote `1ech/w`, not the `1'ech/w` judged).
+#[test]
+fn a_file_name_after_duplication_is_expanded_twice() {
+    for line in [
+        "echo hi >&'$(id)'",
+        "echo hi >& '$(id)'",
+        "echo hi 1>&\"\\$(id)\"",
+        "echo hi >&'`id`'",
+        "echo hi >&1'$x'",
+        "{ echo hi; } >&'$(id)'",
+        "exec >&'$(id)'",
+        "echo hi >&$x",
+        "echo hi >&\"$x\"",
+        "echo hi >&l*",
+    ] {
+        let analysis = analyze(line);
+        assert!(analysis.unreadable.is_some(), "{line:?}: {analysis:?}");
+    }
+    for line in [
+        "echo>&1\\'ech/w",
+        "echo hi >&'a b'",
+        "echo hi >&'~'/x",
+        "echo hi >&'x*'",
+        "echo hi >&\\{a,b\\}",
+    ] {
+        let analysis = analyze(line);
+        assert!(!analysis.opaque.is_empty(), "{line:?}: {analysis:?}");
+        assert!(analysis.written_paths.is_empty(), "{line:?}: {analysis:?}");
+    }
+    let plain = analyze("echo hi >&out.txt 2>&1 >&2- >&-");
+    assert!(plain.opaque.is_empty(), "{plain:?}");
+    assert_eq!(plain.written_paths, ["out.txt"]);
+}

@@ -468,7 +468,9 @@ impl Walker<'_> {
                     if reads {
                         self.read_path(&path);
                     }
-                    if writes {
+                    if matches!(kind, IoFileRedirectKind::DuplicateOutput) {
+                        self.duplicated_to_file(path);
+                    } else if writes {
                         self.written_path(path);
                     }
                 }
@@ -480,21 +482,16 @@ impl Walker<'_> {
                 }
                 IoFileRedirectTarget::Duplicate(word) => {
                     let target = self.expand_target(&word.value);
-                    // `>&2` duplicates a descriptor; `>&file` writes a file.
-                    if let Some(text) = target.text {
-                        if !text
-                            .trim_end_matches('-')
-                            .chars()
-                            .all(|c| c.is_ascii_digit())
-                        {
-                            self.written_path(Expanded {
-                                text: Some(text),
-                                dynamic: target.dynamic,
-                                unquoted: Vec::new(),
-                            });
-                        }
-                    } else {
-                        self.opaque("a redirection to a computed target");
+                    // `>&2` duplicates a descriptor (`>&2-` moves it, `>&-` closes one);
+                    // `>&file` writes a file.
+                    match &target.text {
+                        Some(text)
+                            if !target.dynamic
+                                && text
+                                    .trim_end_matches('-')
+                                    .chars()
+                                    .all(|c| c.is_ascii_digit()) => {}
+                        _ => self.duplicated_to_file(target),
                     }
                 }
             },
@@ -519,6 +516,33 @@ impl Walker<'_> {
                 let path = self.expand_target(&word.value);
                 self.written_path(path);
             }
+        }
+    }
+
+    /// `>&WORD` whose word is not a descriptor: bash turns it into `&>` with the expanded text
+    /// as a new word, and expands that word again (`>&'$(id)'` runs `id`; `>&1\'x` writes
+    /// `1x`). Only a name the second expansion leaves as it is names the file judged; one
+    /// whose value is only known when it runs may hold a substitution no rule looks at.
+    fn duplicated_to_file(&mut self, target: Expanded) {
+        const UNCHANGED_BY_EXPANSION: &str = "/._-+,:@%=";
+        match &target.text {
+            Some(text)
+                if !target.dynamic
+                    && text.chars().all(|c| {
+                        c.is_ascii_alphanumeric() || UNCHANGED_BY_EXPANSION.contains(c)
+                    }) =>
+            {
+                self.written_path(target);
+            }
+            Some(text) if !target.dynamic && !text.contains(['$', '`']) => {
+                self.opaque("a `>&` redirection whose file name bash expands a second time");
+                self.written_path(Expanded::unknown());
+            }
+            _ => self.unreadable(
+                "a `>&` redirection whose file name bash expands a second time, running the \
+                 substitutions it may hold"
+                    .to_owned(),
+            ),
         }
     }
 
