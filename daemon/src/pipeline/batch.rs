@@ -188,7 +188,7 @@ async fn guarded_call(
     let _permit = permits.acquire_owned().await.ok();
     let started = Instant::now();
     let cancel = control.calls[index].clone();
-    let outcome = match AssertUnwindSafe(call::run_call(scope.clone(), call.clone(), cancel))
+    let outcome = match AssertUnwindSafe(call::run_call(&scope, call, cancel))
         .catch_unwind()
         .await
     {

@@ -45,7 +45,11 @@ pub struct CallScope {
 }
 
 /// Runs one call to its end: the events, the pipeline, the outcome.
-pub async fn run_call(scope: CallScope, call: ToolCall, cancel: CancellationToken) -> CallOutcome {
+pub async fn run_call(
+    scope: &CallScope,
+    call: &ToolCall,
+    cancel: CancellationToken,
+) -> CallOutcome {
     let started = Instant::now();
     scope.emit(EventBody::CallStart(CallStart {
         iteration: scope.iteration,
@@ -55,15 +59,15 @@ pub async fn run_call(scope: CallScope, call: ToolCall, cancel: CancellationToke
     let mut trail = Trail::default();
     let result = if cancel.is_cancelled() {
         failure(
-            &call,
+            call,
             ErrorType::Canceled,
             "the call was canceled before it started",
         )
     } else {
-        pipeline(&scope, &call, &cancel, &mut trail).await
+        pipeline(scope, call, &cancel, &mut trail).await
     };
-    let result = step_post_hooks(&scope, &call, result, elapsed_ms(started)).await;
-    finish(&scope, &call, result, elapsed_ms(started), &trail)
+    let result = step_post_hooks(scope, call, result, elapsed_ms(started)).await;
+    finish(scope, call, result, elapsed_ms(started), &trail)
 }
 
 /// What a call's audit record says of how it was decided, filled in as the call goes.

@@ -2,6 +2,7 @@
 //! (unknown tool, argument validation), then run with a deadline, cancellation and panic
 //! isolation, ending in exactly one `ToolResult`.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, OnceLock, RwLock};
@@ -48,8 +49,9 @@ struct Entry {
 }
 
 impl Entry {
-    /// Checks arguments against the tool's schema, compiling it first if it is not yet.
-    fn validate(&self, arguments: &Map<String, Value>) -> Result<(), super::ToolFailure> {
+    /// Checks arguments (an object) against the tool's schema, compiling it first if it is not
+    /// yet.
+    fn validate(&self, arguments: &Value) -> Result<(), super::ToolFailure> {
         let compiled = self
             .validator
             .get_or_init(|| compile_schema(&self.definition));
@@ -91,10 +93,13 @@ impl ResolvedCall {
     /// Replaces the arguments (a hook or an approver rewrote them), validating them again.
     pub fn replace_arguments(&mut self, arguments: Map<String, Value>) -> Result<(), ToolResult> {
         let tool = &self.entry.definition.name;
+        let arguments = Value::Object(arguments);
         self.entry
             .validate(&arguments)
             .map_err(|failure| stamp(failure.into_result(tool), &self.call_id))?;
-        self.arguments = arguments;
+        if let Value::Object(arguments) = arguments {
+            self.arguments = arguments;
+        }
         Ok(())
     }
 }
@@ -232,8 +237,13 @@ impl Registry {
                 &call.id,
             )
         })?;
+        // The call's own object is what was read, unless it came as `null` or as a string.
+        let read = match &call.arguments {
+            Value::Object(_) => Cow::Borrowed(&call.arguments),
+            _ => Cow::Owned(Value::Object(arguments.clone())),
+        };
         entry
-            .validate(&arguments)
+            .validate(&read)
             .map_err(|failure| stamp(failure.into_result(tool), &call.id))?;
         Ok(ResolvedCall {
             call_id: call.id.clone(),
@@ -468,11 +478,13 @@ fn compile_schema(definition: &ToolDefinition) -> Result<jsonschema::Validator, 
 /// JSON pointer in `metadata.errors`.
 fn validate(
     validator: &jsonschema::Validator,
-    arguments: &Map<String, Value>,
+    arguments: &Value,
 ) -> Result<(), super::ToolFailure> {
-    let instance = Value::Object(arguments.clone());
+    if validator.is_valid(arguments) {
+        return Ok(());
+    }
     let errors: Vec<Value> = validator
-        .iter_errors(&instance)
+        .iter_errors(arguments)
         .map(|err| json!({"pointer": err.instance_path.to_string(), "message": err.to_string()}))
         .collect();
     if errors.is_empty() {
