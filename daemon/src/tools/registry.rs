@@ -97,6 +97,7 @@ impl ResolvedCall {
         self.entry
             .validate(&arguments)
             .map_err(|failure| stamp(failure.into_result(tool), &self.call_id))?;
+        // Always an object: wrapped above only to be validated without a copy.
         if let Value::Object(arguments) = arguments {
             self.arguments = arguments;
         }
