@@ -221,8 +221,8 @@ impl BatchFilter {
             && let Event::BatchStart(start) = event
             && start.body.call_ids == self.call_ids
         {
-            self.batch_id = Some(start.batch_id.clone());
-            our_batch.send_replace(Some(start.batch_id.clone()));
+            self.batch_id = Some(start.batch_id.to_string());
+            our_batch.send_replace(Some(start.batch_id.to_string()));
         }
         let ours = self.batch_id.as_deref() == Some(event.batch_id());
         if ours && matches!(event, Event::BatchDone(_)) {

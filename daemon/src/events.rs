@@ -41,7 +41,7 @@ pub trait EventListener: Send + Sync {
 
 /// A session's event sink.
 pub struct EventSink {
-    session_id: String,
+    session_id: Arc<str>,
     /// The last `seq` handed out. Held while delivering, so that listeners see events in `seq`
     /// order even when several calls emit at once.
     last_seq: Mutex<u64>,
@@ -50,7 +50,7 @@ pub struct EventSink {
 
 impl EventSink {
     pub fn new(
-        session_id: impl Into<String>,
+        session_id: impl Into<Arc<str>>,
         last_seq: u64,
         listener: Arc<dyn EventListener>,
     ) -> Self {
@@ -75,12 +75,13 @@ impl EventSink {
         self.listener.output_ready().await;
     }
 
-    /// Stamps and delivers one event; returns its `seq`.
-    pub fn emit(&self, batch_id: &str, body: EventBody) -> u64 {
+    /// Stamps and delivers one event; returns its `seq`. The event shares the sink's session
+    /// id and the caller's batch id instead of copying them.
+    pub fn emit(&self, batch_id: &Arc<str>, body: EventBody) -> u64 {
         let mut last_seq = self.lock();
         *last_seq += 1;
         let seq = *last_seq;
-        let header = (self.session_id.clone(), seq, batch_id.to_owned());
+        let header = (Arc::clone(&self.session_id), seq, Arc::clone(batch_id));
         let event = match body {
             EventBody::BatchStart(body) => Event::BatchStart(stamp(header, body)),
             EventBody::CallStart(body) => Event::CallStart(stamp(header, body)),
@@ -102,7 +103,7 @@ impl EventSink {
     }
 }
 
-fn stamp<B>((session_id, seq, batch_id): (String, u64, String), body: B) -> EventParams<B> {
+fn stamp<B>((session_id, seq, batch_id): (Arc<str>, u64, Arc<str>), body: B) -> EventParams<B> {
     EventParams {
         session_id,
         seq,

@@ -2,19 +2,23 @@
 //! (docs/protocol.md section 5), and the session-less `tools/list_changed`. Their wire side
 //! (which notification carries each, rendering, reading) is the method table's (`methods`).
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::approval::ApprovalDecision;
 use crate::tool::{ToolCall, ToolResult};
 
-/// The fields every session event carries, followed by its own.
+/// The fields every session event carries, followed by its own. The ids are shared: the
+/// daemon stamps every event of a session and batch with the same two strings, which its
+/// event log retains thousands of times over.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EventParams<B> {
-    pub session_id: String,
+    pub session_id: Arc<str>,
     /// Per session, strictly increasing; `session/attach`'s `after_seq` refers to it.
     pub seq: u64,
-    pub batch_id: String,
+    pub batch_id: Arc<str>,
     #[serde(flatten)]
     pub body: B,
 }

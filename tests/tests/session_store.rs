@@ -197,7 +197,7 @@ async fn a_saved_session_comes_back_after_a_restart() {
     let first_log = Arc::new(EventLog::new(0));
     let sink = EventSink::new("s_keep", 0, first_log.clone());
     for _ in 0..5 {
-        sink.emit("b_1", EventBody::BatchDone);
+        sink.emit(&"b_1".into(), EventBody::BatchDone);
     }
     let mut record = SessionRecord::new("s_keep", tree.root());
     record.capture(&state);
@@ -236,7 +236,7 @@ async fn a_saved_session_comes_back_after_a_restart() {
 
     let log = Arc::new(EventLog::new(restored.last_seq));
     let sink = EventSink::new("s_keep", restored.last_seq, log.clone());
-    assert_eq!(sink.emit("b_2", EventBody::BatchDone), 6);
+    assert_eq!(sink.emit(&"b_2".into(), EventBody::BatchDone), 6);
     let (events, truncated) = log.replay(2);
     assert!(truncated, "events 3..=5 died with the first daemon");
     assert_eq!(events.iter().map(Event::seq).collect::<Vec<_>>(), vec![6]);

@@ -1010,7 +1010,7 @@ mod tests {
                 let sink = Arc::clone(&sink);
                 std::thread::spawn(move || {
                     for _ in 0..PER_THREAD {
-                        sink.emit(&format!("b_{thread}"), EventBody::BatchDone);
+                        sink.emit(&format!("b_{thread}").into(), EventBody::BatchDone);
                     }
                 })
             })
