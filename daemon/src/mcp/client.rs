@@ -27,6 +27,7 @@ use rmcp::transport::streamable_http_client::{
     StreamableHttpClientTransport, StreamableHttpClientTransportConfig,
 };
 use rmcp::{ClientHandler, RoleClient};
+use serde_json::value::{RawValue, to_raw_value};
 use serde_json::{Map, Value};
 use tokio::process::{ChildStdin, ChildStdout};
 use tokio::sync::Notify;
@@ -382,7 +383,7 @@ impl McpSession {
         name: &str,
         arguments: Map<String, Value>,
         ctx: &ToolContext,
-    ) -> Result<Value, CallError> {
+    ) -> Result<Box<RawValue>, CallError> {
         match &self.stdio {
             Some(calls) => self.call_over_stdio(calls, name, &arguments, ctx).await,
             // rmcp's request futures are large (kilobytes): boxed, so that a stdio call's
@@ -400,7 +401,7 @@ impl McpSession {
         name: &str,
         arguments: &Map<String, Value>,
         ctx: &ToolContext,
-    ) -> Result<Value, CallError> {
+    ) -> Result<Box<RawValue>, CallError> {
         let mut sent = calls
             .send(name, arguments, &self.envelope)
             .await
@@ -425,7 +426,7 @@ impl McpSession {
         name: &str,
         arguments: Map<String, Value>,
         ctx: &ToolContext,
-    ) -> Result<Value, CallError> {
+    ) -> Result<Box<RawValue>, CallError> {
         let peer = self.service.peer();
         let mut params = CallToolRequestParams::new(name.to_owned());
         params.arguments = Some(arguments);
@@ -445,10 +446,11 @@ impl McpSession {
             .await;
         let answer = async {
             match handle.await_response().await {
-                Ok(ServerResult::CallToolResult(result)) => serde_json::to_value(result)
+                Ok(ServerResult::CallToolResult(result)) => to_raw_value(&result)
                     .map_err(|err| CallError::Server(format!("an unreadable result: {err}"))),
-                Ok(ServerResult::CustomResult(custom)) => Ok(custom.0),
-                Ok(other) => serde_json::to_value(other)
+                Ok(ServerResult::CustomResult(custom)) => to_raw_value(&custom.0)
+                    .map_err(|err| CallError::Server(format!("an unreadable result: {err}"))),
+                Ok(other) => to_raw_value(&other)
                     .map_err(|err| CallError::Server(format!("an unreadable result: {err}"))),
                 Err(rmcp::ServiceError::McpError(error)) => {
                     Err(CallError::Server(error.message.to_string()))
@@ -464,11 +466,11 @@ impl McpSession {
     /// fires first, tells the server and ends the call.
     async fn follow(
         &self,
-        answer: impl Future<Output = Result<Value, CallError>>,
+        answer: impl Future<Output = Result<Box<RawValue>, CallError>>,
         mut progress: ProgressSubscriber,
         request_id: RequestId,
         ctx: &ToolContext,
-    ) -> Result<Value, CallError> {
+    ) -> Result<Box<RawValue>, CallError> {
         tokio::pin!(answer);
         loop {
             tokio::select! {

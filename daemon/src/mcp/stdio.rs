@@ -46,8 +46,8 @@ type Writer = Arc<tokio::sync::Mutex<Option<ChildStdin>>>;
 pub enum CallNews {
     /// `notifications/progress` naming the call's progress token.
     Progress(ProgressNotificationParam),
-    /// Its answer: its `result`, or its JSON-RPC error's message.
-    Answer(Result<Value, String>),
+    /// Its answer: its `result` as the server wrote it, or its JSON-RPC error's message.
+    Answer(Result<Box<RawValue>, String>),
 }
 
 /// Where a call's news waits for the call to take it, in the order sent: at most
@@ -278,8 +278,7 @@ impl StdioCalls {
                 let answer = match (message.result, message.error) {
                     (_, Some(error)) => Err(serde_json::from_str::<ErrorMessage>(error.get())
                         .map_or_else(|_| error.get().to_owned(), |error| error.message)),
-                    (Some(result), None) => serde_json::from_str(result.get())
-                        .map_err(|err| format!("an unreadable result: {err}")),
+                    (Some(result), None) => Ok(result.to_owned()),
                     (None, None) => Err("an answer with neither a result nor an error".to_owned()),
                 };
                 (number, CallNews::Answer(answer))
@@ -646,12 +645,17 @@ for line in sys.stdin:
             .collect()
     }
 
-    /// The text of the successful answer that ends `news`.
-    fn answered_text(news: &[CallNews]) -> &Value {
+    /// The successful answer that ends `news`.
+    fn answer_of(news: &[CallNews]) -> Value {
         let Some(CallNews::Answer(Ok(result))) = news.last() else {
             panic!("{news:?}");
         };
-        &result["content"][0]["text"]
+        serde_json::from_str(result.get()).unwrap()
+    }
+
+    /// The text of the successful answer that ends `news`.
+    fn answered_text(news: &[CallNews]) -> Value {
+        answer_of(news)["content"][0]["text"].take()
     }
 
     #[tokio::test]
@@ -665,9 +669,7 @@ for line in sys.stdin:
         let news = news_to_the_answer(&mut sent).await;
         let progress = progress_of(&news);
         assert_eq!(progress, [1.0, 2.0]);
-        let Some(CallNews::Answer(Ok(result))) = news.last() else {
-            panic!("{news:?}");
-        };
+        let result = answer_of(&news);
         assert_eq!(result["content"][0]["text"], "hi");
         // The request's `_meta`: the progress token (the call's id) and the envelope.
         assert_eq!(result["meta"]["progressToken"], json!(sent.request_id()));

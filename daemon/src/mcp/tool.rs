@@ -4,9 +4,12 @@
 //! `metadata.structured`, `isError` and JSON-RPC errors as `tool_error`), and a call whose
 //! server exits ended at once, quoting the server's stderr.
 
+use std::borrow::Cow;
 use std::sync::Weak;
 
 use futures_util::future::BoxFuture;
+use serde::{Deserialize, Deserializer};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use toold_protocol::{ErrorType, ToolDefinition};
 
@@ -78,8 +81,80 @@ impl Tool for McpTool {
     }
 }
 
-/// The server's `CallToolResult` (as JSON) as toold's output or failure.
-fn output(result: &Value) -> Result<ToolOutput, ToolFailure> {
+/// The server's `CallToolResult` (as JSON text) as toold's output or failure. Most answers
+/// are text parts alone, and are read as such without building a tree of the answer; any
+/// other shape (another kind of part, a member of an unexpected type) is read as a whole
+/// `Value` and mapped leniently.
+fn output(result: &RawValue) -> Result<ToolOutput, ToolFailure> {
+    match serde_json::from_str::<TextAnswer<'_>>(result.get()) {
+        Ok(answer) if answer.content.iter().all(|part| part.kind == "text") => text_output(answer),
+        _ => output_of_value(&serde_json::from_str(result.get()).unwrap_or(Value::Null)),
+    }
+}
+
+/// A `CallToolResult` whose content is a list of parts with a `type` and a `text`.
+#[derive(Deserialize)]
+struct TextAnswer<'a> {
+    #[serde(borrow)]
+    content: Vec<TextPart<'a>>,
+    #[serde(default, rename = "isError")]
+    is_error: Option<bool>,
+    /// Present (even as `null`) or not, as [`output_of_value`] sees it.
+    #[serde(
+        default,
+        borrow,
+        rename = "structuredContent",
+        deserialize_with = "present"
+    )]
+    structured: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct TextPart<'a> {
+    #[serde(borrow, rename = "type")]
+    kind: Cow<'a, str>,
+    #[serde(borrow)]
+    text: Cow<'a, str>,
+}
+
+fn present<'de, D: Deserializer<'de>>(member: D) -> Result<Option<&'de RawValue>, D::Error> {
+    <&RawValue>::deserialize(member).map(Some)
+}
+
+/// [`output_of_value`] for an answer of text parts alone.
+fn text_output(answer: TextAnswer<'_>) -> Result<ToolOutput, ToolFailure> {
+    let content = match <[TextPart<'_>; 1]>::try_from(answer.content) {
+        Ok([part]) => part.text.into_owned(),
+        Err(parts) => parts
+            .iter()
+            .map(|part| &*part.text)
+            .collect::<Vec<_>>()
+            .join("\n"),
+    };
+    if answer.is_error == Some(true) {
+        return Err(failed(content));
+    }
+    let mut output = ToolOutput::new(content);
+    if let Some(structured) = answer.structured {
+        let structured = serde_json::from_str(structured.get()).unwrap_or(Value::Null);
+        output = output.with_meta("structured", structured);
+    }
+    Ok(output)
+}
+
+/// The failure of an answer with `isError`: its content, which is also the message unless
+/// empty.
+fn failed(content: String) -> ToolFailure {
+    let message = if content.is_empty() {
+        "the tool reported an error".to_owned()
+    } else {
+        content.clone()
+    };
+    ToolFailure::new(ErrorType::ToolError, message).with_content(content)
+}
+
+/// The server's `CallToolResult`, of any shape, as toold's output or failure.
+fn output_of_value(result: &Value) -> Result<ToolOutput, ToolFailure> {
     let parts = result
         .get("content")
         .and_then(Value::as_array)
@@ -103,12 +178,7 @@ fn output(result: &Value) -> Result<ToolOutput, ToolFailure> {
     }
     let content = texts.join("\n");
     if result.get("isError").and_then(Value::as_bool) == Some(true) {
-        let message = if content.is_empty() {
-            "the tool reported an error".to_owned()
-        } else {
-            content.clone()
-        };
-        return Err(ToolFailure::new(ErrorType::ToolError, message).with_content(content));
+        return Err(failed(content));
     }
     let mut output = ToolOutput::new(content);
     if other_parts {
@@ -146,16 +216,21 @@ mod tests {
 
     use super::*;
 
+    /// The mapping of an answer, as the server would write it.
+    fn output(result: Value) -> Result<ToolOutput, ToolFailure> {
+        super::output(&serde_json::value::to_raw_value(&result).unwrap())
+    }
+
     #[test]
     fn results_map_as_section_a_says() {
         let text = output(
-            &json!({"content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}),
+            json!({"content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}),
         )
         .unwrap();
         assert_eq!(text.content, "a\nb");
         assert!(text.metadata.is_empty());
 
-        let mixed = output(&json!({
+        let mixed = output(json!({
             "content": [
                 {"type": "text", "text": "see"},
                 {"type": "image", "mimeType": "image/png", "data": "AAAA"}
@@ -167,13 +242,42 @@ mod tests {
         assert_eq!(mixed.metadata["structured"], json!({"n": 1}));
         assert_eq!(mixed.metadata["mcp_content"][1]["type"], "image");
 
-        let failed = output(
-            &json!({"content": [{"type": "text", "text": "no such file"}], "isError": true}),
-        )
-        .unwrap_err();
+        let failed =
+            output(json!({"content": [{"type": "text", "text": "no such file"}], "isError": true}))
+                .unwrap_err();
         assert_eq!(failed.error_type, ErrorType::ToolError);
         assert_eq!(failed.message, "no such file");
-        let bare = output(&json!({"isError": true})).unwrap_err();
+        let bare = output(json!({"isError": true})).unwrap_err();
         assert_eq!(bare.message, "the tool reported an error");
+    }
+
+    #[test]
+    fn answers_of_text_parts_map_as_any_other_shape_does() {
+        let answers = [
+            json!({"content": [{"type": "text", "text": "Echo: hi"}]}),
+            json!({"content": [{"type": "text", "text": "a\\\"b"}, {"type": "text", "text": ""}]}),
+            json!({"content": [], "isError": false}),
+            json!({"content": [{"type": "text", "text": "no"}], "isError": true}),
+            json!({"content": [{"type": "text", "text": "n"}], "structuredContent": {"n": 1}}),
+            json!({"content": [{"type": "text", "text": "n"}], "structuredContent": null}),
+            json!({"content": [{"type": "text", "text": "x", "annotations": {"priority": 1}}]}),
+            // Shapes the text-only reading refuses, mapped from the whole value instead.
+            json!({"content": [{"type": "text", "text": 5}]}),
+            json!({"content": {"type": "text"}, "isError": "yes"}),
+            json!({"isError": true}),
+            json!(7),
+        ];
+        for answer in answers {
+            let text = serde_json::value::to_raw_value(&answer).unwrap();
+            let read = |mapped: Result<ToolOutput, ToolFailure>| match mapped {
+                Ok(output) => Ok((output.content, output.metadata)),
+                Err(failure) => Err((failure.error_type, failure.message, failure.content)),
+            };
+            assert_eq!(
+                read(super::output(&text)),
+                read(output_of_value(&answer)),
+                "{answer}"
+            );
+        }
     }
 }
