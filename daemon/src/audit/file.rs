@@ -103,7 +103,7 @@ impl AuditFile {
             prefix.len() + bodies.iter().map(|body| body.len() + 100).sum::<usize>(),
         );
         chunk.extend_from_slice(prefix);
-        let mut hash = self.last_hash.clone();
+        let mut hash = None;
         let mut seq = self.next_seq;
         for body in bodies {
             let start = chunk.len();
@@ -111,10 +111,10 @@ impl AuditFile {
                 .strip_prefix('{')
                 .and_then(|body| body.strip_suffix('}'))
                 .unwrap_or(body);
-            chunk.extend_from_slice(
-                format!("{{\"seq\":{seq},{inner},\"prev\":\"{hash}\"}}").as_bytes(),
-            );
-            hash = hex(&Sha256::digest(&chunk[start..]));
+            let prev = hash.as_ref().unwrap_or(&self.last_hash);
+            // Writing into a `Vec` cannot fail.
+            let _ = write!(chunk, "{{\"seq\":{seq},{inner},\"prev\":\"{prev}\"}}");
+            hash = Some(hex(&Sha256::digest(&chunk[start..])));
             chunk.push(b'\n');
             seq += 1;
         }
@@ -128,7 +128,9 @@ impl AuditFile {
             return Err(err);
         }
         self.size += chunk.len() as u64;
-        self.last_hash = hash;
+        if let Some(hash) = hash {
+            self.last_hash = hash;
+        }
         self.next_seq = seq;
         Ok(())
     }

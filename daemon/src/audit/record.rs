@@ -1,7 +1,7 @@
 //! What an audit record holds: a call's (its decision and who made it, its outcome) and a
 //! session change's; arguments digested; a record rendered once, where it happens.
 
-use serde::Serialize;
+use serde::{Serialize, Serializer};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 use toold_protocol::RuleSource;
@@ -31,28 +31,28 @@ pub struct DecisionRecord {
     pub answer: Option<&'static str>,
 }
 
-/// One call, as it ended.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct CallRecord {
+/// One call, as it ended: borrowed from the call, rendered where it ends.
+#[derive(Debug, Serialize)]
+pub struct CallRecord<'a> {
     pub kind: &'static str,
     pub ts: String,
-    pub session: String,
-    pub batch: String,
-    pub call_id: String,
-    pub tool: String,
+    pub session: &'a str,
+    pub batch: &'a str,
+    pub call_id: &'a str,
+    pub tool: &'a str,
     /// The arguments the call ran with (after a hook or an approver replaced them).
-    pub arguments: Value,
+    pub arguments: RecordedArguments<'a>,
     /// `null` for a call that ended before it was judged (an unknown tool, invalid
     /// arguments, a hook's block is `by: hook`).
-    pub decision: Option<DecisionRecord>,
+    pub decision: Option<&'a DecisionRecord>,
     /// `ok`, or the result's error_type.
-    pub outcome: String,
+    pub outcome: &'a str,
     pub elapsed_ms: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub exit_code: Option<i64>,
 }
 
-impl CallRecord {
+impl CallRecord<'_> {
     pub const KIND: &'static str = "call";
 }
 
@@ -95,29 +95,70 @@ pub(super) fn render_body(record: &impl Serialize) -> Result<String, serde_json:
     serde_json::to_string(record)
 }
 
-/// `arguments` as `mode` records them: whole (`full`), or with every string value over
-/// [`DIGEST_OVER_BYTES`] (at any depth) replaced by `{"sha256": HEX, "bytes": N}`.
-pub fn recorded_arguments(arguments: &Value, mode: AuditMode) -> Value {
-    match mode {
-        AuditMode::Digest => digested(arguments),
-        AuditMode::Full | AuditMode::Off => arguments.clone(),
+/// A call's arguments as `mode` records them: whole (`full`), or with every string value over
+/// [`DIGEST_OVER_BYTES`] (at any depth) replaced by `{"sha256": HEX, "bytes": N}`. Rendered
+/// from the call's own arguments, never copied first.
+#[derive(Debug, Clone, Copy)]
+pub struct RecordedArguments<'a> {
+    arguments: Arguments<'a>,
+    mode: AuditMode,
+}
+
+/// The arguments as the call holds them: as sent, or as a hook or an approver replaced them.
+#[derive(Debug, Clone, Copy)]
+pub enum Arguments<'a> {
+    Sent(&'a Value),
+    Replaced(&'a Map<String, Value>),
+}
+
+impl<'a> RecordedArguments<'a> {
+    pub fn new(arguments: Arguments<'a>, mode: AuditMode) -> Self {
+        Self { arguments, mode }
     }
 }
 
-fn digested(value: &Value) -> Value {
-    match value {
-        Value::String(text) if text.len() > DIGEST_OVER_BYTES => {
-            serde_json::json!({"sha256": sha256_hex(text.as_bytes()), "bytes": text.len()})
+impl Serialize for RecordedArguments<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let digest = matches!(self.mode, AuditMode::Digest);
+        match self.arguments {
+            Arguments::Sent(value) if digest => Digested(value).serialize(serializer),
+            Arguments::Sent(value) => value.serialize(serializer),
+            Arguments::Replaced(members) if digest => digested_members(members, serializer),
+            Arguments::Replaced(members) => members.serialize(serializer),
         }
-        Value::Array(items) => Value::Array(items.iter().map(digested).collect()),
-        Value::Object(members) => Value::Object(
-            members
-                .iter()
-                .map(|(name, value)| (name.clone(), digested(value)))
-                .collect(),
-        ),
-        other => other.clone(),
     }
+}
+
+/// A value rendered with its long strings digested.
+struct Digested<'a>(&'a Value);
+
+impl Serialize for Digested<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self.0 {
+            Value::String(text) if text.len() > DIGEST_OVER_BYTES => StringDigest {
+                sha256: sha256_hex(text.as_bytes()),
+                bytes: text.len(),
+            }
+            .serialize(serializer),
+            Value::Array(items) => serializer.collect_seq(items.iter().map(Digested)),
+            Value::Object(members) => digested_members(members, serializer),
+            other => other.serialize(serializer),
+        }
+    }
+}
+
+fn digested_members<S: Serializer>(
+    members: &Map<String, Value>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.collect_map(members.iter().map(|(name, value)| (name, Digested(value))))
+}
+
+/// What a long string is recorded as.
+#[derive(Serialize)]
+struct StringDigest {
+    sha256: String,
+    bytes: usize,
 }
 
 /// SHA-256 of `bytes` as 64 lowercase hex digits.

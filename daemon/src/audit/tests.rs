@@ -220,15 +220,27 @@ fn off_records_nothing() {
 fn digest_keeps_short_strings_and_hashes_long_ones_at_any_depth() {
     let long = "a".repeat(300);
     let arguments = json!({"path": "x", "content": long, "nested": [{"deep": long}], "n": 1});
-    let digested = super::record::recorded_arguments(&arguments, AuditMode::Digest);
+    let recorded = |mode| {
+        let arguments = super::record::Arguments::Sent(&arguments);
+        serde_json::to_value(super::record::RecordedArguments::new(arguments, mode)).unwrap()
+    };
+    let digested = recorded(AuditMode::Digest);
     let expected = json!({"sha256": super::record::sha256_hex(long.as_bytes()), "bytes": 300});
     assert_eq!(digested["path"], "x");
     assert_eq!(digested["n"], 1);
     assert_eq!(digested["content"], expected);
     assert_eq!(digested["nested"][0]["deep"], expected);
+    assert_eq!(recorded(AuditMode::Full), arguments);
+    // Replaced arguments are recorded the same way.
+    let members = arguments.as_object().unwrap();
+    let replaced = super::record::Arguments::Replaced(members);
     assert_eq!(
-        super::record::recorded_arguments(&arguments, AuditMode::Full),
-        arguments
+        serde_json::to_value(super::record::RecordedArguments::new(
+            replaced,
+            AuditMode::Digest
+        ))
+        .unwrap(),
+        digested
     );
 }
 

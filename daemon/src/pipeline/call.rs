@@ -17,7 +17,7 @@ use toold_protocol::{
 
 use super::session::{Session, SessionState};
 use crate::approval::{ApprovalReply, ApproverIdentity};
-use crate::audit::record::recorded_arguments;
+use crate::audit::record::{Arguments, RecordedArguments};
 use crate::audit::{self, CallRecord, DecisionRecord, SessionChange};
 use crate::env::Env;
 use crate::events::EventBody;
@@ -172,23 +172,22 @@ fn record(scope: &CallScope, call: &ToolCall, result: &ToolResult, elapsed_ms: u
         return;
     }
     let arguments = match &trail.replaced {
-        Some(replaced) => recorded_arguments(&Value::Object(replaced.clone()), audit.mode()),
-        None => recorded_arguments(&call.arguments, audit.mode()),
+        Some(replaced) => Arguments::Replaced(replaced),
+        None => Arguments::Sent(&call.arguments),
     };
     audit.call(&CallRecord {
         kind: CallRecord::KIND,
         ts: audit::record::now(),
-        session: scope.session.id().to_owned(),
-        batch: scope.batch_id.to_string(),
-        call_id: call.id.clone(),
-        tool: call.name.clone(),
-        arguments,
-        decision: trail.decision.clone(),
+        session: scope.session.id(),
+        batch: &scope.batch_id,
+        call_id: &call.id,
+        tool: &call.name,
+        arguments: RecordedArguments::new(arguments, audit.mode()),
+        decision: trail.decision.as_ref(),
         outcome: result
             .error_type
             .as_ref()
-            .map_or("ok", |error_type| error_type.as_str())
-            .to_owned(),
+            .map_or("ok", |error_type| error_type.as_str()),
         elapsed_ms,
         exit_code: result.metadata.get("exit_code").and_then(Value::as_i64),
     });
