@@ -1,6 +1,8 @@
 //! The method table: every client→server method of docs/protocol.md registered in a jsonrpsee
 //! `RpcModule`, and the call into it for one request. The connection a request came on reaches
-//! its handler through the request's `Extensions`.
+//! its handler through the request's `Extensions`, and a handler's result comes back the same
+//! way, rendered once: jsonrpsee renders a response and then parses it whole again to check it,
+//! which for a batch's results cost as much as rendering them. Errors are jsonrpsee's to render.
 
 use std::sync::{Arc, Mutex};
 
@@ -25,23 +27,42 @@ struct RequestContext {
     params: Option<Value>,
 }
 
-/// A request's context on its way to the handler, which takes it out. jsonrpsee clones a
-/// request's `Extensions` (one for the handler, one kept with the response): through a shared
-/// slot, that clone counts a reference instead of copying the params.
+/// A request's context on its way to the handler, which takes it out, and the handler's result
+/// on its way back, rendered as JSON text. jsonrpsee clones a request's `Extensions` (one for
+/// the handler, one kept with the response): through a shared slot, that clone counts a
+/// reference instead of copying the params.
 #[derive(Clone)]
-struct Handoff(Arc<Mutex<Option<RequestContext>>>);
+struct Handoff(Arc<Mutex<Slot>>);
+
+struct Slot {
+    context: Option<RequestContext>,
+    result: Option<String>,
+}
 
 type Handled<T> = Result<T, ErrorObjectOwned>;
 
 fn context(extensions: &Extensions) -> Handled<RequestContext> {
     let handoff = extensions.get::<Handoff>();
     handoff
-        .and_then(|handoff| handoff.0.lock_unpoisoned().take())
+        .and_then(|handoff| handoff.0.lock_unpoisoned().context.take())
         .ok_or_else(|| {
             to_rpc(ErrorObject::internal_error(
                 "the request reached its handler without its connection",
             ))
         })
+}
+
+/// Hands a handler's result back rendered; jsonrpsee is given `null` to render in its place.
+fn hand_back<T: serde::Serialize>(extensions: &Extensions, result: &T) -> Handled<()> {
+    let rendered = serde_json::to_string(result).map_err(|err| {
+        to_rpc(ErrorObject::internal_error(format!(
+            "a result could not be rendered: {err}"
+        )))
+    })?;
+    if let Some(handoff) = extensions.get::<Handoff>() {
+        handoff.0.lock_unpoisoned().result = Some(rendered);
+    }
+    Ok(())
 }
 
 fn to_rpc(error: ErrorObject) -> ErrorObjectOwned {
@@ -103,7 +124,7 @@ macro_rules! method {
                 let mut $request = context(&extensions)?;
                 let $params: <$method as RequestMethod>::Params = parse($request.params.take())?;
                 let reply: handlers::Reply<<$method as RequestMethod>::Result> = $body;
-                reply.map_err(to_rpc)
+                hand_back(&extensions, &reply.map_err(to_rpc)?)
             },
         );
         // Only a name registered twice fails, and each name below appears once.
@@ -182,9 +203,9 @@ pub(crate) fn method_table(daemon: Arc<Daemon>) -> Methods {
     module.into()
 }
 
-/// Runs one request through the table. The answer comes back as jsonrpsee rendered it, under
-/// the request's own id, so the peer sends it as is (no parse and render again); beside it, the
-/// error code when the answer is an error, for logs.
+/// Runs one request through the table. The answer comes back rendered, under the request's own
+/// id, so the peer sends it as is (no parse and render again); beside it, the error code when
+/// the answer is an error, for logs.
 pub(crate) async fn call(
     methods: &Methods,
     connection: &Arc<Connection>,
@@ -199,11 +220,15 @@ pub(crate) async fn call(
     };
     let mut extensions = Extensions::new();
     let id_text = serde_json::to_string(id).unwrap_or_else(|_| "null".to_owned());
-    extensions.insert(Handoff(Arc::new(Mutex::new(Some(RequestContext {
-        connection: Arc::clone(connection),
-        request_id: id_text,
-        params,
-    })))));
+    let handoff = Handoff(Arc::new(Mutex::new(Slot {
+        context: Some(RequestContext {
+            connection: Arc::clone(connection),
+            request_id: id_text,
+            params,
+        }),
+        result: None,
+    })));
+    extensions.insert(handoff.clone());
     // The params travel in the context; jsonrpsee's own are left empty.
     let params = Params::new(None);
     let rpc_id = match id {
@@ -229,6 +254,9 @@ pub(crate) async fn call(
         }
     };
     let code = response.as_error_code();
+    if let Some(result) = handoff.0.lock_unpoisoned().result.take() {
+        return (Reply::Rendered(success(id, &result)), code);
+    }
     if !negative_id {
         return (
             Reply::Rendered(JsonText(String::from(Box::<str>::from(
@@ -259,6 +287,18 @@ pub(crate) async fn call(
             .unwrap_or(Value::Null)),
     };
     (Reply::from(outcome), code)
+}
+
+/// `{"jsonrpc":"2.0","id":ID,"result":RESULT}`, of a result already rendered.
+fn success(id: &toold_protocol::Id, result: &str) -> JsonText {
+    let id = serde_json::to_string(id).unwrap_or_else(|_| "null".to_owned());
+    let mut text = String::with_capacity(result.len() + id.len() + 32);
+    text.push_str(r#"{"jsonrpc":"2.0","id":"#);
+    text.push_str(&id);
+    text.push_str(r#","result":"#);
+    text.push_str(result);
+    text.push('}');
+    JsonText(text)
 }
 
 #[cfg(test)]

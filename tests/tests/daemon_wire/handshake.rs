@@ -1,5 +1,6 @@
 //! The `initialize` handshake: an unsupported version and a second handshake refused, nothing
-//! served before it, requests written right behind it served, and when the daemon started.
+//! served before it, requests written right behind it served, and when the daemon started; and
+//! every kind of id answered under itself.
 
 use std::time::Duration;
 
@@ -115,4 +116,35 @@ async fn initialize_says_when_the_daemon_started() {
     let mut connection = RawConnection::connect(&daemon.socket(), Wire::Ndjson).await;
     let again = started_at(&connection.initialize().await);
     assert!(again > first, "{again:?} is not after {first:?}");
+}
+
+#[tokio::test]
+async fn every_kind_of_id_is_answered_under_itself_with_a_result_or_an_error() {
+    let daemon = TestDaemon::start();
+    let mut connection = RawConnection::connect(&daemon.socket(), Wire::Ndjson).await;
+    connection.initialize().await;
+    let ids = [
+        json!(-7),
+        json!(i64::MAX),
+        json!(0),
+        json!("a \"quoted\" id\n"),
+        json!(""),
+    ];
+    for id in ids {
+        connection
+            .send(&json!({"jsonrpc": "2.0", "id": id, "method": "session/list", "params": {}}))
+            .await;
+        let listed = connection.response().await;
+        assert_eq!(
+            listed,
+            json!({"jsonrpc": "2.0", "id": id, "result": {"sessions": []}})
+        );
+        connection
+            .send(&json!({"jsonrpc": "2.0", "id": id, "method": "session/get", "params": {}}))
+            .await;
+        let refused = connection.response().await;
+        assert_eq!(refused["id"], id, "{refused}");
+        assert_eq!(code_of(&refused), INVALID_PARAMS, "{refused}");
+        assert!(refused.get("result").is_none(), "{refused}");
+    }
 }
