@@ -1,16 +1,39 @@
 //! Fuzz target for JSON-RPC message decoding: arbitrary bytes read as JSON, then every message
-//! (or batch entry) classified by `Message::from_value`, as the peer's reader does.
+//! (or batch entry) classified by `Message::from_value`, and from its text by
+//! `Incoming::from_raw`, as the peer's reader does.
 //!
-//! Invariants: no panic; the `Deserialize` impl agrees with `from_value`; a valid message
+//! Invariants: no panic; the `Deserialize` impl and `from_raw` agree with `from_value`; a valid message
 //! serializes and decodes back to itself; an invalid one is answered under its own id (or
 //! null when the id cannot be read) with a `-32600` response that itself decodes as a response.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
-use toold_protocol::rpc::{Id, Message, error_code};
+use serde_json::value::RawValue;
+use toold_protocol::rpc::{Id, Incoming, Message, error_code};
+
+/// The reader's path: the message's text, classified without reading it as a `Value` when it
+/// is a well-formed request, gives what `from_value` gives for the same text.
+fn check_text(value: &Value) {
+    let Ok(text) = serde_json::to_string(value) else {
+        return;
+    };
+    let (Ok(raw), Ok(reread)) = (
+        RawValue::from_string(text.clone()),
+        serde_json::from_str::<Value>(&text),
+    ) else {
+        return;
+    };
+    let from_raw = Incoming::from_raw(&raw).map(|incoming| match incoming {
+        Incoming::Request(request) => Message::Request(request.into_request()),
+        Incoming::Notification(notification) => Message::Notification(notification),
+        Incoming::Response(response) => Message::Response(response),
+    });
+    assert_eq!(from_raw, Message::from_value(reread), "from_raw disagrees: {text}");
+}
 
 fn check(value: Value) {
+    check_text(&value);
     let readable_id = match &value {
         Value::Object(object) => object.get("id").and_then(|raw| Id::from_value(raw).ok()),
         _ => None,

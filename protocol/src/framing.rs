@@ -8,7 +8,7 @@ use std::io;
 use std::sync::{Arc, OnceLock};
 
 use bytes::BytesMut;
-use serde_json::Value;
+use serde_json::value::RawValue;
 use tokio_util::codec::{Decoder, Encoder};
 
 mod decode;
@@ -55,16 +55,28 @@ impl DetectedFraming {
 }
 
 /// One decoded unit of input.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub enum Frame {
-    /// A JSON value: a message, or an array of them (a batch).
-    Message(Value),
+    /// A JSON value, checked and kept as its text: a message, or an array of them (a batch).
+    /// The reader reads each message from the text into the types it needs.
+    Message(Box<RawValue>),
     /// The frame was not valid UTF-8 or not valid JSON; answer `-32700` with id null.
     /// The decoder has skipped the frame and the next one decodes normally.
     ParseError(String),
     /// The frame was over the size limit; answer `-32600` with id null and close. The
     /// decoder skips the frame without buffering it.
     TooLarge,
+}
+
+impl PartialEq for Frame {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Frame::Message(text), Frame::Message(other)) => text.get() == other.get(),
+            (Frame::ParseError(why), Frame::ParseError(other)) => why == other,
+            (Frame::TooLarge, Frame::TooLarge) => true,
+            _ => false,
+        }
+    }
 }
 
 /// Input after which message boundaries are unknowable, and writer failures.

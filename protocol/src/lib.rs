@@ -69,7 +69,8 @@ pub use peer::{
 };
 pub use reload::{ReloadParams, ReloadResult};
 pub use rpc::{
-    Empty, ErrorObject, Id, InvalidMessage, Message, Notification, Request, Response, error_code,
+    Empty, ErrorObject, Id, Incoming, InvalidMessage, Message, Notification, RawRequest, Request,
+    Response, error_code,
 };
 pub use sandbox::{SandboxMode, SandboxReport, SandboxRequest, SandboxSettings};
 pub use session::{

@@ -52,7 +52,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use crate::framing::{DEFAULT_MAX_MESSAGE_BYTES, Framing, FramingError, JsonText};
-use crate::rpc::{ErrorObject, Notification, Request};
+use crate::rpc::{ErrorObject, Notification, RawRequest, Request};
 
 pub(crate) mod handle;
 mod reader;
@@ -186,6 +186,14 @@ pub trait Handler: Send + Sync + 'static {
     /// it must not block. The returned future runs on a task of its own, and its value is sent
     /// back as the response. A panic in either is answered `-32603`.
     fn request(&self, peer: PeerHandle, request: Request) -> BoxFuture<'static, Reply>;
+
+    /// An incoming request with its params still the JSON text that came, called as
+    /// [`request`](Self::request) is. A handler that reads params into types of its own
+    /// overrides this to read them from the text, never through a `Value`; the default reads
+    /// them as a `Value` and calls [`request`](Self::request).
+    fn raw_request(&self, peer: PeerHandle, request: RawRequest) -> BoxFuture<'static, Reply> {
+        self.request(peer, request.into_request())
+    }
 
     /// An incoming notification, called on the reader in arrival order (so a
     /// `$/cancelRequest` is seen after the request it names). It must not block: spawn

@@ -2,12 +2,16 @@
 //!
 //! Both peers send all three kinds of message, so [`Message::from_value`] classifies an
 //! incoming object by the presence of `method` (never by its id: both sides number from 1).
+//! [`Incoming::from_raw`] classifies one from its text the same way, leaving a request's
+//! params as the text they came as.
 
+use std::borrow::Cow;
 use std::fmt;
 
 use serde::de::{self, Deserializer};
 use serde::ser::{SerializeMap, Serializer};
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 /// JSON-RPC error codes used by toold (docs/protocol.md section 6).
@@ -145,6 +149,40 @@ impl Request {
             id: id.into(),
             method: method.into(),
             params,
+        }
+    }
+}
+
+/// A request as it came, its params still JSON text: a handler that reads them into types of
+/// its own reads them from the text, never through a `Value`.
+#[derive(Debug, Clone)]
+pub struct RawRequest {
+    pub id: Id,
+    pub method: String,
+    /// An object or an array; `None` when absent or `null`.
+    pub params: Option<Box<RawValue>>,
+}
+
+impl RawRequest {
+    /// The request with its params read as a `Value`.
+    pub fn into_request(self) -> Request {
+        // The text was read as JSON on its way in; reading it again cannot fail.
+        let params = self
+            .params
+            .map(|params| serde_json::from_str(params.get()).unwrap_or(Value::Null));
+        Request::new(self.id, self.method, params)
+    }
+}
+
+impl From<Request> for RawRequest {
+    fn from(request: Request) -> Self {
+        Self {
+            id: request.id,
+            method: request.method,
+            // A `Value` always renders.
+            params: request
+                .params
+                .and_then(|params| serde_json::value::to_raw_value(&params).ok()),
         }
     }
 }
@@ -419,6 +457,71 @@ impl Message {
     }
 }
 
+/// A message as the peer's reader takes it: a request with its params still text.
+#[derive(Debug, Clone)]
+pub enum Incoming {
+    Request(RawRequest),
+    Notification(Notification),
+    Response(Response),
+}
+
+impl Incoming {
+    /// Classifies one message from its text, as [`Message::from_value`] does. A well-formed
+    /// request (an object with `"jsonrpc":"2.0"`, a string `method`, a non-null `id` and params
+    /// absent, `null`, an object or an array) is read in one pass without building a `Value`;
+    /// anything else (a notification, a response, a malformed message, duplicate members) is
+    /// read as a `Value` and classified by [`Message::from_value`], which explains what is wrong.
+    pub fn from_raw(text: &RawValue) -> Result<Incoming, InvalidMessage> {
+        if let Some(request) = well_formed_request(text) {
+            return Ok(Incoming::Request(request));
+        }
+        let value = serde_json::from_str(text.get())
+            .map_err(|err| InvalidMessage::new(Id::Null, format!("not JSON: {err}")))?;
+        Ok(match Message::from_value(value)? {
+            Message::Request(request) => Incoming::Request(request.into()),
+            Message::Notification(notification) => Incoming::Notification(notification),
+            Message::Response(response) => Incoming::Response(response),
+        })
+    }
+}
+
+/// A request's members, borrowed from its text; any other member is skipped (and checked to
+/// be JSON).
+#[derive(Deserialize)]
+struct RequestMembers<'a> {
+    #[serde(borrow)]
+    jsonrpc: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    id: Option<&'a RawValue>,
+    #[serde(borrow)]
+    method: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    params: Option<&'a RawValue>,
+}
+
+fn well_formed_request(text: &RawValue) -> Option<RawRequest> {
+    if !text.get().starts_with('{') {
+        return None;
+    }
+    let members = serde_json::from_str::<RequestMembers<'_>>(text.get()).ok()?;
+    if members.jsonrpc.as_deref() != Some(Version::TEXT) {
+        return None;
+    }
+    // Absent or `null` reads as `None`: a notification, or a request whose id is null, both
+    // left to the general path.
+    let id = serde_json::from_str::<Id>(members.id?.get()).ok()?;
+    let params = match members.params {
+        None => None,
+        Some(params) if params.get().starts_with(['{', '[']) => Some(params.to_owned()),
+        Some(_) => return None,
+    };
+    Some(RawRequest {
+        id,
+        method: members.method?.into_owned(),
+        params,
+    })
+}
+
 fn take_params(object: &mut Map<String, Value>) -> Result<Option<Value>, String> {
     match object.remove("params") {
         None | Some(Value::Null) => Ok(None),
@@ -606,6 +709,55 @@ mod tests {
                 error_code::INVALID_REQUEST
             );
         }
+    }
+
+    /// What `from_raw` makes of `text`, as a `Message`.
+    fn classified_from_text(text: &str) -> Result<Message, InvalidMessage> {
+        let raw: Box<RawValue> = serde_json::from_str(text).unwrap();
+        Ok(match Incoming::from_raw(&raw)? {
+            Incoming::Request(request) => Message::Request(request.into_request()),
+            Incoming::Notification(notification) => Message::Notification(notification),
+            Incoming::Response(response) => Message::Response(response),
+        })
+    }
+
+    #[test]
+    fn a_message_read_from_its_text_is_classified_as_from_its_value() {
+        let texts = [
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/execute","params":{"session_id":"s","calls":[]}}"#,
+            r#"  {"params": [1, 2], "method": "m", "id": "a\"b", "jsonrpc": "2.0", "extra": {"x": [null]}}  "#,
+            r#"{"jsonrpc":"2.0","id":-3,"method":"session/list"}"#,
+            r#"{"jsonrpc":"2.0","id":4,"method":"session/list","params":null}"#,
+            r#"{"jsonrpc":"2.0","id":null,"method":"m"}"#,
+            r#"{"jsonrpc":"2.0","method":"$/cancelRequest","params":{"id":1}}"#,
+            r#"{"jsonrpc":"2.0","id":5,"method":"m","params":{"a":1},"params":{"a":2}}"#,
+            r#"{"jsonrpc":"2.0","id":5,"method":"first","method":"second"}"#,
+            r#"{"jsonrpc":"2.0","id":"x","result":null}"#,
+            r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32602,"message":"bad"}}"#,
+            r#"{"jsonrpc":"1.0","id":1,"method":"x"}"#,
+            r#"{"id":1,"method":"x"}"#,
+            r#"{"jsonrpc":"2.0","id":1.5,"method":"x"}"#,
+            r#"{"jsonrpc":"2.0","id":{},"method":"x"}"#,
+            r#"{"jsonrpc":"2.0","id":3,"method":7}"#,
+            r#"{"jsonrpc":"2.0","id":3,"method":"x","params":1}"#,
+            r#"{"jsonrpc":"2.0","id":3,"method":"x","params":"{}"}"#,
+            r#"{"jsonrpc":"2.0","id":18446744073709551615,"method":"x"}"#,
+            r#"[1]"#,
+            r#""text""#,
+        ];
+        for text in texts {
+            let from_value = Message::from_value(serde_json::from_str(text).unwrap());
+            assert_eq!(classified_from_text(text), from_value, "{text}");
+        }
+        // The params of a request are passed on as the text they came as.
+        let raw: Box<RawValue> = serde_json::from_str(
+            r#"{"jsonrpc":"2.0","id":1,"method":"m","params": {"b": 1, "a": 2}}"#,
+        )
+        .unwrap();
+        let Ok(Incoming::Request(request)) = Incoming::from_raw(&raw) else {
+            panic!("a request");
+        };
+        assert_eq!(request.params.unwrap().get(), r#"{"b": 1, "a": 2}"#);
     }
 
     #[test]

@@ -10,6 +10,7 @@ use jsonrpsee::core::server::{ConnectionId, Extensions, MethodCallback, Methods,
 use jsonrpsee::types::{ErrorObjectOwned, Id, Params};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
+use serde_json::value::RawValue;
 use toold_protocol::peer::Reply;
 use toold_protocol::sync::LockUnpoisoned;
 use toold_protocol::{ErrorObject, JsonText, RequestMethod};
@@ -19,12 +20,12 @@ use super::connection::Connection;
 use super::handlers;
 
 /// What a handler learns about the request: its connection, its id and its params as the
-/// peer parsed them (read into the method's typed params from there, not from text again).
+/// JSON text that came (read into the method's typed params from there).
 struct RequestContext {
     connection: Arc<Connection>,
     /// The request's id as JSON text, for `$/cancelRequest`.
     request_id: String,
-    params: Option<Value>,
+    params: Option<Box<RawValue>>,
 }
 
 /// A request's context on its way to the handler, which takes it out, and the handler's result
@@ -69,15 +70,23 @@ fn to_rpc(error: ErrorObject) -> ErrorObjectOwned {
     ErrorObjectOwned::owned(error.code, error.message, error.data)
 }
 
-/// Params as `T`; absent params read as `{}`. Read from the parsed `Value`; only params it
-/// refuses are rendered and read again as text, which gives the same verdict and a reason
-/// with a column. A mismatch is `-32602` with serde's reason, prefixed with the top-level
-/// field it concerns when serde's reason does not name it (a wrong type or an unknown variant).
-fn parse<T: DeserializeOwned>(params: Option<Value>) -> Handled<T> {
-    let params = params.unwrap_or_else(|| Value::Object(serde_json::Map::new()));
-    match T::deserialize(&params) {
+/// Params as `T`; absent params read as `{}`. Read from the text that came; params it
+/// refuses are read as a `Value` and rendered compact on one line to be read again, which
+/// gives a reason with a column in that line, and the verdict of a `Value`'s reading (a member
+/// given twice counts once, its last value). A mismatch is `-32602` with serde's reason,
+/// prefixed with the top-level field it concerns when serde's reason does not name it (a wrong
+/// type or an unknown variant).
+fn parse<T: DeserializeOwned>(params: Option<Box<RawValue>>) -> Handled<T> {
+    let Some(params) = params else {
+        return parse_text("{}");
+    };
+    match serde_json::from_str(params.get()) {
         Ok(typed) => Ok(typed),
-        Err(_) => parse_text(&params.to_string()),
+        Err(_) => {
+            // The text was read as JSON on its way in.
+            let value: Value = serde_json::from_str(params.get()).unwrap_or(Value::Null);
+            parse_text(&value.to_string())
+        }
     }
 }
 
@@ -211,7 +220,7 @@ pub(crate) async fn call(
     connection: &Arc<Connection>,
     id: &toold_protocol::Id,
     method: &str,
-    params: Option<Value>,
+    params: Option<Box<RawValue>>,
 ) -> (Reply, Option<i32>) {
     let Some(callback) = methods.method(method) else {
         let error = ErrorObject::method_not_found(method);
@@ -308,31 +317,49 @@ mod tests {
 
     use super::*;
 
+    fn text(json: &str) -> Option<Box<RawValue>> {
+        Some(serde_json::from_str(json).unwrap())
+    }
+
     #[test]
-    fn params_read_from_the_parsed_value_agree_with_their_text() {
+    fn params_are_read_from_their_text_and_refused_ones_explained_by_field() {
         let params = json!({
             "session_id": "s_1",
             "iteration": 2,
             "calls": [{"id": "a", "name": "read_file", "arguments": {"path": "x", "n": 1.5}}]
         });
-        let typed: ExecuteParams = parse(Some(params.clone())).unwrap();
-        let from_text: ExecuteParams = serde_json::from_str(&params.to_string()).unwrap();
-        assert_eq!(typed, from_text);
+        let typed: ExecuteParams = parse(text(&params.to_string())).unwrap();
+        let from_value: ExecuteParams = serde_json::from_value(params.clone()).unwrap();
+        assert_eq!(typed, from_value);
+        let pretty = serde_json::to_string_pretty(&params).unwrap();
+        assert_eq!(parse::<ExecuteParams>(text(&pretty)).unwrap(), from_value);
         assert_eq!(parse::<Empty>(None).unwrap(), Empty {});
-
-        // Refused params are read again as text: the reason names the field, as it did.
-        let wrong_type = json!({"session_id": "s_1", "iteration": "two", "calls": []});
-        let refused = parse::<ExecuteParams>(Some(wrong_type)).unwrap_err();
-        assert_eq!(refused.code(), toold_protocol::error_code::INVALID_PARAMS);
-        assert!(
-            refused
-                .message()
-                .starts_with("invalid params: iteration: invalid type: string"),
-            "{}",
-            refused.message()
+        // A member given twice counts once, its last value, as a `Value` reads it.
+        let twice = r#"{"session_id": "s_0", "calls": [], "session_id": "s_1"}"#;
+        assert_eq!(
+            parse::<ExecuteParams>(text(twice)).unwrap().session_id,
+            "s_1"
         );
+
+        // Refused params are read again as one compact line: the reason names the field, even
+        // when the params came pretty-printed over several lines.
+        let wrong_type = json!({"session_id": "s_1", "iteration": "two", "calls": []});
+        for sent in [
+            wrong_type.to_string(),
+            serde_json::to_string_pretty(&wrong_type).unwrap(),
+        ] {
+            let refused = parse::<ExecuteParams>(text(&sent)).unwrap_err();
+            assert_eq!(refused.code(), toold_protocol::error_code::INVALID_PARAMS);
+            assert!(
+                refused
+                    .message()
+                    .starts_with("invalid params: iteration: invalid type: string"),
+                "{}",
+                refused.message()
+            );
+        }
         let unknown = json!({"session_id": "s_1", "calls": [], "time_out_ms": 1});
-        let refused = parse::<ExecuteParams>(Some(unknown)).unwrap_err();
+        let refused = parse::<ExecuteParams>(text(&unknown.to_string())).unwrap_err();
         assert!(
             refused.message().contains("unknown field `time_out_ms`"),
             "{}",

@@ -19,7 +19,9 @@ use tokio_util::task::TaskTracker;
 use toold_protocol::peer::{
     BoxFuture, CloseReason, Handler, Peer, PeerHandle, PeerOptions, Reply, RequestError,
 };
-use toold_protocol::{ErrorObject, JsonText, Notification, Request, TrySendError, methods};
+use toold_protocol::{
+    ErrorObject, JsonText, Notification, RawRequest, Request, TrySendError, methods,
+};
 
 use super::socket::peer_allowed;
 use crate::process_tree;
@@ -332,6 +334,11 @@ impl ConnectionHandler {
 
 impl Handler for ConnectionHandler {
     fn request(&self, peer: PeerHandle, request: Request) -> BoxFuture<'static, Reply> {
+        self.raw_request(peer, request.into())
+    }
+
+    /// Every request comes here: its params are read from their text into the method's types.
+    fn raw_request(&self, peer: PeerHandle, request: RawRequest) -> BoxFuture<'static, Reply> {
         if self.overloaded {
             return Box::pin(async {
                 Reply::error(ErrorObject::overloaded(

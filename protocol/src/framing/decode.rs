@@ -1,6 +1,7 @@
 //! The decoding half: framing detection, NDJSON lines, LSP headers and bodies, size limits.
 
 use bytes::{Buf, BytesMut};
+use serde_json::value::RawValue;
 use tokio_util::codec::Decoder;
 
 use super::{DetectedFraming, Frame, Framing, FramingError, MAX_HEADER_BYTES};
@@ -329,10 +330,48 @@ fn parse_frame(bytes: &[u8]) -> Frame {
         Ok(text) => text,
         Err(err) => return Frame::ParseError(format!("the message is not valid UTF-8: {err}")),
     };
-    match serde_json::from_str(text) {
-        Ok(value) => Frame::Message(value),
+    match serde_json::from_str::<Box<RawValue>>(text) {
+        Ok(value) if nests_within_limit(value.get()) => Frame::Message(value),
+        Ok(_) => Frame::ParseError(format!(
+            "the message is not valid JSON: it nests deeper than {MAX_NESTING} levels"
+        )),
         Err(err) => Frame::ParseError(format!("the message is not valid JSON: {err}")),
     }
+}
+
+/// How deep serde_json reads a `Value` (its recursion limit); the reader reads messages into
+/// values and types, so a message nested deeper is refused here, as reading it would be.
+/// Checking a message's text alone does not apply that limit.
+const MAX_NESTING: usize = 127;
+
+/// Whether the arrays and objects of `json` (valid JSON) nest at most [`MAX_NESTING`] deep.
+fn nests_within_limit(json: &str) -> bool {
+    let mut depth = 0usize;
+    let mut in_string = false;
+    let mut escaped = false;
+    for byte in json.bytes() {
+        if in_string {
+            match byte {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match byte {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > MAX_NESTING {
+                    return false;
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    true
 }
 
 impl FrameDecoder {

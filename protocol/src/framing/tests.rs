@@ -4,19 +4,41 @@ use super::*;
 use crate::rpc::Message;
 use pretty_assertions::assert_eq;
 use proptest::prelude::*;
-use serde_json::json;
+use serde_json::value::RawValue;
+use serde_json::{Value, json};
 
 const LIMIT: usize = 1024;
 
-/// What the decoder produced, with fatal errors rendered as text.
+/// What the decoder produced, a message read as a `Value` and fatal errors rendered as text.
 #[derive(Debug, PartialEq)]
 enum Out {
+    Message(Value),
     Frame(Frame),
     Fatal(String),
 }
 
 fn message(value: Value) -> Out {
-    Out::Frame(Frame::Message(value))
+    Out::Message(value)
+}
+
+fn out(frame: Frame) -> Out {
+    match frame {
+        Frame::Message(text) => Out::Message(value_of(&text)),
+        frame => Out::Frame(frame),
+    }
+}
+
+/// A decoded message's text as a `Value`.
+fn value_of(text: &RawValue) -> Value {
+    serde_json::from_str(text.get()).expect("the decoder passes JSON only")
+}
+
+/// The message `decoded` is, as a `Value`.
+fn decoded_value(decoded: Option<Frame>) -> Option<Value> {
+    match decoded {
+        Some(Frame::Message(text)) => Some(value_of(&text)),
+        other => panic!("not a message: {other:?}"),
+    }
 }
 
 /// Feeds `chunks` to `decoder` one read at a time, then signals end of input, the way
@@ -29,7 +51,7 @@ fn run(decoder: &mut FrameDecoder, chunks: &[&[u8]]) -> Vec<Out> {
         buf.extend_from_slice(chunk);
         loop {
             match decoder.decode(&mut buf) {
-                Ok(Some(frame)) => out.push(Out::Frame(frame)),
+                Ok(Some(frame)) => out.push(self::out(frame)),
                 Ok(None) => break,
                 Err(err) => {
                     out.push(Out::Fatal(err.to_string()));
@@ -44,7 +66,7 @@ fn run(decoder: &mut FrameDecoder, chunks: &[&[u8]]) -> Vec<Out> {
     }
     loop {
         match decoder.decode_eof(&mut buf) {
-            Ok(Some(frame)) => out.push(Out::Frame(frame)),
+            Ok(Some(frame)) => out.push(self::out(frame)),
             Ok(None) => break,
             Err(err) => {
                 out.push(Out::Fatal(err.to_string()));
@@ -143,8 +165,8 @@ fn detection_waits_for_a_non_whitespace_byte() {
     let shared = decoder.detected_framing();
     buf.extend_from_slice(b"\xBFContent-Length: 2\r\n\r\n{}");
     assert_eq!(
-        decoder.decode(&mut buf).unwrap(),
-        Some(Frame::Message(json!({})))
+        decoded_value(decoder.decode(&mut buf).unwrap()),
+        Some(json!({}))
     );
     assert_eq!(shared.get(), Some(Framing::Lsp));
 }
@@ -267,8 +289,8 @@ fn oversize_ndjson_is_not_buffered_while_waiting_for_a_newline() {
     assert_eq!(reported, 1);
     buf.extend_from_slice(b"\"}\n{\"ok\":true}\n");
     assert_eq!(
-        decoder.decode(&mut buf).unwrap(),
-        Some(Frame::Message(json!({"ok":true})))
+        decoded_value(decoder.decode(&mut buf).unwrap()),
+        Some(json!({"ok":true}))
     );
 }
 
@@ -278,7 +300,7 @@ fn ndjson_limit_counts_the_message_without_its_line_end() {
     assert_eq!(exact.len(), LIMIT);
     let input = format!("{exact}\r\n{exact}x\n");
     let out = decode_bytewise(input.as_bytes());
-    assert!(matches!(out[0], Out::Frame(Frame::Message(_))), "{out:?}");
+    assert!(matches!(out[0], Out::Message(_)), "{out:?}");
     assert!(matches!(out[1], Out::Frame(Frame::TooLarge)), "{out:?}");
 }
 
@@ -400,8 +422,8 @@ fn the_encoder_follows_the_detected_framing() {
     ));
     let mut buf = BytesMut::from(lsp("{\"id\":1}").as_bytes());
     assert_eq!(
-        codec.decode(&mut buf).unwrap(),
-        Some(Frame::Message(json!({"id":1})))
+        decoded_value(codec.decode(&mut buf).unwrap()),
+        Some(json!({"id":1}))
     );
     assert_eq!(codec.framing(), Some(Framing::Lsp));
     codec.encode(json!({"id":1}), &mut dst).unwrap();
@@ -512,6 +534,26 @@ proptest! {
         prop_assert_eq!(decoded, expected);
         if !wire.is_empty() {
             prop_assert_eq!(decoder.framing(), Some(framing));
+        }
+    }
+}
+
+#[test]
+fn nesting_is_refused_where_reading_a_value_would_refuse_it() {
+    for depth in [126, 127, 128, 129] {
+        for (open, close) in [("[", "]"), ("{\"k\":", "}")] {
+            let inner = if open == "[" { "" } else { "1" };
+            let text = format!("{}{inner}{}", open.repeat(depth), close.repeat(depth));
+            // Brackets inside strings do not count.
+            let text = format!("[\"[[{{\\\"\",{text}]");
+            let as_value = serde_json::from_str::<Value>(&text).is_ok();
+            let out = decode(format!("{text}\n").as_bytes());
+            assert_eq!(out.len(), 1, "{depth}");
+            assert_eq!(
+                matches!(out[0], Out::Message(_)),
+                as_value,
+                "depth {depth} of {open}: {out:?}"
+            );
         }
     }
 }

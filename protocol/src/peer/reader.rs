@@ -10,7 +10,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::BytesMut;
-use serde_json::Value;
+use serde_json::value::RawValue;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::{Notify, OwnedSemaphorePermit};
 use tokio::task::JoinHandle;
@@ -20,7 +20,7 @@ use tokio_util::codec::Decoder;
 use super::handle::render;
 use super::{BoxFuture, CloseReason, Handler, PeerHandle, PeerOptions, Reply};
 use crate::framing::{Frame, FrameDecoder, FramingError, JsonText};
-use crate::rpc::{ErrorObject, Id, Message, Notification, Request, Response};
+use crate::rpc::{ErrorObject, Id, Incoming, Notification, RawRequest, Response};
 
 /// How much room each read asks for; a frame larger than this arrives over several reads.
 const READ_CHUNK_BYTES: usize = 8 * 1024;
@@ -154,8 +154,13 @@ impl<R: AsyncRead + Unpin + Send + 'static> Reader<R> {
 
     async fn on_frame(&mut self, frame: Frame) -> Flow {
         match frame {
-            Frame::Message(Value::Array(entries)) => self.on_batch(entries).await,
-            Frame::Message(value) => self.on_message(value).await,
+            Frame::Message(text) if text.get().starts_with('[') => {
+                // Checked as JSON by the decoder: an array of values.
+                let entries =
+                    serde_json::from_str::<Vec<&RawValue>>(text.get()).unwrap_or_default();
+                self.on_batch(&entries).await;
+            }
+            Frame::Message(text) => self.on_message(&text).await,
             Frame::ParseError(why) => {
                 self.answer_now(Response::error(Id::Null, ErrorObject::parse_error(why)))
                     .await;
@@ -186,18 +191,18 @@ impl<R: AsyncRead + Unpin + Send + 'static> Reader<R> {
         CloseReason::Framing(Arc::new(err))
     }
 
-    async fn on_message(&mut self, value: Value) {
-        match Message::from_value(value) {
-            Ok(Message::Request(request)) => self.on_request(request).await,
-            Ok(Message::Notification(notification)) => self.on_notification(notification).await,
-            Ok(Message::Response(response)) => self.peer.complete(response),
+    async fn on_message(&mut self, text: &RawValue) {
+        match Incoming::from_raw(text) {
+            Ok(Incoming::Request(request)) => self.on_request(request).await,
+            Ok(Incoming::Notification(notification)) => self.on_notification(notification).await,
+            Ok(Incoming::Response(response)) => self.peer.complete(response),
             Err(invalid) => self.answer_now(invalid.to_response()).await,
         }
     }
 
     /// Spawns the handler: the reader never waits for one, or a handler waiting for an
     /// answer from this same peer would wait forever.
-    async fn on_request(&mut self, request: Request) {
+    async fn on_request(&mut self, request: RawRequest) {
         match self.in_flight_permit() {
             Some(permit) => {
                 let peer = self.peer.clone();
@@ -247,7 +252,7 @@ impl<R: AsyncRead + Unpin + Send + 'static> Reader<R> {
 
     /// Handles every entry (requests spawned, notifications delivered, responses routed)
     /// and answers once, with one array, when every request in it has been answered.
-    async fn on_batch(&mut self, entries: Vec<Value>) {
+    async fn on_batch(&mut self, entries: &[&RawValue]) {
         if entries.is_empty() {
             let error = ErrorObject::invalid_request("an empty batch: send at least one message");
             self.answer_now(Response::error(Id::Null, error)).await;
@@ -255,10 +260,12 @@ impl<R: AsyncRead + Unpin + Send + 'static> Reader<R> {
         }
         let mut answers = Vec::new();
         for entry in entries {
-            match Message::from_value(entry) {
-                Ok(Message::Request(request)) => answers.push(self.start_batch_entry(request)),
-                Ok(Message::Notification(notification)) => self.on_notification(notification).await,
-                Ok(Message::Response(response)) => self.peer.complete(response),
+            match Incoming::from_raw(entry) {
+                Ok(Incoming::Request(request)) => answers.push(self.start_batch_entry(request)),
+                Ok(Incoming::Notification(notification)) => {
+                    self.on_notification(notification).await
+                }
+                Ok(Incoming::Response(response)) => self.peer.complete(response),
                 Err(invalid) => answers.push(BatchAnswer::Ready(render(&invalid.to_response()))),
             }
         }
@@ -276,7 +283,7 @@ impl<R: AsyncRead + Unpin + Send + 'static> Reader<R> {
         });
     }
 
-    fn start_batch_entry(&self, request: Request) -> BatchAnswer {
+    fn start_batch_entry(&self, request: RawRequest) -> BatchAnswer {
         match self.in_flight_permit() {
             Some(permit) => {
                 let id = request.id.clone();
@@ -356,12 +363,12 @@ fn overloaded(id: Id) -> Response {
 fn answer(
     peer: PeerHandle,
     handler: &Arc<dyn Handler>,
-    request: Request,
+    request: RawRequest,
 ) -> impl Future<Output = JsonText> + Send + 'static {
     let id = request.id.clone();
     let method = request.method.clone();
     let connection = peer.connection_id();
-    let started = catch_unwind(AssertUnwindSafe(|| handler.request(peer, request)));
+    let started = catch_unwind(AssertUnwindSafe(|| handler.raw_request(peer, request)));
     async move {
         let reply = match started {
             Ok(future) => CatchUnwind(future).await,
