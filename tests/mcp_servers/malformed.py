@@ -2,7 +2,8 @@
 """A small MCP server over stdio, written for toold's tests, that lists three tools of which one
 is malformed: `no_schema` has no object inputSchema (toold must quarantine it), a tool whose name
 is over 64 characters once prefixed (toold must shorten it), and `echo`, which works (with
-`times`, its answer holds the text that many times: over toold's 16 MiB limit if asked). `fail`
+`times`, its answer holds the text that many times: over toold's 16 MiB limit if asked; with
+`nest`, its structuredContent is a list nested that many levels deep). `fail`
 reports an error (isError); `slow` never answers, and says on stderr when its request is
 cancelled; `crash` says its last words on stderr and exits (with `hang_up`, it closes its
 stdout and lives on instead). With MALFORMED_NEVER_LISTS set, `tools/list` is never answered.
@@ -21,7 +22,11 @@ TOOLS = [
         "description": "Echoes its text",
         "inputSchema": {
             "type": "object",
-            "properties": {"text": {"type": "string"}, "times": {"type": "integer"}},
+            "properties": {
+                "text": {"type": "string"},
+                "times": {"type": "integer"},
+                "nest": {"type": "integer"},
+            },
             "required": ["text"],
         },
     },
@@ -65,7 +70,13 @@ def answer(request):
         arguments = params.get("arguments") or {}
         if name == "echo":
             text = arguments.get("text", "") * arguments.get("times", 1)
-            return {"content": [{"type": "text", "text": "echo: " + text}]}
+            result = {"content": [{"type": "text", "text": "echo: " + text}]}
+            if "nest" in arguments:
+                nested = []
+                for _ in range(arguments["nest"] - 1):
+                    nested = [nested]
+                result["structuredContent"] = {"nested": nested}
+            return result
         if name == LONG_NAME:
             return {"content": [{"type": "text", "text": "the long one answered"}]}
         if name == "fail":

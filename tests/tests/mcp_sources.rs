@@ -181,6 +181,35 @@ async fn a_malformed_servers_good_tools_are_registered_and_called_through_the_pi
     );
     assert_eq!(over[1]["content"], "echo: after", "{}", over[1]);
 
+    // An answer nested deeper than toold reads (128 levels) fails its call rather than losing
+    // part of it; one nested within the limit comes back whole.
+    let nested = client
+        .execute(
+            &open,
+            json!([
+                {"id": "c1", "name": "mcp__bad__echo", "arguments": {"text": "deep", "nest": 200}},
+                {"id": "c2", "name": "mcp__bad__echo", "arguments": {"text": "deep", "nest": 100}},
+            ]),
+        )
+        .await;
+    let nested = results_of(&nested);
+    assert_eq!(outcome(&nested[0]), "tool_error", "{}", nested[0]);
+    assert!(
+        nested[0]["error"]
+            .as_str()
+            .is_some_and(|error| error.contains("an unreadable result")),
+        "{}",
+        nested[0]
+    );
+    assert_eq!(nested[1]["content"], "echo: deep", "{}", nested[1]);
+    let mut depth = 0;
+    let mut level = &nested[1]["metadata"]["structured"]["nested"];
+    while let Some(inner) = level.as_array() {
+        depth += 1;
+        level = inner.first().unwrap_or(&Value::Null);
+    }
+    assert_eq!(depth, 100, "{}", nested[1]);
+
     // The server's stderr went to its log, not to the daemon's.
     let log = daemon.state_dir().join("mcp/bad.log");
     let logged = std::fs::read_to_string(&log).expect("the server's log");

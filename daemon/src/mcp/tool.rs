@@ -88,8 +88,20 @@ impl Tool for McpTool {
 fn output(result: &RawValue) -> Result<ToolOutput, ToolFailure> {
     match serde_json::from_str::<TextAnswer<'_>>(result.get()) {
         Ok(answer) if answer.content.iter().all(|part| part.kind == "text") => text_output(answer),
-        _ => output_of_value(&serde_json::from_str(result.get()).unwrap_or(Value::Null)),
+        _ => output_of_value(&readable(result)?),
     }
+}
+
+/// JSON text of the answer as a `Value`. The text was checked as JSON when it came, but that
+/// check sets no limit on nesting and a `Value` read does (128 levels): what it refuses is an
+/// answer toold cannot map, and the call fails rather than losing it.
+fn readable(text: &RawValue) -> Result<Value, ToolFailure> {
+    serde_json::from_str(text.get()).map_err(|err| {
+        ToolFailure::new(
+            ErrorType::ToolError,
+            format!("the MCP server sent an unreadable result: {err}"),
+        )
+    })
 }
 
 /// A `CallToolResult` whose content is a list of parts with a `type` and a `text`.
@@ -136,8 +148,7 @@ fn text_output(answer: TextAnswer<'_>) -> Result<ToolOutput, ToolFailure> {
     }
     let mut output = ToolOutput::new(content);
     if let Some(structured) = answer.structured {
-        let structured = serde_json::from_str(structured.get()).unwrap_or(Value::Null);
-        output = output.with_meta("structured", structured);
+        output = output.with_meta("structured", readable(structured)?);
     }
     Ok(output)
 }
@@ -249,6 +260,25 @@ mod tests {
         assert_eq!(failed.message, "no such file");
         let bare = output(json!({"isError": true})).unwrap_err();
         assert_eq!(bare.message, "the tool reported an error");
+    }
+
+    #[test]
+    fn an_answer_too_deep_to_read_fails_its_call_in_either_reading() {
+        let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
+        let answers = [
+            format!(r#"{{"content":[{{"type":"text","text":"t"}}],"structuredContent":{deep}}}"#),
+            format!(r#"{{"content":[{{"type":"image","data":{deep}}}]}}"#),
+        ];
+        for answer in answers {
+            let text = RawValue::from_string(answer).unwrap();
+            let failure = super::output(&text).unwrap_err();
+            assert_eq!(failure.error_type, ErrorType::ToolError);
+            assert!(
+                failure.message.contains("an unreadable result"),
+                "{}",
+                failure.message
+            );
+        }
     }
 
     #[test]

@@ -232,7 +232,7 @@ pub(crate) async fn call(
     let handoff = Handoff(Arc::new(Mutex::new(Slot {
         context: Some(RequestContext {
             connection: Arc::clone(connection),
-            request_id: id_text,
+            request_id: id_text.clone(),
             params,
         }),
         result: None,
@@ -264,7 +264,7 @@ pub(crate) async fn call(
     };
     let code = response.as_error_code();
     if let Some(result) = handoff.0.lock_unpoisoned().result.take() {
-        return (Reply::Rendered(success(id, &result)), code);
+        return (Reply::Rendered(success(&id_text, &result)), code);
     }
     if !negative_id {
         return (
@@ -298,12 +298,11 @@ pub(crate) async fn call(
     (Reply::from(outcome), code)
 }
 
-/// `{"jsonrpc":"2.0","id":ID,"result":RESULT}`, of a result already rendered.
-fn success(id: &toold_protocol::Id, result: &str) -> JsonText {
-    let id = serde_json::to_string(id).unwrap_or_else(|_| "null".to_owned());
+/// `{"jsonrpc":"2.0","id":ID,"result":RESULT}`, of an id and a result already rendered.
+fn success(id: &str, result: &str) -> JsonText {
     let mut text = String::with_capacity(result.len() + id.len() + 32);
     text.push_str(r#"{"jsonrpc":"2.0","id":"#);
-    text.push_str(&id);
+    text.push_str(id);
     text.push_str(r#","result":"#);
     text.push_str(result);
     text.push('}');
