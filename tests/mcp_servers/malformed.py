@@ -3,7 +3,7 @@
 is malformed: `no_schema` has no object inputSchema (toold must quarantine it), a tool whose name
 is over 64 characters once prefixed (toold must shorten it), and `echo`, which works (with
 `times`, its answer holds the text that many times: over toold's 16 MiB limit if asked; with
-`nest`, its structuredContent is a list nested that many levels deep). `fail`
+`nest`, its structuredContent holds a list nested that many levels deep). `fail`
 reports an error (isError); `slow` never answers, and says on stderr when its request is
 cancelled; `crash` says its last words on stderr and exits (with `hang_up`, it closes its
 stdout and lives on instead). With MALFORMED_NEVER_LISTS set, `tools/list` is never answered.

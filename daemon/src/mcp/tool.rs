@@ -264,7 +264,7 @@ mod tests {
 
     #[test]
     fn an_answer_too_deep_to_read_fails_its_call_in_either_reading() {
-        let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
+        let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
         let answers = [
             format!(r#"{{"content":[{{"type":"text","text":"t"}}],"structuredContent":{deep}}}"#),
             format!(r#"{{"content":[{{"type":"image","data":{deep}}}]}}"#),
