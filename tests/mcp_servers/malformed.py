@@ -7,12 +7,15 @@ is over 64 characters once prefixed (toold must shorten it), and `echo`, which w
 reports an error (isError); `slow` never answers, and says on stderr when its request is
 cancelled; `crash` says its last words on stderr and exits (with `hang_up`, it closes its
 stdout and lives on instead). With MALFORMED_NEVER_LISTS set, `tools/list` is never answered.
-Standard library only; one JSON-RPC message per line."""
+Standard library only; one JSON-RPC message per line, or with `--http PORT` the same tools over
+streamable HTTP on 127.0.0.1 (each request answered in its POST's body as JSON; no event
+stream)."""
 
 import json
 import os
 import sys
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 LONG_NAME = "a_tool_with_a_name_long_enough_that_its_qualified_name_passes_sixty_four"
 
@@ -124,5 +127,47 @@ def main():
                   "error": {"code": -32602, "message": str(missing)}})
 
 
+class HttpHandler(BaseHTTPRequestHandler):
+    """Streamable HTTP without an event stream: a request's answer is its POST's JSON body; a
+    notification or a response gets 202."""
+
+    def do_POST(self):
+        message = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+        if "id" not in message or "method" not in message:
+            self.reply(202, None)
+            return
+        try:
+            reply = {"jsonrpc": "2.0", "id": message["id"], "result": answer(message)}
+        except NotImplementedError as unknown:
+            reply = {"jsonrpc": "2.0", "id": message["id"],
+                     "error": {"code": -32601, "message": "method not found: " + str(unknown)}}
+        except LookupError as missing:
+            reply = {"jsonrpc": "2.0", "id": message["id"],
+                     "error": {"code": -32602, "message": str(missing)}}
+        self.reply(200, reply)
+
+    def do_GET(self):
+        self.reply(405, None)  # no stream of the server's own messages
+
+    def do_DELETE(self):
+        self.reply(200, None)
+
+    def reply(self, status, body):
+        data = b"" if body is None else json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Mcp-Session-Id", "malformed")
+        if body is not None:
+            self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *_):
+        pass
+
+
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["--http"]:
+        ThreadingHTTPServer(("127.0.0.1", int(sys.argv[2])), HttpHandler).serve_forever()
+    else:
+        main()

@@ -1,9 +1,11 @@
-//! What the MCP tests share: the test server written for them (`tests/mcp_servers/`), the
-//! registry's tools of one server, waiting for them and for `mcp/status`, the daemon's
-//! children, and the `toold` command line run against a test daemon.
+//! What the MCP tests share: the test server written for them (`tests/mcp_servers/`), a server
+//! serving streamable HTTP as the test's child, the registry's tools of one server, waiting for
+//! them and for `mcp/status`, the daemon's children, and the `toold` command line run against a
+//! test daemon.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -24,6 +26,47 @@ pub fn malformed_server_table(python: &Path) -> String {
         python.display().to_string(),
         test_server("malformed.py").display().to_string()
     )
+}
+
+/// An MCP server serving streamable HTTP on 127.0.0.1 as a child of the test, killed when
+/// dropped.
+pub struct HttpServer {
+    child: Child,
+    /// Its endpoint, `http://127.0.0.1:PORT/mcp`.
+    pub url: String,
+}
+
+impl HttpServer {
+    /// Starts the server `command` makes for a free port, and waits until it listens.
+    pub fn start(command: impl FnOnce(u16) -> Command) -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|listener| listener.local_addr())
+            .expect("a free port")
+            .port();
+        let child = command(port)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start the HTTP server");
+        let server = Self {
+            child,
+            url: format!("http://127.0.0.1:{port}/mcp"),
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "the HTTP server never listened");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        server
+    }
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 /// The registry's tools whose names start with `prefix`, by name.

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use toold_tests::daemon::{TestClient, TestDaemon, no_answers, outcome, results};
-use toold_tests::mcp::{cmdline, parent_of, status_until, toold, tools_named};
+use toold_tests::mcp::{HttpServer, cmdline, parent_of, status_until, toold, tools_named};
 use toold_tests::require;
 
 /// Where `install.sh` puts the servers.
@@ -571,45 +571,6 @@ async fn progress_becomes_events_and_keeps_a_call_alive() {
     assert_eq!(outcome(results(&quiet)[0]), "timeout", "{quiet}");
 }
 
-/// server-everything serving streamable HTTP on 127.0.0.1, as a child of the test.
-struct HttpServer {
-    child: std::process::Child,
-    url: String,
-}
-
-impl HttpServer {
-    fn start() -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|listener| listener.local_addr())
-            .expect("a free port")
-            .port();
-        let child = Command::new(node_bin("mcp-server-everything"))
-            .arg("streamableHttp")
-            .env("PORT", port.to_string())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start server-everything over HTTP");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "the HTTP server never listened");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Self {
-            child,
-            url: format!("http://127.0.0.1:{port}/mcp"),
-        }
-    }
-}
-
-impl Drop for HttpServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// A server reached over streamable HTTP on 127.0.0.1 (its bearer token from the daemon's
 /// environment): listed, called, its progress reported; a server that goes away fails the
 /// call that needed it with a clear error.
@@ -619,7 +580,11 @@ async fn a_server_over_streamable_http_is_listed_and_called() {
     if !servers_installed(test) {
         return;
     }
-    let server = HttpServer::start();
+    let server = HttpServer::start(|port| {
+        let mut command = Command::new(node_bin("mcp-server-everything"));
+        command.arg("streamableHttp").env("PORT", port.to_string());
+        command
+    });
     let config = format!(
         "[mcp.servers.remote]\nurl = {:?}\nheaders = {{ \"X-Team\" = \"a\" }}\n\
          bearer_token_env = \"REMOTE_TOKEN\"\n",

@@ -3,11 +3,14 @@
 //! gives (quarantining the malformed one, shortening the long name), and runs calls through
 //! the pipeline under the session's rules.
 
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use toold_tests::daemon::{TestClient, TestDaemon, no_answers, outcome, results};
-use toold_tests::mcp::{child_running, malformed_server_table, status_until, toold, tools_when};
+use toold_tests::mcp::{
+    HttpServer, child_running, malformed_server_table, status_until, test_server, toold, tools_when,
+};
 use toold_tests::require;
 
 /// The config of one server, `bad`, running the malformed test server under python3; `None`
@@ -214,6 +217,85 @@ async fn a_malformed_servers_good_tools_are_registered_and_called_through_the_pi
     let log = daemon.state_dir().join("mcp/bad.log");
     let logged = std::fs::read_to_string(&log).expect("the server's log");
     assert!(logged.contains("malformed test server started"), "{logged}");
+}
+
+/// Over streamable HTTP, rmcp's transport refuses an answer too deep to read: the call fails at
+/// once with `internal_error` quoting it (no wait for a timeout), the server is reached again,
+/// and its next answer is read whole.
+#[tokio::test]
+async fn an_http_servers_answer_too_deep_to_read_fails_its_call_at_once() {
+    let Some(python) = require::program(
+        "mcp_sources::an_http_servers_answer_too_deep_to_read",
+        "python3",
+        &[],
+        "apt-get install python3",
+    ) else {
+        return;
+    };
+    let server = HttpServer::start(|port| {
+        let mut command = Command::new(&python);
+        command
+            .arg(test_server("malformed.py"))
+            .args(["--http", &port.to_string()]);
+        command
+    });
+    let config = format!(
+        "[mcp.servers.web]\nurl = {:?}\ntool_timeout_ms = 20000\n",
+        server.url
+    );
+    let daemon = TestDaemon::start_with_config(Some(&config));
+    let client = daemon.connect(json!({}), no_answers()).await;
+    mcp_tools(&client, "mcp__web__", 5).await;
+    let session = client
+        .create_session(&daemon.work(), json!({"rules": {"allow": ["mcp__web__*"]}}))
+        .await;
+
+    let started = Instant::now();
+    let deep = client
+        .execute(
+            &session,
+            json!([{"id": "c1", "name": "mcp__web__echo",
+                    "arguments": {"text": "deep", "nest": 200}}]),
+        )
+        .await;
+    let deep = &results_of(&deep)[0];
+    assert_eq!(outcome(deep), "internal_error", "{deep}");
+    assert!(
+        deep["error"]
+            .as_str()
+            .is_some_and(|error| error.contains("recursion limit")),
+        "{deep}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(10), "{deep}");
+
+    status_until(
+        &client,
+        Duration::from_secs(30),
+        "the server reached again",
+        |status| {
+            let server = &status["servers"][0];
+            (server["state"] == "ready"
+                && server["restarts"].as_u64() >= Some(1)
+                && server["tools"].as_array().map(Vec::len) == Some(5))
+            .then_some(())
+        },
+    )
+    .await;
+    mcp_tools(&client, "mcp__web__", 5).await;
+    let shallow = client
+        .execute(
+            &session,
+            json!([{"id": "c2", "name": "mcp__web__echo",
+                    "arguments": {"text": "shallow", "nest": 100}}]),
+        )
+        .await;
+    let shallow = &results_of(&shallow)[0];
+    assert_eq!(outcome(shallow), "ok", "{shallow}");
+    assert_eq!(shallow["content"], "echo: shallow", "{shallow}");
+    assert!(
+        shallow["metadata"]["structured"]["nested"].is_array(),
+        "{shallow}"
+    );
 }
 
 fn results_of(response: &Value) -> Vec<Value> {
