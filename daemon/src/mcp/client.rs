@@ -445,18 +445,16 @@ impl McpSession {
             .subscribe(handle.progress_token.clone())
             .await;
         let answer = async {
-            match handle.await_response().await {
-                Ok(ServerResult::CallToolResult(result)) => to_raw_value(&result)
-                    .map_err(|err| CallError::Server(format!("an unreadable result: {err}"))),
-                Ok(ServerResult::CustomResult(custom)) => to_raw_value(&custom.0)
-                    .map_err(|err| CallError::Server(format!("an unreadable result: {err}"))),
-                Ok(other) => to_raw_value(&other)
-                    .map_err(|err| CallError::Server(format!("an unreadable result: {err}"))),
+            let rendered = match handle.await_response().await {
+                Ok(ServerResult::CallToolResult(result)) => to_raw_value(&result),
+                Ok(ServerResult::CustomResult(custom)) => to_raw_value(&custom.0),
+                Ok(other) => to_raw_value(&other),
                 Err(rmcp::ServiceError::McpError(error)) => {
-                    Err(CallError::Server(error.message.to_string()))
+                    return Err(CallError::Server(error.message.to_string()));
                 }
-                Err(err) => Err(self.broken(&err)),
-            }
+                Err(err) => return Err(self.broken(&err)),
+            };
+            rendered.map_err(|err| CallError::Server(format!("an unreadable result: {err}")))
         };
         self.follow(answer, progress, request_id, ctx).await
     }
