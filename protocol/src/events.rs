@@ -119,7 +119,8 @@ fn is_zero(value: &u64) -> bool {
 pub struct CallEnded {
     pub iteration: u64,
     pub call_id: String,
-    pub result: ToolResult,
+    /// Shared: a call's two events and its outcome in the batch's response hold one result.
+    pub result: Arc<ToolResult>,
     pub elapsed_ms: u64,
     /// Set only on a replayed event whose result the session's log no longer keeps whole:
     /// `content` and `error` are then `""` and `metadata` holds only `call_id`; this many

@@ -1,6 +1,8 @@
 //! Running and canceling batches: `tools/execute`, `tools/cancel` and `$/cancelRequest`
 //! (docs/protocol.md section 5).
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 use crate::rpc::Id;
@@ -22,7 +24,8 @@ pub struct ExecuteParams {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CallOutcome {
     pub call_id: String,
-    pub result: ToolResult,
+    /// Shared with the call's `tool/result` and `tool/call_done` events.
+    pub result: Arc<ToolResult>,
     pub elapsed_ms: u64,
 }
 

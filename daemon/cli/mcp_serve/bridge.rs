@@ -381,7 +381,9 @@ fn finished(
             None,
         ));
     };
-    Ok(CallToolResponse::from(to_mcp_result(outcome.result)))
+    Ok(CallToolResponse::from(to_mcp_result(Arc::unwrap_or_clone(
+        outcome.result,
+    ))))
 }
 
 impl ServerHandler for Bridge {

@@ -219,11 +219,11 @@ async fn guarded_call(
 fn missing(call: &ToolCall) -> CallOutcome {
     CallOutcome {
         call_id: call.id.clone(),
-        result: failure(
+        result: Arc::new(failure(
             call,
             ErrorType::InternalError,
             "the call produced no result",
-        ),
+        )),
         elapsed_ms: 0,
     }
 }

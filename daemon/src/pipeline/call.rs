@@ -143,10 +143,11 @@ pub fn finish(
     let ended = CallEnded {
         iteration: scope.iteration,
         call_id: call.id.clone(),
-        result,
+        result: Arc::new(result),
         elapsed_ms,
         elided_bytes: 0,
     };
+    // The events and the outcome share the one result; only the small envelope is copied.
     scope.emit(EventBody::Result(ended.clone()));
     scope.emit(EventBody::CallDone(ended.clone()));
     tracing::info!(

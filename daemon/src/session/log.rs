@@ -548,7 +548,7 @@ mod tests {
             body: toold_protocol::CallEnded {
                 iteration: 0,
                 call_id: "c_1".into(),
-                result,
+                result: result.into(),
                 elapsed_ms: 3,
                 elided_bytes: 0,
             },

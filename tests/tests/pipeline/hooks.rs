@@ -186,7 +186,7 @@ async fn with_program(
 async fn hook_programs_decide_with_exit_codes_and_json() {
     let (blocked, _) = with_program("echo 'not allowed here' >&2; exit 2", None, "true").await;
     assert_eq!(
-        blocked.result.error_type.unwrap().to_string(),
+        blocked.result.error_type.as_ref().unwrap().to_string(),
         "hook_blocked"
     );
     assert_eq!(blocked.result.error.as_deref(), Some("not allowed here"));
@@ -218,13 +218,13 @@ async fn hook_programs_decide_with_exit_codes_and_json() {
     )
     .await;
     assert_eq!(
-        invalid.result.error_type.unwrap().to_string(),
+        invalid.result.error_type.as_ref().unwrap().to_string(),
         "invalid_arguments"
     );
 
     let (silent, _) = with_program("exit 0", None, "true").await;
     assert_eq!(
-        silent.result.error_type.unwrap().to_string(),
+        silent.result.error_type.as_ref().unwrap().to_string(),
         "permission_denied",
         "continue, then the rules ask"
     );
@@ -236,7 +236,7 @@ async fn hook_programs_decide_with_exit_codes_and_json() {
     ] {
         let (failed, _) = with_program(script, None, "true").await;
         assert_eq!(
-            failed.result.error_type.unwrap().to_string(),
+            failed.result.error_type.as_ref().unwrap().to_string(),
             "hook_blocked",
             "{script}"
         );
@@ -254,7 +254,7 @@ async fn a_hook_program_that_hangs_is_killed_with_its_children() {
     let script = format!("sleep 300 & exec -a {marker} sleep 300");
     let (result, _harness) = with_program(&script, Some(300), "true").await;
     assert_eq!(
-        result.result.error_type.unwrap().to_string(),
+        result.result.error_type.as_ref().unwrap().to_string(),
         "hook_blocked"
     );
     assert!(

@@ -3,6 +3,8 @@
 //! arguments; a result's content, error and metadata but `call_id`) dropped and counted in
 //! `elided_bytes`.
 
+use std::sync::Arc;
+
 use serde_json::{Map, Value};
 use toold_protocol::{
     ArgumentsReplaced, CallEnded, CallStart, Event, EventParams, ToolCall, ToolOutput, ToolResult,
@@ -40,6 +42,8 @@ pub(super) fn weight(event: &Event) -> usize {
         Event::Progress(params) => {
             params.body.call_id.len() + params.body.message.as_ref().map_or(0, String::len) + 16
         }
+        // A call's two events share one result, yet each counts it whole: the result stays
+        // in memory until both have been slimmed, so each holds it for as long as it lives.
         Event::Result(params) | Event::CallDone(params) => {
             params.body.call_id.len() + result_weight(&params.body.result)
         }
@@ -139,14 +143,14 @@ fn slim_result(params: &EventParams<CallEnded>) -> Option<EventParams<CallEnded>
         body: CallEnded {
             iteration: params.body.iteration,
             call_id: params.body.call_id.clone(),
-            result: ToolResult {
+            result: Arc::new(ToolResult {
                 ok: result.ok,
                 tool: result.tool.clone(),
                 content: String::new(),
                 error_type: result.error_type.clone(),
                 error: result.error.as_ref().map(|_| String::new()),
                 metadata,
-            },
+            }),
             elapsed_ms: params.body.elapsed_ms,
             elided_bytes: result.content.len() as u64 + error_len as u64 + metadata_len,
         },
