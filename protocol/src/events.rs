@@ -37,7 +37,8 @@ pub struct BatchStart {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CallStart {
     pub iteration: u64,
-    pub call: ToolCall,
+    /// Shared with the batch that runs the call.
+    pub call: Arc<ToolCall>,
     /// Set only on a replayed event whose arguments (this many bytes of JSON text) the
     /// session's log no longer keeps: `call.arguments` is then `{}`.
     #[serde(default, skip_serializing_if = "is_zero")]

@@ -66,11 +66,7 @@ async fn a_reader_follows_a_real_batch_through_the_log() {
     let batch = Batch {
         id: "b_1".into(),
         iteration: 1,
-        calls: vec![ToolCall::new(
-            "call_a",
-            "run_command",
-            json!({"command": command}),
-        )],
+        calls: vec![ToolCall::new("call_a", "run_command", json!({"command": command})).into()],
     };
     let results = executor
         .run_batch(&session, batch, &BatchControl::new(1))
@@ -153,11 +149,7 @@ async fn a_slow_reader_gets_every_byte_of_a_command_that_ends_while_it_lags() {
     let batch = Batch {
         id: "b_1".into(),
         iteration: 1,
-        calls: vec![ToolCall::new(
-            "call_a",
-            "run_command",
-            json!({"command": command}),
-        )],
+        calls: vec![ToolCall::new("call_a", "run_command", json!({"command": command})).into()],
     };
     let results = executor
         .run_batch(&session, batch, &BatchControl::new(1))

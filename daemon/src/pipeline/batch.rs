@@ -25,7 +25,8 @@ use crate::tools::registry::panic_message;
 pub struct Batch {
     pub id: String,
     pub iteration: u64,
-    pub calls: Vec<ToolCall>,
+    /// Each shared with its `tool/call_start` event.
+    pub calls: Vec<Arc<ToolCall>>,
 }
 
 /// The cancel tokens of a running batch: one for the batch, one per call (a child of the
@@ -178,7 +179,7 @@ impl Executor {
 /// call with `internal_error` and its events, never the batch.
 async fn guarded_call(
     scope: CallScope,
-    call: &ToolCall,
+    call: &Arc<ToolCall>,
     control: &BatchControl,
     index: usize,
     permits: Arc<Semaphore>,

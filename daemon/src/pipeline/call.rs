@@ -47,13 +47,13 @@ pub struct CallScope {
 /// Runs one call to its end: the events, the pipeline, the outcome.
 pub async fn run_call(
     scope: &CallScope,
-    call: &ToolCall,
+    call: &Arc<ToolCall>,
     cancel: CancellationToken,
 ) -> CallOutcome {
     let started = Instant::now();
     scope.emit(EventBody::CallStart(CallStart {
         iteration: scope.iteration,
-        call: call.clone(),
+        call: Arc::clone(call),
         elided_bytes: 0,
     }));
     let mut trail = Trail::default();

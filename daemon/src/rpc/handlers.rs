@@ -394,7 +394,7 @@ pub(crate) async fn tools_execute(
     let batch = Batch {
         id: batch_id.clone(),
         iteration: params.iteration,
-        calls: params.calls,
+        calls: params.calls.into_iter().map(Arc::new).collect(),
     };
     let results = managed
         .run_batch(&daemon.executor, batch, &control, connection.client())

@@ -566,7 +566,8 @@ mod tests {
                     "c_1",
                     "write_file",
                     serde_json::json!({"path": "x", "content": "w".repeat(bytes)}),
-                ),
+                )
+                .into(),
                 elided_bytes: 0,
             },
         })

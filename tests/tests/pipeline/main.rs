@@ -221,7 +221,7 @@ impl Harness {
         let batch = Batch {
             id: "b_1".into(),
             iteration: 1,
-            calls,
+            calls: calls.into_iter().map(Into::into).collect(),
         };
         self.executor
             .run_batch(&self.session, batch, &control)

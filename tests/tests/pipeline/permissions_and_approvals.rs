@@ -144,7 +144,7 @@ async fn failed_silent_and_vanished_approvers_cancel_the_permission() {
     let batch = Batch {
         id: "b_2".into(),
         iteration: 0,
-        calls,
+        calls: calls.into_iter().map(Into::into).collect(),
     };
     let results = executor
         .run_batch(&harness.session, batch, &BatchControl::new(3))

@@ -79,7 +79,7 @@ pub(super) fn slim(event: &Event) -> Option<Event> {
                 batch_id: params.batch_id.clone(),
                 body: CallStart {
                     iteration: params.body.iteration,
-                    call,
+                    call: Arc::new(call),
                     elided_bytes,
                 },
             }))
