@@ -100,6 +100,19 @@ def answer(request):
     raise NotImplementedError(method)
 
 
+def response(message):
+    """The response to a request: its result, or its failure as a JSON-RPC error. Raises
+    NoAnswer for a request never answered."""
+    try:
+        return {"jsonrpc": "2.0", "id": message["id"], "result": answer(message)}
+    except NotImplementedError as unknown:
+        return {"jsonrpc": "2.0", "id": message["id"],
+                "error": {"code": -32601, "message": "method not found: " + str(unknown)}}
+    except LookupError as missing:
+        return {"jsonrpc": "2.0", "id": message["id"],
+                "error": {"code": -32602, "message": str(missing)}}
+
+
 def main():
     print("malformed test server started", file=sys.stderr, flush=True)
     for line in sys.stdin:
@@ -116,15 +129,9 @@ def main():
         if "id" not in message or "method" not in message:
             continue  # a notification or a response: nothing to answer
         try:
-            send({"jsonrpc": "2.0", "id": message["id"], "result": answer(message)})
+            send(response(message))
         except NoAnswer:
             pass
-        except NotImplementedError as unknown:
-            send({"jsonrpc": "2.0", "id": message["id"],
-                  "error": {"code": -32601, "message": "method not found: " + str(unknown)}})
-        except LookupError as missing:
-            send({"jsonrpc": "2.0", "id": message["id"],
-                  "error": {"code": -32602, "message": str(missing)}})
 
 
 class HttpHandler(BaseHTTPRequestHandler):
@@ -136,15 +143,7 @@ class HttpHandler(BaseHTTPRequestHandler):
         if "id" not in message or "method" not in message:
             self.reply(202, None)
             return
-        try:
-            reply = {"jsonrpc": "2.0", "id": message["id"], "result": answer(message)}
-        except NotImplementedError as unknown:
-            reply = {"jsonrpc": "2.0", "id": message["id"],
-                     "error": {"code": -32601, "message": "method not found: " + str(unknown)}}
-        except LookupError as missing:
-            reply = {"jsonrpc": "2.0", "id": message["id"],
-                     "error": {"code": -32602, "message": str(missing)}}
-        self.reply(200, reply)
+        self.reply(200, response(message))
 
     def do_GET(self):
         self.reply(405, None)  # no stream of the server's own messages
