@@ -23,6 +23,7 @@ mod mcp;
 mod memory;
 mod permission;
 mod process;
+mod relay_floor;
 mod report;
 mod roundtrip;
 mod search;

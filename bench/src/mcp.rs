@@ -1,9 +1,10 @@
 //! MCP servers through toold: one call of server-everything's `echo` through the daemon (a
 //! client's `tools/execute`, the pipeline, the daemon's rmcp client, the server) against the
-//! same call from a bare rmcp client of its own copy of the server, interleaved; and the memory
-//! that one shared copy for 10 sessions saves against the 10 copies that 10 hosts would run;
-//! and toold as an MCP server: `read_file` through `toold mcp serve` against the reference
-//! filesystem server's `read_text_file`, from the same Python MCP client.
+//! same call from a bare rmcp client of its own copy of the server, and beside them what any
+//! relay pays ([`relay_floor`]), interleaved; the memory that one shared copy for 10 sessions
+//! saves against the 10 copies that 10 hosts would run; and toold as an MCP server: `read_file`
+//! through `toold mcp serve` against the reference filesystem server's `read_text_file`, from
+//! the same Python MCP client.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -17,12 +18,18 @@ use serde_json::json;
 
 use crate::Settings;
 use crate::daemon::{Daemon, rss_bytes};
+use crate::relay_floor;
 use crate::report::{Figure, Section, ratio};
 use crate::roundtrip::percentile;
 use crate::stats::{Samples, Summary};
 
 /// Sessions (and, for the comparison, copies of the server) of the memory figure.
 const SESSIONS: usize = 10;
+
+/// Calls each copy of server-everything answers before the figure is measured: a fresh copy's
+/// `echo` takes 175 µs for its first 500 calls and settles near 100 µs after 4,000 (node's JIT
+/// warming; a Python client talking to it directly, 2026-12-05).
+const WARM_UP_CALLS: usize = 4_000;
 
 /// server-everything as `tests/mcp_servers/install.sh` installs it.
 fn everything_program(workspace: &Path) -> anyhow::Result<PathBuf> {
@@ -64,12 +71,20 @@ pub fn mcp_section(settings: &Settings, workspace: &Path) -> anyhow::Result<Sect
     )?;
     detached.call("session/detach", json!({"session_id": alone}))?;
     let bare = runtime.block_on(bare_client(&program))?;
+    let mut direct = relay_floor::Direct::start(&program)?;
+    let mut relayed = relay_floor::Relayed::start(&program)?;
 
     let per_round = if settings.quick { 50 } else { 200 };
-    for _ in 0..100 {
+    // Both copies of the server answer as many calls before the first round (toold's through
+    // its two sessions), so that neither is measured while its JIT is still warming.
+    for _ in 0..WARM_UP_CALLS / 2 {
         toold.execute_ok(&session, echo.clone())?;
         detached.execute_ok(&alone, echo.clone())?;
-        runtime.block_on(bare_echo(&bare))?;
+        for _ in 0..2 {
+            runtime.block_on(bare_echo(&bare))?;
+            direct.client.echo()?;
+            relayed.client.echo()?;
+        }
     }
     let p50_of = |call: &mut dyn FnMut() -> anyhow::Result<()>| -> anyhow::Result<Duration> {
         let mut times = Vec::with_capacity(per_round);
@@ -83,6 +98,8 @@ pub fn mcp_section(settings: &Settings, workspace: &Path) -> anyhow::Result<Sect
     let mut attached_p50s = Samples::default();
     let mut detached_p50s = Samples::default();
     let mut bare_p50s = Samples::default();
+    let mut direct_p50s = Samples::default();
+    let mut relayed_p50s = Samples::default();
     for _ in 0..settings.rounds {
         attached_p50s.push(p50_of(&mut || {
             toold.execute_ok(&session, echo.clone()).map(drop)
@@ -91,11 +108,17 @@ pub fn mcp_section(settings: &Settings, workspace: &Path) -> anyhow::Result<Sect
             detached.execute_ok(&alone, echo.clone()).map(drop)
         })?);
         bare_p50s.push(p50_of(&mut || runtime.block_on(bare_echo(&bare)))?);
+        direct_p50s.push(p50_of(&mut || direct.client.echo())?);
+        relayed_p50s.push(p50_of(&mut || relayed.client.echo())?);
     }
+    drop((direct, relayed));
     let attached_p50 = attached_p50s.summary();
     let toold_p50 = detached_p50s.summary();
     let bare_p50 = bare_p50s.summary();
     let call_ratio = toold_p50.median / bare_p50.median;
+    let direct_p50 = direct_p50s.summary();
+    let relayed_p50 = relayed_p50s.summary();
+    let hop_ratio = relayed_p50.median / direct_p50.median;
 
     // Memory: 10 sessions on 10 connections, each having called the server once, against 10
     // copies of the server, each having answered one call (the bare client's, plus 9 more).
@@ -140,7 +163,12 @@ pub fn mcp_section(settings: &Settings, workspace: &Path) -> anyhow::Result<Sect
          one whose attached client reads the call's five events too) against the same \
          `tools/call` \
          from a bare rmcp client (the same version, in this process) of its own copy of the \
-         server, {} rounds of {per_round} calls each, interleaved. Medians (IQR) of each round's \
+         server; and what any relay pays here: a raw client (JSON lines, blocking, as toold's) \
+         calling a copy straight through its stdio, and another copy through a relay that does \
+         no work (a tokio runtime of two workers, as the daemon's, copying bytes between a Unix \
+         socket and the server). Each copy answers {WARM_UP_CALLS} calls first (a fresh copy is \
+         still warming: 175 µs a call at first, about 100 after 4,000, from a Python client); \
+         then {} rounds of {per_round} calls each, interleaved. Medians (IQR) of each round's \
          p50, in µs.\n",
         settings.rounds
     );
@@ -165,8 +193,30 @@ pub fn mcp_section(settings: &Settings, workspace: &Path) -> anyhow::Result<Sect
     );
     let _ = writeln!(
         markdown,
-        "| toold / bare (the response alone) | {} |\n",
+        "| raw client, straight to the server | {} ({}) |",
+        crate::report::num(direct_p50.median * 1e3),
+        crate::report::num(direct_p50.iqr() * 1e3)
+    );
+    let _ = writeln!(
+        markdown,
+        "| raw client, through the zero-work relay | {} ({}) |",
+        crate::report::num(relayed_p50.median * 1e3),
+        crate::report::num(relayed_p50.iqr() * 1e3)
+    );
+    let _ = writeln!(
+        markdown,
+        "| toold / bare (the response alone) | {} |",
         ratio(call_ratio)
+    );
+    let _ = writeln!(
+        markdown,
+        "| relay / raw client: the hop alone | {} |",
+        ratio(hop_ratio)
+    );
+    let _ = writeln!(
+        markdown,
+        "| toold (the response alone) / relay | {} |\n",
+        ratio(toold_p50.median / relayed_p50.median)
     );
     let _ = writeln!(
         markdown,
@@ -213,10 +263,14 @@ pub fn mcp_section(settings: &Settings, workspace: &Path) -> anyhow::Result<Sect
                 what: "one MCP call (server-everything `echo`)".into(),
                 compared_with: "a bare rmcp client of the same server".into(),
                 result: format!(
-                    "p50 {} µs vs {} µs ({})",
+                    "p50 {} µs vs {} µs ({}); a relay that does no work: {} µs against {} µs \
+                     straight ({})",
                     crate::report::num(toold_p50.median * 1e3),
                     crate::report::num(bare_p50.median * 1e3),
-                    ratio(call_ratio)
+                    ratio(call_ratio),
+                    crate::report::num(relayed_p50.median * 1e3),
+                    crate::report::num(direct_p50.median * 1e3),
+                    ratio(hop_ratio)
                 ),
                 target: "≤ 1.5×",
                 met: call_ratio <= 1.5,
