@@ -24,6 +24,7 @@ use super::connect::{ConnectArgs, connect_or_start};
 
 mod approvals;
 mod bridge;
+mod stdio;
 
 use approvals::Approvals;
 use bridge::{Bridge, bridge_events};
@@ -96,7 +97,8 @@ pub async fn serve(args: McpServeArgs) -> anyhow::Result<Outcome> {
         args.daemon.clone(),
         Arc::new(connected),
     );
-    let transport = AsyncRwTransport::new_server(tokio::io::stdin(), tokio::io::stdout());
+    let (host_in, host_out) = stdio::host_stdio();
+    let transport = AsyncRwTransport::new_server(host_in, host_out);
     let served = bridge.serve(transport).await;
     // A host that stops its server with a signal (as hosts do when a call is in flight at
     // their exit) gets its session closed all the same.
