@@ -173,35 +173,26 @@ pub fn mcp_section(settings: &Settings, workspace: &Path) -> anyhow::Result<Sect
         settings.rounds
     );
     markdown.push_str("| | p50 |\n|---|---:|\n");
-    let _ = writeln!(
-        markdown,
-        "| through toold, the response alone | {} ({}) |",
-        crate::report::num(toold_p50.median * 1e3),
-        crate::report::num(toold_p50.iqr() * 1e3)
+    p50_row(
+        &mut markdown,
+        "through toold, the response alone",
+        &toold_p50,
     );
-    let _ = writeln!(
-        markdown,
-        "| through toold, attached: five events and the response | {} ({}) |",
-        crate::report::num(attached_p50.median * 1e3),
-        crate::report::num(attached_p50.iqr() * 1e3)
+    p50_row(
+        &mut markdown,
+        "through toold, attached: five events and the response",
+        &attached_p50,
     );
-    let _ = writeln!(
-        markdown,
-        "| bare rmcp client | {} ({}) |",
-        crate::report::num(bare_p50.median * 1e3),
-        crate::report::num(bare_p50.iqr() * 1e3)
+    p50_row(&mut markdown, "bare rmcp client", &bare_p50);
+    p50_row(
+        &mut markdown,
+        "raw client, straight to the server",
+        &direct_p50,
     );
-    let _ = writeln!(
-        markdown,
-        "| raw client, straight to the server | {} ({}) |",
-        crate::report::num(direct_p50.median * 1e3),
-        crate::report::num(direct_p50.iqr() * 1e3)
-    );
-    let _ = writeln!(
-        markdown,
-        "| raw client, through the zero-work relay | {} ({}) |",
-        crate::report::num(relayed_p50.median * 1e3),
-        crate::report::num(relayed_p50.iqr() * 1e3)
+    p50_row(
+        &mut markdown,
+        "raw client, through the zero-work relay",
+        &relayed_p50,
     );
     let _ = writeln!(
         markdown,
@@ -239,17 +230,11 @@ pub fn mcp_section(settings: &Settings, workspace: &Path) -> anyhow::Result<Sect
         settings.rounds, serve.per_round
     );
     markdown.push_str("| | p50 |\n|---|---:|\n");
-    let _ = writeln!(
-        markdown,
-        "| `toold mcp serve` `read_file` | {} ({}) |",
-        crate::report::num(serve.toold.median * 1e3),
-        crate::report::num(serve.toold.iqr() * 1e3)
-    );
-    let _ = writeln!(
-        markdown,
-        "| server-filesystem `read_text_file` | {} ({}) |",
-        crate::report::num(serve.filesystem.median * 1e3),
-        crate::report::num(serve.filesystem.iqr() * 1e3)
+    p50_row(&mut markdown, "`toold mcp serve` `read_file`", &serve.toold);
+    p50_row(
+        &mut markdown,
+        "server-filesystem `read_text_file`",
+        &serve.filesystem,
     );
     let _ = writeln!(
         markdown,
@@ -303,6 +288,16 @@ pub fn mcp_section(settings: &Settings, workspace: &Path) -> anyhow::Result<Sect
         ],
         markdown,
     })
+}
+
+/// A row of a p50 table: the median (IQR) of each round's p50, in µs.
+fn p50_row(markdown: &mut String, what: &str, p50: &Summary) {
+    let _ = writeln!(
+        markdown,
+        "| {what} | {} ({}) |",
+        crate::report::num(p50.median * 1e3),
+        crate::report::num(p50.iqr() * 1e3)
+    );
 }
 
 /// The `toold mcp serve` figure's medians, in milliseconds.
