@@ -345,22 +345,27 @@ fn parse_frame(bytes: &[u8]) -> Frame {
 const MAX_NESTING: usize = 127;
 
 /// Whether the arrays and objects of `json` (valid JSON) nest at most [`MAX_NESTING`] deep.
+/// A string is skipped whole with `memchr` to its closing quote: most of a large message's bytes
+/// are in its strings (a file's content, a command's output).
 fn nests_within_limit(json: &str) -> bool {
+    let bytes = json.as_bytes();
     let mut depth = 0usize;
-    let mut in_string = false;
-    let mut escaped = false;
-    for byte in json.bytes() {
-        if in_string {
-            match byte {
-                _ if escaped => escaped = false,
-                b'\\' => escaped = true,
-                b'"' => in_string = false,
-                _ => {}
-            }
-            continue;
-        }
+    let mut at = 0;
+    while let Some(&byte) = bytes.get(at) {
+        at += 1;
         match byte {
-            b'"' => in_string = true,
+            b'"' => loop {
+                // Valid JSON: every string closes, and a backslash escapes the byte after it.
+                let rest = bytes.get(at..).unwrap_or_default();
+                let Some(offset) = memchr::memchr2(b'"', b'\\', rest) else {
+                    return true;
+                };
+                at += offset + 1;
+                if bytes[at - 1] == b'"' {
+                    break;
+                }
+                at += 1;
+            },
             b'[' | b'{' => {
                 depth += 1;
                 if depth > MAX_NESTING {

@@ -544,8 +544,8 @@ fn nesting_is_refused_where_reading_a_value_would_refuse_it() {
         for (open, close) in [("[", "]"), ("{\"k\":", "}")] {
             let inner = if open == "[" { "" } else { "1" };
             let text = format!("{}{inner}{}", open.repeat(depth), close.repeat(depth));
-            // Brackets inside strings do not count.
-            let text = format!("[\"[[{{\\\"\",{text}]");
+            // Brackets inside strings do not count, after escaped quotes and backslashes too.
+            let text = format!(r#"["[[{{\"","\"[[[[[[[[[[","a\\","\\\"[[[[[[[[[[",{text}]"#);
             let as_value = serde_json::from_str::<Value>(&text).is_ok();
             let out = decode(format!("{text}\n").as_bytes());
             assert_eq!(out.len(), 1, "{depth}");
