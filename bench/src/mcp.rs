@@ -75,8 +75,8 @@ pub fn mcp_section(settings: &Settings, workspace: &Path) -> anyhow::Result<Sect
     let mut relayed = relay_floor::Relayed::start(&program)?;
 
     let per_round = if settings.quick { 50 } else { 200 };
-    // Both copies of the server answer as many calls before the first round (toold's through
-    // its two sessions), so that neither is measured while its JIT is still warming.
+    // Every copy of the server answers as many calls before the first round (toold's through
+    // its two sessions), so that none is measured while its JIT is still warming.
     for _ in 0..WARM_UP_CALLS / 2 {
         toold.execute_ok(&session, echo.clone())?;
         detached.execute_ok(&alone, echo.clone())?;
