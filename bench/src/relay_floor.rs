@@ -120,19 +120,18 @@ impl Relayed {
             .build()?;
         let dir = tempfile::tempdir()?;
         let socket: PathBuf = dir.path().join("relay.sock");
-        let listener = {
+        // The listener and the child's pipes register with the runtime that will poll them.
+        let (listener, mut child) = {
             let _entered = runtime.enter();
-            tokio::net::UnixListener::bind(&socket)?
-        };
-        let mut child = {
-            let _entered = runtime.enter();
-            tokio::process::Command::new(program)
+            let listener = tokio::net::UnixListener::bind(&socket)?;
+            let child = tokio::process::Command::new(program)
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::null())
                 .kill_on_drop(true)
                 .spawn()
-                .with_context(|| format!("start {}", program.display()))?
+                .with_context(|| format!("start {}", program.display()))?;
+            (listener, child)
         };
         let mut server_in = child.stdin.take().context("stdin")?;
         let mut server_out = child.stdout.take().context("stdout")?;
