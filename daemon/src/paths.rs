@@ -72,7 +72,7 @@ pub fn makes_code_run(path: &ResolvedPath, git_dirs: &[PathBuf]) -> bool {
     [&path.lexical, &path.resolved].into_iter().any(|form| {
         // In one of them, or one of them is inside: a directory above them, written by a
         // recursive copy or removed, changes them too.
-        daemon_dirs().iter().any(|dir| form.starts_with(dir) || dir.starts_with(form)) ||
+        daemon_files().iter().any(|dir| form.starts_with(dir) || dir.starts_with(form)) ||
         // Without a `HEAD` no directory is a repository to git: guarding it keeps a directory
         // made to look like one (`config` with `core.pager`, `objects/`, `refs/`, then
         // `cd dir && git log`) from ever becoming one.
@@ -106,14 +106,20 @@ pub fn exact_text(path: &Path) -> std::borrow::Cow<'_, str> {
     }
 }
 
-/// toold's own configuration, state and runtime directories, as given and resolved, set once
-/// by the daemon at start ([`protect_daemon_dirs`]).
-static DAEMON_DIRS: std::sync::OnceLock<Vec<PathBuf>> = std::sync::OnceLock::new();
+/// toold's own configuration, state and runtime directories, as given and resolved, and its
+/// config file, set once by the daemon at start ([`protect_daemon_dirs`]).
+static DAEMON_DIRS: std::sync::OnceLock<DaemonFiles> = std::sync::OnceLock::new();
 
-/// Protects `dirs` (toold's config, state and runtime directories) for the life of the
-/// process: a write into any of them asks as a write to `.git/config` does. The first call
-/// wins; the daemon makes it once, before it serves.
-pub fn protect_daemon_dirs(dirs: impl IntoIterator<Item = PathBuf>) {
+#[derive(Debug, Default)]
+struct DaemonFiles {
+    dirs: Vec<PathBuf>,
+    config_file: Option<PathBuf>,
+}
+
+/// Protects `dirs` (toold's config, state and runtime directories) and `config_file` for the
+/// life of the process: a write into any of them asks as a write to `.git/config` does. The
+/// first call wins; the daemon makes it once, before it serves.
+pub fn protect_daemon_dirs(dirs: impl IntoIterator<Item = PathBuf>, config_file: Option<PathBuf>) {
     let mut protected = Vec::new();
     for dir in dirs {
         let lexical = normalize_lexically(&dir);
@@ -123,12 +129,36 @@ pub fn protect_daemon_dirs(dirs: impl IntoIterator<Item = PathBuf>) {
         }
         protected.push(lexical);
     }
-    let _ = DAEMON_DIRS.set(protected);
+    let _ = DAEMON_DIRS.set(DaemonFiles {
+        dirs: protected,
+        config_file: config_file.map(|file| normalize_lexically(&file)),
+    });
 }
 
 /// toold's own directories as [`protect_daemon_dirs`] set them (none before).
 pub fn daemon_dirs() -> &'static [PathBuf] {
-    DAEMON_DIRS.get().map_or(&[], Vec::as_slice)
+    DAEMON_DIRS.get().map_or(&[], |files| files.dirs.as_slice())
+}
+
+/// toold's own directories and config file as they are now: the directories, and the config
+/// file as named and as it resolves — a config file that is a symlink (dotfiles managed with
+/// stow) is protected by what it leads to as well as by its name, looked up again each time
+/// (the link may be repointed).
+pub fn daemon_files() -> Vec<PathBuf> {
+    let Some(files) = DAEMON_DIRS.get() else {
+        return Vec::new();
+    };
+    let mut all = files.dirs.clone();
+    if let Some(file) = &files.config_file {
+        let resolved = resolve_symlinks(file);
+        if !all.iter().any(|dir| file.starts_with(dir)) {
+            all.push(file.clone());
+        }
+        if !all.iter().any(|dir| resolved.starts_with(dir)) {
+            all.push(resolved);
+        }
+    }
+    all
 }
 
 /// The part of `path` after its last git directory component, judged.

@@ -122,17 +122,19 @@ pub fn serve(args: ServeArgs) -> Result<(), ServeError> {
         if !kernel.report().degraded.is_empty() {
             tracing::warn!(degraded = ?kernel.report().degraded, "this kernel cannot enforce every part of the command sandbox");
         }
+        let config_file = config_path.clone().or_else(crate::config::default_path);
         paths::protect_daemon_dirs(
-            [
-                config_path.clone().or_else(crate::config::default_path),
-                SessionStore::default_dir(),
-                socket_path,
-            ]
-            .into_iter()
-            .flatten()
-            .map(toold_dir_of),
+            [config_file.clone(), SessionStore::default_dir(), socket_path]
+                .into_iter()
+                .flatten()
+                .map(toold_dir_of),
+            config_file,
         );
         let store = SessionStore::new(SessionStore::default_dir().ok_or(ServeError::NoStateDirectory)?);
+        // Beside the sessions: `$XDG_STATE_HOME/toold/tmp`, each session's `/tmp`.
+        if let Some(toold) = store.dir().parent() {
+            crate::sandbox::private_tmp::set_base(toold.join("tmp"));
+        }
         let audit_path = crate::audit::default_path().ok_or(ServeError::NoStateDirectory)?;
         let audit = Arc::new(AuditLog::open(&audit_path, &config.audit));
         tokio::spawn(crate::audit::flush_in_background(Arc::downgrade(&audit)));

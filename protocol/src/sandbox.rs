@@ -1,6 +1,8 @@
 //! The command sandbox on the wire (EXTENSIONS.md section C): the modes, what a session asks
 //! for, what it gets (its snapshot), and what the kernel enforces (`initialize`'s report).
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 /// What a command started by `run_command` may write. Ordered from the loosest to the
@@ -92,6 +94,9 @@ pub struct SandboxReport {
     /// What a mode would ask for and cannot be enforced here (names of `metadata.sandbox`'s
     /// `degraded`); empty when everything can.
     pub degraded: Vec<String>,
+    /// Why, for each name in `degraded`: the layer that failed and the kernel's error.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub why: BTreeMap<String, String>,
 }
 
 #[cfg(test)]

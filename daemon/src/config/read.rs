@@ -368,6 +368,13 @@ fn sandbox(field: &Field<'_, '_>, warnings: &mut Vec<Fault>) -> Result<SandboxCo
                         .push(std::fs::canonicalize(&path).unwrap_or(path));
                 }
             }
+            "hidden" => {
+                // The list replaces the default one: `hidden = []` hides nothing.
+                sandbox.hidden.clear();
+                for item in entry.elements("an array of paths")? {
+                    sandbox.hidden.push(item.absolute_path()?);
+                }
+            }
             "on_unsupported" => {
                 sandbox.on_unsupported = match entry.string()? {
                     "warn" => OnUnsupported::Warn,
@@ -385,6 +392,7 @@ fn sandbox(field: &Field<'_, '_>, warnings: &mut Vec<Fault>) -> Result<SandboxCo
                     "mode",
                     "network",
                     "writable",
+                    "hidden",
                     "on_unsupported",
                     "allow_unsandboxed",
                 ]));

@@ -1,18 +1,21 @@
 //! What this kernel lets the daemon enforce, probed once by trying each layer on a real child
 //! (the commands' shell), and the daemon socket commands are kept from.
 
+use std::collections::BTreeMap;
 use std::io;
 use std::os::fd::OwnedFd;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use toold_protocol::SandboxReport;
 
+use super::git::GitPath;
 use super::kept_out::DaemonSocket;
-use super::{ChildPlan, Protection, landlock, namespace, seccomp};
+use super::namespace::{Mounts, Place, View};
+use super::{ChildPlan, Protection, landlock, seccomp};
 use crate::spawn::{self, Launch};
 
-/// The layers that work here.
+/// The layers that work here, and why each that does not.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Kernel {
     pub landlock_abi: Option<u32>,
@@ -22,8 +25,13 @@ pub(crate) struct Kernel {
     pub namespaces: bool,
     /// ... and a PID namespace in it, with its own `/proc`.
     pub pid_namespace: bool,
+    /// ... and everything but the places shown made read-only (`open_tree`, `move_mount`,
+    /// `mount_setattr`: Linux 5.12).
+    pub read_only_elsewhere: bool,
     /// A seccomp filter could be installed.
     pub seccomp: bool,
+    /// Why each layer that failed did, by the layer's name.
+    pub failures: BTreeMap<&'static str, String>,
 }
 
 impl Kernel {
@@ -42,8 +50,45 @@ impl Kernel {
             Protection::Filesystem => self.landlock_fs(),
             Protection::Network | Protection::IoUring => self.seccomp,
             Protection::Signals => self.landlock_scopes(),
-            Protection::GitMetadata => self.namespaces,
+            Protection::GitMetadata
+            | Protection::PrivateTmp
+            | Protection::HiddenPaths
+            | Protection::LocalServices => self.namespaces,
+            Protection::UnchangedOutside => self.read_only_elsewhere,
+            Protection::OwnProcesses => self.pid_namespace,
         }
+    }
+
+    /// Why this kernel cannot enforce `protection`, in a person's words; `None` when it can.
+    pub(crate) fn why_not(&self, protection: Protection) -> Option<String> {
+        if self.enforces(protection) {
+            return None;
+        }
+        let layer = match protection {
+            Protection::Filesystem => "landlock",
+            Protection::Network | Protection::IoUring => "seccomp",
+            Protection::Signals if !self.landlock => "landlock",
+            Protection::Signals => {
+                return Some(format!(
+                    "Landlock's signal scope needs ABI 6; this kernel has ABI {}",
+                    self.landlock_abi.unwrap_or(0)
+                ));
+            }
+            Protection::GitMetadata
+            | Protection::PrivateTmp
+            | Protection::HiddenPaths
+            | Protection::LocalServices => "mount_namespace",
+            Protection::UnchangedOutside if !self.namespaces => "mount_namespace",
+            Protection::UnchangedOutside => "read_only_elsewhere",
+            Protection::OwnProcesses if !self.namespaces => "mount_namespace",
+            Protection::OwnProcesses => "pid_namespace",
+        };
+        Some(
+            self.failures
+                .get(layer)
+                .cloned()
+                .unwrap_or_else(|| format!("{layer} is not available")),
+        )
     }
 
     /// How commands are kept from the daemon's socket: the first tier that works.
@@ -67,10 +112,9 @@ impl Kernel {
 
     /// The report of `initialize` and `toold status`.
     pub(crate) fn report(&self) -> SandboxReport {
-        let degraded = Protection::ALL
+        let missing: Vec<Protection> = Protection::ALL
             .into_iter()
             .filter(|protection| !self.enforces(*protection))
-            .map(|protection| protection.as_str().to_owned())
             .collect();
         SandboxReport {
             landlock_abi: self.landlock_abi,
@@ -78,7 +122,16 @@ impl Kernel {
             network: self.seccomp,
             daemon_socket: self.daemon_socket_tier().to_owned(),
             processes: self.processes_tier().to_owned(),
-            degraded,
+            degraded: missing
+                .iter()
+                .map(|protection| protection.as_str().to_owned())
+                .collect(),
+            why: missing
+                .iter()
+                .filter_map(|protection| {
+                    Some((protection.as_str().to_owned(), self.why_not(*protection)?))
+                })
+                .collect(),
         }
     }
 }
@@ -88,34 +141,18 @@ impl Kernel {
 pub(crate) fn probe() -> &'static Kernel {
     static KERNEL: OnceLock<Kernel> = OnceLock::new();
     KERNEL.get_or_init(|| {
-        let namespaces = |own_pids: bool| {
-            move |scratch: &Path| -> io::Result<ChildPlan> {
-                let hidden = scratch.join("hidden");
-                let file = scratch.join("file");
-                std::fs::create_dir_all(&hidden)?;
-                std::fs::write(&file, "")?;
-                let socket = DaemonSocket {
-                    path: hidden.join("toold.sock"),
-                    hidden_dir: Some(hidden),
-                };
-                let git = [
-                    namespace::GitPath::Pinned(scratch.to_owned()),
-                    namespace::GitPath::ReadOnly(file),
-                ];
-                let mounts = namespace::Mounts::plan(Some(&socket), &git, &[]);
-                Ok(ChildPlan {
-                    namespace: Some(if own_pids {
-                        mounts.with_own_pids()
-                    } else {
-                        mounts
-                    }),
-                    ..ChildPlan::default()
-                })
+        let mut failures = BTreeMap::new();
+        let mut tried = |layer: &'static str, works: Result<(), String>| match works {
+            Ok(()) => true,
+            Err(why) => {
+                tracing::warn!(layer, %why, "the kernel does not allow this sandbox layer here");
+                failures.insert(layer, why);
+                false
             }
         };
-        let kernel = Kernel {
-            landlock_abi: landlock::kernel_abi(),
-            landlock: works_in_a_child("landlock", |scratch| {
+        let landlock = tried(
+            "landlock",
+            works_in_a_child(|scratch| {
                 Ok(ChildPlan {
                     landlock: Some(
                         landlock::ruleset(&[scratch.to_owned()], false)
@@ -124,9 +161,24 @@ pub(crate) fn probe() -> &'static Kernel {
                     ..ChildPlan::default()
                 })
             }),
-            namespaces: works_in_a_child("user and mount namespaces", namespaces(false)),
-            pid_namespace: works_in_a_child("a PID namespace", namespaces(true)),
-            seccomp: works_in_a_child("seccomp", |_| {
+        );
+        let namespaces = tried(
+            "mount_namespace",
+            works_in_a_child(|scratch| namespace_plan(scratch, false, false)),
+        );
+        let pid_namespace = namespaces
+            && tried(
+                "pid_namespace",
+                works_in_a_child(|scratch| namespace_plan(scratch, true, false)),
+            );
+        let read_only_elsewhere = namespaces
+            && tried(
+                "read_only_elsewhere",
+                works_in_a_child(|scratch| namespace_plan(scratch, false, true)),
+            );
+        let seccomp = tried(
+            "seccomp",
+            works_in_a_child(|_| {
                 Ok(ChildPlan {
                     seccomp: Some(
                         seccomp::program(false)
@@ -135,43 +187,123 @@ pub(crate) fn probe() -> &'static Kernel {
                     ..ChildPlan::default()
                 })
             }),
+        );
+        let kernel = Kernel {
+            landlock_abi: landlock::kernel_abi(),
+            landlock,
+            namespaces,
+            pid_namespace,
+            read_only_elsewhere,
+            seccomp,
+            failures,
         };
         tracing::info!(?kernel, "command sandbox probed");
         kernel
     })
 }
 
+/// A namespace with every kind of mount a command's has, on paths in `scratch`: a socket's
+/// directory covered, a directory pinned and a file bound read-only, a place shown over
+/// another directory; with `own_pids` a PID namespace and its `/proc`; with
+/// `read_only_elsewhere` everything else made read-only.
+fn namespace_plan(
+    scratch: &Path,
+    own_pids: bool,
+    read_only_elsewhere: bool,
+) -> io::Result<ChildPlan> {
+    let hidden = scratch.join("hidden");
+    let file = scratch.join("file");
+    let shown = scratch.join("shown");
+    let over = scratch.join("over");
+    for dir in [&hidden, &shown, &over] {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(&file, "")?;
+    let socket = DaemonSocket {
+        path: hidden.join("toold.sock"),
+        hidden_dir: Some(hidden),
+    };
+    let git = [GitPath::Pinned(scratch.to_owned()), GitPath::ReadOnly(file)];
+    let places = [
+        Place::at_itself(scratch.to_owned(), true),
+        Place {
+            source: shown,
+            target: over,
+            writable: true,
+        },
+    ];
+    let writable = [scratch.to_owned()];
+    let view = View {
+        socket: Some(&socket),
+        git: &git,
+        places: &places,
+        read_only_elsewhere,
+        writable: &writable,
+        hidden: &[],
+        protected: &[],
+    };
+    let mounts = Mounts::plan(&view).map_err(io::Error::other)?;
+    Ok(ChildPlan {
+        namespace: Some(if own_pids {
+            mounts.with_own_pids()
+        } else {
+            mounts
+        }),
+        ..ChildPlan::default()
+    })
+}
+
+/// A scratch directory for the probe where nothing the sandbox hides lies (a `$TMPDIR` inside
+/// the runtime directory would put it under a cover): the temp directory, else `/tmp`, else
+/// `/var/tmp`.
+fn scratch_dir() -> io::Result<tempfile::TempDir> {
+    let hidden = &super::kept_out::local_services().dirs;
+    let candidates = [
+        std::env::temp_dir(),
+        PathBuf::from("/tmp"),
+        PathBuf::from("/var/tmp"),
+    ];
+    let mut last = io::Error::other("no directory for the sandbox probe");
+    for dir in candidates {
+        let Ok(resolved) = std::fs::canonicalize(&dir) else {
+            continue;
+        };
+        if hidden.iter().any(|covered| resolved.starts_with(covered)) {
+            continue;
+        }
+        match tempfile::Builder::new()
+            .prefix("toold-probe-")
+            .tempdir_in(&resolved)
+        {
+            Ok(scratch) => return Ok(scratch),
+            Err(err) => last = err,
+        }
+    }
+    Err(last)
+}
+
 /// Whether the commands' shell runs (`bash -c :`) with the layer `plan` makes (given a scratch
-/// directory) applied between its clone and its exec, as a command's would be.
-fn works_in_a_child(layer: &str, plan: impl FnOnce(&Path) -> io::Result<ChildPlan>) -> bool {
-    let tried = tempfile::Builder::new()
-        .prefix("toold-probe-")
-        .tempdir()
-        .and_then(|scratch| {
-            let plan = plan(scratch.path())?;
-            let args = ["--noprofile", "--norc", "-c", ":"].map(std::ffi::OsStr::new);
-            let launch = Launch::new(Path::new(spawn::SHELL), args, [], Path::new("/"))?;
-            let null = OwnedFd::from(
-                std::fs::File::options()
-                    .read(true)
-                    .write(true)
-                    .open("/dev/null")?,
-            );
-            let (mut child, _known) = crate::process_tree::spawn_known(
-                || spawn::spawn(&launch, &plan, &null, &null, &null),
-                |child| Some(child.id()),
-            )?;
-            child.wait_blocking()
-        });
+/// directory) applied between its clone and its exec, as a command's would be; why not.
+fn works_in_a_child(plan: impl FnOnce(&Path) -> io::Result<ChildPlan>) -> Result<(), String> {
+    let tried = scratch_dir().and_then(|scratch| {
+        let plan = plan(scratch.path())?;
+        let args = ["--noprofile", "--norc", "-c", ":"].map(std::ffi::OsStr::new);
+        let launch = Launch::new(Path::new(spawn::SHELL), args, [], Path::new("/"))?;
+        let null = OwnedFd::from(
+            std::fs::File::options()
+                .read(true)
+                .write(true)
+                .open("/dev/null")?,
+        );
+        let (mut child, _known) = crate::process_tree::spawn_known(
+            || spawn::spawn(&launch, &plan, &null, &null, &null),
+            |child| Some(child.id()),
+        )?;
+        child.wait_blocking()
+    });
     match tried {
-        Ok(status) if status.success() => true,
-        Ok(status) => {
-            tracing::warn!(layer, %status, "the sandbox probe's child failed");
-            false
-        }
-        Err(err) => {
-            tracing::warn!(layer, %err, "the kernel does not allow this sandbox layer here");
-            false
-        }
+        Ok(status) if status.success() => Ok(()),
+        Ok(status) => Err(format!("the probe's shell failed ({status})")),
+        Err(err) => Err(err.to_string()),
     }
 }

@@ -26,10 +26,13 @@
 //! What the kernel offers is probed once ([`kernel`]); what a call asked for and could not get
 //! is named in `metadata.sandbox.degraded`, never silently dropped.
 
+mod git;
+pub(crate) mod hidden;
 pub(crate) mod kept_out;
 pub(crate) mod kernel;
 mod landlock;
 mod namespace;
+pub(crate) mod private_tmp;
 mod seccomp;
 
 use std::io;
@@ -39,6 +42,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 use toold_protocol::{SandboxMode, SandboxSettings};
 
+use self::namespace::{Place, View};
 use crate::spawn::{ChildSetup, Plain};
 
 /// What to do when the kernel cannot enforce part of what a session's sandbox asks for.
@@ -52,15 +56,30 @@ pub enum OnUnsupported {
 }
 
 /// `[sandbox]` of the config.
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct SandboxConfig {
     /// Every session's sandbox unless it asks for another.
     pub settings: SandboxSettings,
     /// Extra directories commands may write under (absolute).
     pub writable: Vec<PathBuf>,
+    /// What commands cannot read at all (absolute): credential stores by default
+    /// ([`hidden::default_paths`]).
+    pub hidden: Vec<PathBuf>,
     pub on_unsupported: OnUnsupported,
     /// Whether a session may ask for a looser sandbox than `settings`.
     pub allow_unsandboxed: bool,
+}
+
+impl Default for SandboxConfig {
+    fn default() -> Self {
+        Self {
+            settings: SandboxSettings::default(),
+            writable: Vec::new(),
+            hidden: hidden::default_paths(),
+            on_unsupported: OnUnsupported::default(),
+            allow_unsandboxed: false,
+        }
+    }
 }
 
 impl SandboxConfig {
@@ -69,24 +88,35 @@ impl SandboxConfig {
         CommandSandbox {
             settings: self.settings,
             writable: self.writable.clone().into(),
+            hidden: self.hidden.clone().into(),
             on_unsupported: self.on_unsupported,
+            private_dir: None,
         }
     }
 
     /// One line for `toold check-config`.
     pub fn summary(&self) -> String {
+        let list = |paths: &[PathBuf]| {
+            paths
+                .iter()
+                .map(|dir| dir.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
         let writable = if self.writable.is_empty() {
             String::new()
         } else {
-            let dirs: Vec<String> = self
-                .writable
-                .iter()
-                .map(|dir| dir.display().to_string())
-                .collect();
-            format!(", also writable: {}", dirs.join(", "))
+            format!(", also writable: {}", list(&self.writable))
+        };
+        let hidden = if self.hidden == hidden::default_paths() {
+            String::new()
+        } else if self.hidden.is_empty() {
+            ", nothing hidden".to_owned()
+        } else {
+            format!(", hidden: {}", list(&self.hidden))
         };
         format!(
-            "sandbox: mode {}, network {}{writable}, on_unsupported {}{}",
+            "sandbox: mode {}, network {}{writable}{hidden}, on_unsupported {}{}",
             self.settings.mode.as_str(),
             if self.settings.network { "on" } else { "off" },
             match self.on_unsupported {
@@ -107,7 +137,13 @@ impl SandboxConfig {
 pub struct CommandSandbox {
     pub settings: SandboxSettings,
     pub writable: Arc<[PathBuf]>,
+    /// Paths commands cannot read: the config's `hidden`, and what the session's read deny
+    /// rules name.
+    pub hidden: Arc<[PathBuf]>,
     pub on_unsupported: OnUnsupported,
+    /// The session's own directory for its commands' `/tmp` and `/dev/shm`, kept across its
+    /// calls ([`private_tmp`]); `None`: each call gets one of its own.
+    pub private_dir: Option<Arc<Path>>,
 }
 
 impl Default for CommandSandbox {
@@ -122,6 +158,9 @@ impl Default for CommandSandbox {
 pub(crate) enum Protection {
     /// Writes only where the mode allows (Landlock).
     Filesystem,
+    /// Outside the writable directories nothing changes at all: no mode, owner or time
+    /// either (everything else mounted read-only).
+    UnchangedOutside,
     /// No IP sockets (seccomp, and Landlock's TCP rules where the kernel has them).
     Network,
     /// `io_uring` refused (seccomp): it would bypass the filter.
@@ -131,25 +170,45 @@ pub(crate) enum Protection {
     /// `.git/config`, `.git/hooks` and `.git` files read-only inside the roots (mount
     /// namespace).
     GitMetadata,
+    /// `/tmp` and `/dev/shm` of the session's own (mount namespace).
+    PrivateTmp,
+    /// Credential stores and what read deny rules name cannot be read (mount namespace).
+    HiddenPaths,
+    /// The runtime directory's services and the container engines' sockets are covered
+    /// (mount namespace).
+    LocalServices,
+    /// Each command in a PID namespace of its own: it sees only its own processes, and all
+    /// of them end with it.
+    OwnProcesses,
 }
 
 impl Protection {
     /// Every protection, in the order reports list them.
-    pub(crate) const ALL: [Protection; 5] = [
+    pub(crate) const ALL: [Protection; 10] = [
         Protection::Filesystem,
+        Protection::UnchangedOutside,
         Protection::Network,
         Protection::IoUring,
         Protection::Signals,
         Protection::GitMetadata,
+        Protection::PrivateTmp,
+        Protection::HiddenPaths,
+        Protection::LocalServices,
+        Protection::OwnProcesses,
     ];
 
     pub(crate) fn as_str(self) -> &'static str {
         match self {
             Protection::Filesystem => "filesystem",
+            Protection::UnchangedOutside => "unchanged_outside",
             Protection::Network => "network",
             Protection::IoUring => "io_uring",
             Protection::Signals => "signals",
             Protection::GitMetadata => "git_metadata",
+            Protection::PrivateTmp => "private_tmp",
+            Protection::HiddenPaths => "hidden_paths",
+            Protection::LocalServices => "local_services",
+            Protection::OwnProcesses => "pid_namespace",
         }
     }
 }
@@ -173,13 +232,19 @@ pub(crate) struct Confinement {
     /// `None` with mode `off`.
     plan: Option<Arc<ChildPlan>>,
     enforced: Vec<&'static str>,
-    degraded: Vec<&'static str>,
-    /// Where the command may write, for the hint of a likely denial.
+    /// What is missing, each with why.
+    degraded: Vec<(&'static str, String)>,
+    /// Where the command may write, for the hint of a likely denial (as the command sees
+    /// them).
+    writable_shown: Vec<PathBuf>,
+    /// Where the command may write on the host (the Landlock rules' directories).
     writable: Vec<PathBuf>,
-    /// `read_only`'s private temp directory, removed when the call ends.
-    private_tmp: Option<tempfile::TempDir>,
+    /// The command's `TMPDIR`, when the sandbox sets it.
+    tmpdir: Option<PathBuf>,
+    /// A call's own temp directory, removed when the call ends.
+    call_dir: Option<tempfile::TempDir>,
     /// Repository metadata that did not exist and must not after the call.
-    must_not_appear: Vec<namespace::Forbidden>,
+    must_not_appear: Vec<git::Forbidden>,
 }
 
 /// What the child applies, in order.
@@ -208,8 +273,10 @@ impl Confinement {
                 plan: None,
                 enforced: Vec::new(),
                 degraded: Vec::new(),
+                writable_shown: Vec::new(),
                 writable: Vec::new(),
-                private_tmp: None,
+                tmpdir: None,
+                call_dir: None,
                 must_not_appear: Vec::new(),
             });
         }
@@ -226,13 +293,16 @@ impl Confinement {
                 _ => true,
             });
         for protection in needed {
-            if kernel.enforces(protection) {
-                enforced.push(protection.as_str());
-            } else {
-                degraded.push(protection.as_str());
+            match kernel.why_not(protection) {
+                None => enforced.push(protection.as_str()),
+                Some(why) => degraded.push((protection.as_str(), why)),
             }
         }
         if sandbox.on_unsupported == OnUnsupported::Refuse && !degraded.is_empty() {
+            let missing: Vec<String> = degraded
+                .iter()
+                .map(|(name, why)| format!("{name} ({why})"))
+                .collect();
             return Err(Unbuildable::Unavailable(format!(
                 "the command did not run: its sandbox (mode {}{}) needs {} which this \
                      kernel cannot enforce, and the config says on_unsupported = \"refuse\"; \
@@ -243,45 +313,128 @@ impl Confinement {
                 } else {
                     ", network off"
                 },
-                degraded.join(", "),
+                missing.join(", "),
             )));
         }
+        let failed = |what: &str| {
+            let what = what.to_owned();
+            move |err: io::Error| Unbuildable::Failed(format!("cannot {what}: {err}"))
+        };
+        let writes_roots = settings.mode == SandboxMode::WorkspaceWrite;
+        // The temp directories: with a mount namespace, `/tmp` and `/dev/shm` of the session's
+        // own (a call's own in `read_only`); without, the host's (and a call's own `TMPDIR` in
+        // `read_only`).
+        let mut call_dir = None;
+        let private = if kernel.namespaces {
+            let dir = match (&sandbox.private_dir, writes_roots) {
+                (Some(dir), true) => private_tmp::PrivateDirs::of_session(dir),
+                _ => {
+                    let made = private_tmp::call_dir()
+                        .map_err(failed("make the command's private temp directory"))?;
+                    let dirs = private_tmp::PrivateDirs::of_call(made.path());
+                    call_dir = Some(made);
+                    dirs
+                }
+            }
+            .map_err(failed("make the command's private temp directory"))?;
+            Some(dir)
+        } else {
+            None
+        };
+        let mut writable: Vec<PathBuf> = Vec::new();
+        let mut places: Vec<Place> = Vec::new();
+        let tmpdir;
+        match &private {
+            Some(private) => {
+                writable.extend([private.tmp.clone(), private.shm.clone()]);
+                places.push(Place {
+                    source: private.tmp.clone(),
+                    target: PathBuf::from("/tmp"),
+                    writable: true,
+                });
+                if Path::new("/dev/shm").is_dir() {
+                    places.push(Place {
+                        source: private.shm.clone(),
+                        target: PathBuf::from("/dev/shm"),
+                        writable: true,
+                    });
+                }
+                tmpdir = Some(PathBuf::from("/tmp"));
+            }
+            None if writes_roots => {
+                writable.extend(temp_dirs().iter().cloned());
+                tmpdir = None;
+            }
+            None => {
+                let made = private_tmp::call_dir()
+                    .map_err(failed("make the command's private temp directory"))?;
+                writable.push(made.path().to_owned());
+                tmpdir = Some(made.path().to_owned());
+                call_dir = Some(made);
+            }
+        }
+        // The roots (canonical) and the working directory as the call names it, shown: a
+        // private `/tmp` would hide one that lies under `/tmp`.
+        let cwd_place = std::fs::canonicalize(cwd).ok().map(|source| Place {
+            source,
+            target: cwd.to_owned(),
+            writable: false,
+        });
+        if writes_roots {
+            for dir in roots.iter().chain(sandbox.writable.iter()) {
+                writable.push(dir.clone());
+                if dir.is_dir() {
+                    places.push(Place::at_itself(dir.clone(), true));
+                }
+            }
+            if !roots.iter().any(|root| cwd.starts_with(root)) {
+                places.extend(cwd_place);
+            }
+        } else {
+            places.extend(
+                roots
+                    .iter()
+                    .map(|root| Place::at_itself(root.clone(), false)),
+            );
+            places.extend(cwd_place);
+        }
+        let places = private
+            .as_ref()
+            .map(|_| private_tmp::arrange(places))
+            .transpose()
+            .map_err(failed("make the mount points of the command's /tmp"))?
+            .unwrap_or_default();
+        let writable_shown: Vec<PathBuf> = writable
+            .iter()
+            .map(|dir| {
+                places
+                    .iter()
+                    .find(|place| &place.source == dir)
+                    .map_or_else(|| dir.clone(), |place| place.target.clone())
+            })
+            .collect();
 
         // After the refusal: looking may make a missing `.git/hooks`.
-        let protected_git = if settings.mode == SandboxMode::WorkspaceWrite {
-            namespace::git_metadata(roots, cwd)
+        let protected_git = if writes_roots && kernel.namespaces {
+            git::git_metadata(roots, cwd, &writable)
         } else {
-            // Nothing under the roots is writable at all.
             Vec::new()
         };
-        let private_tmp = match settings.mode {
-            SandboxMode::ReadOnly => Some(
-                tempfile::Builder::new()
-                    .prefix("toold-call-")
-                    .tempdir()
-                    .map_err(|err| {
-                        Unbuildable::Failed(format!(
-                            "cannot create the command's private temp directory: {err}"
-                        ))
-                    })?,
-            ),
-            _ => None,
-        };
-        let writable: Vec<PathBuf> = match &private_tmp {
-            Some(dir) => vec![dir.path().to_owned()],
-            None => roots
-                .iter()
-                .cloned()
-                .chain(temp_dirs().iter().cloned())
-                .chain(sandbox.writable.iter().cloned())
-                .collect(),
-        };
         let namespace = if kernel.namespaces {
+            make_missing_daemon_dirs(&writable);
+            let protected = crate::paths::daemon_files();
+            let view = View {
+                socket: kept_out::daemon_socket(),
+                git: &protected_git,
+                places: &places,
+                read_only_elsewhere: kernel.read_only_elsewhere,
+                writable: &writable,
+                hidden: &sandbox.hidden,
+                protected: &protected,
+            };
+            let mounts = namespace::Mounts::plan(&view).map_err(Unbuildable::Failed)?;
             enforced.push("mount_namespace");
-            let mounts =
-                namespace::Mounts::plan(kept_out::daemon_socket(), &protected_git, &writable);
             Some(if kernel.pid_namespace {
-                enforced.push("pid_namespace");
                 mounts.with_own_pids()
             } else {
                 mounts
@@ -292,7 +445,7 @@ impl Confinement {
         let must_not_appear = protected_git
             .iter()
             .filter_map(|path| match path {
-                namespace::GitPath::MustNotAppear(path) => namespace::Forbidden::of(path),
+                git::GitPath::MustNotAppear(path) => git::Forbidden::of(path),
                 _ => None,
             })
             .collect();
@@ -322,21 +475,23 @@ impl Confinement {
             })),
             enforced,
             degraded,
+            writable_shown,
             writable,
-            private_tmp,
+            tmpdir,
+            call_dir,
             must_not_appear,
         })
     }
 
     /// Builds the ruleset of the next command of this sandbox in the background (see
-    /// [`landlock::build_ahead`]); a command's private temp directory is its own, so its
-    /// sandbox is never asked for again.
+    /// [`landlock::build_ahead`]); a call's own temp directory is its own, so its sandbox is
+    /// never asked for again.
     pub(crate) fn build_ahead(&self) {
         let uses_landlock = self
             .plan
             .as_ref()
             .is_some_and(|plan| plan.landlock.is_some());
-        if uses_landlock && self.private_tmp.is_none() {
+        if uses_landlock && self.call_dir.is_none() {
             landlock::build_ahead(&self.writable, self.settings.network);
         }
     }
@@ -372,9 +527,10 @@ impl Confinement {
         self.plan.is_some()
     }
 
-    /// The command's `TMPDIR`, when the sandbox gives it a private one.
-    pub(crate) fn private_tmp(&self) -> Option<&Path> {
-        self.private_tmp.as_ref().map(tempfile::TempDir::path)
+    /// The command's `TMPDIR`, when the sandbox sets it: `/tmp` when that is the session's
+    /// own, else a call's own directory (`read_only` without a mount namespace).
+    pub(crate) fn tmpdir(&self) -> Option<&Path> {
+        self.tmpdir.as_deref()
     }
 
     /// What the child applies between its clone and its exec ([`crate::spawn`]).
@@ -388,12 +544,21 @@ impl Confinement {
     /// `metadata.sandbox` for the call's result; `denial_hint` from [`Self::denial_hint`] when
     /// the command failed, `removed` from [`Self::undo_forbidden_creations`].
     pub(crate) fn metadata(&self, denial_hint: Option<&str>, removed: &[PathBuf]) -> Value {
+        let degraded: Vec<&str> = self.degraded.iter().map(|(name, _)| *name).collect();
         let mut metadata = json!({
             "mode": self.settings.mode.as_str(),
             "network": self.settings.network,
             "enforced": self.enforced,
-            "degraded": self.degraded,
+            "degraded": degraded,
         });
+        if !self.degraded.is_empty() {
+            let why: serde_json::Map<String, Value> = self
+                .degraded
+                .iter()
+                .map(|(name, why)| ((*name).to_owned(), json!(why)))
+                .collect();
+            metadata["why"] = Value::Object(why);
+        }
         if !removed.is_empty() {
             metadata["removed"] = json!(removed);
         }
@@ -411,7 +576,7 @@ impl Confinement {
             return None;
         }
         let dirs: Vec<String> = self
-            .writable
+            .writable_shown
             .iter()
             .map(|dir| dir.display().to_string())
             .collect();
@@ -479,6 +644,21 @@ fn mark_descriptors_close_on_exec() -> io::Result<()> {
         Ok(())
     } else {
         Err(io::Error::last_os_error())
+    }
+}
+
+/// toold's own directories that do not exist yet where a command could make them (under a
+/// root): made now, empty, so that they can be bound read-only like the others. A config
+/// directory made by a command would hold a config whose hooks run unsandboxed at the next
+/// reload.
+fn make_missing_daemon_dirs(writable: &[PathBuf]) {
+    for dir in crate::paths::daemon_dirs() {
+        if writable.iter().any(|place| dir.starts_with(place))
+            && !dir.exists()
+            && let Err(err) = crate::confined::open_dir_creating(dir)
+        {
+            tracing::warn!(dir = %dir.display(), %err, "cannot make toold's own directory to protect it");
+        }
     }
 }
 

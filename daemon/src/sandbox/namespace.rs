@@ -14,15 +14,161 @@ use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
+use nix::fcntl::OFlag;
 use nix::libc;
 
+use super::git::GitPath;
 use super::kept_out::{DaemonSocket, local_services};
+
+/// A directory of the host shown in a command's view: `source` at `target` — the same path for
+/// a root or a `writable` directory, the session's private temp directory at `/tmp`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Place {
+    pub source: PathBuf,
+    pub target: PathBuf,
+    pub writable: bool,
+}
+
+impl Place {
+    /// A place shown where it is on the host.
+    pub(super) fn at_itself(path: PathBuf, writable: bool) -> Self {
+        Self {
+            source: path.clone(),
+            target: path,
+            writable,
+        }
+    }
+
+    fn replaces(&self) -> bool {
+        self.source != self.target
+    }
+}
+
+/// What a command's mount namespace is planned from (host paths throughout).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct View<'a> {
+    pub socket: Option<&'a DaemonSocket>,
+    pub git: &'a [GitPath],
+    /// Shown in the view, outermost target first (a place inside another is attached after
+    /// it, over it).
+    pub places: &'a [Place],
+    /// Everything but the places made read-only (`mount_setattr`, Linux 5.12).
+    pub read_only_elsewhere: bool,
+    /// Where the command may write (the Landlock rules' directories).
+    pub writable: &'a [PathBuf],
+    /// Covered: directories by an empty read-only tmpfs, anything else by `/dev/null`.
+    pub hidden: &'a [PathBuf],
+    /// toold's own files and directories (they exist), bound read-only where the command could
+    /// otherwise write them, with their parents pinned.
+    pub protected: &'a [PathBuf],
+}
+
+impl View<'_> {
+    /// The place a host path lies in as the view shows it: the deepest place whose target
+    /// holds it.
+    fn place_of(&self, path: &Path) -> Option<&Place> {
+        self.places
+            .iter()
+            .filter(|place| path.starts_with(&place.target))
+            .max_by_key(|place| place.target.components().count())
+    }
+
+    /// Whether the view shows the host's `path` at that path: not inside a place shown over
+    /// another directory (`/tmp`), where the host's files are not there to be reached.
+    fn shows_host_path(&self, path: &Path) -> bool {
+        self.place_of(path).is_none_or(|place| !place.replaces())
+    }
+
+    /// Whether `place` lies under another place shown elsewhere (a root under the private
+    /// `/tmp`): its target is then a mount point made there, not the host's directory.
+    fn under_a_replacing_place(&self, place: &Place) -> bool {
+        self.places.iter().any(|outer| {
+            outer.replaces() && outer != place && place.target.starts_with(&outer.target)
+        })
+    }
+
+    /// Whether a command could write `path` where the view shows it.
+    fn writable_at(&self, path: &Path) -> bool {
+        self.shows_host_path(path) && self.writable.iter().any(|dir| path.starts_with(dir))
+    }
+
+    /// `path`'s parents that a command could rename (inside a writable directory, not the
+    /// directory itself), outermost first: a pin of each keeps a mount below from being moved
+    /// away with its parent, and a decoy from taking its place.
+    fn renamable_parents<'p>(&self, path: &'p Path) -> Vec<&'p Path> {
+        let mut parents: Vec<&Path> = path
+            .ancestors()
+            .skip(1)
+            .filter(|parent| {
+                self.shows_host_path(parent)
+                    && self
+                        .writable
+                        .iter()
+                        .chain(self.places.iter().map(|place| &place.target))
+                        .any(|dir| parent.starts_with(dir) && parent != dir)
+            })
+            .collect();
+        parents.reverse();
+        parents
+    }
+}
+
+/// The most places one view may show: the child keeps their detached copies on its stack.
+pub(super) const MAX_PLACES: usize = 64;
+
+/// A place as the child attaches it.
+#[derive(Debug)]
+struct PlaceMount {
+    source: CString,
+    /// The source's device and inode when planned: the child opens the source without
+    /// following a symlink anywhere along its path and checks that it is still this
+    /// directory, so that what was planned is what is shown, whatever a component became
+    /// since (a descriptor opened here would name a mount of the daemon's namespace, which the
+    /// child's cannot copy).
+    source_identity: (u64, u64),
+    target: CString,
+    /// A place shown at its own path: its target must be the source itself.
+    at_itself: bool,
+    writable: bool,
+    /// For a remount read-only without `mount_setattr`.
+    locked: libc::c_ulong,
+}
+
+impl PlaceMount {
+    /// `place` of `view` as the child attaches it.
+    fn of(place: &Place, view: &View<'_>) -> Result<Self, String> {
+        let cannot = |err: io::Error| {
+            format!(
+                "cannot show {} in the command's sandbox: {err}",
+                place.source.display()
+            )
+        };
+        let source = crate::confined::open(&place.source, OFlag::O_PATH | OFlag::O_DIRECTORY)
+            .map_err(cannot)?;
+        let stat = nix::sys::stat::fstat(&source).map_err(|errno| cannot(errno.into()))?;
+        let invalid = || cannot(io::Error::from(io::ErrorKind::InvalidInput));
+        Ok(Self {
+            source: c_path(&place.source).ok_or_else(invalid)?,
+            source_identity: (stat.st_dev, stat.st_ino),
+            target: c_path(&place.target).ok_or_else(invalid)?,
+            // Under a place shown elsewhere (a root under the private `/tmp`) its target is a
+            // mount point made there, not the source.
+            at_itself: !place.replaces() && !view.under_a_replacing_place(place),
+            writable: place.writable,
+            locked: locked_flags(&place.source),
+        })
+    }
+}
 
 /// What the child mounts, every path and map line built before the fork.
 #[derive(Debug)]
 pub(super) struct Mounts {
     uid_map: Vec<u8>,
     gid_map: Vec<u8>,
+    /// Attached in order, before everything below.
+    places: Vec<PlaceMount>,
+    /// Everything outside the places is made read-only, the places copied first.
+    read_only_elsewhere: bool,
     /// Directories covered by an empty read-only tmpfs.
     hidden_dirs: Vec<CString>,
     /// Files covered by `/dev/null`.
@@ -35,274 +181,44 @@ pub(super) struct Mounts {
     own_pids: bool,
 }
 
-/// A path under the roots that commands must not change: a git directory is pinned (its
-/// `config`, `hooks` and the like are `ReadOnly` entries of their own), a `.git` file is
-/// read-only, and what git would read but does not exist yet must not appear.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum GitPath {
-    Pinned(PathBuf),
-    ReadOnly(PathBuf),
-    /// Absent, and to stay so: a mount cannot cover a path that does not exist, so one made
-    /// during the call is removed after it (`Confinement::undo_forbidden_creations`).
-    MustNotAppear(PathBuf),
-}
-
-/// A file that must not appear in a git directory, with that directory's identity when it
-/// was looked at: only an entry of that very directory is ever removed, whatever a command
-/// did to the path's components meanwhile (a component made a symlink leads elsewhere).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Forbidden {
-    pub(super) path: PathBuf,
-    dir_identity: (u64, u64),
-}
-
-impl Forbidden {
-    pub(super) fn of(path: &Path) -> Option<Self> {
-        use std::os::unix::fs::MetadataExt;
-        let dir = std::fs::symlink_metadata(path.parent()?).ok()?;
-        Some(Self {
-            path: path.to_owned(),
-            dir_identity: (dir.dev(), dir.ino()),
-        })
-    }
-
-    /// Removes the entry if it exists in the same directory, through a descriptor of that
-    /// directory opened without following any symlink; whether something was removed.
-    pub(super) fn remove(&self) -> std::io::Result<bool> {
-        use nix::fcntl::{AtFlags, OFlag};
-        use nix::sys::stat::fstat;
-        use nix::unistd::UnlinkatFlags;
-        let (Some(dir_path), Some(name)) = (self.path.parent(), self.path.file_name()) else {
-            return Ok(false);
-        };
-        let dir = match crate::confined::open(dir_path, OFlag::O_RDONLY | OFlag::O_DIRECTORY) {
-            Ok(dir) => dir,
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(false),
-            Err(err) => return Err(err),
-        };
-        let stat = fstat(&dir)?;
-        if (stat.st_dev, stat.st_ino) != self.dir_identity {
-            return Ok(false);
-        }
-        let entry = match nix::sys::stat::fstatat(&dir, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
-            Ok(entry) => entry,
-            Err(nix::errno::Errno::ENOENT) => return Ok(false),
-            Err(err) => return Err(err.into()),
-        };
-        // A directory there (which git cannot read as a file anyway) only if it is empty: its
-        // contents would have to be walked by path.
-        let how = if entry.st_mode & nix::libc::S_IFMT == nix::libc::S_IFDIR {
-            UnlinkatFlags::RemoveDir
-        } else {
-            UnlinkatFlags::NoRemoveDir
-        };
-        nix::unistd::unlinkat(&dir, name, how)?;
-        Ok(true)
-    }
-}
-
-/// What in a git directory git reads as configuration or runs as code: `config`, `hooks/`,
-/// `commondir` (which moves `config` and `hooks` elsewhere) and `config.worktree`.
-const GIT_DIR_CODE: [&str; 4] = ["config", "hooks", "commondir", "config.worktree"];
-
-/// How deep submodules' git directories (`modules/NAME/modules/…`) are looked for.
-const MAX_MODULE_DEPTH: usize = 4;
-
-/// The repository metadata to protect: the `.git` of each root, and of each directory from
-/// the working directory up to the root holding it (the repositories git finds from there);
-/// for each, its git directory (followed from a `.git` file), its submodules' and its
-/// worktrees' git directories.
-pub(super) fn git_metadata(roots: &[PathBuf], cwd: &Path) -> Vec<GitPath> {
-    let mut repositories: Vec<PathBuf> = roots.iter().map(|root| root.join(".git")).collect();
-    if let Some(root) = roots.iter().find(|root| cwd.starts_with(root)) {
-        let mut dir = Some(cwd);
-        while let Some(current) = dir.filter(|current| current.starts_with(root)) {
-            let git = current.join(".git");
-            if !repositories.contains(&git) {
-                repositories.push(git);
-            }
-            dir = current.parent();
-        }
-    }
-    let mut protected = Vec::new();
-    for git in repositories {
-        match std::fs::symlink_metadata(&git) {
-            Ok(meta) if meta.is_dir() => protect_git_dir(&git, 0, &mut protected),
-            Ok(meta) if meta.is_file() => {
-                protected.push(GitPath::ReadOnly(git.clone()));
-                if let Some(target) = git_file_target(&git) {
-                    protect_git_dir(&target, 0, &mut protected);
-                }
-            }
-            _ => {}
-        }
-    }
-    protected
-}
-
-/// The git directory a `.git` file names (`gitdir: PATH`, relative to the file's directory).
-fn git_file_target(file: &Path) -> Option<PathBuf> {
-    let text = std::fs::read_to_string(file).ok()?;
-    let named = text.lines().next()?.strip_prefix("gitdir:")?.trim();
-    let target = file.parent()?.join(named);
-    let target = std::fs::canonicalize(target).ok()?;
-    target.is_dir().then_some(target)
-}
-
-fn protect_git_dir(dir: &Path, depth: usize, protected: &mut Vec<GitPath>) {
-    if protected.contains(&GitPath::Pinned(dir.to_owned())) {
-        return;
-    }
-    protected.push(GitPath::Pinned(dir.to_owned()));
-    for name in GIT_DIR_CODE {
-        let path = dir.join(name);
-        match std::fs::symlink_metadata(&path) {
-            Ok(meta) if !meta.is_symlink() => protected.push(GitPath::ReadOnly(path)),
-            // A symlink is replaced by nothing a mount could cover; git follows it, so a
-            // command could change what it leads to only where it may write anyway.
-            Ok(_) => {}
-            // An empty hooks directory changes nothing for git, and can then be covered.
-            Err(_) if name == "hooks" && make_empty_dir(dir, name) => {
-                protected.push(GitPath::ReadOnly(path));
-            }
-            Err(_) => protected.push(GitPath::MustNotAppear(path)),
-        }
-    }
-    for worktree in subdirectories(&dir.join("worktrees")) {
-        for name in ["commondir", "config.worktree"] {
-            let path = worktree.join(name);
-            if std::fs::symlink_metadata(&path).is_ok_and(|meta| !meta.is_symlink()) {
-                protected.push(GitPath::ReadOnly(path));
-            }
-        }
-    }
-    if depth < MAX_MODULE_DEPTH {
-        protect_modules(&dir.join("modules"), depth + 1, protected);
-    }
-}
-
-/// Submodules' git directories under `modules/`: a name may hold slashes, so a directory
-/// without `HEAD` is looked into.
-fn protect_modules(modules: &Path, depth: usize, protected: &mut Vec<GitPath>) {
-    for entry in subdirectories(modules) {
-        if entry.join("HEAD").exists() {
-            protect_git_dir(&entry, depth, protected);
-        } else if depth < MAX_MODULE_DEPTH {
-            protect_modules(&entry, depth + 1, protected);
-        }
-    }
-}
-
-/// Makes the empty directory `name` in `dir`, reached without following any symlink (a
-/// command of another session may have made a component one); whether it was made.
-fn make_empty_dir(dir: &Path, name: &str) -> bool {
-    use nix::fcntl::OFlag;
-    use nix::sys::stat::Mode;
-    crate::confined::open(dir, OFlag::O_RDONLY | OFlag::O_DIRECTORY).is_ok_and(|dir| {
-        nix::sys::stat::mkdirat(&dir, name, Mode::from_bits_truncate(0o755)).is_ok()
-    })
-}
-
-fn subdirectories(dir: &Path) -> Vec<PathBuf> {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return Vec::new();
-    };
-    entries
-        .flatten()
-        .filter(|entry| entry.file_type().is_ok_and(|kind| kind.is_dir()))
-        .map(|entry| entry.path())
-        .collect()
-}
-
 impl Mounts {
-    /// `writable`: where the command may write; the socket's covered directory (or file) is
-    /// pinned with each of its parents inside one of them, so that none can be renamed away
-    /// (the cover would move with it, and a decoy take its place).
-    pub(super) fn plan(
-        socket: Option<&DaemonSocket>,
-        git: &[GitPath],
-        writable: &[PathBuf],
-    ) -> Self {
-        let mut mounts = Self::plan_socket_and_git(socket, git, writable);
-        // Services that run code for the user on request (systemd and the session bus in
-        // `$XDG_RUNTIME_DIR`, docker, podman, the system bus) are kept from commands as the
-        // daemon's socket is: one of them would run a command outside any sandbox. Not a
-        // directory that holds a place commands may write.
-        let services = local_services();
-        let hidden_services: Vec<&Path> = services
-            .dirs
-            .iter()
-            .map(PathBuf::as_path)
-            .filter(|dir| !writable.iter().any(|place| place.starts_with(dir)))
-            .collect();
-        mounts
-            .hidden_dirs
-            .extend(hidden_services.iter().filter_map(|dir| c_path(dir)));
-        mounts
-            .hidden_files
-            .extend(services.sockets.iter().filter_map(|socket| c_path(socket)));
-        // A cover inside another, and a pin at or inside a cover, would only cost a mount:
-        // nothing below a cover is seen, and a cover's mount point cannot be renamed.
-        let inside = |path: &CString, dir: &CString| {
-            let (path, dir) = (
-                Path::new(OsStr::from_bytes(path.as_bytes())),
-                Path::new(OsStr::from_bytes(dir.as_bytes())),
-            );
-            path.starts_with(dir)
-        };
-        let covers = mounts.hidden_dirs.clone();
-        mounts.hidden_dirs.retain(|dir| {
-            !covers
-                .iter()
-                .any(|other| other != dir && inside(dir, other))
-        });
-        mounts.hidden_dirs.dedup();
-        let covers = mounts.hidden_dirs.clone();
-        mounts
-            .pinned
-            .retain(|pin| !covers.iter().any(|cover| inside(pin, cover)));
-        mounts
-            .hidden_files
-            .retain(|file| !covers.iter().any(|cover| inside(file, cover)));
-        // toold's own directories (its config, whose hooks run unsandboxed, and its saved
-        // sessions) where a command could otherwise write them: under a root or `/tmp`. Not
-        // those inside a directory covered whole (the socket's, the runtime directory).
-        let hidden: Vec<&Path> = socket
-            .and_then(|socket| socket.hidden_dir.as_deref())
-            .into_iter()
-            .chain(hidden_services)
-            .collect();
-        for dir in crate::paths::daemon_dirs() {
-            let exposed = writable.iter().any(|place| dir.starts_with(place))
-                && !hidden.iter().any(|covered| dir.starts_with(covered));
-            // A config file in a directory not toold's own is bound alone.
-            if exposed
-                && dir.exists()
-                && let Some(c) = c_path(dir)
-            {
-                mounts.read_only.push((c, locked_flags(dir)));
-            }
+    /// The mounts that make `view`; an error names what cannot be planned.
+    pub(super) fn plan(view: &View<'_>) -> Result<Self, String> {
+        if view.places.len() > MAX_PLACES {
+            return Err(format!(
+                "a command's sandbox can show at most {MAX_PLACES} directories (roots and \
+                 writable directories), not {}",
+                view.places.len()
+            ));
         }
-        mounts
-    }
-
-    fn plan_socket_and_git(
-        socket: Option<&DaemonSocket>,
-        git: &[GitPath],
-        writable: &[PathBuf],
-    ) -> Self {
         let uid = nix::unistd::geteuid().as_raw();
         let gid = nix::unistd::getegid().as_raw();
         let mut mounts = Self {
             uid_map: format!("{uid} {uid} 1\n").into_bytes(),
             gid_map: format!("{gid} {gid} 1\n").into_bytes(),
+            places: view
+                .places
+                .iter()
+                // Without the read-only pass, a writable place shown at its own path needs no
+                // mount, unless a place shown elsewhere (the private `/tmp`) covers it.
+                .filter(|place| {
+                    view.read_only_elsewhere
+                        || place.replaces()
+                        || !place.writable
+                        || view.under_a_replacing_place(place)
+                })
+                .map(|place| PlaceMount::of(place, view))
+                .collect::<Result<_, _>>()?,
+            read_only_elsewhere: view.read_only_elsewhere,
             hidden_dirs: Vec::new(),
             hidden_files: Vec::new(),
             pinned: Vec::new(),
             read_only: Vec::new(),
             own_pids: false,
         };
-        if let Some(socket) = socket {
+        // The daemon's socket: its directory when toold's own, else the file.
+        let mut kept: Vec<&Path> = Vec::new();
+        if let Some(socket) = view.socket {
             let covered = match &socket.hidden_dir {
                 Some(dir) => {
                     mounts.hidden_dirs.extend(c_path(dir));
@@ -313,31 +229,103 @@ impl Mounts {
                     &socket.path
                 }
             };
-            // Outermost first: a pin made later inside an earlier one is seen through it.
-            let mut parents: Vec<&Path> = covered
-                .ancestors()
-                .skip(1)
-                .filter(|parent| {
-                    writable
-                        .iter()
-                        .any(|dir| parent.starts_with(dir) && parent != dir)
-                })
-                .collect();
-            parents.reverse();
-            mounts.pinned.extend(parents.into_iter().filter_map(c_path));
+            kept.push(covered);
         }
-        for path in git {
+        // Services that run code for the user on request (systemd and the session bus in
+        // `$XDG_RUNTIME_DIR`, docker, podman, the system bus) are kept from commands as the
+        // daemon's socket is: one of them would run a command outside any sandbox. Not a
+        // directory that holds a place commands may write.
+        let services = local_services();
+        for dir in &services.dirs {
+            let holds_a_place = view
+                .writable
+                .iter()
+                .chain(view.places.iter().map(|place| &place.target))
+                .any(|place| place.starts_with(dir));
+            if !holds_a_place {
+                mounts.hidden_dirs.extend(c_path(dir));
+            }
+        }
+        mounts
+            .hidden_files
+            .extend(services.sockets.iter().filter_map(|socket| c_path(socket)));
+        for path in view.hidden {
+            match std::fs::metadata(path) {
+                Ok(meta) if meta.is_dir() => mounts.hidden_dirs.extend(c_path(path)),
+                Ok(_) => mounts.hidden_files.extend(c_path(path)),
+                Err(_) => {}
+            }
+        }
+        for path in view.git {
             match path {
-                GitPath::Pinned(dir) => mounts.pinned.extend(c_path(dir)),
-                GitPath::ReadOnly(path) => {
+                GitPath::Pinned(dir) if view.writable_at(dir) => {
+                    mounts.pinned.extend(c_path(dir));
+                }
+                GitPath::ReadOnly(path) if view.writable_at(path) => {
                     if let Some(c) = c_path(path) {
                         mounts.read_only.push((c, locked_flags(path)));
                     }
                 }
-                GitPath::MustNotAppear(_) => {}
+                GitPath::Pinned(_) | GitPath::ReadOnly(_) | GitPath::MustNotAppear(_) => {}
             }
         }
-        mounts
+        // toold's own directories and config file (its hooks run unsandboxed; its saved
+        // sessions' rules) where a command could otherwise write them: under a root.
+        for path in view.protected {
+            if view.writable_at(path)
+                && path.exists()
+                && let Some(c) = c_path(path)
+            {
+                mounts.read_only.push((c, locked_flags(path)));
+                kept.push(path);
+            }
+        }
+        // What keeps the daemon's files and socket must stay where it was put: their parents
+        // that a command could rename are pinned, outermost first (a pin made later inside an
+        // earlier one is seen through it), before the git directories' own pins.
+        let mut parents: Vec<CString> = Vec::new();
+        for path in kept {
+            for parent in view.renamable_parents(path) {
+                if let Some(c) = c_path(parent)
+                    && !parents.contains(&c)
+                {
+                    parents.push(c);
+                }
+            }
+        }
+        parents.append(&mut mounts.pinned);
+        mounts.pinned = parents;
+        mounts.drop_the_unseen(view);
+        Ok(mounts)
+    }
+
+    /// Leaves out what would only cost a mount or fail: a cover inside another, and a pin, a
+    /// cover or a read-only bind inside a cover (nothing below a cover is seen, and a cover's
+    /// mount point cannot be renamed); and any of them at a host path the view does not show
+    /// (under the private `/tmp`, where that path is not there).
+    fn drop_the_unseen(&mut self, view: &View<'_>) {
+        let as_path = |c: &CString| PathBuf::from(OsStr::from_bytes(c.as_bytes()));
+        let shown = |c: &CString| view.shows_host_path(&as_path(c));
+        self.hidden_dirs.retain(shown);
+        self.hidden_files.retain(shown);
+        self.pinned.retain(shown);
+        self.read_only.retain(|(c, _)| shown(c));
+        let covers: Vec<PathBuf> = self.hidden_dirs.iter().map(as_path).collect();
+        let under_a_cover = |c: &CString, own: bool| {
+            let path = as_path(c);
+            covers
+                .iter()
+                .any(|cover| path.starts_with(cover) && (!own || &path != cover))
+        };
+        self.hidden_dirs.retain(|dir| !under_a_cover(dir, true));
+        self.hidden_dirs.sort();
+        self.hidden_dirs.dedup();
+        self.hidden_files.retain(|file| !under_a_cover(file, false));
+        self.hidden_files.sort();
+        self.hidden_files.dedup();
+        self.pinned.retain(|pin| !under_a_cover(pin, false));
+        self.read_only
+            .retain(|(path, _)| !under_a_cover(path, false));
     }
 
     /// The command in a PID namespace of its own too: every process it starts ends with it
@@ -387,6 +375,7 @@ impl Mounts {
             }
             // Nothing mounted here travels back to the daemon's namespace: a mount namespace
             // made with a user namespace of its own gets the parent's shared mounts as slaves.
+            self.attach_places()?;
             // Pins first, with what is mounted below them: a cover mounted before a pin of a
             // directory above it would not be seen through the pin.
             for path in &self.pinned {
@@ -422,6 +411,224 @@ impl Mounts {
         }
         Ok(())
     }
+
+    /// In the child: the places shown. With `read_only_elsewhere`, each is copied (a detached
+    /// tree, `open_tree`) before everything is made read-only (`mount_setattr` on `/`,
+    /// recursively), then attached at its target: the copies keep the flags they had, so a
+    /// writable place stays writable and nothing read-only before becomes writable. Without
+    /// it, a place shown elsewhere is bound there. A place that is not writable is made
+    /// read-only once attached. Each target is looked up without following a symlink, and a
+    /// place shown at its own path must still be that directory. System calls only: the
+    /// copies' descriptors are kept on the stack.
+    #[allow(unsafe_code)]
+    fn attach_places(&self) -> io::Result<()> {
+        // Every source is taken before anything is attached: a place attached first (the
+        // private `/tmp`) would hide another's source (a root under `/tmp`).
+        let mut sources: [libc::c_int; MAX_PLACES] = [-1; MAX_PLACES];
+        let taken = self.take_sources(&mut sources);
+        let attached = taken.and_then(|()| self.attach_sources(&sources));
+        for fd in sources.iter().filter(|fd| **fd >= 0) {
+            // SAFETY: closes a descriptor this process opened.
+            unsafe { libc::close(*fd) };
+        }
+        attached
+    }
+
+    /// Opens each place's source, checked to be the planned directory, into `sources`; with
+    /// `read_only_elsewhere`, a detached copy of it (`open_tree`). System calls only.
+    #[allow(unsafe_code)]
+    fn take_sources(&self, sources: &mut [libc::c_int; MAX_PLACES]) -> io::Result<()> {
+        for (slot, place) in sources.iter_mut().zip(&self.places) {
+            // SAFETY: a NUL-terminated path made before the clone.
+            let source = unsafe { open_checked(&place.source, Some(place.source_identity)) }?;
+            if !self.read_only_elsewhere {
+                *slot = source;
+                continue;
+            }
+            let flags = OPEN_TREE_CLONE
+                | libc::AT_RECURSIVE as libc::c_uint
+                | libc::AT_EMPTY_PATH as libc::c_uint
+                | libc::O_CLOEXEC as libc::c_uint;
+            // SAFETY: an open descriptor and an empty NUL-terminated path.
+            let copy = unsafe { libc::syscall(libc::SYS_open_tree, source, c"".as_ptr(), flags) };
+            let error = io::Error::last_os_error();
+            // SAFETY: closes the descriptor just opened.
+            unsafe { libc::close(source) };
+            if copy < 0 {
+                return Err(error);
+            }
+            *slot = copy as libc::c_int;
+        }
+        Ok(())
+    }
+
+    /// Attaches each source at its place's target: the copies after everything else was made
+    /// read-only, or binds of the sources. System calls only.
+    #[allow(unsafe_code)]
+    fn attach_sources(&self, sources: &[libc::c_int; MAX_PLACES]) -> io::Result<()> {
+        // SAFETY: as for `enter`: NUL-terminated strings made before the clone, descriptors
+        // this process opened; the structures and buffers passed live on this stack.
+        unsafe {
+            if self.read_only_elsewhere {
+                set_read_only(c"/", true)?;
+            }
+            for (source, place) in sources.iter().zip(&self.places) {
+                let identity = place.at_itself.then_some(place.source_identity);
+                let target = open_checked(&place.target, identity)?;
+                let attached = if self.read_only_elsewhere {
+                    let moved = libc::syscall(
+                        libc::SYS_move_mount,
+                        *source,
+                        c"".as_ptr(),
+                        target,
+                        c"".as_ptr(),
+                        MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH,
+                    );
+                    if moved == 0 {
+                        Ok(())
+                    } else {
+                        Err(io::Error::last_os_error())
+                    }
+                } else {
+                    let mut source_path = [0u8; 32];
+                    let mut target_path = [0u8; 32];
+                    mount(
+                        Some(proc_fd_path(*source, &mut source_path)),
+                        proc_fd_path(target, &mut target_path),
+                        None,
+                        libc::MS_BIND | libc::MS_REC,
+                        None,
+                    )
+                };
+                libc::close(target);
+                attached?;
+                if !place.writable {
+                    if self.read_only_elsewhere {
+                        set_read_only(&place.target, true)?;
+                    } else {
+                        let flags =
+                            libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY | place.locked;
+                        mount(None, &place.target, None, flags, None)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `open_tree`'s flag for a detached copy (linux/mount.h).
+const OPEN_TREE_CLONE: libc::c_uint = 1;
+/// `move_mount`'s flags: the source, the target, is the descriptor itself (linux/mount.h).
+const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
+const MOVE_MOUNT_T_EMPTY_PATH: libc::c_uint = 0x40;
+/// `mount_setattr`'s read-only attribute (linux/mount.h).
+const MOUNT_ATTR_RDONLY: u64 = 0x1;
+/// `openat2`'s: no symlink anywhere on the path (linux/openat2.h).
+const RESOLVE_NO_SYMLINKS: u64 = 0x04;
+
+/// `struct mount_attr` (linux/mount.h).
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+/// `struct open_how` (linux/openat2.h).
+#[repr(C)]
+struct OpenHow {
+    flags: u64,
+    mode: u64,
+    resolve: u64,
+}
+
+/// Makes the mount at `path` read-only, with every mount below it when `recursive`. System
+/// calls only.
+#[allow(unsafe_code)]
+unsafe fn set_read_only(path: &CStr, recursive: bool) -> io::Result<()> {
+    let attr = MountAttr {
+        attr_set: MOUNT_ATTR_RDONLY,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    let flags = if recursive { libc::AT_RECURSIVE } else { 0 };
+    // SAFETY: a NUL-terminated path and an attribute structure alive for the call.
+    let set = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            flags,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    if set == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// In the child: the directory `path`, opened (`O_PATH`) without following a symlink anywhere
+/// along it; with `identity`, checked to be that directory (`EXDEV` if it is not). System
+/// calls only.
+#[allow(unsafe_code)]
+unsafe fn open_checked(path: &CStr, identity: Option<(u64, u64)>) -> io::Result<libc::c_int> {
+    let how = OpenHow {
+        flags: (libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) as u64,
+        mode: 0,
+        resolve: RESOLVE_NO_SYMLINKS,
+    };
+    // SAFETY: a NUL-terminated path and a structure alive for the calls; the `stat` buffer
+    // is this stack's.
+    unsafe {
+        let fd = libc::syscall(
+            libc::SYS_openat2,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            &how as *const OpenHow,
+            std::mem::size_of::<OpenHow>(),
+        );
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let fd = fd as libc::c_int;
+        if let Some((dev, ino)) = identity {
+            let mut stat: libc::stat = std::mem::zeroed();
+            let same = libc::fstat(fd, &mut stat) == 0 && stat.st_dev == dev && stat.st_ino == ino;
+            if !same {
+                libc::close(fd);
+                return Err(io::Error::from_raw_os_error(libc::EXDEV));
+            }
+        }
+        Ok(fd)
+    }
+}
+
+/// `/proc/self/fd/FD`, written into `buffer` (no allocation: the child's).
+fn proc_fd_path(fd: libc::c_int, buffer: &mut [u8; 32]) -> &CStr {
+    const PREFIX: &[u8] = b"/proc/self/fd/";
+    buffer[..PREFIX.len()].copy_from_slice(PREFIX);
+    let mut digits = [0u8; 10];
+    let mut count = 0;
+    let mut rest = fd.unsigned_abs();
+    loop {
+        digits[count] = b'0' + (rest % 10) as u8;
+        count += 1;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    for (at, digit) in digits[..count].iter().rev().enumerate() {
+        buffer[PREFIX.len() + at] = *digit;
+    }
+    buffer[PREFIX.len() + count] = 0;
+    CStr::from_bytes_until_nul(buffer).unwrap_or(c"/proc/self/fd/")
 }
 
 /// `CAP_SYS_ADMIN` (linux/capability.h), which the libc crate does not name.
@@ -491,58 +698,5 @@ unsafe fn write_file(path: &CStr, contents: &[u8]) -> io::Result<()> {
         let error = (written != contents.len() as isize).then(io::Error::last_os_error);
         libc::close(fd);
         error.map_or(Ok(()), Err)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn protects_the_git_of_each_root_and_of_the_cwd_s_repository() {
-        let dir = tempfile::tempdir().unwrap();
-        let root = dir.path().join("root");
-        let nested = root.join("vendor/lib");
-        std::fs::create_dir_all(root.join(".git/hooks")).unwrap();
-        std::fs::write(root.join(".git/config"), "").unwrap();
-        std::fs::create_dir_all(&nested).unwrap();
-        std::fs::write(nested.join(".git"), "gitdir: ../../.git/modules/lib\n").unwrap();
-        std::fs::create_dir_all(root.join(".git/modules/lib/modules/deep/x")).unwrap();
-        std::fs::write(root.join(".git/modules/lib/HEAD"), "ref: refs/heads/main\n").unwrap();
-        std::fs::write(root.join(".git/modules/lib/config"), "").unwrap();
-        std::fs::write(root.join(".git/modules/lib/modules/deep/x/HEAD"), "").unwrap();
-        let root = root.canonicalize().unwrap();
-        let nested = root.join("vendor/lib");
-        let lib = root.join(".git/modules/lib");
-        let deep = lib.join("modules/deep/x");
-        let protected = git_metadata(std::slice::from_ref(&root), &nested);
-        let must_not_appear = |dir: &Path| {
-            [
-                GitPath::MustNotAppear(dir.join("commondir")),
-                GitPath::MustNotAppear(dir.join("config.worktree")),
-            ]
-        };
-        let mut expected = vec![
-            GitPath::Pinned(root.join(".git")),
-            GitPath::ReadOnly(root.join(".git/config")),
-            GitPath::ReadOnly(root.join(".git/hooks")),
-        ];
-        expected.extend(must_not_appear(&root.join(".git")));
-        expected.extend([
-            GitPath::Pinned(lib.clone()),
-            GitPath::ReadOnly(lib.join("config")),
-            // Made empty where it was missing, then covered.
-            GitPath::ReadOnly(lib.join("hooks")),
-        ]);
-        expected.extend(must_not_appear(&lib));
-        expected.extend([
-            GitPath::Pinned(deep.clone()),
-            GitPath::MustNotAppear(deep.join("config")),
-            GitPath::ReadOnly(deep.join("hooks")),
-        ]);
-        expected.extend(must_not_appear(&deep));
-        // The submodule's `.git` file, and the git directory it names (already protected).
-        expected.push(GitPath::ReadOnly(nested.join(".git")));
-        assert_eq!(protected, expected);
     }
 }

@@ -271,6 +271,14 @@ impl SessionManager {
         if let Some(store) = &self.store {
             managed.remove_record(store);
         }
+        if let Some(dir) = managed.session.state().env.sandbox.private_dir.clone() {
+            // A large `/tmp` takes a while to remove: not on the caller's thread.
+            let remove = move || crate::sandbox::private_tmp::remove_session_dir(&dir);
+            match tokio::runtime::Handle::try_current() {
+                Ok(runtime) => drop(runtime.spawn_blocking(remove)),
+                Err(_) => remove(),
+            }
+        }
         Ok(())
     }
 
@@ -308,6 +316,11 @@ impl SessionManager {
             tracing::error!(path = %path.display(), %why, "cannot restore a session");
         }
         let mut restored = 0;
+        let kept: Vec<String> = records
+            .iter()
+            .map(|record| record.session_id.clone())
+            .collect();
+        crate::sandbox::private_tmp::remove_orphans(&kept);
         for record in records {
             let session_id = record.session_id.clone();
             match self.restore_one(record) {
@@ -411,10 +424,15 @@ impl SessionManager {
     fn insert(
         &self,
         session_id: String,
-        state: SessionState,
+        mut state: SessionState,
         meta: Meta,
         last_seq: u64,
     ) -> Arc<ManagedSession> {
+        // Its commands' `/tmp`, kept across its calls (and restarts) and removed with it.
+        let mut env = (*state.env).clone();
+        env.sandbox.private_dir =
+            Some(crate::sandbox::private_tmp::session_dir(&session_id).into());
+        state.env = Arc::new(env);
         let log = Arc::new(EventLog::with_capacity(
             self.defaults().log_capacity,
             last_seq,

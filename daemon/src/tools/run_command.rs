@@ -447,10 +447,10 @@ fn shell_launch(
         .chain([(OsString::from("PWD"), cwd.as_os_str().to_owned())])
         .chain(env.command_env.iter().filter(passed).map(given))
         .chain(args.env.iter().filter(passed).map(given))
-        // The only place a `read_only` command may write.
+        // The temp directory the sandbox gives: the session's own `/tmp`, or a call's own.
         .chain(
             confinement
-                .private_tmp()
+                .tmpdir()
                 .map(|tmp| (OsString::from("TMPDIR"), tmp.as_os_str().to_owned())),
         )
         .chain([(OsString::from(RUN_TAG_VAR), OsString::from(tag))]);

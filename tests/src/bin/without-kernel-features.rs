@@ -2,7 +2,8 @@
 //! sandbox's lower tiers: a seccomp filter (inherited by the program and all it starts) makes
 //! the system calls of each feature named fail as an older or restricted kernel's would.
 //!
-//! `without-kernel-features [--user-namespaces] [--pid-namespaces] [--landlock] -- PROGRAM ARGS…`
+//! `without-kernel-features [--user-namespaces] [--pid-namespaces] [--landlock] [--mount-api]
+//! -- PROGRAM ARGS…`
 //!
 //! - `--user-namespaces`: `unshare` and `clone` with `CLONE_NEWUSER` fail with `EPERM` (as
 //!   where unprivileged user namespaces are turned off), `clone3` with `ENOSYS` (its flags are
@@ -10,6 +11,8 @@
 //! - `--pid-namespaces`: the same for `CLONE_NEWPID` alone (as in a container whose `/proc`
 //!   cannot be mounted again).
 //! - `--landlock`: the Landlock system calls fail with `ENOSYS` (a kernel built without it).
+//! - `--mount-api`: `open_tree`, `move_mount` and `mount_setattr` fail with `ENOSYS` (a kernel
+//!   before 5.12).
 //!
 //! It lives with the tests, not in toold: no switch in the daemon can weaken its sandbox.
 
@@ -27,11 +30,13 @@ fn main() {
     let mut no_user_namespaces = false;
     let mut no_pid_namespaces = false;
     let mut no_landlock = false;
+    let mut no_mount_api = false;
     for arg in args.by_ref() {
         match arg.as_str() {
             "--user-namespaces" => no_user_namespaces = true,
             "--pid-namespaces" => no_pid_namespaces = true,
             "--landlock" => no_landlock = true,
+            "--mount-api" => no_mount_api = true,
             "--" => break,
             other => fail(&format!("unknown option {other}")),
         }
@@ -75,6 +80,14 @@ fn main() {
             (libc::SYS_landlock_create_ruleset, Vec::new()),
             (libc::SYS_landlock_add_rule, Vec::new()),
             (libc::SYS_landlock_restrict_self, Vec::new()),
+        ]);
+        install(rules, libc::ENOSYS, arch);
+    }
+    if no_mount_api {
+        let rules = BTreeMap::from([
+            (libc::SYS_open_tree, Vec::new()),
+            (libc::SYS_move_mount, Vec::new()),
+            (libc::SYS_mount_setattr, Vec::new()),
         ]);
         install(rules, libc::ENOSYS, arch);
     }

@@ -16,10 +16,12 @@ use serde_json::{Value, json};
 use toold_tests::daemon::{TestClient, TestDaemon, no_answers};
 
 mod network;
+mod private_tmp;
 mod processes;
 mod protected_places;
 mod settings_and_tiers;
 mod the_daemon;
+mod unchanged_outside;
 mod writes;
 
 /// A project (the session's root, a git repository), a directory outside every writable

@@ -42,7 +42,10 @@ async fn without_pid_namespaces_the_sweep_leaves_no_survivor() {
     let report = sandbox_report(&daemon).await;
     assert_eq!(report["processes"], "sweep", "{report}");
     assert_eq!(report["daemon_socket"], "mount_namespace", "{report}");
-    assert_eq!(report["degraded"], json!([]), "{report}");
+    // Reported as missing, with why: the sweep ends leftovers, but a command sees the other
+    // processes of the user.
+    assert_eq!(report["degraded"], json!(["pid_namespace"]), "{report}");
+    assert!(report["why"]["pid_namespace"].is_string(), "{report}");
     let client = connected(&daemon).await;
     let places = Places::new();
     let session = session(&client, &places.project, json!({})).await;

@@ -8,7 +8,7 @@ use serde_json::json;
 use toold_tests::daemon::TestDaemon;
 use toold_tests::require;
 
-use super::{Places, connected, output, quoted, run, session};
+use super::{Places, connected, output, quoted, run, sandboxed, session};
 
 /// `dir` made a git repository by the real `git`.
 fn git_init(git: &Path, dir: &Path) {
@@ -245,4 +245,158 @@ async fn a_config_file_in_a_writable_place_stays_read_only() {
         std::fs::read_to_string(&config).unwrap(),
         "# the user's config\n"
     );
+}
+
+/// toold's config directory that does not exist yet (the user runs on defaults), under a root:
+/// a command cannot make it, nor a config in it whose hooks would run unsandboxed at the next
+/// reload — however it goes about it.
+#[tokio::test]
+async fn a_missing_config_directory_under_a_root_cannot_be_made() {
+    let places = Places::new();
+    let config_home = places.project.join("dot-config");
+    let daemon = TestDaemon::start_with_env(&[("XDG_CONFIG_HOME", config_home.to_str().unwrap())]);
+    let client = connected(&daemon).await;
+    let session = session(&client, &places.project, json!({})).await;
+    let config = config_home.join("toold/config.toml");
+    for (index, line) in [
+        "mkdir -p dot-config/toold && echo '[[hooks.pre_tool_use]]' > dot-config/toold/config.toml",
+        "echo '[[hooks.pre_tool_use]]' > dot-config/toold/config.toml",
+        "mv dot-config dot-config-old && mkdir -p dot-config/toold && echo x > dot-config/toold/config.toml",
+        "rm -rf dot-config/toold && mkdir dot-config/toold && echo x > dot-config/toold/config.toml",
+        "ln -s ../elsewhere dot-config/toold/config.toml",
+        "cd dot-config && mv toold t && mkdir toold && echo x > toold/config.toml",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let script = places.project.join(format!("plant-{index}.sh"));
+        std::fs::write(&script, format!("{line}\n")).unwrap();
+        let result = run(&client, &session, &format!("bash {}", quoted(&script))).await;
+        assert_eq!(result["ok"], json!(false), "{line}: {result}");
+        assert!(!config.exists() && !config.is_symlink(), "{line}: {result}");
+        assert!(!places.project.join("dot-config-old").exists(), "{line}");
+    }
+    // The file tools ask before writing there too, whatever the mode allows.
+    let edits = client
+        .create_session(&places.project, json!({"mode": "accept_edits"}))
+        .await;
+    let response = client
+        .request(
+            "tools/execute",
+            json!({"session_id": edits, "calls": [{"id": "w", "name": "write_file",
+                "arguments": {"path": config.to_str().unwrap(), "content": "[[hooks.pre_tool_use]]\n"}}]}),
+        )
+        .await
+        .unwrap();
+    let result = &response["results"][0]["result"];
+    assert_eq!(result["ok"], json!(false), "{result}");
+    assert!(!config.exists());
+}
+
+/// toold's config file as a symlink into a root (dotfiles managed with stow): protected by what
+/// it resolves to as well as by its name — `edit_file` asks in `accept_edits`, and commands
+/// can neither change it nor move it, or its directory, away for a decoy to take its place.
+#[tokio::test]
+async fn a_config_file_that_is_a_symlink_into_a_root_is_protected_where_it_leads() {
+    let places = Places::new();
+    let dotfiles = places.project.join("dotfiles");
+    std::fs::create_dir(&dotfiles).unwrap();
+    let real = dotfiles.join("config.toml");
+    std::fs::write(&real, "# the user's config\n").unwrap();
+    let config_home = places.outside.join("dot-config");
+    std::fs::create_dir_all(config_home.join("toold")).unwrap();
+    std::os::unix::fs::symlink(&real, config_home.join("toold/config.toml")).unwrap();
+    let daemon = TestDaemon::start_with_env(&[("XDG_CONFIG_HOME", config_home.to_str().unwrap())]);
+    let client = connected(&daemon).await;
+    let edits = client
+        .create_session(&places.project, json!({"mode": "accept_edits"}))
+        .await;
+    for call in [
+        json!({"id": "e", "name": "edit_file", "arguments": {"path": "dotfiles/config.toml",
+            "old_string": "# the user's config", "new_string": "[[hooks.pre_tool_use]]"}}),
+        json!({"id": "w", "name": "write_file", "arguments": {"path": "dotfiles/config.toml",
+            "content": "[[hooks.pre_tool_use]]\n"}}),
+    ] {
+        let response = client
+            .request(
+                "tools/execute",
+                json!({"session_id": edits, "calls": [call]}),
+            )
+            .await
+            .unwrap();
+        let result = &response["results"][0]["result"];
+        assert_eq!(result["ok"], json!(false), "{result}");
+    }
+    let session = session(&client, &places.project, json!({})).await;
+    for (index, line) in [
+        "echo '[[hooks.pre_tool_use]]' >> dotfiles/config.toml",
+        "rm -f dotfiles/config.toml",
+        "mv dotfiles dotfiles-old && mkdir dotfiles && echo x > dotfiles/config.toml",
+        "python3 -c \"open('dotfiles/config.toml', 'w').write('x')\"",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let script = places.project.join(format!("plant-{index}.sh"));
+        std::fs::write(&script, format!("{line}\n")).unwrap();
+        let result = run(&client, &session, &format!("bash {}", quoted(&script))).await;
+        assert_eq!(result["ok"], json!(false), "{line}: {result}");
+        assert_eq!(
+            std::fs::read_to_string(&real).unwrap(),
+            "# the user's config\n",
+            "{line}"
+        );
+    }
+}
+
+/// A `.git` file is a command's to write: one that names a directory outside the roots
+/// (`gitdir: ANYWHERE`) leads the daemon, preparing the next command's sandbox or cleaning up
+/// after it, to make nothing there and remove nothing there.
+#[tokio::test]
+async fn a_planted_git_file_leads_the_daemon_nowhere() {
+    let (_daemon, client, places, session) = sandboxed().await;
+    let elsewhere = places.outside.join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    std::fs::create_dir_all(places.project.join("nested")).unwrap();
+    for (dir, line) in [
+        (
+            ".",
+            format!("echo 'gitdir: {}' > .git", elsewhere.display()),
+        ),
+        (
+            "nested",
+            format!("echo 'gitdir: {}' > nested/.git", elsewhere.display()),
+        ),
+    ] {
+        let script = places.project.join("plant.sh");
+        std::fs::write(&script, format!("{line}\n")).unwrap();
+        let planted = run(&client, &session, "bash plant.sh").await;
+        assert_eq!(planted["ok"], json!(true), "{dir}: {planted}");
+        // The next command: while it runs, another program makes what the daemon would have
+        // removed afterwards.
+        let made = elsewhere.join("commondir");
+        let line = format!("cd {dir} && sleep 0.6 && true");
+        let running = run(&client, &session, &line);
+        let make = async {
+            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+            std::fs::write(&made, "../main/.git\n").unwrap();
+        };
+        let (result, ()) = tokio::join!(running, make);
+        assert_eq!(result["ok"], json!(true), "{dir}: {result}");
+        assert!(
+            !elsewhere.join("hooks").exists(),
+            "{dir}: the daemon made a directory there"
+        );
+        assert!(
+            made.exists(),
+            "{dir}: the daemon removed a file there: {result}"
+        );
+        assert_eq!(
+            result["metadata"]["sandbox"].get("removed"),
+            None,
+            "{result}"
+        );
+        std::fs::remove_file(&made).unwrap();
+        std::fs::remove_file(places.project.join(dir).join(".git")).unwrap();
+    }
 }

@@ -96,13 +96,14 @@ async fn initialize_reports_what_this_kernel_enforces() {
     assert!(report["landlock_abi"].as_u64().unwrap() >= 6, "{report}");
 }
 
-/// Without Landlock, `warn` runs the command and says what was not enforced; `refuse` does
-/// not run it at all.
+/// Without Landlock, `warn` runs the command and says what was not enforced (the mount
+/// namespace's read-only mounts still keep its writes inside); `refuse` does not run it at all.
 #[tokio::test]
 async fn without_landlock_warn_says_so_and_refuse_does_not_run() {
     let places = Places::new();
     let marker = places.outside.join("ran");
-    let line = format!("echo x > {}", quoted(&marker));
+    let ran = places.project.join("ran");
+    let line = format!("echo x > {}; echo x > {}", quoted(&ran), quoted(&marker));
 
     let warn = TestDaemon::start_under_with_config(&without(&["--landlock"]), "");
     let client = connected(&warn).await;
@@ -114,9 +115,17 @@ async fn without_landlock_warn_says_so_and_refuse_does_not_run() {
         json!(["filesystem", "signals"]),
         "{result}"
     );
-    // Honest: the write was not confined, and the result said so.
-    assert!(marker.exists());
-    std::fs::remove_file(&marker).unwrap();
+    assert!(
+        sandbox["why"]["filesystem"]
+            .as_str()
+            .is_some_and(|why| !why.is_empty()),
+        "{result}"
+    );
+    // Honest: Landlock did not confine it, and the result said so; the read-only mounts
+    // still kept the write outside from happening.
+    assert!(ran.exists(), "{result}");
+    assert!(!marker.exists(), "{result}");
+    std::fs::remove_file(&ran).unwrap();
     // The daemon's socket is still out of reach (mount namespace and peer check).
     let reach = run(
         &client,
@@ -163,7 +172,7 @@ async fn without_landlock_warn_says_so_and_refuse_does_not_run() {
         message.contains("filesystem") && message.contains("refuse"),
         "{message}"
     );
-    assert!(!marker.exists(), "the refused command ran");
+    assert!(!ran.exists() && !marker.exists(), "the refused command ran");
     let report = sandbox_report(&refuse).await;
     assert_eq!(report["fs"], false, "{report}");
     assert_eq!(report["landlock_abi"], Value::Null, "{report}");

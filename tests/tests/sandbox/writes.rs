@@ -2,7 +2,7 @@
 //! (`workspace_write`), nothing but its private temp directory (`read_only`), what a denied
 //! write says, and roots swapped for a symlink or moved aside between commands.
 
-use std::path::PathBuf;
+use std::path::Path;
 use std::time::Duration;
 
 use serde_json::json;
@@ -120,6 +120,8 @@ async fn a_denied_write_says_so_and_names_where_commands_may_write() {
     assert_eq!(plain["metadata"]["sandbox"].get("likely_denied"), None);
 }
 
+/// `read_only`: nothing changes anywhere but the call's own `/tmp` and `/dev/shm`, which go
+/// with the call; the host's are never touched.
 #[tokio::test]
 async fn read_only_allows_no_write_but_its_private_temp_dir() {
     let daemon = TestDaemon::start();
@@ -133,26 +135,36 @@ async fn read_only_allows_no_write_but_its_private_temp_dir() {
         ": > keep.txt",
         "rm keep.txt",
         "mkdir made",
-        "echo x > /tmp/toold-read-only-$$",
-        "echo x > /dev/shm/toold-read-only-$$",
+        "chmod 777 keep.txt",
+        "touch -d 2001-01-01 keep.txt",
     ] {
         let result = run(&client, &session, line).await;
         assert_eq!(result["ok"], json!(false), "{line}: {result}");
         assert_eq!(result["metadata"]["sandbox"]["mode"], "read_only");
     }
     assert_eq!(Places::snapshot(&places.project), before);
+    let name = format!("toold-read-only-{}", std::process::id());
     let private = run(
         &client,
         &session,
-        "echo x > \"$TMPDIR/f\" && cat \"$TMPDIR/f\" && echo y > /dev/null && cat keep.txt && echo $TMPDIR",
+        &format!(
+            "echo x > /tmp/{name} && echo z > /dev/shm/{name} && cat /tmp/{name} && \
+             echo y > /dev/null && cat keep.txt && echo $TMPDIR"
+        ),
     )
     .await;
     assert_eq!(private["ok"], json!(true), "{private}");
     let printed = output(&private);
-    assert!(printed.starts_with("x\nkept\n"), "{printed}");
+    assert_eq!(printed, "x\nkept\n/tmp\n", "{private}");
+    for host in ["/tmp", "/dev/shm"] {
+        assert!(
+            !Path::new(host).join(&name).exists(),
+            "written to the host's {host}"
+        );
+    }
     // Private to the call: gone once it ended.
-    let tmpdir = PathBuf::from(printed.lines().last().unwrap());
-    assert!(!tmpdir.exists(), "{} outlived its call", tmpdir.display());
+    let again = run(&client, &session, &format!("cat /tmp/{name}")).await;
+    assert_eq!(again["ok"], json!(false), "{again}");
 }
 
 /// A small Rust project made and built inside the root, with the user's own toolchain: a
@@ -181,9 +193,10 @@ async fn cargo_new_and_an_offline_build_work_inside_the_root() {
     assert_eq!(output(&result), "Hello, world!\n");
 }
 
-/// A command that may write the parent of its root (a root under `/tmp`) swaps the root for a
-/// symlink to a directory outside: the commands after it get no write rule through the link,
-/// so the outside stays unchanged.
+/// A root under `/tmp`: a command cannot move it (it is a mount point in the command's view,
+/// where `/tmp` is the session's own). Swapped for a symlink to a directory outside by someone
+/// else, the commands after it do not run at all (what is shown must be what was planned: no
+/// symlink is followed to the root), so the outside stays unchanged.
 #[tokio::test]
 async fn a_root_swapped_for_a_symlink_sends_no_later_write_outside() {
     let (_daemon, client, places, session) = sandboxed().await;
@@ -198,7 +211,15 @@ async fn a_root_swapped_for_a_symlink_sends_no_later_write_outside() {
         ),
     )
     .await;
-    assert_eq!(swap["ok"], json!(true), "{swap}");
+    assert_eq!(swap["ok"], json!(false), "{swap}");
+    assert!(places.project.is_dir() && !places.project.is_symlink());
+    // Done from outside the sandbox, the swap succeeds; what follows must not write there.
+    std::fs::rename(
+        &places.project,
+        format!("{}.moved", places.project.display()),
+    )
+    .unwrap();
+    std::os::unix::fs::symlink(&places.outside, &places.project).unwrap();
     let before = Places::snapshot(&places.outside);
     for attempt in 0..3 {
         let result = run(
