@@ -13,6 +13,7 @@ use serde_json::{Map, Value};
 use toold_protocol::{Rules, Safety, SessionMode as Mode};
 
 use crate::paths::{self, ResolvedPath};
+use crate::sandbox::hidden::DeniedReads;
 use crate::shell::{CommandLine, FoundCommand};
 use crate::tools::{HiddenPaths, JudgedArguments, judged_arguments};
 
@@ -326,6 +327,8 @@ fn wildcard_match(parts: &[String], text: &str) -> bool {
 /// matches `dir`.
 #[derive(Debug, Clone)]
 struct PathGlob {
+    /// The absolute glob `anywhere` was compiled from.
+    anywhere_text: String,
     /// Matches wherever the path is (for deny and ask).
     anywhere: GlobMatcher,
     /// Matches only under the cwd (for allows); the same as `anywhere` for anchored patterns.
@@ -358,6 +361,7 @@ impl PathGlob {
         Ok(Self {
             anywhere: compile_path_glob(rule, &anywhere)?,
             under_cwd: compile_path_glob(rule, &under_cwd)?,
+            anywhere_text: anywhere,
         })
     }
 
@@ -473,6 +477,22 @@ impl Policy {
         }
         (hidden.everything || !hidden.globs.is_empty())
             .then(|| Arc::new(hidden) as Arc<dyn HiddenPaths>)
+    }
+}
+
+impl Policy {
+    /// What a sandboxed command cannot read because `read_file`'s deny rules cover it (the
+    /// sandbox finds the files, [`crate::sandbox::hidden::DeniedReads`]).
+    pub fn denied_reads(&self) -> DeniedReads {
+        let mut denied = DeniedReads::default();
+        for rule in self.deny.iter().filter(|rule| rule.covers("read_file")) {
+            match &rule.specifier {
+                Specifier::Path(glob) => denied.add(&glob.anywhere_text, glob.anywhere.clone()),
+                Specifier::Any => denied.everything = true,
+                Specifier::Command(_) | Specifier::Argument { .. } => {}
+            }
+        }
+        denied
     }
 }
 

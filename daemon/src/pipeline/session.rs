@@ -54,6 +54,8 @@ impl SessionState {
         home: &Path,
     ) -> Result<Self, RuleError> {
         let policy = Policy::for_session(config_rules, &rules, &env.cwd, home)?;
+        let mut env = env;
+        env.sandbox.denied_reads = Arc::new(policy.denied_reads());
         Ok(Self {
             env: Arc::new(env),
             mode,
@@ -68,6 +70,8 @@ impl SessionState {
     /// on an error the policy is left as it was.
     pub fn recompile(&mut self, config_rules: &ConfigRules, home: &Path) -> Result<(), RuleError> {
         let policy = Policy::for_session(config_rules, &self.rules, &self.env.cwd, home)?;
+        // What the session's commands cannot read follows its read deny rules.
+        Arc::make_mut(&mut self.env).sandbox.denied_reads = Arc::new(policy.denied_reads());
         self.policy = Arc::new(policy);
         Ok(())
     }

@@ -89,6 +89,7 @@ impl SandboxConfig {
             settings: self.settings,
             writable: self.writable.clone().into(),
             hidden: self.hidden.clone().into(),
+            denied_reads: Arc::default(),
             on_unsupported: self.on_unsupported,
             private_dir: None,
         }
@@ -137,9 +138,10 @@ impl SandboxConfig {
 pub struct CommandSandbox {
     pub settings: SandboxSettings,
     pub writable: Arc<[PathBuf]>,
-    /// Paths commands cannot read: the config's `hidden`, and what the session's read deny
-    /// rules name.
+    /// Paths commands cannot read: the config's `hidden`.
     pub hidden: Arc<[PathBuf]>,
+    /// What the session's `read_file` deny rules cover, hidden from its commands too.
+    pub denied_reads: Arc<hidden::DeniedReads>,
     pub on_unsupported: OnUnsupported,
     /// The session's own directory for its commands' `/tmp` and `/dev/shm`, kept across its
     /// calls ([`private_tmp`]); `None`: each call gets one of its own.
@@ -245,6 +247,8 @@ pub(crate) struct Confinement {
     call_dir: Option<tempfile::TempDir>,
     /// Repository metadata that did not exist and must not after the call.
     must_not_appear: Vec<git::Forbidden>,
+    /// What the command cannot read (credential stores, files read deny rules cover).
+    hidden: Vec<PathBuf>,
 }
 
 /// What the child applies, in order.
@@ -278,6 +282,7 @@ impl Confinement {
                 tmpdir: None,
                 call_dir: None,
                 must_not_appear: Vec::new(),
+                hidden: Vec::new(),
             });
         }
         let kernel = kernel::probe();
@@ -420,16 +425,22 @@ impl Confinement {
         } else {
             Vec::new()
         };
+        let mut hidden = Vec::new();
         let namespace = if kernel.namespaces {
             make_missing_daemon_dirs(&writable);
             let protected = crate::paths::daemon_files();
+            hidden = sandbox.hidden.to_vec();
+            if !sandbox.denied_reads.is_empty() {
+                hidden.extend(sandbox.denied_reads.paths(roots));
+            }
+            hidden.retain(|path| path.exists());
             let view = View {
                 socket: kept_out::daemon_socket(),
                 git: &protected_git,
                 places: &places,
                 read_only_elsewhere: kernel.read_only_elsewhere,
                 writable: &writable,
-                hidden: &sandbox.hidden,
+                hidden: &hidden,
                 protected: &protected,
             };
             let mounts = namespace::Mounts::plan(&view).map_err(Unbuildable::Failed)?;
@@ -480,6 +491,7 @@ impl Confinement {
             tmpdir,
             call_dir,
             must_not_appear,
+            hidden,
         })
     }
 
@@ -558,6 +570,9 @@ impl Confinement {
                 .map(|(name, why)| ((*name).to_owned(), json!(why)))
                 .collect();
             metadata["why"] = Value::Object(why);
+        }
+        if !self.hidden.is_empty() {
+            metadata["hidden"] = json!(self.hidden);
         }
         if !removed.is_empty() {
             metadata["removed"] = json!(removed);

@@ -5,7 +5,7 @@
 use serde_json::{Value, json};
 use toold_tests::daemon::TestDaemon;
 
-use super::{Places, connected, quoted, run, sandbox_report, session, without};
+use super::{Places, connected, output, quoted, run, sandbox_report, session, without};
 
 #[tokio::test]
 async fn the_session_may_tighten_the_sandbox_and_loosen_it_only_when_the_config_allows() {
@@ -176,4 +176,57 @@ async fn without_landlock_warn_says_so_and_refuse_does_not_run() {
     let report = sandbox_report(&refuse).await;
     assert_eq!(report["fs"], false, "{report}");
     assert_eq!(report["landlock_abi"], Value::Null, "{report}");
+}
+
+/// Where temp files go does not decide what the sandbox can do: with `$TMPDIR` inside the
+/// runtime directory (which commands must not reach), every layer still works, and the
+/// runtime directory is still hidden.
+#[tokio::test]
+async fn a_tmpdir_inside_the_runtime_directory_changes_nothing() {
+    let runtime = tempfile::tempdir_in(super::outside_base()).unwrap();
+    let runtime_dir = runtime.path().canonicalize().unwrap();
+    let tmpdir = runtime_dir.join("tmp");
+    std::fs::create_dir(&tmpdir).unwrap();
+    std::fs::write(
+        runtime_dir.join("bus"),
+        "a service's socket would be here\n",
+    )
+    .unwrap();
+    let daemon = TestDaemon::start_with_env(&[
+        ("XDG_RUNTIME_DIR", runtime_dir.to_str().unwrap()),
+        ("TMPDIR", tmpdir.to_str().unwrap()),
+    ]);
+    let report = sandbox_report(&daemon).await;
+    assert_eq!(report["degraded"], json!([]), "{report}");
+    assert_eq!(report["daemon_socket"], "mount_namespace", "{report}");
+    assert_eq!(report["processes"], "pid_namespace", "{report}");
+    let client = connected(&daemon).await;
+    let places = Places::new();
+    let session = session(&client, &places.project, json!({})).await;
+    let result = run(
+        &client,
+        &session,
+        &format!(
+            "ls -A {}; cat {}/bus",
+            quoted(&runtime_dir),
+            quoted(&runtime_dir)
+        ),
+    )
+    .await;
+    assert_eq!(result["ok"], json!(false), "{result}");
+    assert!(
+        !output(&result).contains("socket would be here"),
+        "{result}"
+    );
+    let enforced = result["metadata"]["sandbox"]["enforced"]
+        .as_array()
+        .unwrap();
+    for layer in [
+        "mount_namespace",
+        "pid_namespace",
+        "local_services",
+        "private_tmp",
+    ] {
+        assert!(enforced.contains(&json!(layer)), "{layer}: {result}");
+    }
 }

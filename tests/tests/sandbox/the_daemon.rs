@@ -176,7 +176,22 @@ async fn without_user_namespaces_the_peer_check_keeps_commands_out() {
     let report = sandbox_report(&daemon).await;
     assert_eq!(report["daemon_socket"], "peer_check", "{report}");
     assert_eq!(report["processes"], "sweep", "{report}");
-    assert_eq!(report["degraded"], json!(["git_metadata"]), "{report}");
+    // Every protection that rests on the namespaces is named, each with why.
+    let namespaced = json!([
+        "unchanged_outside",
+        "git_metadata",
+        "private_tmp",
+        "hidden_paths",
+        "local_services",
+        "pid_namespace"
+    ]);
+    assert_eq!(report["degraded"], namespaced, "{report}");
+    for name in namespaced.as_array().unwrap() {
+        let why = report["why"][name.as_str().unwrap()]
+            .as_str()
+            .unwrap_or_default();
+        assert!(why.contains("Operation not permitted"), "{name}: {report}");
+    }
 
     let (results, created) = reach_the_daemon(&daemon, json!({})).await;
     for result in &results {
@@ -184,10 +199,7 @@ async fn without_user_namespaces_the_peer_check_keeps_commands_out() {
             !answered(result),
             "the daemon answered a sandboxed command: {result}"
         );
-        assert_eq!(
-            result["metadata"]["sandbox"]["degraded"],
-            json!(["git_metadata"])
-        );
+        assert_eq!(result["metadata"]["sandbox"]["degraded"], namespaced);
     }
     assert!(!created, "a sandboxed command created a session");
     let (results, created) = reach_the_daemon(&daemon, json!({"mode": "off"})).await;
