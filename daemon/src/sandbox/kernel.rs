@@ -30,6 +30,9 @@ pub(crate) struct Kernel {
     pub read_only_elsewhere: bool,
     /// A seccomp filter could be installed.
     pub seccomp: bool,
+    /// ... and the init of a PID namespace could install the filter whose listener the daemon
+    /// decides the command's socket calls on.
+    pub socket_supervisor: bool,
     /// Why each layer that failed did, by the layer's name.
     pub failures: BTreeMap<&'static str, String>,
 }
@@ -56,6 +59,7 @@ impl Kernel {
             | Protection::LocalServices => self.namespaces,
             Protection::UnchangedOutside => self.read_only_elsewhere,
             Protection::OwnProcesses => self.pid_namespace,
+            Protection::UnixSockets => self.socket_supervisor,
         }
     }
 
@@ -80,8 +84,14 @@ impl Kernel {
             | Protection::LocalServices => "mount_namespace",
             Protection::UnchangedOutside if !self.namespaces => "mount_namespace",
             Protection::UnchangedOutside => "read_only_elsewhere",
-            Protection::OwnProcesses if !self.namespaces => "mount_namespace",
+            Protection::OwnProcesses | Protection::UnixSockets if !self.namespaces => {
+                "mount_namespace"
+            }
+            Protection::OwnProcesses | Protection::UnixSockets if !self.pid_namespace => {
+                "pid_namespace"
+            }
             Protection::OwnProcesses => "pid_namespace",
+            Protection::UnixSockets => "socket_supervisor",
         };
         Some(
             self.failures
@@ -188,6 +198,18 @@ pub(crate) fn probe() -> &'static Kernel {
                 })
             }),
         );
+        let socket_supervisor = pid_namespace
+            && tried(
+                "socket_supervisor",
+                works_in_a_child(|scratch| {
+                    let mut plan = namespace_plan(scratch, true, false)?;
+                    plan.socket_filter =
+                        Some(super::sockets::filter::program().ok_or_else(|| {
+                            io::Error::other("no socket filter for this architecture")
+                        })?);
+                    Ok(plan)
+                }),
+            );
         let kernel = Kernel {
             landlock_abi: landlock::kernel_abi(),
             landlock,
@@ -195,6 +217,7 @@ pub(crate) fn probe() -> &'static Kernel {
             pid_namespace,
             read_only_elsewhere,
             seccomp,
+            socket_supervisor,
             failures,
         };
         tracing::info!(?kernel, "command sandbox probed");
@@ -299,7 +322,16 @@ fn works_in_a_child(plan: impl FnOnce(&Path) -> io::Result<ChildPlan>) -> Result
             || spawn::spawn(&launch, &plan, &null, &null, &null),
             |child| Some(child.id()),
         )?;
-        child.wait_blocking()
+        // The shell's own socket calls (the C library asks nscd for the user) wait for an
+        // answer: every one is refused.
+        let refusing = child.take_listener().map(|listener| {
+            std::thread::spawn(move || super::sockets::supervisor::refuse_all(&listener))
+        });
+        let status = child.wait_blocking();
+        if let Some(refusing) = refusing {
+            let _ = refusing.join();
+        }
+        status
     });
     match tried {
         Ok(status) if status.success() => Ok(()),

@@ -34,6 +34,7 @@ mod landlock;
 mod namespace;
 pub(crate) mod private_tmp;
 mod seccomp;
+pub(crate) mod sockets;
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -179,6 +180,9 @@ pub(crate) enum Protection {
     /// The runtime directory's services and the container engines' sockets are covered
     /// (mount namespace).
     LocalServices,
+    /// No Unix socket but the command's own servers' and those the config names can be
+    /// reached (the daemon decides each connect and send: seccomp's user notification).
+    UnixSockets,
     /// Each command in a PID namespace of its own: it sees only its own processes, and all
     /// of them end with it.
     OwnProcesses,
@@ -186,7 +190,7 @@ pub(crate) enum Protection {
 
 impl Protection {
     /// Every protection, in the order reports list them.
-    pub(crate) const ALL: [Protection; 10] = [
+    pub(crate) const ALL: [Protection; 11] = [
         Protection::Filesystem,
         Protection::UnchangedOutside,
         Protection::Network,
@@ -196,6 +200,7 @@ impl Protection {
         Protection::PrivateTmp,
         Protection::HiddenPaths,
         Protection::LocalServices,
+        Protection::UnixSockets,
         Protection::OwnProcesses,
     ];
 
@@ -210,6 +215,7 @@ impl Protection {
             Protection::PrivateTmp => "private_tmp",
             Protection::HiddenPaths => "hidden_paths",
             Protection::LocalServices => "local_services",
+            Protection::UnixSockets => "unix_sockets",
             Protection::OwnProcesses => "pid_namespace",
         }
     }
@@ -249,6 +255,8 @@ pub(crate) struct Confinement {
     must_not_appear: Vec<git::Forbidden>,
     /// What the command cannot read (credential stores, files read deny rules cover).
     hidden: Vec<PathBuf>,
+    /// What the command's socket calls are judged by, when the daemon decides them.
+    socket_rules: Option<Arc<sockets::supervisor::SocketRules>>,
 }
 
 /// What the child applies, in order.
@@ -259,6 +267,9 @@ struct ChildPlan {
     /// What the ruleset lets a command read, for the `/proc` its PID namespace mounts.
     landlock_read_rights: u64,
     seccomp: Option<&'static seccomp::Program>,
+    /// The filter that hands the daemon the command's socket calls ([`sockets`]), installed
+    /// by the command's init.
+    socket_filter: Option<&'static [nix::libc::sock_filter]>,
 }
 
 impl Confinement {
@@ -283,6 +294,7 @@ impl Confinement {
                 call_dir: None,
                 must_not_appear: Vec::new(),
                 hidden: Vec::new(),
+                socket_rules: None,
             });
         }
         let kernel = kernel::probe();
@@ -475,6 +487,15 @@ impl Confinement {
             .seccomp
             .then(|| seccomp::program(settings.network))
             .flatten();
+        let socket_filter = kernel
+            .enforces(Protection::UnixSockets)
+            .then(sockets::filter::program)
+            .flatten();
+        let socket_rules = socket_filter.map(|_| {
+            Arc::new(sockets::supervisor::SocketRules {
+                allowed: Vec::new(),
+            })
+        });
         enforced.push("peer_check");
         Ok(Self {
             settings,
@@ -483,6 +504,7 @@ impl Confinement {
                 landlock,
                 landlock_read_rights: landlock::read_rights_bits(),
                 seccomp,
+                socket_filter,
             })),
             enforced,
             degraded,
@@ -492,6 +514,7 @@ impl Confinement {
             call_dir,
             must_not_appear,
             hidden,
+            socket_rules,
         })
     }
 
@@ -534,6 +557,23 @@ impl Confinement {
         removed
     }
 
+    /// Starts deciding the socket calls of the command `child` (spawned with this
+    /// confinement's [`Self::child_setup`]); `None` when the daemon does not decide them here.
+    pub(crate) fn supervise(
+        &self,
+        child: &crate::spawn::Spawned,
+    ) -> Option<sockets::supervisor::Supervisor> {
+        let rules = self.socket_rules.as_ref()?;
+        let listener = child.take_listener()?;
+        match sockets::supervisor::supervise(listener, child.id(), Arc::clone(rules)) {
+            Ok(supervisor) => Some(supervisor),
+            Err(error) => {
+                tracing::error!(%error, "cannot decide a sandboxed command's socket calls");
+                None
+            }
+        }
+    }
+
     /// Whether the command runs confined (any mode but `off`).
     pub(crate) fn is_confined(&self) -> bool {
         self.plan.is_some()
@@ -554,8 +594,14 @@ impl Confinement {
     }
 
     /// `metadata.sandbox` for the call's result; `denial_hint` from [`Self::denial_hint`] when
-    /// the command failed, `removed` from [`Self::undo_forbidden_creations`].
-    pub(crate) fn metadata(&self, denial_hint: Option<&str>, removed: &[PathBuf]) -> Value {
+    /// the command failed, `removed` from [`Self::undo_forbidden_creations`], `refused` the
+    /// Unix sockets its connections to were refused.
+    pub(crate) fn metadata(
+        &self,
+        denial_hint: Option<&str>,
+        removed: &[PathBuf],
+        refused: &[String],
+    ) -> Value {
         let degraded: Vec<&str> = self.degraded.iter().map(|(name, _)| *name).collect();
         let mut metadata = json!({
             "mode": self.settings.mode.as_str(),
@@ -577,6 +623,9 @@ impl Confinement {
         if !removed.is_empty() {
             metadata["removed"] = json!(removed);
         }
+        if !refused.is_empty() {
+            metadata["refused_sockets"] = json!(refused);
+        }
         if let Some(hint) = denial_hint {
             metadata["likely_denied"] = json!(true);
             metadata["hint"] = json!(hint);
@@ -585,9 +634,10 @@ impl Confinement {
     }
 
     /// A hint for a command that failed with the marks of a denial, naming where it may
-    /// write; `None` when the output shows none or the command ran unconfined.
-    pub(crate) fn denial_hint(&self, output: &str) -> Option<String> {
-        if !self.is_confined() || !looks_denied(output) {
+    /// write and the sockets it was refused; `None` when the output shows none or the command
+    /// ran unconfined.
+    pub(crate) fn denial_hint(&self, output: &str, refused: &[String]) -> Option<String> {
+        if !self.is_confined() || !looks_denied(output) && refused.is_empty() {
             return None;
         }
         let dirs: Vec<String> = self
@@ -600,8 +650,18 @@ impl Confinement {
         } else {
             " IP networking is off for this session's commands."
         };
+        let sockets = if refused.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " Connections to Unix sockets the command does not serve itself were refused \
+                 ({}): a server outside the sandbox would act for it; the user can name one \
+                 in [sandbox] unix_sockets.",
+                refused.join(", ")
+            )
+        };
         Some(format!(
-            "the sandbox (mode {}) may have denied this: commands may write only under {}.{network} \
+            "the sandbox (mode {}) may have denied this: commands may write only under {}.{network}{sockets} \
              To allow more, add the directory to [sandbox] writable in the config, or ask the \
              user for a session with a looser sandbox.",
             self.settings.mode.as_str(),
@@ -634,6 +694,10 @@ impl ChildSetup for ChildPlan {
             landlock::allow_beneath(ruleset, c"/proc", self.landlock_read_rights)?;
         }
         Ok(())
+    }
+
+    fn install_in_init(&self) -> io::Result<Option<nix::libc::c_int>> {
+        self.socket_filter.map(sockets::filter::install).transpose()
     }
 
     fn before_exec(&self) -> io::Result<()> {
@@ -736,9 +800,9 @@ mod tests {
         };
         let confinement = Confinement::prepare(&sandbox, &[], Path::new("/")).unwrap();
         assert!(!confinement.is_confined());
-        assert_eq!(confinement.denial_hint("Permission denied"), None);
+        assert_eq!(confinement.denial_hint("Permission denied", &[]), None);
         assert_eq!(
-            confinement.metadata(None, &[]),
+            confinement.metadata(None, &[], &[]),
             json!({"mode": "off", "network": true, "enforced": [], "degraded": []})
         );
     }

@@ -31,6 +31,8 @@ use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 
+use std::sync::atomic::{AtomicI32, Ordering};
+
 use nix::libc;
 
 use super::{ChildArgs, Stack, Watched, fail, leave_the_daemon_s_session, shell_main};
@@ -53,6 +55,9 @@ pub(super) struct Prepared {
 struct Memory {
     init_stack: Stack,
     shell_stack: Stack,
+    /// The descriptor of the init's filter listener, written by the init before it starts
+    /// the shell (-1: none); boxed, so that it stays where the init was told it is.
+    listener: Box<AtomicI32>,
 }
 
 impl Prepared {
@@ -67,6 +72,7 @@ impl Prepared {
             memory: Memory {
                 init_stack: Stack::new(),
                 shell_stack: Stack::new(),
+                listener: Box::new(AtomicI32::new(-1)),
             },
             report_read,
             report_write,
@@ -123,6 +129,10 @@ impl Prepared {
         self.report_write.as_raw_fd()
     }
 
+    pub(super) fn listener_slot(&self) -> *const AtomicI32 {
+        &*self.memory.listener
+    }
+
     /// Once the init is cloned: the daemon's copy of the write end closed, so that the pipe
     /// ends when the init does.
     pub(super) fn cloned(self) -> Init {
@@ -163,6 +173,12 @@ pub(super) struct ShellEnd {
 }
 
 impl Init {
+    /// The init's filter listener's descriptor (in the init), once the shell has started.
+    pub(super) fn listener(&self) -> Option<RawFd> {
+        let fd = self.memory.as_ref()?.listener.load(Ordering::Acquire);
+        (fd >= 0).then_some(fd)
+    }
+
     /// Waits for the init's report of the shell's end. Cancel-safe.
     pub(super) async fn report(&mut self) -> io::Result<Report> {
         if self.read.is_none() {
@@ -302,6 +318,12 @@ pub(super) extern "C" fn init_main(arg: *mut libc::c_void) -> libc::c_int {
         if maps_by_the_daemon {
             wait_for_the_id_maps(maps_read)?;
         }
+        if let Some(listener) = args.setup.install_in_init()? {
+            // SAFETY: the slot lives in the init's memory, which the daemon frees only once
+            // the init is dead.
+            #[allow(unsafe_code)]
+            unsafe { &*args.listener_slot }.store(listener, Ordering::Release);
+        }
         // SAFETY: as for the daemon's clone of a plain spawn: the shell runs on a stack of its
         // own and on `args`, and this process waits (CLONE_VFORK) until it has exec'd or
         // exited.
@@ -320,7 +342,12 @@ pub(super) extern "C" fn init_main(arg: *mut libc::c_void) -> libc::c_int {
         Ok(shell)
     })();
     match started {
-        Ok(shell) => reap_until_the_namespace_is_empty(shell, args.report_pipe),
+        Ok(shell) => {
+            // SAFETY: as above.
+            #[allow(unsafe_code)]
+            let listener = unsafe { &*args.listener_slot }.load(Ordering::Acquire);
+            reap_until_the_namespace_is_empty(shell, args.report_pipe, listener)
+        }
         Err(error) => fail(args, Err(error)),
     }
 }
@@ -340,18 +367,27 @@ fn wait_for_the_id_maps(maps_pipe: RawFd) -> io::Result<()> {
 }
 
 /// The init's life once the shell runs. Its arguments are copies: the daemon's thread resumes
-/// when the error pipe closes, here, and the `ChildArgs` go.
+/// when the error pipe closes, here, and the `ChildArgs` go. `listener`: the filter listener
+/// the daemon takes from the init (-1: none), kept open for it.
 #[allow(unsafe_code)]
-fn reap_until_the_namespace_is_empty(shell: libc::pid_t, report_pipe: RawFd) -> ! {
+fn reap_until_the_namespace_is_empty(shell: libc::pid_t, report_pipe: RawFd, listener: RawFd) -> ! {
     use rustix::process::{WaitOptions, wait};
-    // SAFETY: closing descriptors touches no memory. Every one but the report pipe goes: the
-    // daemon's, copied at the clone (its sockets, other commands' pipes), and the error pipe,
-    // last of this process's uses of `errno`.
+    // SAFETY: closing descriptors touches no memory. Every one but the report pipe and the
+    // listener goes: the daemon's, copied at the clone (its sockets, other commands' pipes),
+    // and the error pipe, last of this process's uses of `errno`.
     unsafe {
-        if let Ok(below) = u32::try_from(report_pipe - 1) {
+        let (low, high) = if listener >= 0 {
+            (report_pipe.min(listener), report_pipe.max(listener))
+        } else {
+            (report_pipe, report_pipe)
+        };
+        if let Ok(below) = u32::try_from(low - 1) {
             libc::close_range(0, below, 0);
         }
-        libc::close_range(report_pipe as u32 + 1, u32::MAX, 0);
+        if high > low + 1 {
+            libc::close_range(low as u32 + 1, high as u32 - 1, 0);
+        }
+        libc::close_range(high as u32 + 1, u32::MAX, 0);
     }
     // SAFETY: open until this process exits.
     let report = unsafe { BorrowedFd::borrow_raw(report_pipe) };

@@ -60,6 +60,13 @@ pub(crate) trait ChildSetup: Sync {
     fn before_exec(&self) -> io::Result<()> {
         Ok(())
     }
+
+    /// In an init, before it starts the shell: a filter every process of the namespace
+    /// inherits, whose listener (its descriptor returned) the daemon takes from the init
+    /// ([`Spawned::take_listener`]). Only an init calls it.
+    fn install_in_init(&self) -> io::Result<Option<libc::c_int>> {
+        Ok(None)
+    }
 }
 
 /// The uid and gid maps of a user namespace, one line each (`inside outside count`).
@@ -258,6 +265,9 @@ struct ChildArgs<'a> {
     shell_stack_top: usize,
     report_pipe: RawFd,
     maps_pipe: (RawFd, RawFd),
+    /// Where an init writes the descriptor [`ChildSetup::install_in_init`] returned (null
+    /// without an init).
+    listener_slot: *const std::sync::atomic::AtomicI32,
 }
 
 /// Starts `launch` in a session (and process group) of its own, without a controlling
@@ -286,6 +296,9 @@ pub(crate) fn spawn(
         shell_stack_top: init.as_mut().map_or(0, init::Prepared::shell_stack_top),
         report_pipe: init.as_ref().map_or(-1, init::Prepared::report_pipe),
         maps_pipe: init.as_ref().map_or((-1, -1), init::Prepared::maps_pipe),
+        listener_slot: init
+            .as_ref()
+            .map_or(std::ptr::null(), init::Prepared::listener_slot),
     };
     let (entry, top, waits): (extern "C" fn(*mut libc::c_void) -> libc::c_int, usize, _) =
         match init.as_mut() {
@@ -464,6 +477,26 @@ fn become_the_shell(args: &ChildArgs<'_>) -> io::Result<std::convert::Infallible
 impl Spawned {
     pub(crate) fn id(&self) -> u32 {
         self.pid
+    }
+
+    /// The listener of the filter the init installed ([`ChildSetup::install_in_init`]), taken
+    /// from the init (`pidfd_getfd`); `None` without one, or when the init is already gone
+    /// (and with it every process the filter could have stopped).
+    pub(crate) fn take_listener(&self) -> Option<OwnedFd> {
+        let fd = self.init.as_ref()?.listener()?;
+        // SAFETY: plain integers; the kernel duplicates a descriptor of the init into this
+        // process.
+        #[allow(unsafe_code)]
+        let taken = unsafe { libc::syscall(libc::SYS_pidfd_getfd, self.pidfd.raw(), fd, 0) };
+        match libc::c_int::try_from(taken) {
+            // SAFETY: a new descriptor owned by nobody else.
+            #[allow(unsafe_code)]
+            Ok(fd) if fd >= 0 => Some(unsafe { OwnedFd::from_raw_fd(fd) }),
+            _ => {
+                tracing::debug!(error = %io::Error::last_os_error(), "cannot take a command's socket listener from its init");
+                None
+            }
+        }
     }
 
     /// Keeps `guard` until the daemon's child is reaped, which for an init may be after this

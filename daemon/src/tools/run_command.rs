@@ -222,6 +222,9 @@ async fn run_command(mut args: Map<String, Value>, ctx: ToolContext) -> ToolOutc
         |child| Some(child.id()),
     )
     .map_err(cannot_start)?;
+    // From here every socket call of the command that could reach a server waits for the
+    // daemon's decision.
+    let sockets = confinement.supervise(&child);
     // Known until reaped, which for a PID namespace's init may be after the call.
     child.hold_until_reaped(known);
     confinement.build_ahead();
@@ -319,11 +322,14 @@ async fn run_command(mut args: Map<String, Value>, ctx: ToolContext) -> ToolOutc
         metadata.insert("killed_background_processes".into(), json!(swept.signaled));
     }
     let failed = halt.is_none() && !status.is_some_and(|status| status.success());
-    let denial_hint = failed.then(|| confinement.denial_hint(&content)).flatten();
+    let refused = sockets.map(|sockets| sockets.refused()).unwrap_or_default();
+    let denial_hint = failed
+        .then(|| confinement.denial_hint(&content, &refused))
+        .flatten();
     let removed = confinement.undo_forbidden_creations();
     metadata.insert(
         "sandbox".into(),
-        confinement.metadata(denial_hint.as_deref(), &removed),
+        confinement.metadata(denial_hint.as_deref(), &removed, &refused),
     );
 
     let failure = match (halt, status) {

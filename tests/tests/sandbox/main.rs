@@ -23,6 +23,7 @@ mod protected_places;
 mod settings_and_tiers;
 mod the_daemon;
 mod unchanged_outside;
+mod unix_sockets;
 mod writes;
 
 /// A project (the session's root, a git repository), a directory outside every writable
