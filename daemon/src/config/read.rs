@@ -23,7 +23,7 @@ use crate::audit::AuditMode;
 use crate::hooks::ConfiguredHook;
 use crate::index::roots::IndexConfig;
 use crate::permission::{ConfigRules, Rule, home_dir, lint};
-use crate::sandbox::{OnUnsupported, SandboxConfig};
+use crate::sandbox::{AllowedSocket, OnUnsupported, SandboxConfig};
 
 /// The longest socket path the kernel takes: `sun_path` is 108 bytes with its final NUL.
 const MAX_SOCKET_PATH_BYTES: usize = 107;
@@ -368,6 +368,22 @@ fn sandbox(field: &Field<'_, '_>, warnings: &mut Vec<Fault>) -> Result<SandboxCo
                         .push(std::fs::canonicalize(&path).unwrap_or(path));
                 }
             }
+            "unix_sockets" => {
+                for item in entry.elements("an array of socket paths or $VARIABLES")? {
+                    let text = item.string()?;
+                    sandbox.unix_sockets.push(match text.strip_prefix('$') {
+                        Some(name) if is_variable_name(name) => {
+                            AllowedSocket::Variable(name.to_owned())
+                        }
+                        Some(_) => {
+                            return Err(item.fault(format!(
+                                "{text:?} is not a variable name: write $NAME, as $SSH_AUTH_SOCK"
+                            )));
+                        }
+                        None => AllowedSocket::Path(item.absolute_path()?),
+                    });
+                }
+            }
             "hidden" => {
                 // The list replaces the default one: `hidden = []` hides nothing.
                 sandbox.hidden.clear();
@@ -392,6 +408,7 @@ fn sandbox(field: &Field<'_, '_>, warnings: &mut Vec<Fault>) -> Result<SandboxCo
                     "mode",
                     "network",
                     "writable",
+                    "unix_sockets",
                     "hidden",
                     "on_unsupported",
                     "allow_unsandboxed",
@@ -689,6 +706,15 @@ fn show_bound(value: u64, unit: Unit) -> String {
         Some(friendly) => format!("{value} ({friendly})"),
         None => value.to_string(),
     }
+}
+
+/// A shell variable's name: a letter or `_`, then letters, digits and `_`.
+fn is_variable_name(name: &str) -> bool {
+    let mut characters = name.chars();
+    characters
+        .next()
+        .is_some_and(|first| first.is_ascii_alphabetic() || first == '_')
+        && characters.all(|rest| rest.is_ascii_alphanumeric() || rest == '_')
 }
 
 #[cfg(test)]

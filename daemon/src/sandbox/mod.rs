@@ -66,6 +66,8 @@ pub struct SandboxConfig {
     /// What commands cannot read at all (absolute): credential stores by default
     /// ([`hidden::default_paths`]).
     pub hidden: Vec<PathBuf>,
+    /// The Unix sockets of services outside the sandbox that commands may reach.
+    pub unix_sockets: Vec<AllowedSocket>,
     pub on_unsupported: OnUnsupported,
     /// Whether a session may ask for a looser sandbox than `settings`.
     pub allow_unsandboxed: bool,
@@ -77,6 +79,7 @@ impl Default for SandboxConfig {
             settings: SandboxSettings::default(),
             writable: Vec::new(),
             hidden: hidden::default_paths(),
+            unix_sockets: Vec::new(),
             on_unsupported: OnUnsupported::default(),
             allow_unsandboxed: false,
         }
@@ -90,6 +93,7 @@ impl SandboxConfig {
             settings: self.settings,
             writable: self.writable.clone().into(),
             hidden: self.hidden.clone().into(),
+            unix_sockets: self.unix_sockets.clone().into(),
             denied_reads: Arc::default(),
             on_unsupported: self.on_unsupported,
             private_dir: None,
@@ -117,8 +121,14 @@ impl SandboxConfig {
         } else {
             format!(", hidden: {}", list(&self.hidden))
         };
+        let sockets = if self.unix_sockets.is_empty() {
+            String::new()
+        } else {
+            let names: Vec<String> = self.unix_sockets.iter().map(ToString::to_string).collect();
+            format!(", reachable sockets: {}", names.join(", "))
+        };
         format!(
-            "sandbox: mode {}, network {}{writable}{hidden}, on_unsupported {}{}",
+            "sandbox: mode {}, network {}{writable}{hidden}{sockets}, on_unsupported {}{}",
             self.settings.mode.as_str(),
             if self.settings.network { "on" } else { "off" },
             match self.on_unsupported {
@@ -134,6 +144,37 @@ impl SandboxConfig {
     }
 }
 
+/// A Unix socket of a service outside the sandbox that commands may reach (`[sandbox]
+/// unix_sockets`), as the config names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AllowedSocket {
+    Path(PathBuf),
+    /// `$NAME`: the socket the daemon's environment variable names (`$SSH_AUTH_SOCK`), looked
+    /// up when a command starts.
+    Variable(String),
+}
+
+impl AllowedSocket {
+    /// The socket's path now; `None` for a variable that is unset or not an absolute path.
+    pub(crate) fn path(&self) -> Option<PathBuf> {
+        match self {
+            AllowedSocket::Path(path) => Some(path.clone()),
+            AllowedSocket::Variable(name) => std::env::var_os(name)
+                .map(PathBuf::from)
+                .filter(|path| path.is_absolute()),
+        }
+    }
+}
+
+impl std::fmt::Display for AllowedSocket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AllowedSocket::Path(path) => write!(f, "{}", path.display()),
+            AllowedSocket::Variable(name) => write!(f, "${name}"),
+        }
+    }
+}
+
 /// The sandbox of one session's commands: its settings and the config's parts.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CommandSandbox {
@@ -143,6 +184,8 @@ pub struct CommandSandbox {
     pub hidden: Arc<[PathBuf]>,
     /// What the session's `read_file` deny rules cover, hidden from its commands too.
     pub denied_reads: Arc<hidden::DeniedReads>,
+    /// The Unix sockets outside the sandbox that its commands may reach.
+    pub unix_sockets: Arc<[AllowedSocket]>,
     pub on_unsupported: OnUnsupported,
     /// The session's own directory for its commands' `/tmp` and `/dev/shm`, kept across its
     /// calls ([`private_tmp`]); `None`: each call gets one of its own.
@@ -257,6 +300,8 @@ pub(crate) struct Confinement {
     hidden: Vec<PathBuf>,
     /// What the command's socket calls are judged by, when the daemon decides them.
     socket_rules: Option<Arc<sockets::supervisor::SocketRules>>,
+    /// The sockets of services outside that the command may reach, where it finds them.
+    reachable_sockets: Vec<PathBuf>,
 }
 
 /// What the child applies, in order.
@@ -295,6 +340,7 @@ impl Confinement {
                 must_not_appear: Vec::new(),
                 hidden: Vec::new(),
                 socket_rules: None,
+                reachable_sockets: Vec::new(),
             });
         }
         let kernel = kernel::probe();
@@ -415,6 +461,29 @@ impl Confinement {
             );
             places.extend(cwd_place);
         }
+        // What commands cannot read, and the sockets of services outside they may reach: one
+        // that lies under a hidden directory (an agent's in the runtime directory) or the
+        // private `/tmp` is shown at its path, through a read-only copy of that directory's
+        // skeleton.
+        let mut hidden = Vec::new();
+        let mut reachable = Vec::new();
+        if let Some(private) = &private {
+            hidden = sandbox.hidden.to_vec();
+            if !sandbox.denied_reads.is_empty() {
+                hidden.extend(sandbox.denied_reads.paths(roots));
+            }
+            hidden.retain(|path| path.exists());
+            reachable = sockets::reachable(&sandbox.unix_sockets);
+            let covers = hidden
+                .iter()
+                .chain(&kept_out::local_services().dirs)
+                .filter(|dir| dir.is_dir());
+            let shown = private_tmp::show_sockets(private, covers, &reachable, &places).map_err(
+                failed("show the reachable sockets in the command's sandbox"),
+            )?;
+            hidden.retain(|path| !shown.iter().any(|place| &place.target == path));
+            places.extend(shown);
+        }
         let places = private
             .as_ref()
             .map(|_| private_tmp::arrange(places))
@@ -437,15 +506,9 @@ impl Confinement {
         } else {
             Vec::new()
         };
-        let mut hidden = Vec::new();
         let namespace = if kernel.namespaces {
             make_missing_daemon_dirs(&writable);
             let protected = crate::paths::daemon_files();
-            hidden = sandbox.hidden.to_vec();
-            if !sandbox.denied_reads.is_empty() {
-                hidden.extend(sandbox.denied_reads.paths(roots));
-            }
-            hidden.retain(|path| path.exists());
             let view = View {
                 socket: kept_out::daemon_socket(),
                 git: &protected_git,
@@ -493,9 +556,13 @@ impl Confinement {
             .flatten();
         let socket_rules = socket_filter.map(|_| {
             Arc::new(sockets::supervisor::SocketRules {
-                allowed: Vec::new(),
+                allowed: reachable.iter().map(|socket| socket.identity).collect(),
             })
         });
+        let reachable_sockets = reachable
+            .into_iter()
+            .map(|socket| socket.shown_at)
+            .collect();
         enforced.push("peer_check");
         Ok(Self {
             settings,
@@ -515,6 +582,7 @@ impl Confinement {
             must_not_appear,
             hidden,
             socket_rules,
+            reachable_sockets,
         })
     }
 
@@ -574,6 +642,13 @@ impl Confinement {
         }
     }
 
+    /// Whether the command should not inherit the daemon's variable `name=value`: one naming
+    /// the socket of a service outside the sandbox that the command may not reach
+    /// ([`sockets::names_a_service`]).
+    pub(crate) fn withholds_variable(&self, name: &[u8], value: &[u8]) -> bool {
+        self.is_confined() && sockets::names_a_service(name, value, &self.reachable_sockets)
+    }
+
     /// Whether the command runs confined (any mode but `off`).
     pub(crate) fn is_confined(&self) -> bool {
         self.plan.is_some()
@@ -619,6 +694,9 @@ impl Confinement {
         }
         if !self.hidden.is_empty() {
             metadata["hidden"] = json!(self.hidden);
+        }
+        if !self.reachable_sockets.is_empty() {
+            metadata["unix_sockets"] = json!(self.reachable_sockets);
         }
         if !removed.is_empty() {
             metadata["removed"] = json!(removed);

@@ -143,8 +143,7 @@ impl PlaceMount {
                 place.source.display()
             )
         };
-        let source = crate::confined::open(&place.source, OFlag::O_PATH | OFlag::O_DIRECTORY)
-            .map_err(cannot)?;
+        let source = crate::confined::open(&place.source, OFlag::O_PATH).map_err(cannot)?;
         let stat = nix::sys::stat::fstat(&source).map_err(|errno| cannot(errno.into()))?;
         let invalid = || cannot(io::Error::from(io::ErrorKind::InvalidInput));
         Ok(Self {
@@ -573,13 +572,13 @@ unsafe fn set_read_only(path: &CStr, recursive: bool) -> io::Result<()> {
     }
 }
 
-/// In the child: the directory `path`, opened (`O_PATH`) without following a symlink anywhere
-/// along it; with `identity`, checked to be that directory (`EXDEV` if it is not). System
-/// calls only.
+/// In the child: the directory (or, for a socket's place, the file) `path`, opened (`O_PATH`)
+/// without following a symlink anywhere along it; with `identity`, checked to be that very
+/// one (`EXDEV` if it is not). System calls only.
 #[allow(unsafe_code)]
 unsafe fn open_checked(path: &CStr, identity: Option<(u64, u64)>) -> io::Result<libc::c_int> {
     let how = OpenHow {
-        flags: (libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) as u64,
+        flags: (libc::O_PATH | libc::O_CLOEXEC) as u64,
         mode: 0,
         resolve: RESOLVE_NO_SYMLINKS,
     };

@@ -87,6 +87,21 @@ impl PrivateDirs {
         Self::made_in(dir)
     }
 
+    /// A read-only stand-in for the hidden directory `cover`, kept beside the temp
+    /// directories, for the sockets inside it that commands may reach.
+    fn skeleton_of(&self, cover: &Path) -> io::Result<PathBuf> {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        cover.hash(&mut hasher);
+        let base = self.tmp.parent().unwrap_or(&self.tmp).join("covers");
+        let skeleton = base.join(format!("{:016x}", hasher.finish()));
+        if !skeleton.is_dir() {
+            crate::confined::open_dir_creating(&skeleton)?;
+            set_mode(&base, 0o700)?;
+        }
+        Ok(skeleton)
+    }
+
     fn made_in(dir: &Path) -> io::Result<Self> {
         let dirs = Self {
             tmp: dir.join("tmp"),
@@ -120,6 +135,47 @@ fn set_mode(dir: &Path, mode: u32) -> io::Result<()> {
     Ok(())
 }
 
+/// The places that show each reachable socket that a hidden directory (`covers`) or a place
+/// shown elsewhere (the private `/tmp`) would hide: the socket file at its path and, for a
+/// hidden directory holding one, a read-only skeleton of that directory (empty but for the
+/// way to the socket) in its place.
+pub(super) fn show_sockets<'a>(
+    private: &PrivateDirs,
+    covers: impl Iterator<Item = &'a PathBuf>,
+    reachable: &[super::sockets::Reachable],
+    places: &[Place],
+) -> io::Result<Vec<Place>> {
+    let covers: Vec<&PathBuf> = covers.collect();
+    let mut shown: Vec<Place> = Vec::new();
+    for socket in reachable {
+        let cover = covers
+            .iter()
+            .find(|dir| socket.shown_at.starts_with(dir))
+            .copied();
+        let replaced = places.iter().any(|place| {
+            place.source != place.target && socket.shown_at.starts_with(&place.target)
+        });
+        if cover.is_none() && !replaced {
+            continue;
+        }
+        if let Some(cover) = cover
+            && !shown.iter().any(|place| &place.target == cover)
+        {
+            shown.push(Place {
+                source: private.skeleton_of(cover)?,
+                target: cover.clone(),
+                writable: false,
+            });
+        }
+        shown.push(Place {
+            source: socket.file.clone(),
+            target: socket.shown_at.clone(),
+            writable: false,
+        });
+    }
+    Ok(shown)
+}
+
 /// The places of a view in the order they are attached (outermost target first), without
 /// those that another place shown at its own path already shows the same way; and for each
 /// that lies under a place shown elsewhere (a root under `/tmp`, which the private `/tmp`
@@ -148,8 +204,20 @@ pub(super) fn arrange(mut places: Vec<Place>) -> io::Result<Vec<Place>> {
                     continue;
                 };
                 let mount_point = outer.source.join(inside);
-                if !mount_point.exists() {
+                if !mount_point.exists() && place.source.is_dir() {
                     crate::confined::open_dir_creating(&mount_point)?;
+                } else if !mount_point.exists()
+                    && let (Some(parent), Some(name)) =
+                        (mount_point.parent(), mount_point.file_name())
+                {
+                    // A file's (a socket's): an empty file to bind it over.
+                    let dir = crate::confined::open_dir_creating(parent)?;
+                    nix::fcntl::openat(
+                        &dir,
+                        name,
+                        OFlag::O_CREAT | OFlag::O_WRONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+                        nix::sys::stat::Mode::from_bits_truncate(0o600),
+                    )?;
                 }
             }
             _ => {}

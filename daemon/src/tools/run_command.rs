@@ -446,8 +446,10 @@ fn shell_launch(
 ) -> io::Result<Launch> {
     let passed = |(name, _): &(&String, &String)| !shell_reads_it(name.as_bytes());
     let given = |(name, value): (&String, &String)| (OsString::from(name), OsString::from(value));
-    let inherited =
-        process_tree::inherited_env().filter(|(name, _)| !shell_reads_it(name.as_bytes()));
+    let inherited = process_tree::inherited_env().filter(|(name, value)| {
+        !shell_reads_it(name.as_bytes())
+            && !confinement.withholds_variable(name.as_bytes(), value.as_bytes())
+    });
     // Later entries replace earlier ones.
     let variables = inherited
         .chain([(OsString::from("PWD"), cwd.as_os_str().to_owned())])

@@ -284,3 +284,125 @@ print(", ".join(results))
         assert_eq!(result["metadata"]["sandbox"].get("refused_sockets"), None);
     }
 }
+
+/// An SSH agent of the user's, started on `socket`; killed when dropped.
+struct Agent(std::process::Child);
+
+impl Agent {
+    fn start(program: &Path, socket: &Path) -> Self {
+        let child = Command::new(program)
+            .arg("-D")
+            .arg("-a")
+            .arg(socket)
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        for _ in 0..200 {
+            if socket.exists() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        Self(child)
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `[sandbox] unix_sockets` lets commands reach what the config names — an SSH agent for `git
+/// push` — where they would look for it (in the runtime directory, which is otherwise hidden,
+/// or in the host's `/tmp`, which the session's own replaces), and its variable is passed;
+/// every other service's socket and variable stays out of reach.
+#[tokio::test]
+async fn the_config_names_the_sockets_commands_may_reach() {
+    let test = "the_config_names_the_sockets_commands_may_reach";
+    let (Some(ssh_agent), Some(_)) = (
+        require::program(test, "ssh-agent", &[], "apt-get install openssh-client"),
+        require::program(test, "ssh-add", &[], "apt-get install openssh-client"),
+    ) else {
+        return;
+    };
+    let runtime = tempfile::tempdir_in(super::outside_base()).unwrap();
+    let runtime_dir = runtime.path().canonicalize().unwrap();
+    let in_runtime = runtime_dir.join("ssh-agent.socket");
+    let other = runtime_dir.join("other-agent.socket");
+    let host_tmp = tempfile::tempdir_in("/tmp").unwrap();
+    let in_tmp = host_tmp.path().canonicalize().unwrap().join("agent.sock");
+    let _agents = [
+        Agent::start(&ssh_agent, &in_runtime),
+        Agent::start(&ssh_agent, &other),
+        Agent::start(&ssh_agent, &in_tmp),
+    ];
+    let config = format!(
+        "[sandbox]\nunix_sockets = [\"$SSH_AUTH_SOCK\", \"{}\"]\n",
+        in_tmp.display()
+    );
+    let daemon = TestDaemon::start_with_config_and_env(
+        &config,
+        &[
+            ("XDG_RUNTIME_DIR", runtime_dir.to_str().unwrap()),
+            ("SSH_AUTH_SOCK", in_runtime.to_str().unwrap()),
+            ("TMUX", &format!("{},1,0", other.display())),
+            (
+                "DBUS_SESSION_BUS_ADDRESS",
+                &format!("unix:path={}", other.display()),
+            ),
+            ("DISPLAY", ":0"),
+        ],
+    );
+    let client = connected(&daemon).await;
+    let places = Places::new();
+    let session = session(&client, &places.project, json!({})).await;
+    let result = run(
+        &client,
+        &session,
+        "env | grep -E '^(SSH_AUTH_SOCK|TMUX|DBUS_SESSION_BUS_ADDRESS|DISPLAY)=' | sort",
+    )
+    .await;
+    assert_eq!(
+        output(&result),
+        format!("SSH_AUTH_SOCK={}\n", in_runtime.display()),
+        "{result}"
+    );
+    assert_eq!(
+        result["metadata"]["sandbox"]["unix_sockets"],
+        json!([in_runtime, in_tmp]),
+        "{result}"
+    );
+    for agent in [&in_runtime, &in_tmp] {
+        let result = run(
+            &client,
+            &session,
+            &format!("SSH_AUTH_SOCK={} ssh-add -l", quoted(agent)),
+        )
+        .await;
+        assert!(
+            output(&result).contains("The agent has no identities"),
+            "{}: {result}",
+            agent.display()
+        );
+    }
+    // The rest of the runtime directory is still hidden; another agent there is not reached.
+    let result = run(
+        &client,
+        &session,
+        &format!("ls -A {}", quoted(&runtime_dir)),
+    )
+    .await;
+    assert_eq!(output(&result), "ssh-agent.socket\n", "{result}");
+    let result = run(
+        &client,
+        &session,
+        &format!("SSH_AUTH_SOCK={} ssh-add -l", quoted(&other)),
+    )
+    .await;
+    assert!(
+        !output(&result).contains("The agent has no identities"),
+        "{result}"
+    );
+}
