@@ -4,7 +4,7 @@
 //! blocks the call. PostToolUse failures are logged and change nothing.
 
 use std::future::Future;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -79,7 +79,8 @@ pub struct HookSet<'a> {
     pub clients: &'a [Arc<dyn ClientHooks>],
     /// The config's `hook_timeout_ms`: client hooks, and programs without their own timeout.
     pub timeout: Duration,
-    /// Where hook programs run: the session's cwd.
+    /// The session's working directory, which hook programs are told (they run in
+    /// [`working_dir`]).
     pub cwd: &'a Path,
 }
 
@@ -172,11 +173,12 @@ impl HookSet<'_> {
             let hook = hook.clone();
             let input = HookProgramInput {
                 event: E::EVENT,
+                cwd: crate::paths::exact_text(self.cwd).into_owned(),
                 params: params.clone(),
             };
-            let (timeout, cwd) = (hook.timeout.unwrap_or(self.timeout), self.cwd.to_path_buf());
+            let timeout = hook.timeout.unwrap_or(self.timeout);
             answers.spawn(async move {
-                let answer = run_program(&hook.command, &input, &cwd, timeout)
+                let answer = run_program(&hook.command, &input, timeout)
                     .await
                     .and_then(E::program_answer);
                 (order, format!("hook program {}", hook.name()), answer)
@@ -311,12 +313,34 @@ enum ProgramOutput {
     Blocked(String),
 }
 
-/// Runs a hook program: the input as JSON on stdin, in its own process group, with a deadline
-/// after which its whole process tree is killed. Any exit but 0 and 2 is an error.
+/// Where hook programs run: a directory of toold's own, set once at start
+/// ([`run_hooks_in`]).
+static WORKING_DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
+/// Makes `dir` (empty, the user's alone) the directory every hook program runs in: one no
+/// session can write (toold's state directory's `hooks`, which the sandbox and the file tools
+/// protect), so that nothing a session wrote is found there — a `NAME.py` that `python3 -m
+/// NAME` would load, a `./program`. The first call wins; the daemon makes it at start.
+pub fn run_hooks_in(dir: PathBuf) -> std::io::Result<()> {
+    if !dir.is_dir() {
+        std::fs::create_dir_all(&dir)?;
+    }
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))?;
+    let _ = WORKING_DIR.set(dir);
+    Ok(())
+}
+
+/// Where hook programs run: [`run_hooks_in`]'s directory, else `/`.
+pub fn working_dir() -> &'static Path {
+    WORKING_DIR.get().map_or(Path::new("/"), PathBuf::as_path)
+}
+
+/// Runs a hook program: the input as JSON on stdin, in its own process group, in
+/// [`working_dir`], with the daemon's environment (never a session's `command_env`), with a
+/// deadline after which its whole process tree is killed. Any exit but 0 and 2 is an error.
 async fn run_program<P: Serialize>(
     argv: &[String],
     input: &HookProgramInput<P>,
-    cwd: &Path,
     timeout: Duration,
 ) -> Result<ProgramOutput, String> {
     let (program, args) = argv.split_first().ok_or("the hook has an empty command")?;
@@ -324,7 +348,7 @@ async fn run_program<P: Serialize>(
         serde_json::to_vec(input).map_err(|err| format!("cannot encode its input: {err}"))?;
     let tag = process_tree::new_run_tag();
     let mut command = process_tree::tagged_command(program, process_tree::inherited_env(), &tag);
-    command.args(args).current_dir(cwd);
+    command.args(args).current_dir(working_dir());
     let (mut child, _known) =
         process_tree::spawn_known(|| command.spawn(), tokio::process::Child::id)
             .map_err(|err| format!("cannot start {program}: {err}"))?;

@@ -131,9 +131,11 @@ pub fn serve(args: ServeArgs) -> Result<(), ServeError> {
             config_file,
         );
         let store = SessionStore::new(SessionStore::default_dir().ok_or(ServeError::NoStateDirectory)?);
-        // Beside the sessions: `$XDG_STATE_HOME/toold/tmp`, each session's `/tmp`.
+        // Beside the sessions: `$XDG_STATE_HOME/toold/tmp`, each session's `/tmp`, and
+        // `hooks`, where hook programs run.
         if let Some(toold) = store.dir().parent() {
             crate::sandbox::private_tmp::set_base(toold.join("tmp"));
+            crate::hooks::run_hooks_in(toold.join("hooks")).map_err(failed("cannot make the directory hooks run in"))?;
         }
         let audit_path = crate::audit::default_path().ok_or(ServeError::NoStateDirectory)?;
         let audit = Arc::new(AuditLog::open(&audit_path, &config.audit));

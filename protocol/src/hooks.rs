@@ -104,10 +104,13 @@ pub struct PostToolUseAnswer {
     pub additional_context: Option<String>,
 }
 
-/// A configured hook program's stdin: the client hook's params with `"event"` added.
+/// A configured hook program's stdin: the client hook's params with `"event"` and the
+/// session's working directory (`"cwd"`) added. The program itself runs elsewhere, in a
+/// directory of toold's that no session can write.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct HookProgramInput<P> {
     pub event: HookEvent,
+    pub cwd: String,
     #[serde(flatten)]
     pub params: P,
 }
@@ -181,8 +184,8 @@ mod tests {
     #[test]
     fn program_input_adds_the_event() {
         let input: HookProgramInput<PreToolUseParams> = assert_round_trip(json!({
-            "event":"pre_tool_use","session_id":"s_1","batch_id":"b_1","call":call(),
-            "safety":"side_effect","mode":"default"}));
+            "event":"pre_tool_use","cwd":"/work","session_id":"s_1","batch_id":"b_1",
+            "call":call(),"safety":"side_effect","mode":"default"}));
         assert_eq!(input.event, HookEvent::PreToolUse);
     }
 }

@@ -713,6 +713,23 @@ fn deny_rule<'p>(call: &CallFacts<'_>, policy: &'p Policy) -> Option<(&'p Rule, 
     {
         return Some((rule, format!("denied by the rule {}", rule.text)));
     }
+    // Code the line runs that no rule can look into (`echo rm x | bash`) could be what a deny
+    // rule forbids: the rule denies it.
+    if let Some(command) = call.command
+        && !command.analysis.hidden_code.is_empty()
+        && let Some(rule) = policy
+            .deny
+            .iter()
+            .find(|rule| rule.covers(call.tool) && matches!(rule.specifier, Specifier::Command(_)))
+    {
+        let reason = format!(
+            "denied by the rule {}: the command line runs code that cannot be checked against \
+             it ({}); run what it would run as a command line of its own",
+            rule.text,
+            command.analysis.hidden_code.join(", ")
+        );
+        return Some((rule, reason));
+    }
     // A tool that writes a file and shows lines of it (`edit_file`: its diff, and whether the
     // old text is there) reads it: a file no model may read is not edited either.
     let judged = judged_arguments(call.tool);

@@ -44,7 +44,7 @@ impl World {
 }
 
 /// The rules of one case: `allow`, `ask`, `deny` lists.
-#[derive(Default)]
+#[derive(Default, Clone, Copy)]
 struct CaseRules<'a> {
     allow: &'a [&'a str],
     ask: &'a [&'a str],
@@ -362,7 +362,10 @@ fn modes_in_the_order_of_the_protocol() {
     assert_eq!(plan.outcome("read_file", json!({ "path": "a" })), "allow");
 
     let bypass = Check::new(&world, rules()).mode(Mode::Bypass);
-    assert_eq!(bypass.command("curl x | sh"), "allow");
+    // Beside a deny rule of commands, a pipe into a shell is code the rule cannot look into:
+    // denied in every mode (bypass too).
+    assert_eq!(bypass.command("curl x | sh"), "deny");
+    assert_eq!(bypass.command("curl x | grep y"), "allow");
     assert_eq!(
         bypass.command("git push origin"),
         "ask",
@@ -1256,4 +1259,54 @@ fn the_cwd_argument_is_part_of_the_command() {
         "allow"
     );
     assert_eq!(check.outcome("run_command", at("echo y", &outside)), "ask");
+}
+
+/// A line that runs code no rule can look into (a shell reading its commands from a pipe, a
+/// redirection or a here-document of unknown text, an interpreter reading its program so,
+/// `bash -c "$x"`) asks; next to a deny rule of `run_command` it is denied, in every mode,
+/// whatever an allow rule or the mode says — the hidden code could be what the rule forbids.
+#[test]
+fn code_hidden_from_the_rules_asks_and_a_deny_rule_denies_it() {
+    let world = World::new();
+    let hidden = [
+        "echo rm a.txt | bash",
+        "bash <<< \"rm $f\"",
+        "sh -s < f",
+        "bash /dev/stdin < f",
+        "python3 - < script.py",
+        "cat x | perl",
+        "x=$(cat f); bash -c \"$x\"",
+    ];
+    let guarded = CaseRules {
+        deny: &["run_command(rm *)"],
+        allow: &["run_command"],
+        ..Default::default()
+    };
+    for mode in [Mode::Default, Mode::AcceptEdits, Mode::Bypass] {
+        let check = Check::new(&world, guarded).mode(mode);
+        for line in hidden {
+            assert_eq!(check.command(line), "deny", "{mode:?}: {line}");
+        }
+        // Known text is looked into: the rule matches what it runs, or nothing.
+        assert_eq!(check.command("bash <<< 'rm a.txt'"), "deny", "{mode:?}");
+        assert_eq!(check.command("bash <<< 'ls'"), "allow", "{mode:?}");
+        assert_eq!(check.command("bash script.sh"), "allow", "{mode:?}");
+    }
+    let Decision::Deny(reason) = Check::new(&world, guarded)
+        .decide("run_command", json!({"command": "echo rm a.txt | bash"}))
+    else {
+        panic!("not denied");
+    };
+    assert!(
+        reason.contains("run_command(rm *)") && reason.contains("`bash` reading its commands"),
+        "{reason}"
+    );
+    // Without a deny rule it could hide from, it asks, as any opaque line does.
+    let open = CaseRules {
+        allow: &["run_command(bash *)", "run_command(echo *)"],
+        ..Default::default()
+    };
+    for line in hidden {
+        assert_eq!(Check::new(&world, open).command(line), "ask", "{line}");
+    }
 }

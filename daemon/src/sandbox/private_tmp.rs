@@ -204,7 +204,8 @@ pub(super) fn arrange(mut places: Vec<Place>) -> io::Result<Vec<Place>> {
                     continue;
                 };
                 let mount_point = outer.source.join(inside);
-                if !mount_point.exists() && place.source.is_dir() {
+                let a_file = std::fs::metadata(&place.source).is_ok_and(|meta| !meta.is_dir());
+                if !mount_point.exists() && !a_file {
                     crate::confined::open_dir_creating(&mount_point)?;
                 } else if !mount_point.exists()
                     && let (Some(parent), Some(name)) =

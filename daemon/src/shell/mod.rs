@@ -24,6 +24,7 @@ use serde::{Deserialize, Serialize};
 mod braces;
 mod guards;
 pub mod isolated;
+mod programs;
 mod walk;
 mod wrappers;
 mod writers;
@@ -35,6 +36,12 @@ pub struct CommandLine {
     pub commands: Vec<FoundCommand>,
     /// Why no allow rule can cover the line; empty when every command is visible.
     pub opaque: Vec<String>,
+    /// Code the line runs that the analysis cannot see — a shell or an interpreter reading its
+    /// program from its input (a pipe, a redirection, a here-document of unknown text), a
+    /// command line computed at run time (`bash -c "$x"`) — and why: any command a deny rule
+    /// forbids could hide in it.
+    #[serde(default)]
+    pub hidden_code: Vec<String>,
     /// Set when the line (or a line nested in it) could not be read at all, and why: no rule
     /// can be checked inside it, so the permission engine asks whatever the mode.
     pub unreadable: Option<String>,

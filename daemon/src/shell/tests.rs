@@ -533,3 +533,54 @@ fn a_file_name_after_duplication_is_expanded_twice() {
     assert!(plain.opaque.is_empty(), "{plain:?}");
     assert_eq!(plain.written_paths, ["out.txt"]);
 }
+
+/// A shell or an interpreter reading its program from its input runs code no rule can look
+/// into, unless the input is a here-string or here-document of known shell code, which is
+/// walked like `sh -c`'s.
+#[test]
+fn programs_read_from_the_input_are_hidden_code_unless_their_text_is_known() {
+    for line in [
+        "echo rm a.txt | bash",
+        "sh -s < f",
+        "bash /dev/stdin",
+        "cat f | sh -s -- x",
+        "python3 - <<EOF\nimport os\nEOF",
+        "python3 <<< 'import os'",
+        "perl < script.pl",
+        "node < app.js",
+        "bash <<EOF\nrm $target\nEOF",
+        "bash <<< \"rm $target\"",
+        "source /dev/stdin < f",
+        "awk -f - < prog.awk",
+        "env -i bash < f",
+        "timeout 5 sh",
+        "x='rm a'; bash -c \"$x\"",
+        "eval \"$(cat f)\"",
+    ] {
+        let analysis = analyze(line);
+        assert!(!analysis.hidden_code.is_empty(), "{line}: {analysis:?}");
+        assert!(!analysis.opaque.is_empty(), "{line}");
+    }
+    for line in [
+        "bash <<< 'rm a.txt'",
+        "bash <<EOF\nrm a.txt\nEOF",
+        "source /dev/stdin <<< 'rm a.txt'",
+    ] {
+        let analysis = analyze(line);
+        assert!(analysis.hidden_code.is_empty(), "{line}: {analysis:?}");
+        let forms: Vec<&str> = analysis
+            .commands
+            .iter()
+            .flat_map(|command| command.match_forms.iter().map(String::as_str))
+            .collect();
+        assert!(forms.contains(&"rm a.txt"), "{line}: {analysis:?}");
+    }
+    for line in [
+        "bash script.sh",
+        "python3 test.py",
+        "bash -c 'rm a.txt'",
+        "cat f | grep x",
+    ] {
+        assert!(analyze(line).hidden_code.is_empty(), "{line}");
+    }
+}

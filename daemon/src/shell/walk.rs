@@ -13,6 +13,7 @@ use brush_parser::word::{
 use brush_parser::{Parser, ParserOptions};
 
 use super::guards::{parentheses_balance, parsable};
+use super::programs::{self, SHELLS};
 use super::wrappers::{PRIVILEGE_WRAPPERS, unwrap};
 use super::{CommandLine, FoundCommand, braces, writers};
 
@@ -23,9 +24,6 @@ const MAX_NESTING: usize = 8;
 /// (a huge file descriptor number, a huge `~-N`): every call into it is guarded, so that such a
 /// line is unreadable instead of a crash of the analysis.
 const PARSER_PANICKED: &str = "the shell parser failed on it";
-
-/// Shells whose `-c` argument is itself a command line.
-const SHELLS: &[&str] = &["sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "busybox"];
 
 /// Files a redirection may write without being judged against the roots.
 /// Builtins whose operands bash takes as variable names (or, for `let`, as arithmetic) and
@@ -61,6 +59,7 @@ pub(super) fn walk(line: &str) -> (CommandLine, usize) {
         progress: &mut progress,
         depth: 0,
         nested: false,
+        stdin: Stdin::Inherited,
     }
     .walk_line(line);
     progress.judge_paths(&mut analysis);
@@ -129,6 +128,20 @@ struct Walker<'a> {
     depth: usize,
     /// Inside a substitution, `sh -c` string or `eval`.
     nested: bool,
+    /// The standard input of the simple command being walked.
+    stdin: Stdin,
+}
+
+/// Where a simple command's standard input comes from, as far as its own redirections say.
+#[derive(Clone, Default)]
+enum Stdin {
+    /// Its pipeline's or its enclosing command's: not known here.
+    #[default]
+    Inherited,
+    /// A here-string or here-document whose text is known.
+    Text(String),
+    /// A file, or a here-document or here-string whose text is only known when it runs.
+    Unknown,
 }
 
 impl Walker<'_> {
@@ -160,6 +173,7 @@ impl Walker<'_> {
             progress: &mut *self.progress,
             depth: self.depth + 1,
             nested: true,
+            stdin: Stdin::Inherited,
         };
         inner.walk_line(line);
     }
@@ -180,6 +194,31 @@ impl Walker<'_> {
             }
             Ok(Err(err)) => self.unreadable(format!("the shell parser cannot read it ({err})")),
             Err(_) => self.unreadable(PARSER_PANICKED.to_owned()),
+        }
+    }
+
+    /// Code the line runs that the analysis cannot see ([`CommandLine::hidden_code`]).
+    fn hidden_code(&mut self, why: String) {
+        self.opaque(why.clone());
+        if !self.out.hidden_code.contains(&why) {
+            self.out.hidden_code.push(why);
+        }
+    }
+
+    /// A shell or an interpreter reading its program from its input: shell code from a
+    /// here-string or here-document of known text is walked as a nested line; anything else
+    /// is code the analysis cannot see.
+    fn program_from_input(&mut self, program: programs::FromInput) {
+        match &self.stdin {
+            Stdin::Text(text) if program.shell_code => {
+                let text = text.clone();
+                self.walk_nested(
+                    &text,
+                    Nested::Value,
+                    "a command line a shell reads from its input",
+                );
+            }
+            _ => self.hidden_code(program.why),
         }
     }
 
@@ -575,11 +614,13 @@ impl Walker<'_> {
             progress: &mut *self.progress,
             depth: self.depth + 1,
             nested: true,
+            stdin: Stdin::Inherited,
         };
         inner.walk_list(list);
     }
 
     fn walk_simple(&mut self, simple: &SimpleCommand) {
+        self.stdin = input_of(simple);
         let mut assignments: Vec<String> = Vec::new();
         let mut words: Vec<Expanded> = Vec::new();
         let items = simple
@@ -640,6 +681,7 @@ impl Walker<'_> {
             .collect();
         let computed: Vec<bool> = words.iter().map(|word| word.dynamic).collect();
         self.push_layers(&assignments, &literal, &computed);
+        self.stdin = Stdin::Inherited;
     }
 
     /// Records a command and, through its wrappers, every command it runs.
@@ -674,7 +716,7 @@ impl Walker<'_> {
             if !allow_assignments.is_empty() {
                 match_forms.push(format!("{} {joined}", allow_assignments.join(" ")));
             }
-            self.nested_commands(name, layer);
+            self.nested_commands(name, layer, &computed[position.min(computed.len())..]);
             let written_before = self.out.written_paths.len();
             for (at, path) in writers::files_written(name, &layer[1..]) {
                 let computed_word = computed.get(position + 1 + at).copied().unwrap_or(true);
@@ -751,7 +793,7 @@ impl Walker<'_> {
     /// Command lines a command runs from its arguments (`sh -c`, `eval`, `find -exec`, an
     /// alias's value, a `trap` action, a `mapfile` callback), and builtins that change what
     /// later commands of the line mean in ways the analysis does not follow.
-    fn nested_commands(&mut self, name: &str, words: &[String]) {
+    fn nested_commands(&mut self, name: &str, words: &[String], computed: &[bool]) {
         let args = &words[1..];
         if words
             .iter()
@@ -771,9 +813,24 @@ impl Walker<'_> {
                 };
                 if let Some(script) = shell_c_script(shell_args) {
                     self.walk_nested(script, Nested::Value, "a command line run by `sh -c`");
+                    let at = words
+                        .iter()
+                        .position(|word| std::ptr::eq(word.as_str(), script));
+                    if at.is_some_and(|at| computed.get(at).copied().unwrap_or(true)) {
+                        self.hidden_code(format!(
+                            "`{name} -c` of a command line computed at run time"
+                        ));
+                    }
+                } else if let Some(program) = programs::reads_program_from_input(name, args) {
+                    self.program_from_input(program);
                 }
             }
-            "eval" => self.walk_nested(&args.join(" "), Nested::Value, "`eval`"),
+            "eval" => {
+                self.walk_nested(&args.join(" "), Nested::Value, "`eval`");
+                if computed.iter().skip(1).any(|computed| *computed) {
+                    self.hidden_code("`eval` of a command line computed at run time".to_owned());
+                }
+            }
             "alias" => {
                 // With `expand_aliases` on, bash reads an alias's value as part of a later line.
                 for value in args.iter().filter_map(|arg| arg.split_once('=')) {
@@ -812,6 +869,9 @@ impl Walker<'_> {
                 self.unreadable(
                     "`hash -p`, which makes a command name run another program".to_owned(),
                 );
+            }
+            _ if let Some(program) = programs::reads_program_from_input(name, args) => {
+                self.program_from_input(program);
             }
             "find" => {
                 let mut rest = args;
@@ -1304,6 +1364,78 @@ fn prefixed(assignments: &[String], command: &str) -> String {
 }
 
 /// The script of `sh [options] -c SCRIPT …`, `-c` possibly combined (`-ec`, `-lc`).
+/// Where a simple command's standard input comes from, by its own redirections (the last one
+/// of descriptor 0 wins, as in bash).
+fn input_of(simple: &SimpleCommand) -> Stdin {
+    let items = simple
+        .prefix
+        .iter()
+        .flat_map(|prefix| prefix.0.iter())
+        .chain(simple.suffix.iter().flat_map(|suffix| suffix.0.iter()));
+    let mut stdin = Stdin::Inherited;
+    for item in items {
+        let CommandPrefixOrSuffixItem::IoRedirect(redirect) = item else {
+            continue;
+        };
+        match redirect {
+            IoRedirect::HereString(None | Some(0), word) => {
+                stdin = match literal_word(&word.value) {
+                    Some(text) => Stdin::Text(text + "\n"),
+                    None => Stdin::Unknown,
+                };
+            }
+            IoRedirect::HereDocument(None | Some(0), heredoc) => {
+                stdin =
+                    if heredoc.requires_expansion && heredoc.doc.value.contains(['$', '`', '\\']) {
+                        Stdin::Unknown
+                    } else {
+                        Stdin::Text(heredoc.doc.value.clone())
+                    };
+            }
+            IoRedirect::File(
+                None | Some(0),
+                IoFileRedirectKind::Read
+                | IoFileRedirectKind::ReadAndWrite
+                | IoFileRedirectKind::DuplicateInput,
+                _,
+            ) => {
+                stdin = Stdin::Unknown;
+            }
+            _ => {}
+        }
+    }
+    stdin
+}
+
+/// A word's text when it holds no expansion (quotes removed), else `None`.
+fn literal_word(raw: &str) -> Option<String> {
+    let pieces = std::panic::catch_unwind(|| word::parse(raw, &ParserOptions::default()))
+        .ok()?
+        .ok()?;
+    let mut text = String::new();
+    for piece in &pieces {
+        match &piece.piece {
+            WordPiece::Text(part) | WordPiece::SingleQuotedText(part) => text.push_str(part),
+            WordPiece::EscapeSequence(escape) => {
+                text.push_str(escape.strip_prefix('\\').unwrap_or(escape));
+            }
+            WordPiece::DoubleQuotedSequence(inner) => {
+                for inner in inner {
+                    match &inner.piece {
+                        WordPiece::Text(part) => text.push_str(part),
+                        WordPiece::EscapeSequence(escape) => {
+                            text.push_str(escape.strip_prefix('\\').unwrap_or(escape));
+                        }
+                        _ => return None,
+                    }
+                }
+            }
+            _ => return None,
+        }
+    }
+    Some(text)
+}
+
 fn shell_c_script(args: &[String]) -> Option<&str> {
     let mut index = 0;
     let mut wants_script = false;

@@ -399,3 +399,56 @@ async fn a_grant_for_an_assignment_never_covers_the_env_argument() {
         "{snapshot}"
     );
 }
+
+/// Configured hooks run in a directory of toold's that no session can write, with the daemon's
+/// environment and never a session's, and are told the session's working directory: a module
+/// a session wrote into its root (`python3 -m NAME` looks in the working directory first) is
+/// not what runs, and no session variable (`PYTHONPATH`) changes what does.
+#[tokio::test]
+async fn a_hook_runs_nothing_a_session_wrote() {
+    let record = tempfile::tempdir().unwrap();
+    let seen = record.path().join("seen");
+    let config = format!(
+        "[[hooks.pre_tool_use]]\nmatcher = \"run_command\"\ncommand = [\"python3\", \"-m\", \"toold_test_guard\"]\n\n\
+         [[hooks.pre_tool_use]]\nmatcher = \"run_command\"\n\
+         command = [\"sh\", \"-c\", \"pwd > {seen}; env >> {seen}; cat >> {seen}; echo '{{\\\"decision\\\": \\\"continue\\\"}}'\"]\n",
+        seen = seen.display()
+    );
+    let daemon = TestDaemon::start_with_config(Some(&config));
+    let client = daemon.connect(json!({}), no_answers()).await;
+    let project = daemon.work();
+    let session = client
+        .create_session(
+            &project,
+            json!({"mode": "accept_edits",
+                   "command_env": {"PYTHONPATH": project.display().to_string(), "TOOLD_HOOK_MARK": "session"}}),
+        )
+        .await;
+    let planted = execute_one(
+        &client,
+        &session,
+        json!({"id": "w", "name": "write_file", "arguments": {"path": "toold_test_guard.py",
+            "content": "import json\nprint(json.dumps({'decision': 'allow'}))\n"}}),
+    )
+    .await;
+    assert_eq!(planted["results"][0]["result"]["ok"], true, "{planted}");
+    let response = execute_one(&client, &session, command("touch pwned")).await;
+    let result = &response["results"][0]["result"];
+    assert_eq!(result["error_type"], "hook_blocked", "{response}");
+    assert!(!project.join("pwned").exists());
+    let seen = std::fs::read_to_string(&seen).unwrap();
+    let mut lines = seen.lines();
+    assert_eq!(
+        lines.next().map(std::path::PathBuf::from),
+        Some(daemon.root().join("state/toold/hooks")),
+        "{seen}"
+    );
+    assert!(!seen.contains("TOOLD_HOOK_MARK"), "{seen}");
+    assert!(
+        !seen.contains(&format!("PYTHONPATH={}", project.display())),
+        "{seen}"
+    );
+    let input: Value = serde_json::from_str(seen.lines().last().unwrap()).unwrap();
+    assert_eq!(input["cwd"], json!(project), "{seen}");
+    assert_eq!(input["event"], "pre_tool_use", "{seen}");
+}

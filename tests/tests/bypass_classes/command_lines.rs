@@ -290,3 +290,52 @@ async fn values_bash_evaluates_as_code_run_nothing() {
     let calls: Vec<Value> = lines.iter().map(|line| command(line)).collect();
     no_effect(&client, &session, &workspace, &calls, &[p]).await;
 }
+
+/// Code a shell or an interpreter reads from its input — a pipe, a redirection, a here-string
+/// or here-document — is as hidden from the rules as `bash -c "$x"`: beside `deny
+/// run_command(rm *)` it is denied even in bypass mode, and a here-string of known text is
+/// looked into. Each runs under real bash; nothing may change.
+#[tokio::test]
+async fn code_read_from_the_input_hides_nothing_from_a_deny_rule() {
+    let Some((_daemon, client, workspace, session)) = setup(
+        "code_read_from_the_input_hides_nothing_from_a_deny_rule",
+        "bypass",
+    )
+    .await
+    else {
+        return;
+    };
+    let script = workspace.outside.join("cmd");
+    std::fs::write(&script, "rm -f keep.txt\n").unwrap();
+    let script = script.display();
+    let lines = [
+        "bash <<< \"rm -f keep.txt\"".to_owned(),
+        "bash <<EOF\nrm -f keep.txt\nEOF".to_owned(),
+        "echo rm -f keep.txt | bash".to_owned(),
+        "printf 'rm -f keep.txt' | sh -s".to_owned(),
+        format!("sh -s < {script}"),
+        format!("bash /dev/stdin < {script}"),
+        "bash /dev/stdin <<< \"$(echo rm -f keep.txt)\"".to_owned(),
+        format!("bash -s <<EOF\n$(cat {script})\nEOF"),
+        "python3 - <<EOF\nimport os\nos.remove('keep.txt')\nEOF".to_owned(),
+        "python3 <<< \"import os; os.remove('keep.txt')\"".to_owned(),
+        "echo 'unlink \"keep.txt\"' | perl".to_owned(),
+        "x='rm -f keep.txt'; bash -c \"$x\"".to_owned(),
+        format!("source /dev/stdin < {script}"),
+        "awk -f /dev/stdin <<< 'BEGIN { system(\"rm -f keep.txt\") }'".to_owned(),
+        format!("env bash < {script}"),
+        format!("cat {script} | timeout 5 bash"),
+        format!("eval \"$(cat {script})\""),
+        format!("busybox sh -s < {script}"),
+    ];
+    let calls: Vec<Value> = lines.iter().map(|line| command(line)).collect();
+    no_effect(&client, &session, &workspace, &calls, &[]).await;
+    for line in &lines {
+        let response = execute_one(&client, &session, command(line)).await;
+        let result = &response["results"][0]["result"];
+        assert_eq!(
+            result["error_type"], "permission_denied",
+            "{line}: {response}"
+        );
+    }
+}
