@@ -30,8 +30,8 @@ pub(crate) struct Kernel {
     pub read_only_elsewhere: bool,
     /// A seccomp filter could be installed.
     pub seccomp: bool,
-    /// ... and the init of a PID namespace could install the filter whose listener the daemon
-    /// decides the command's socket calls on.
+    /// The shell could install the filter whose listener the daemon decides the command's
+    /// socket calls on.
     pub socket_supervisor: bool,
     /// Why each layer that failed did, by the layer's name.
     pub failures: BTreeMap<&'static str, String>,
@@ -84,12 +84,7 @@ impl Kernel {
             | Protection::LocalServices => "mount_namespace",
             Protection::UnchangedOutside if !self.namespaces => "mount_namespace",
             Protection::UnchangedOutside => "read_only_elsewhere",
-            Protection::OwnProcesses | Protection::UnixSockets if !self.namespaces => {
-                "mount_namespace"
-            }
-            Protection::OwnProcesses | Protection::UnixSockets if !self.pid_namespace => {
-                "pid_namespace"
-            }
+            Protection::OwnProcesses if !self.namespaces => "mount_namespace",
             Protection::OwnProcesses => "pid_namespace",
             Protection::UnixSockets => "socket_supervisor",
         };
@@ -198,18 +193,17 @@ pub(crate) fn probe() -> &'static Kernel {
                 })
             }),
         );
-        let socket_supervisor = pid_namespace
-            && tried(
-                "socket_supervisor",
-                works_in_a_child(|scratch| {
-                    let mut plan = namespace_plan(scratch, true, false)?;
-                    plan.socket_filter =
-                        Some(super::sockets::filter::program().ok_or_else(|| {
-                            io::Error::other("no socket filter for this architecture")
-                        })?);
-                    Ok(plan)
-                }),
-            );
+        let socket_supervisor = tried(
+            "socket_supervisor",
+            works_in_a_child(|_| {
+                Ok(ChildPlan {
+                    socket_filter: Some(super::sockets::filter::program().ok_or_else(|| {
+                        io::Error::other("no socket filter for this architecture")
+                    })?),
+                    ..ChildPlan::default()
+                })
+            }),
+        );
         let kernel = Kernel {
             landlock_abi: landlock::kernel_abi(),
             landlock,

@@ -629,10 +629,15 @@ impl Confinement {
     /// confinement's [`Self::child_setup`]); `None` when the daemon does not decide them here.
     pub(crate) fn supervise(
         &self,
-        child: &crate::spawn::Spawned,
+        child: &mut crate::spawn::Spawned,
     ) -> Option<sockets::supervisor::Supervisor> {
         let rules = self.socket_rules.as_ref()?;
-        let listener = child.take_listener()?;
+        let Some(listener) = child.take_listener() else {
+            tracing::error!(
+                "a sandboxed command's socket filter has no listener: its socket calls are refused"
+            );
+            return None;
+        };
         match sockets::supervisor::supervise(listener, child.id(), Arc::clone(rules)) {
             Ok(supervisor) => Some(supervisor),
             Err(error) => {
@@ -774,8 +779,8 @@ impl ChildSetup for ChildPlan {
         Ok(())
     }
 
-    fn install_in_init(&self) -> io::Result<Option<nix::libc::c_int>> {
-        self.socket_filter.map(sockets::filter::install).transpose()
+    fn socket_filter(&self) -> Option<&[nix::libc::sock_filter]> {
+        self.socket_filter
     }
 
     fn before_exec(&self) -> io::Result<()> {

@@ -368,9 +368,18 @@ impl Mounts {
         // and alive for the call; the calls take nothing else.
         unsafe {
             if !maps_written {
-                write_file(c"/proc/self/setgroups", b"deny")?;
-                write_file(c"/proc/self/uid_map", &self.uid_map)?;
-                write_file(c"/proc/self/gid_map", &self.gid_map)?;
+                // A non-dumpable process's `/proc/self` files are root's: an unprivileged
+                // user could not write them. The daemon (whose memory this child shares)
+                // is made dumpable only while they are written, under the spawn's lock.
+                let was_dumpable = libc::prctl(libc::PR_GET_DUMPABLE, 0, 0, 0, 0) == 1;
+                libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0);
+                let written = write_file(c"/proc/self/setgroups", b"deny")
+                    .and_then(|()| write_file(c"/proc/self/uid_map", &self.uid_map))
+                    .and_then(|()| write_file(c"/proc/self/gid_map", &self.gid_map));
+                if !was_dumpable {
+                    libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+                }
+                written?;
             }
             // Nothing mounted here travels back to the daemon's namespace: a mount namespace
             // made with a user namespace of its own gets the parent's shared mounts as slaves.

@@ -55,8 +55,8 @@ pub(super) struct Prepared {
 struct Memory {
     init_stack: Stack,
     shell_stack: Stack,
-    /// The descriptor of the init's filter listener, written by the init before it starts
-    /// the shell (-1: none); boxed, so that it stays where the init was told it is.
+    /// The descriptor of the shell's socket filter listener in the init's table, written by
+    /// the shell (-1: none); boxed, so that it stays where the shell was told it is.
     listener: Box<AtomicI32>,
 }
 
@@ -109,9 +109,11 @@ impl Prepared {
                 )))
             }
         };
-        let written = write("setgroups", b"deny")
-            .and_then(|()| write("uid_map", maps.uid))
-            .and_then(|()| write("gid_map", maps.gid));
+        let written = super::dumpable_while(|| {
+            write("setgroups", b"deny")
+                .and_then(|()| write("uid_map", maps.uid))
+                .and_then(|()| write("gid_map", maps.gid))
+        });
         let verdict = [u8::from(written.is_err())];
         rustix::io::write(&self.maps_write, &verdict)?;
         written
@@ -173,12 +175,6 @@ pub(super) struct ShellEnd {
 }
 
 impl Init {
-    /// The init's filter listener's descriptor (in the init), once the shell has started.
-    pub(super) fn listener(&self) -> Option<RawFd> {
-        let fd = self.memory.as_ref()?.listener.load(Ordering::Acquire);
-        (fd >= 0).then_some(fd)
-    }
-
     /// Waits for the init's report of the shell's end. Cancel-safe.
     pub(super) async fn report(&mut self) -> io::Result<Report> {
         if self.read.is_none() {
@@ -318,12 +314,6 @@ pub(super) extern "C" fn init_main(arg: *mut libc::c_void) -> libc::c_int {
         if maps_by_the_daemon {
             wait_for_the_id_maps(maps_read)?;
         }
-        if let Some(listener) = args.setup.install_in_init()? {
-            // SAFETY: the slot lives in the init's memory, which the daemon frees only once
-            // the init is dead.
-            #[allow(unsafe_code)]
-            unsafe { &*args.listener_slot }.store(listener, Ordering::Release);
-        }
         // SAFETY: as for the daemon's clone of a plain spawn: the shell runs on a stack of its
         // own and on `args`, and this process waits (CLONE_VFORK) until it has exec'd or
         // exited.
@@ -332,7 +322,16 @@ pub(super) extern "C" fn init_main(arg: *mut libc::c_void) -> libc::c_int {
             libc::clone(
                 shell_main,
                 args.shell_stack_top as *mut libc::c_void,
-                libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+                // With a socket filter the shell shares this table until it has put the
+                // filter's listener in it.
+                libc::CLONE_VM
+                    | libc::CLONE_VFORK
+                    | libc::SIGCHLD
+                    | if args.handoff >= 0 {
+                        libc::CLONE_FILES
+                    } else {
+                        0
+                    },
                 arg,
             )
         };
@@ -343,13 +342,67 @@ pub(super) extern "C" fn init_main(arg: *mut libc::c_void) -> libc::c_int {
     })();
     match started {
         Ok(shell) => {
-            // SAFETY: as above.
-            #[allow(unsafe_code)]
-            let listener = unsafe { &*args.listener_slot }.load(Ordering::Acquire);
-            reap_until_the_namespace_is_empty(shell, args.report_pipe, listener)
+            if args.handoff >= 0 {
+                // SAFETY: the slot lives in the init's memory, which the daemon frees only
+                // once the init is dead.
+                #[allow(unsafe_code)]
+                let listener = unsafe { &*args.listener_slot }.load(Ordering::Acquire);
+                hand_over(args.handoff, listener);
+            }
+            reap_until_the_namespace_is_empty(shell, args.report_pipe)
         }
         Err(error) => fail(args, Err(error)),
     }
+}
+
+/// Sends the socket filter's `listener` (a descriptor of this process's, which the shell put
+/// there) to the daemon on `handoff`. Raw system calls (the daemon's thread is still blocked
+/// on the error pipe, but this thread's `errno` is that thread's): a failure leaves the
+/// daemon without the listener, and the command's socket calls refused by the kernel's
+/// default for a listener nobody holds.
+fn hand_over(handoff: RawFd, listener: RawFd) {
+    use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags, sendmsg};
+    if listener < 0 {
+        return;
+    }
+    // SAFETY: both descriptors are this process's, open until it closes them below.
+    #[allow(unsafe_code)]
+    let (handoff, listener) = unsafe {
+        (
+            BorrowedFd::borrow_raw(handoff),
+            BorrowedFd::borrow_raw(listener),
+        )
+    };
+    let mut space = [std::mem::MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut control = SendAncillaryBuffer::new(&mut space);
+    let passed = [listener];
+    if control.push(SendAncillaryMessage::ScmRights(&passed)) {
+        let _ = sendmsg(
+            handoff,
+            &[std::io::IoSlice::new(&[0])],
+            &mut control,
+            SendFlags::empty(),
+        );
+    }
+}
+
+/// The listener an init handed over on `handoff` (the daemon's end), once the shell runs.
+pub(super) fn received_listener(handoff: &OwnedFd) -> Option<OwnedFd> {
+    use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, recvmsg};
+    let mut space = [std::mem::MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut control = RecvAncillaryBuffer::new(&mut space);
+    let mut byte = [0u8; 1];
+    recvmsg(
+        handoff,
+        &mut [std::io::IoSliceMut::new(&mut byte)],
+        &mut control,
+        RecvFlags::DONTWAIT | RecvFlags::CMSG_CLOEXEC,
+    )
+    .ok()?;
+    control.drain().find_map(|message| match message {
+        RecvAncillaryMessage::ScmRights(mut fds) => fds.next(),
+        _ => None,
+    })
 }
 
 /// Waits until the daemon has written this process's id maps (the shell's exec needs them:
@@ -367,27 +420,18 @@ fn wait_for_the_id_maps(maps_pipe: RawFd) -> io::Result<()> {
 }
 
 /// The init's life once the shell runs. Its arguments are copies: the daemon's thread resumes
-/// when the error pipe closes, here, and the `ChildArgs` go. `listener`: the filter listener
-/// the daemon takes from the init (-1: none), kept open for it.
+/// when the error pipe closes, here, and the `ChildArgs` go.
 #[allow(unsafe_code)]
-fn reap_until_the_namespace_is_empty(shell: libc::pid_t, report_pipe: RawFd, listener: RawFd) -> ! {
+fn reap_until_the_namespace_is_empty(shell: libc::pid_t, report_pipe: RawFd) -> ! {
     use rustix::process::{WaitOptions, wait};
-    // SAFETY: closing descriptors touches no memory. Every one but the report pipe and the
-    // listener goes: the daemon's, copied at the clone (its sockets, other commands' pipes),
-    // and the error pipe, last of this process's uses of `errno`.
+    // SAFETY: closing descriptors touches no memory. Every one but the report pipe goes: the
+    // daemon's, copied at the clone (its sockets, other commands' pipes), the socket filter's
+    // listener, now the daemon's, and the error pipe, last of this process's uses of `errno`.
     unsafe {
-        let (low, high) = if listener >= 0 {
-            (report_pipe.min(listener), report_pipe.max(listener))
-        } else {
-            (report_pipe, report_pipe)
-        };
-        if let Ok(below) = u32::try_from(low - 1) {
+        if let Ok(below) = u32::try_from(report_pipe - 1) {
             libc::close_range(0, below, 0);
         }
-        if high > low + 1 {
-            libc::close_range(low as u32 + 1, high as u32 - 1, 0);
-        }
-        libc::close_range(high as u32 + 1, u32::MAX, 0);
+        libc::close_range(report_pipe as u32 + 1, u32::MAX, 0);
     }
     // SAFETY: open until this process exits.
     let report = unsafe { BorrowedFd::borrow_raw(report_pipe) };

@@ -25,8 +25,11 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::ExitStatus;
 
+use std::sync::atomic::{AtomicI32, Ordering};
+
 use nix::libc;
 use tokio::io::unix::AsyncFd;
+use toold_protocol::sync::LockUnpoisoned;
 
 /// The shell commands run in (`run_command`, and the sandbox's probe). An absolute path: the
 /// command's own `PATH` must not choose it.
@@ -61,11 +64,10 @@ pub(crate) trait ChildSetup: Sync {
         Ok(())
     }
 
-    /// In an init, before it starts the shell: a filter every process of the namespace
-    /// inherits, whose listener (its descriptor returned) the daemon takes from the init
-    /// ([`Spawned::take_listener`]). Only an init calls it.
-    fn install_in_init(&self) -> io::Result<Option<libc::c_int>> {
-        Ok(None)
+    /// A seccomp filter with a listener, installed by the shell before anything else: the
+    /// daemon gets the listener ([`Spawned::take_listener`]); the command never has it.
+    fn socket_filter(&self) -> Option<&[libc::sock_filter]> {
+        None
     }
 }
 
@@ -165,6 +167,8 @@ pub(crate) struct Spawned {
     init: Option<init::Init>,
     /// Kept until the child is reaped ([`Spawned::hold_until_reaped`]).
     held: Option<Held>,
+    /// The listener of the shell's [`ChildSetup::socket_filter`], until taken.
+    listener: Option<OwnedFd>,
 }
 
 /// What a caller wants kept until the child is reaped (its registration as a known child).
@@ -225,6 +229,28 @@ impl Watched {
     }
 }
 
+/// Held while the daemon is dumpable to write a child's uid and gid maps: the daemon is
+/// non-dumpable (`process_tree::keep_out_of_reach`), and a non-dumpable process's `/proc`
+/// files, which its children share while they share its memory, are root's — an
+/// unprivileged daemon could not write their maps otherwise. One writer at a time, so that no
+/// writer makes the daemon non-dumpable again under another.
+static DUMPABLE_FOR_ID_MAPS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Runs `write` with the daemon dumpable (see [`DUMPABLE_FOR_ID_MAPS`]), and non-dumpable
+/// again after if it was.
+pub(super) fn dumpable_while<T>(write: impl FnOnce() -> T) -> T {
+    let _one_writer = DUMPABLE_FOR_ID_MAPS.lock_unpoisoned();
+    let was_dumpable = nix::sys::prctl::get_dumpable().unwrap_or(true);
+    if !was_dumpable {
+        let _ = nix::sys::prctl::set_dumpable(true);
+    }
+    let written = write();
+    if !was_dumpable {
+        let _ = nix::sys::prctl::set_dumpable(false);
+    }
+    written
+}
+
 /// The child's stack: its steps are a few calls deep, with small frames.
 const CHILD_STACK_BYTES: usize = 64 * 1024;
 
@@ -265,9 +291,11 @@ struct ChildArgs<'a> {
     shell_stack_top: usize,
     report_pipe: RawFd,
     maps_pipe: (RawFd, RawFd),
-    /// Where an init writes the descriptor [`ChildSetup::install_in_init`] returned (null
-    /// without an init).
-    listener_slot: *const std::sync::atomic::AtomicI32,
+    /// Where the shell writes the listener of [`ChildSetup::socket_filter`]: a descriptor of
+    /// its parent's table (the daemon's, or the init's), which it shares until then.
+    listener_slot: *const AtomicI32,
+    /// For an init: its end of the socket it hands that listener to the daemon on (-1: none).
+    handoff: RawFd,
 }
 
 /// Starts `launch` in a session (and process group) of its own, without a controlling
@@ -284,6 +312,20 @@ pub(crate) fn spawn(
 ) -> io::Result<Spawned> {
     let (error_read, error_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
     let with_init = setup.clone_flags() & libc::CLONE_NEWPID != 0;
+    let filtered = setup.socket_filter().is_some();
+    // Without an init, the shell writes the listener's descriptor here, in the daemon's own
+    // table; with one, in the init's, and the init hands it over on `handoff`.
+    let listener_here = AtomicI32::new(-1);
+    let handoff = (with_init && filtered)
+        .then(|| {
+            nix::sys::socket::socketpair(
+                nix::sys::socket::AddressFamily::Unix,
+                nix::sys::socket::SockType::Datagram,
+                None,
+                nix::sys::socket::SockFlag::SOCK_CLOEXEC,
+            )
+        })
+        .transpose()?;
     let mut child_stack = Stack::new();
     let mut init = with_init.then(init::Prepared::new).transpose()?;
     let args = ChildArgs {
@@ -296,17 +338,31 @@ pub(crate) fn spawn(
         shell_stack_top: init.as_mut().map_or(0, init::Prepared::shell_stack_top),
         report_pipe: init.as_ref().map_or(-1, init::Prepared::report_pipe),
         maps_pipe: init.as_ref().map_or((-1, -1), init::Prepared::maps_pipe),
-        listener_slot: init
+        listener_slot: init.as_ref().map_or(
+            &listener_here as *const AtomicI32,
+            init::Prepared::listener_slot,
+        ),
+        handoff: handoff
             .as_ref()
-            .map_or(std::ptr::null(), init::Prepared::listener_slot),
+            .map_or(-1, |(_, init_end)| init_end.as_raw_fd()),
     };
     let (entry, top, waits): (extern "C" fn(*mut libc::c_void) -> libc::c_int, usize, _) =
         match init.as_mut() {
             Some(init) => (init::init_main, init.init_stack_top(), 0),
             None => (child_main, child_stack.top(), libc::CLONE_VFORK),
         };
-    let flags = libc::CLONE_VM | waits | libc::CLONE_PIDFD | setup.clone_flags();
+    // A plain spawn's child shares the daemon's descriptor table until its filter's listener
+    // is in it ([`become_the_shell`]).
+    let files = if filtered && !with_init {
+        libc::CLONE_FILES
+    } else {
+        0
+    };
+    let flags = libc::CLONE_VM | waits | libc::CLONE_PIDFD | files | setup.clone_flags();
     let mut pidfd: libc::c_int = -1;
+    // A plain spawn's child writes its own id maps, making the daemon dumpable meanwhile.
+    let _one_map_writer =
+        (!with_init && setup.id_maps().is_some()).then(|| DUMPABLE_FOR_ID_MAPS.lock_unpoisoned());
     let mut all: libc::sigset_t;
     let mut previous: libc::sigset_t;
     // SAFETY: every signal is blocked for this thread around the clone, so no handler runs in
@@ -354,6 +410,14 @@ pub(crate) fn spawn(
         unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &previous, std::ptr::null_mut()) };
     }
     drop(child_stack);
+    let listener = if with_init {
+        handoff.and_then(|(daemon_end, _)| init::received_listener(&daemon_end))
+    } else {
+        let fd = listener_here.load(Ordering::Acquire);
+        // SAFETY: the shell made it in this process's table, and nobody else knows it.
+        #[allow(unsafe_code)]
+        (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) })
+    };
     if read? == errno.len() {
         let _ = reap(pidfd.as_raw_fd(), 0);
         let failed = io::Error::from_raw_os_error(i32::from_ne_bytes(errno));
@@ -370,6 +434,7 @@ pub(crate) fn spawn(
         status: None,
         init,
         held: None,
+        listener,
     })
 }
 
@@ -447,6 +512,14 @@ fn leave_the_daemon_s_session() -> io::Result<()> {
 fn become_the_shell(args: &ChildArgs<'_>) -> io::Result<std::convert::Infallible> {
     // SAFETY: system calls on descriptors and strings laid out before the clone.
     unsafe {
+        if let Some(program) = args.setup.socket_filter() {
+            // Installed while the descriptor table is the parent's, so that the listener lands
+            // there; then the shell's table becomes its own, where the listener (close-on-exec)
+            // goes with the exec.
+            let listener = crate::sandbox::sockets::filter::install(program)?;
+            (*args.listener_slot).store(listener, Ordering::Release);
+            check(libc::unshare(libc::CLONE_FILES))?;
+        }
         // Copied above 2 first: a descriptor the daemon got as 0, 1 or 2 (started with one of
         // them closed) must not be overwritten before it is copied, nor stay close-on-exec.
         let mut copies = [0; 3];
@@ -479,24 +552,10 @@ impl Spawned {
         self.pid
     }
 
-    /// The listener of the filter the init installed ([`ChildSetup::install_in_init`]), taken
-    /// from the init (`pidfd_getfd`); `None` without one, or when the init is already gone
-    /// (and with it every process the filter could have stopped).
-    pub(crate) fn take_listener(&self) -> Option<OwnedFd> {
-        let fd = self.init.as_ref()?.listener()?;
-        // SAFETY: plain integers; the kernel duplicates a descriptor of the init into this
-        // process.
-        #[allow(unsafe_code)]
-        let taken = unsafe { libc::syscall(libc::SYS_pidfd_getfd, self.pidfd.raw(), fd, 0) };
-        match libc::c_int::try_from(taken) {
-            // SAFETY: a new descriptor owned by nobody else.
-            #[allow(unsafe_code)]
-            Ok(fd) if fd >= 0 => Some(unsafe { OwnedFd::from_raw_fd(fd) }),
-            _ => {
-                tracing::debug!(error = %io::Error::last_os_error(), "cannot take a command's socket listener from its init");
-                None
-            }
-        }
+    /// The listener of the shell's [`ChildSetup::socket_filter`]; `None` without one, or once
+    /// taken.
+    pub(crate) fn take_listener(&mut self) -> Option<OwnedFd> {
+        self.listener.take()
     }
 
     /// Keeps `guard` until the daemon's child is reaped, which for an init may be after this

@@ -224,7 +224,7 @@ async fn run_command(mut args: Map<String, Value>, ctx: ToolContext) -> ToolOutc
     .map_err(cannot_start)?;
     // From here every socket call of the command that could reach a server waits for the
     // daemon's decision.
-    let sockets = confinement.supervise(&child);
+    let sockets = confinement.supervise(&mut child);
     // Known until reaped, which for a PID namespace's init may be after the call.
     child.hold_until_reaped(known);
     confinement.build_ahead();

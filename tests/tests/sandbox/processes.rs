@@ -44,12 +44,7 @@ async fn without_pid_namespaces_the_sweep_leaves_no_survivor() {
     assert_eq!(report["daemon_socket"], "mount_namespace", "{report}");
     // Reported as missing, with why: the sweep ends leftovers, but a command sees the other
     // processes of the user.
-    // (The daemon decides socket calls through the namespace's init: they go with it.)
-    assert_eq!(
-        report["degraded"],
-        json!(["unix_sockets", "pid_namespace"]),
-        "{report}"
-    );
+    assert_eq!(report["degraded"], json!(["pid_namespace"]), "{report}");
     assert!(report["why"]["pid_namespace"].is_string(), "{report}");
     let client = connected(&daemon).await;
     let places = Places::new();

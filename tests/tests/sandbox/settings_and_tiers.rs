@@ -230,3 +230,95 @@ async fn a_tmpdir_inside_the_runtime_directory_changes_nothing() {
         assert!(enforced.contains(&json!(layer)), "{layer}: {result}");
     }
 }
+
+/// The daemon as an unprivileged user (the tests otherwise run as root, whose capabilities
+/// hide what a user's daemon cannot do): every protection is enforced there too — a
+/// non-dumpable daemon's children may still have their uid maps written, and its commands'
+/// socket calls are still decided.
+#[tokio::test]
+async fn an_unprivileged_daemon_enforces_every_protection() {
+    let test = "an_unprivileged_daemon_enforces_every_protection";
+    let Some(setpriv) =
+        toold_tests::require::program(test, "setpriv", &[], "apt-get install util-linux")
+    else {
+        return;
+    };
+    if !nix::unistd::geteuid().is_root() {
+        // Already unprivileged: every other test runs so.
+        return;
+    }
+    const NOBODY: u32 = 65534;
+    let dir = tempfile::tempdir_in(super::outside_base()).unwrap();
+    let base = dir.path().canonicalize().unwrap();
+    let binary = base.join("toold");
+    std::fs::copy(toold_tests::daemon::toold_binary(), &binary).unwrap();
+    for sub in ["run", "state", "config", "home", "project"] {
+        std::fs::create_dir(base.join(sub)).unwrap();
+    }
+    std::fs::write(
+        base.join("project/own.py"),
+        "import os, socket\ns = socket.socket(socket.AF_UNIX)\ns.bind('own.sock')\ns.listen(1)\n\
+         if os.fork() == 0:\n    c, _ = s.accept(); c.sendall(c.recv(8).upper()); os._exit(0)\n\
+         c = socket.socket(socket.AF_UNIX)\nc.connect('own.sock')\nc.sendall(b'own')\nprint(c.recv(8).decode())\n",
+    )
+    .unwrap();
+    let chown = std::process::Command::new("chown")
+        .args(["-R", &format!("{NOBODY}:{NOBODY}")])
+        .arg(&base)
+        .status()
+        .unwrap();
+    assert!(chown.success());
+    let as_nobody = |args: &[&str]| {
+        let mut command = std::process::Command::new(&setpriv);
+        command
+            .args([
+                &format!("--reuid={NOBODY}"),
+                &format!("--regid={NOBODY}"),
+                "--clear-groups",
+                "--",
+            ])
+            .arg(&binary)
+            .args(args)
+            .current_dir(base.join("project"))
+            .env_clear()
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .env("HOME", base.join("home"))
+            .env("XDG_RUNTIME_DIR", base.join("run"))
+            .env("XDG_STATE_HOME", base.join("state"))
+            .env("XDG_CONFIG_HOME", base.join("config"));
+        command
+    };
+    let mut daemon = as_nobody(&["serve"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let socket = base.join("run/toold/toold.sock");
+    for _ in 0..500 {
+        if socket.exists() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let call = as_nobody(&[
+        "call",
+        "--json",
+        "--yes",
+        "run_command",
+        r#"{"command": "python3 own.py"}"#,
+    ])
+    .output()
+    .unwrap();
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+    let printed = String::from_utf8_lossy(&call.stdout);
+    let result: Value = serde_json::from_str(&printed)
+        .unwrap_or_else(|_| panic!("{printed} {}", String::from_utf8_lossy(&call.stderr)));
+    assert_eq!(result["ok"], json!(true), "{result}");
+    assert_eq!(result["content"], "OWN\n", "{result}");
+    assert_eq!(
+        result["metadata"]["sandbox"]["degraded"],
+        json!([]),
+        "{result}"
+    );
+}

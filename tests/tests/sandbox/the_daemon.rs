@@ -183,7 +183,6 @@ async fn without_user_namespaces_the_peer_check_keeps_commands_out() {
         "private_tmp",
         "hidden_paths",
         "local_services",
-        "unix_sockets",
         "pid_namespace"
     ]);
     assert_eq!(report["degraded"], namespaced, "{report}");
