@@ -128,7 +128,15 @@ struct Found<'a> {
 
 /// The git directory a `.git` file names (`gitdir: PATH`, relative to the file's directory).
 fn git_file_target(file: &Path) -> Option<PathBuf> {
-    let text = std::fs::read_to_string(file).ok()?;
+    use std::io::Read;
+    // Its first line is all git reads: a huge file made to hold up the next command is not
+    // read whole.
+    let mut text = String::new();
+    std::fs::File::open(file)
+        .ok()?
+        .take(4096)
+        .read_to_string(&mut text)
+        .ok()?;
     let named = text.lines().next()?.strip_prefix("gitdir:")?.trim();
     let target = file.parent()?.join(named);
     let target = std::fs::canonicalize(target).ok()?;

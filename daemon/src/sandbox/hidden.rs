@@ -80,7 +80,7 @@ impl PartialEq for DeniedReads {
 
 /// How many entries one command's search for denied files looks at before it stops (a root of
 /// millions of files would otherwise delay every command).
-const MAX_ENTRIES_SEARCHED: usize = 200_000;
+const MAX_ENTRIES_SEARCHED: usize = 500_000;
 
 impl DeniedReads {
     /// Adds a rule's pattern: `text` the absolute glob it was compiled to, `matcher` that glob.
@@ -106,10 +106,12 @@ impl DeniedReads {
         !self.everything && self.patterns.is_empty()
     }
 
-    /// The existing files and directories to hide from a command of a session with `roots`.
-    pub(crate) fn paths(&self, roots: &[PathBuf]) -> Vec<PathBuf> {
+    /// The existing files and directories to hide from a command of a session with `roots`;
+    /// an error when there are too many entries to look through (a command must not run with a
+    /// denied file left in sight).
+    pub(crate) fn paths(&self, roots: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
         if self.everything {
-            return roots.to_vec();
+            return Ok(roots.to_vec());
         }
         let mut found = Vec::new();
         let mut searched = 0;
@@ -141,14 +143,16 @@ impl DeniedReads {
             }
         }
         if searched >= MAX_ENTRIES_SEARCHED {
-            tracing::warn!(
-                searched,
-                "stopped looking for files the read deny rules hide from commands"
-            );
+            return Err(format!(
+                "the command did not run: looking for the files its session's read deny rules \
+                 hide from it went past {MAX_ENTRIES_SEARCHED} entries; name the files or \
+                 directories in the rules (`secrets/**`, `./.env`) rather than a name matched \
+                 anywhere (`.env`)"
+            ));
         }
         found.sort();
         found.dedup();
-        found
+        Ok(found)
     }
 }
 
@@ -215,7 +219,7 @@ mod tests {
             denied.add(&text, glob(&text));
         }
         assert_eq!(
-            denied.paths(std::slice::from_ref(&root)),
+            denied.paths(std::slice::from_ref(&root)).unwrap(),
             vec![
                 root.join(".env"),
                 root.join("app/.env"),
@@ -227,6 +231,9 @@ mod tests {
             everything: true,
             ..DeniedReads::default()
         };
-        assert_eq!(everything.paths(std::slice::from_ref(&root)), vec![root]);
+        assert_eq!(
+            everything.paths(std::slice::from_ref(&root)).unwrap(),
+            vec![root]
+        );
     }
 }

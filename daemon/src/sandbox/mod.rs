@@ -470,9 +470,20 @@ impl Confinement {
         if let Some(private) = &private {
             hidden = sandbox.hidden.to_vec();
             if !sandbox.denied_reads.is_empty() {
-                hidden.extend(sandbox.denied_reads.paths(roots));
+                hidden.extend(
+                    sandbox
+                        .denied_reads
+                        .paths(roots)
+                        .map_err(Unbuildable::Failed)?,
+                );
             }
+            // toold's own directories: its config (MCP servers' secrets), its state (every
+            // session's rules and environment, the audit log, the other sessions' `/tmp`).
+            make_missing_daemon_dirs(&writable);
+            hidden.extend(crate::paths::daemon_dirs().iter().cloned());
             hidden.retain(|path| path.exists());
+            hidden.sort();
+            hidden.dedup();
             reachable = sockets::reachable(&sandbox.unix_sockets);
             let covers = hidden
                 .iter()
@@ -507,7 +518,6 @@ impl Confinement {
             Vec::new()
         };
         let namespace = if kernel.namespaces {
-            make_missing_daemon_dirs(&writable);
             let protected = crate::paths::daemon_files();
             let view = View {
                 socket: kept_out::daemon_socket(),

@@ -259,11 +259,13 @@ impl Mounts {
             match path {
                 GitPath::Pinned(dir) if view.writable_at(dir) => {
                     mounts.pinned.extend(c_path(dir));
+                    kept.push(dir);
                 }
                 GitPath::ReadOnly(path) if view.writable_at(path) => {
                     if let Some(c) = c_path(path) {
                         mounts.read_only.push((c, locked_flags(path)));
                     }
+                    kept.push(path);
                 }
                 GitPath::Pinned(_) | GitPath::ReadOnly(_) | GitPath::MustNotAppear(_) => {}
             }
@@ -279,6 +281,14 @@ impl Mounts {
                 kept.push(path);
             }
         }
+        // Hidden paths under a writable place: their parents pinned too, so that a cover
+        // cannot be moved away with its parent and a decoy put where it was.
+        kept.extend(
+            view.hidden
+                .iter()
+                .filter(|path| view.writable_at(path))
+                .map(PathBuf::as_path),
+        );
         // What keeps the daemon's files and socket must stay where it was put: their parents
         // that a command could rename are pinned, outermost first (a pin made later inside an
         // earlier one is seen through it), before the git directories' own pins.
@@ -552,14 +562,15 @@ struct OpenHow {
     resolve: u64,
 }
 
-/// Makes the mount at `path` read-only, with every mount below it when `recursive`. System
-/// calls only.
+/// Makes the mount at `path` read-only and private, with every mount below it when
+/// `recursive`: private, so that a mount the host makes later (a disk plugged in, an
+/// automount) does not appear in the command's view writable. System calls only.
 #[allow(unsafe_code)]
 unsafe fn set_read_only(path: &CStr, recursive: bool) -> io::Result<()> {
     let attr = MountAttr {
         attr_set: MOUNT_ATTR_RDONLY,
         attr_clr: 0,
-        propagation: 0,
+        propagation: libc::MS_PRIVATE,
         userns_fd: 0,
     };
     let flags = if recursive { libc::AT_RECURSIVE } else { 0 };

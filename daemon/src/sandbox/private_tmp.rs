@@ -213,12 +213,21 @@ pub(super) fn arrange(mut places: Vec<Place>) -> io::Result<Vec<Place>> {
                 {
                     // A file's (a socket's): an empty file to bind it over.
                     let dir = crate::confined::open_dir_creating(parent)?;
-                    nix::fcntl::openat(
+                    // Made new (`O_EXCL`), never opened: a FIFO put there would block the open.
+                    match nix::fcntl::openat(
                         &dir,
                         name,
-                        OFlag::O_CREAT | OFlag::O_WRONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+                        OFlag::O_CREAT
+                            | OFlag::O_EXCL
+                            | OFlag::O_WRONLY
+                            | OFlag::O_NONBLOCK
+                            | OFlag::O_NOFOLLOW
+                            | OFlag::O_CLOEXEC,
                         nix::sys::stat::Mode::from_bits_truncate(0o600),
-                    )?;
+                    ) {
+                        Ok(_) | Err(nix::errno::Errno::EEXIST) => {}
+                        Err(errno) => return Err(errno.into()),
+                    }
                 }
             }
             _ => {}

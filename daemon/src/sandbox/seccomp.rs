@@ -1,7 +1,7 @@
 //! The seccomp filter of a confined command: `io_uring` refused (its operations would pass the
-//! filter by), and, when the network is off, sockets of the IP families, raw packet sockets
-//! and `AF_VSOCK`. Built once per
-//! variant, in the daemon; the child only installs it.
+//! filter by), the kernel's keyrings refused, and, when the network is off, sockets of every
+//! family but the local ones (Unix, netlink, the kernel's crypto). Built once per variant, in
+//! the daemon; the child only installs it.
 
 use std::collections::BTreeMap;
 use std::io;
@@ -66,22 +66,25 @@ fn rules(network: bool) -> Result<BTreeMap<i64, Vec<SeccompRule>>, String> {
         // No condition: every call of it.
         rules.insert(call, Vec::new());
     }
+    // The kernel's keyrings: the daemon's session keyring (an SSH or Kerberos key, a disk's)
+    // would otherwise be the command's to read.
+    for call in [libc::SYS_keyctl, libc::SYS_add_key, libc::SYS_request_key] {
+        rules.insert(call, Vec::new());
+    }
     if !network {
-        let family = |value: i32| {
-            SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, value as u64)
-                .and_then(|condition| SeccompRule::new(vec![condition]))
+        // Every family but the local ones: IP, and whatever reaches other machines without it
+        // or through the kernel's own TCP (raw packets, a VM's host, SMC, Bluetooth, CAN, …).
+        let other_than = |family: i32| {
+            SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Ne, family as u64)
                 .map_err(|err| err.to_string())
         };
-        // IP, and what reaches other machines without it: raw packets and a VM's host.
-        rules.insert(
-            libc::SYS_socket,
-            vec![
-                family(libc::AF_INET)?,
-                family(libc::AF_INET6)?,
-                family(libc::AF_PACKET)?,
-                family(libc::AF_VSOCK)?,
-            ],
-        );
+        let not_local = SeccompRule::new(vec![
+            other_than(libc::AF_UNIX)?,
+            other_than(libc::AF_NETLINK)?,
+            other_than(libc::AF_ALG)?,
+        ])
+        .map_err(|err| err.to_string())?;
+        rules.insert(libc::SYS_socket, vec![not_local]);
     }
     Ok(rules)
 }

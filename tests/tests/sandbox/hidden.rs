@@ -97,6 +97,20 @@ async fn credential_stores_and_denied_files_cannot_be_read() {
     ] {
         assert!(hidden.contains(&json!(path)), "{path:?} in {hidden:?}");
     }
+    // Nor toold's own state: every session's rules and environment, the audit log, the other
+    // sessions' `/tmp`.
+    let state = daemon.root().join("state/toold");
+    assert!(state.join("sessions").is_dir());
+    let result = run(
+        &client,
+        &session,
+        &format!(
+            "ls -A {0}; cat {0}/sessions/*.json {0}/audit.jsonl",
+            quoted(&state)
+        ),
+    )
+    .await;
+    assert!(!output(&result).contains(&session), "{result}");
     // What is not secret stays readable.
     let result = run(
         &client,
@@ -128,4 +142,27 @@ async fn the_config_chooses_what_is_hidden() {
         assert!(!output(&result).contains("SECRET"), "{line}: {result}");
     }
     assert!(Path::new(&home_path).join("private.txt").exists());
+}
+
+/// The kernel's keyrings are not the command's: a key in the daemon's session keyring (an SSH
+/// or a disk's key put there by a login) cannot be read or added to.
+#[tokio::test]
+async fn the_keyrings_are_out_of_reach() {
+    let daemon = TestDaemon::start();
+    let client = connected(&daemon).await;
+    let places = Places::new();
+    let session = super::session(&client, &places.project, json!({})).await;
+    let script = "import ctypes\n\
+        libc = ctypes.CDLL(None, use_errno=True)\n\
+        KEY_SPEC_SESSION_KEYRING = -3\n\
+        r = libc.syscall(248, b'user', b'toold-test', b'SECRET', 6, KEY_SPEC_SESSION_KEYRING)\n\
+        print('add_key', r, ctypes.get_errno())\n\
+        r = libc.syscall(250, 0, KEY_SPEC_SESSION_KEYRING, 0)\n\
+        print('keyctl', r, ctypes.get_errno())\n";
+    std::fs::write(places.project.join("keys.py"), script).unwrap();
+    let result = run(&client, &session, "python3 keys.py").await;
+    // x86_64's numbers (add_key 248, keyctl 250); elsewhere the calls fail anyway.
+    if cfg!(target_arch = "x86_64") {
+        assert_eq!(output(&result), "add_key -1 13\nkeyctl -1 13\n", "{result}");
+    }
 }

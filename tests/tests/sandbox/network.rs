@@ -39,6 +39,14 @@ async fn network_off_refuses_ip_sockets_and_network_on_allows_them() {
             "{result}"
         );
     }
+    // Every family but the local ones: SMC (TCP underneath), Bluetooth, CAN, TIPC, RDS, XDP.
+    let families = run(
+        &client,
+        &offline,
+        "python3 -c \"\nimport socket\nfor family in (43, 31, 29, 30, 21, 44, 42):\n    try:\n        socket.socket(family, socket.SOCK_STREAM if family == 43 else socket.SOCK_RAW)\n        print(family, 'made')\n    except OSError as e:\n        print(family, e.errno)\n\"",
+    )
+    .await;
+    assert!(!output(&families).contains("made"), "{families}");
     assert!(tcp.accept().is_err(), "a connection reached the listener");
     let mut buffer = [0u8; 16];
     assert!(udp.recv_from(&mut buffer).is_err(), "a datagram arrived");

@@ -142,3 +142,40 @@ async fn without_the_mount_api_the_report_says_what_is_missing() {
     assert_eq!(result["ok"], json!(false), "{result}");
     assert!(!outside.exists());
 }
+
+/// A file system the host mounts while a command runs (a disk plugged in, an automount) does
+/// not appear in the command's view writable: its mounts are private.
+#[tokio::test]
+async fn a_mount_made_while_a_command_runs_does_not_reach_it() {
+    if !nix::unistd::geteuid().is_root() {
+        return;
+    }
+    let daemon = TestDaemon::start();
+    let client = connected(&daemon).await;
+    let places = Places::new();
+    let mount_point = places.outside.join("mnt");
+    std::fs::create_dir(&mount_point).unwrap();
+    let session = session(&client, &places.project, json!({})).await;
+    let line = format!(
+        "sleep 0.8; touch {}/planted; ls -A {}",
+        quoted(&mount_point),
+        quoted(&mount_point)
+    );
+    let running = run(&client, &session, &line);
+    let mount = async {
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        let mounted = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "tmpfs"])
+            .arg(&mount_point)
+            .status()
+            .unwrap();
+        assert!(mounted.success());
+    };
+    let (result, ()) = tokio::join!(running, mount);
+    let planted = mount_point.join("planted").exists();
+    let _ = std::process::Command::new("umount")
+        .arg(&mount_point)
+        .status();
+    assert!(!planted, "{result}");
+    assert!(!mount_point.join("planted").exists(), "{result}");
+}

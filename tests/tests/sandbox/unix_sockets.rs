@@ -268,6 +268,11 @@ passed = array.array("i", ancillary[0][2])[0]
 os.write(passed, b"through a passed pipe")
 os.close(passed); os.close(write_end)
 results.append(message.decode() + ": " + os.read(read_end, 64).decode())
+try:
+    left.sendmsg([b"zero copy"], [], socket.MSG_ZEROCOPY if hasattr(socket, "MSG_ZEROCOPY") else 0x4000000)
+    results.append("zerocopy sent")
+except OSError as error:
+    results.append("zerocopy " + str(error.errno))
 print(", ".join(results))
 "#,
     )
@@ -278,7 +283,7 @@ print(", ".join(results))
         assert_eq!(result["ok"], json!(true), "{sandbox}: {result}");
         assert_eq!(
             output(&result),
-            "STREAM, STREAM, STREAM, STREAM, DGRAM, fd: through a passed pipe\n",
+            "STREAM, STREAM, STREAM, STREAM, DGRAM, fd: through a passed pipe, zerocopy 95\n",
             "{sandbox}: {result}"
         );
         assert_eq!(result["metadata"]["sandbox"].get("refused_sockets"), None);

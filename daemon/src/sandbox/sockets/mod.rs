@@ -9,6 +9,7 @@
 //! `TMUX`, `DBUS_SESSION_BUS_ADDRESS`, `DOCKER_HOST`, …) unless the socket named is one the
 //! config lets them reach.
 
+mod capabilities;
 pub(crate) mod filter;
 mod owners;
 pub(crate) mod supervisor;

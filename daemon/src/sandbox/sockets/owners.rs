@@ -18,13 +18,16 @@ pub(super) enum Bound<'a> {
 }
 
 /// Whether a process of the command whose init is `init` (the daemon's pid of it) holds a
-/// socket bound to `bound`.
-pub(super) fn served_by_the_command(bound: Bound<'_>, init: u32) -> io::Result<bool> {
+/// socket bound to `bound`: `Some` copy of that socket if one does (held, the socket keeps its
+/// name until the copy goes).
+pub(super) fn served_by_the_command(bound: Bound<'_>, init: u32) -> io::Result<Option<OwnedFd>> {
     let sockets = sockets_bound_to(bound)?;
     if sockets.is_empty() {
-        return Ok(false);
+        return Ok(None);
     }
-    for pid in processes_under(init) {
+    // Not the init itself: for an instant after its clone it held copies of the daemon's own
+    // descriptors.
+    for pid in processes_under(init).into_iter().skip(1) {
         let Ok(entries) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
             continue;
         };
@@ -37,12 +40,33 @@ pub(super) fn served_by_the_command(bound: Bound<'_>, init: u32) -> io::Result<b
                 .and_then(|link| link.strip_prefix("socket:["))
                 .and_then(|rest| rest.strip_suffix(']'))
                 .and_then(|inode| inode.parse::<u32>().ok());
-            if held.is_some_and(|inode| sockets.contains(&inode)) {
-                return Ok(true);
+            if held.is_some_and(|inode| sockets.contains(&inode))
+                && let Some(copy) = copy_of(pid, &entry.file_name())
+            {
+                return Ok(Some(copy));
             }
         }
     }
-    Ok(false)
+    Ok(None)
+}
+
+/// A copy of descriptor `name` (its number) of process `pid`.
+fn copy_of(pid: u32, name: &std::ffi::OsStr) -> Option<OwnedFd> {
+    let fd: libc::c_int = name.to_str()?.parse().ok()?;
+    // SAFETY: plain integers.
+    #[allow(unsafe_code)]
+    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    let pidfd = libc::c_int::try_from(pidfd).ok().filter(|fd| *fd >= 0)?;
+    // SAFETY: a new descriptor owned by nobody else.
+    #[allow(unsafe_code)]
+    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
+    // SAFETY: plain integers.
+    #[allow(unsafe_code)]
+    let copy = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0) };
+    let copy = libc::c_int::try_from(copy).ok().filter(|fd| *fd >= 0)?;
+    // SAFETY: as above.
+    #[allow(unsafe_code)]
+    Some(unsafe { OwnedFd::from_raw_fd(copy) })
 }
 
 /// `init` and every process below it (the command's PID namespace: every process of it

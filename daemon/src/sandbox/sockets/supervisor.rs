@@ -15,13 +15,29 @@ use nix::libc;
 use tokio::io::unix::AsyncFd;
 use toold_protocol::sync::LockUnpoisoned;
 
+use super::capabilities;
 use super::owners::{self, Bound};
 use super::target::Target;
 
 /// The largest address a call may give (`struct sockaddr_storage`).
 const MAX_ADDRESS: usize = 128;
-/// The most data one emulated send copies; a larger one sends this much (a short send).
-const MAX_DATA: usize = 64 * 1024 * 1024;
+/// The most data one emulated send copies; a larger one sends this much (a short send, which a
+/// stream socket's writer takes in its stride; no datagram is that large).
+const MAX_DATA: usize = 4 * 1024 * 1024;
+/// The calls of one command the daemon carries out at a time; the others wait in the kernel.
+/// A call may block (a full buffer, a backlog): a command cannot hold more of the daemon's
+/// threads than this.
+const MAX_IN_FLIGHT: usize = 8;
+/// The flags of a send the daemon passes on: the others (`MSG_ZEROCOPY`, which would have the
+/// kernel read the daemon's buffer after the call returned) are refused (`EOPNOTSUPP`).
+const PASSED_FLAGS: libc::c_int = libc::MSG_DONTWAIT
+    | libc::MSG_EOR
+    | libc::MSG_MORE
+    | libc::MSG_OOB
+    | libc::MSG_NOSIGNAL
+    | libc::MSG_CONFIRM
+    | libc::MSG_DONTROUTE
+    | libc::MSG_FASTOPEN;
 /// The most control data (`msg_control`) one `sendmsg` may carry.
 const MAX_CONTROL: usize = 64 * 1024;
 /// The most buffers (`msg_iov`) or messages (`sendmmsg`) one call may give (`UIO_MAXIOV`).
@@ -39,11 +55,43 @@ pub(crate) struct SocketRules {
 pub(crate) struct Supervisor {
     task: tokio::task::JoinHandle<()>,
     refused: Arc<Mutex<Vec<String>>>,
+    in_flight: Arc<InFlight>,
 }
 
 impl Drop for Supervisor {
+    /// The call is over: no call of its is taken any more, and one still being carried out
+    /// (a connect to an address that never answers) is ended, so that no thread of the
+    /// daemon's waits on a command that is gone.
     fn drop(&mut self) {
         self.task.abort();
+        self.in_flight.end_all();
+    }
+}
+
+/// The sockets of the calls being carried out (copies, so that ending one never touches a
+/// descriptor number reused meanwhile).
+#[derive(Debug, Default)]
+struct InFlight(Mutex<Vec<(u64, Arc<OwnedFd>)>>);
+
+impl InFlight {
+    fn add(&self, id: u64, socket: &OwnedFd) {
+        if let Ok(copy) = socket.try_clone() {
+            self.0.lock_unpoisoned().push((id, Arc::new(copy)));
+        }
+    }
+
+    fn remove(&self, id: u64) {
+        self.0.lock_unpoisoned().retain(|(call, _)| *call != id);
+    }
+
+    fn end_all(&self) {
+        for (_, socket) in self.0.lock_unpoisoned().drain(..) {
+            // SAFETY: a descriptor this process owns.
+            #[allow(unsafe_code)]
+            unsafe {
+                libc::shutdown(socket.as_raw_fd(), libc::SHUT_RDWR)
+            };
+        }
     }
 }
 
@@ -62,14 +110,25 @@ pub(crate) fn supervise(
     rules: Arc<SocketRules>,
 ) -> io::Result<Supervisor> {
     let refused = Arc::new(Mutex::new(Vec::new()));
+    let in_flight = Arc::new(InFlight::default());
     // SAFETY: the `OwnedFd` stays open, and the same descriptor, for as long as the
     // `AsyncFd` owns it.
     #[allow(unsafe_code)]
     let registered =
         unsafe { AsyncFd::register_with_interest(listener, tokio::io::Interest::READABLE) };
     let listener = Arc::new(registered.map_err(|error| error.into_parts().1)?);
-    let task = tokio::spawn(serve(listener, init, rules, Arc::clone(&refused)));
-    Ok(Supervisor { task, refused })
+    let task = tokio::spawn(serve(
+        listener,
+        init,
+        rules,
+        Arc::clone(&refused),
+        Arc::clone(&in_flight),
+    ));
+    Ok(Supervisor {
+        task,
+        refused,
+        in_flight,
+    })
 }
 
 async fn serve(
@@ -77,8 +136,13 @@ async fn serve(
     init: u32,
     rules: Arc<SocketRules>,
     refused: Arc<Mutex<Vec<String>>>,
+    in_flight: Arc<InFlight>,
 ) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT));
     loop {
+        let Ok(slot) = Arc::clone(&slots).acquire_owned().await else {
+            return;
+        };
         let Ok(mut ready) = listener.readable().await else {
             return;
         };
@@ -94,15 +158,25 @@ async fn serve(
         }
         match receive(listener.get_ref()) {
             Ok(notification) => {
-                let (listener, rules, refused) = (
+                let (listener, rules, refused, in_flight) = (
                     Arc::clone(&listener),
                     Arc::clone(&rules),
                     Arc::clone(&refused),
+                    Arc::clone(&in_flight),
                 );
                 // A connect or a send may block (a full backlog, a blocking socket): on a
-                // thread of its own.
+                // thread of its own, the slot held until it is done.
                 tokio::task::spawn_blocking(move || {
-                    let answer = decide(&notification, init, &rules, &refused, listener.get_ref());
+                    let _slot = slot;
+                    let _without_capabilities = capabilities::Lowered::now();
+                    let context = Context {
+                        init,
+                        rules: &rules,
+                        refused: &refused,
+                        in_flight: &in_flight,
+                    };
+                    let answer = decide(&notification, &context, listener.get_ref());
+                    in_flight.remove(notification.id);
                     respond(listener.get_ref(), notification.id, answer);
                 });
             }
@@ -232,23 +306,27 @@ fn respond(listener: &OwnedFd, id: u64, answer: Answer) {
     };
 }
 
-/// Carries out, or refuses, one waiting call.
-fn decide(
-    notification: &libc::seccomp_notif,
+/// What every call of a command is decided with.
+struct Context<'a> {
     init: u32,
-    rules: &SocketRules,
-    refused: &Mutex<Vec<String>>,
-    listener: &OwnedFd,
-) -> Answer {
+    rules: &'a SocketRules,
+    refused: &'a Mutex<Vec<String>>,
+    in_flight: &'a InFlight,
+}
+
+/// Carries out, or refuses, one waiting call.
+fn decide(notification: &libc::seccomp_notif, context: &Context<'_>, listener: &OwnedFd) -> Answer {
     let target = match Target::of(notification.pid) {
         Ok(target) => target,
         Err(_) => return still_pending(listener, notification.id).then_some(Err(libc::ESRCH)),
     };
     let call = Call {
         target: &target,
-        init,
-        rules,
-        refused,
+        init: context.init,
+        rules: context.rules,
+        refused: context.refused,
+        in_flight: context.in_flight,
+        id: notification.id,
         pending: &|| still_pending(listener, notification.id),
     };
     let args = notification.data.args;
@@ -287,6 +365,9 @@ struct Call<'a> {
     init: u32,
     rules: &'a SocketRules,
     refused: &'a Mutex<Vec<String>>,
+    in_flight: &'a InFlight,
+    /// The notification's id.
+    id: u64,
     /// Whether the call still waits: checked after everything was read from its thread and
     /// before anything is done for it.
     pending: &'a dyn Fn() -> bool,
@@ -306,7 +387,7 @@ impl Call<'_> {
         let address = self.read_address(args[1], args[2])?;
         let socket = self.target.descriptor(args[0])?;
         let address = self.judge(address)?;
-        self.still_waiting()?;
+        self.still_waiting(&socket)?;
         // SAFETY: a socket descriptor and an address buffer of this process.
         #[allow(unsafe_code)]
         let connected = unsafe {
@@ -327,9 +408,9 @@ impl Call<'_> {
         let len = usize::try_from(args[2]).unwrap_or(usize::MAX).min(MAX_DATA);
         let data = self.target.read(args[1], len)?;
         let socket = self.target.descriptor(args[0])?;
+        let flags = Self::passed_flags(args[3])?;
         let address = self.judge(address)?;
-        self.still_waiting()?;
-        let flags = args[3] as libc::c_int;
+        self.still_waiting(&socket)?;
         // SAFETY: a socket descriptor and buffers of this process.
         #[allow(unsafe_code)]
         let sent = unsafe {
@@ -355,8 +436,9 @@ impl Call<'_> {
         let data = self.read_buffers(header.msg_iov as u64, header.msg_iovlen as u64)?;
         let (control, _passed) = self.read_control(&header)?;
         let socket = self.target.descriptor(fd)?;
+        let flags = Self::passed_flags(flags)?;
         let address = address.map(|address| self.judge(address)).transpose()?;
-        self.still_waiting()?;
+        self.still_waiting(&socket)?;
         let mut buffer = libc::iovec {
             iov_base: data.as_ptr().cast_mut().cast(),
             iov_len: data.len(),
@@ -374,7 +456,6 @@ impl Call<'_> {
             ours.msg_control = control.as_ptr().cast_mut().cast();
             ours.msg_controllen = control.len() as _;
         }
-        let flags = flags as libc::c_int;
         // SAFETY: a socket descriptor and a message of this process.
         #[allow(unsafe_code)]
         let sent = unsafe { libc::sendmsg(socket.as_raw_fd(), &ours, flags | libc::MSG_NOSIGNAL) };
@@ -418,12 +499,24 @@ impl Call<'_> {
         Err(error.into())
     }
 
-    fn still_waiting(&self) -> Result<(), Failure> {
+    /// Whether the call still waits (see `pending`); if so, `socket` is recorded as in flight
+    /// until the call is answered.
+    fn still_waiting(&self, socket: &OwnedFd) -> Result<(), Failure> {
         if (self.pending)() {
+            self.in_flight.add(self.id, socket);
             Ok(())
         } else {
             Err(Failure::Gone)
         }
+    }
+
+    /// `flags` of a send as the daemon passes them on, or `EOPNOTSUPP`.
+    fn passed_flags(flags: u64) -> Result<libc::c_int, Failure> {
+        let flags = flags as libc::c_int;
+        if flags & !PASSED_FLAGS != 0 {
+            return Err(Failure::Errno(libc::EOPNOTSUPP));
+        }
+        Ok(flags)
     }
 
     fn read_address(&self, address: u64, len: u64) -> Result<Vec<u8>, Failure> {
@@ -523,8 +616,14 @@ impl Call<'_> {
         }
         if path[0] == 0 {
             let name = &path[1..];
-            if owners::served_by_the_command(Bound::Abstract(name), self.init).unwrap_or(false) {
-                return Ok(Address { bytes, _file: None });
+            // The command's own socket is held while the daemon connects: its name cannot be
+            // let go of and taken by a server outside meanwhile.
+            if let Ok(Some(held)) = owners::served_by_the_command(Bound::Abstract(name), self.init)
+            {
+                return Ok(Address {
+                    bytes,
+                    _file: Some(held),
+                });
             }
             self.refuse(format!("@{}", String::from_utf8_lossy(name)));
             return Err(Failure::Errno(libc::EACCES));
@@ -548,7 +647,7 @@ impl Call<'_> {
                 },
                 self.init,
             )
-            .unwrap_or(false);
+            .is_ok_and(|held| held.is_some());
         if !allowed {
             self.refuse(shown);
             return Err(Failure::Errno(libc::EACCES));
