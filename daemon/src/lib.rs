@@ -22,6 +22,7 @@ pub mod config;
 pub(crate) mod confined;
 pub mod env;
 pub mod events;
+pub(crate) mod git_config;
 pub mod hooks;
 pub mod index;
 pub(crate) mod logging;

@@ -16,6 +16,7 @@ const DAEMON_LAYERS: &[&[&str]] = &[
         "mcp",
         "env",
         "paths",
+        "git_config",
         "confined",
         "process_tree",
         "sandbox",

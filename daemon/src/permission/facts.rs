@@ -26,7 +26,8 @@ pub fn judged_paths(tool: &str, arguments: &Map<String, Value>, env: &Env) -> Ve
         } => {
             let mut path = env.resolve_path(argument(name).unwrap_or("."));
             if writes {
-                path.makes_code_run = paths::makes_code_run(&path, &git_dirs(env));
+                path.makes_code_run =
+                    paths::makes_code_run(&path, &git_dirs(env)) || in_places_git_runs(&path, env);
             }
             vec![path]
         }
@@ -112,7 +113,8 @@ pub fn command_facts(
         .iter()
         .map(|target| {
             let mut path = judge(target);
-            path.makes_code_run = paths::makes_code_run(&path, &git_dirs);
+            path.makes_code_run =
+                paths::makes_code_run(&path, &git_dirs) || in_places_git_runs(&path, env);
             path
         })
         .collect();
@@ -127,6 +129,20 @@ pub fn command_facts(
         analysis,
         written,
         read,
+    })
+}
+
+/// Whether `path` (either form) lies where the configs of the session's repositories make
+/// git run or read code: the hooks directory `core.hooksPath` names (husky's `.husky/_`), a
+/// file `include.path` names ([`crate::git_config`]).
+fn in_places_git_runs(path: &paths::ResolvedPath, env: &Env) -> bool {
+    let mut dirs: Vec<&Path> = vec![&env.cwd];
+    dirs.extend(env.roots.iter().map(|root| root.as_path()));
+    let places = crate::git_config::named_for(&dirs);
+    [&path.lexical, &path.resolved].into_iter().any(|form| {
+        places
+            .iter()
+            .any(|place| form.starts_with(place) || place.starts_with(form))
     })
 }
 

@@ -168,6 +168,7 @@ impl Found<'_> {
                 Err(_) => self.protected.push(GitPath::MustNotAppear(path)),
             }
         }
+        self.named_by_config(dir);
         for worktree in subdirectories(&dir.join("worktrees")) {
             for name in ["commondir", "config.worktree"] {
                 let path = worktree.join(name);
@@ -178,6 +179,39 @@ impl Found<'_> {
         }
         if depth < MAX_MODULE_DEPTH {
             self.modules(&dir.join("modules"), depth + 1);
+        }
+    }
+
+    /// What `dir`'s config names that git runs or reads as config: the hooks directory of
+    /// `core.hooksPath` (made empty where it is missing, as `hooks/` is, then covered) and the
+    /// files `include.path` names (read-only where they exist; one made during the call is
+    /// removed after it).
+    fn named_by_config(&mut self, dir: &Path) {
+        let work_tree = (dir.file_name() == Some(std::ffi::OsStr::new(".git")))
+            .then(|| dir.parent())
+            .flatten();
+        let named = crate::git_config::named_by(&dir.join("config"), work_tree);
+        for hooks in named.hooks_dirs {
+            let hooks = crate::paths::resolve_symlinks(&hooks);
+            if !self.may_write(&hooks) {
+                continue;
+            }
+            if hooks.is_dir() || crate::confined::open_dir_creating(&hooks).is_ok() {
+                self.protected.push(GitPath::ReadOnly(hooks));
+            }
+        }
+        for included in named.included {
+            let included = crate::paths::resolve_symlinks(&included);
+            if !self.may_write(&included) {
+                continue;
+            }
+            match std::fs::symlink_metadata(&included) {
+                Ok(meta) if !meta.is_symlink() => {
+                    self.protected.push(GitPath::ReadOnly(included));
+                }
+                Ok(_) => {}
+                Err(_) => self.protected.push(GitPath::MustNotAppear(included)),
+            }
         }
     }
 

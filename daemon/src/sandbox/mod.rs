@@ -297,7 +297,7 @@ pub(crate) struct Confinement {
     /// Repository metadata that did not exist and must not after the call.
     must_not_appear: Vec<git::Forbidden>,
     /// What the command cannot read (credential stores, files read deny rules cover).
-    hidden: Vec<PathBuf>,
+    hidden: Vec<namespace::Hidden>,
     /// What the command's socket calls are judged by, when the daemon decides them.
     socket_rules: Option<Arc<sockets::supervisor::SocketRules>>,
     /// The sockets of services outside that the command may reach, where it finds them.
@@ -468,9 +468,9 @@ impl Confinement {
         let mut hidden = Vec::new();
         let mut reachable = Vec::new();
         if let Some(private) = &private {
-            hidden = sandbox.hidden.to_vec();
+            let mut paths = sandbox.hidden.to_vec();
             if !sandbox.denied_reads.is_empty() {
-                hidden.extend(
+                paths.extend(
                     sandbox
                         .denied_reads
                         .paths(roots)
@@ -480,19 +480,18 @@ impl Confinement {
             // toold's own directories: its config (MCP servers' secrets), its state (every
             // session's rules and environment, the audit log, the other sessions' `/tmp`).
             make_missing_daemon_dirs(&writable);
-            hidden.extend(crate::paths::daemon_dirs().iter().cloned());
-            hidden.retain(|path| path.exists());
-            hidden.sort();
-            hidden.dedup();
+            paths.extend(crate::paths::daemon_dirs().iter().cloned());
+            hidden = namespace::Hidden::existing(paths);
             reachable = sockets::reachable(&sandbox.unix_sockets);
             let covers = hidden
                 .iter()
-                .chain(&kept_out::local_services().dirs)
-                .filter(|dir| dir.is_dir());
+                .filter(|hidden| hidden.is_dir)
+                .map(|hidden| &hidden.path)
+                .chain(&kept_out::local_services().dirs);
             let shown = private_tmp::show_sockets(private, covers, &reachable, &places).map_err(
                 failed("show the reachable sockets in the command's sandbox"),
             )?;
-            hidden.retain(|path| !shown.iter().any(|place| &place.target == path));
+            hidden.retain(|hidden| !shown.iter().any(|place| place.target == hidden.path));
             places.extend(shown);
         }
         let places = private
@@ -708,7 +707,12 @@ impl Confinement {
             metadata["why"] = Value::Object(why);
         }
         if !self.hidden.is_empty() {
-            metadata["hidden"] = json!(self.hidden);
+            let paths: Vec<&Path> = self
+                .hidden
+                .iter()
+                .map(|hidden| hidden.path.as_path())
+                .collect();
+            metadata["hidden"] = json!(paths);
         }
         if !self.reachable_sockets.is_empty() {
             metadata["unix_sockets"] = json!(self.reachable_sockets);

@@ -44,6 +44,29 @@ impl Place {
     }
 }
 
+/// A path a command cannot read, and whether it is a directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Hidden {
+    pub path: PathBuf,
+    pub is_dir: bool,
+}
+
+impl Hidden {
+    /// `paths` that exist, each looked at once.
+    pub(super) fn existing(paths: impl IntoIterator<Item = PathBuf>) -> Vec<Self> {
+        let mut found: Vec<Self> = paths
+            .into_iter()
+            .filter_map(|path| {
+                let is_dir = std::fs::metadata(&path).ok()?.is_dir();
+                Some(Self { path, is_dir })
+            })
+            .collect();
+        found.sort_by(|a, b| a.path.cmp(&b.path));
+        found.dedup_by(|a, b| a.path == b.path);
+        found
+    }
+}
+
 /// What a command's mount namespace is planned from (host paths throughout).
 #[derive(Debug, Clone, Copy)]
 pub(super) struct View<'a> {
@@ -56,8 +79,9 @@ pub(super) struct View<'a> {
     pub read_only_elsewhere: bool,
     /// Where the command may write (the Landlock rules' directories).
     pub writable: &'a [PathBuf],
-    /// Covered: directories by an empty read-only tmpfs, anything else by `/dev/null`.
-    pub hidden: &'a [PathBuf],
+    /// Covered: directories by an empty read-only tmpfs, anything else by `/dev/null` (they
+    /// exist).
+    pub hidden: &'a [Hidden],
     /// toold's own files and directories (they exist), bound read-only where the command could
     /// otherwise write them, with their parents pinned.
     pub protected: &'a [PathBuf],
@@ -154,7 +178,12 @@ impl PlaceMount {
             // mount point made there, not the source.
             at_itself: !place.replaces() && !view.under_a_replacing_place(place),
             writable: place.writable,
-            locked: locked_flags(&place.source),
+            // Only a remount without the mount API needs them.
+            locked: if view.read_only_elsewhere || place.writable {
+                0
+            } else {
+                locked_flags(&place.source)
+            },
         })
     }
 }
@@ -248,11 +277,11 @@ impl Mounts {
         mounts
             .hidden_files
             .extend(services.sockets.iter().filter_map(|socket| c_path(socket)));
-        for path in view.hidden {
-            match std::fs::metadata(path) {
-                Ok(meta) if meta.is_dir() => mounts.hidden_dirs.extend(c_path(path)),
-                Ok(_) => mounts.hidden_files.extend(c_path(path)),
-                Err(_) => {}
+        for hidden in view.hidden {
+            if hidden.is_dir {
+                mounts.hidden_dirs.extend(c_path(&hidden.path));
+            } else {
+                mounts.hidden_files.extend(c_path(&hidden.path));
             }
         }
         for path in view.git {
@@ -286,8 +315,8 @@ impl Mounts {
         kept.extend(
             view.hidden
                 .iter()
-                .filter(|path| view.writable_at(path))
-                .map(PathBuf::as_path),
+                .map(|hidden| hidden.path.as_path())
+                .filter(|path| view.writable_at(path)),
         );
         // What keeps the daemon's files and socket must stay where it was put: their parents
         // that a command could rename are pinned, outermost first (a pin made later inside an

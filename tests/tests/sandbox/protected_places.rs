@@ -400,3 +400,79 @@ async fn a_planted_git_file_leads_the_daemon_nowhere() {
         std::fs::remove_file(places.project.join(dir).join(".git")).unwrap();
     }
 }
+
+/// The hooks git really runs — the directory `core.hooksPath` names (husky's `.husky/_`), made
+/// empty and covered where it is missing — and the files the config includes are protected as
+/// `.git/hooks` and `.git/config` are: a sandboxed command cannot plant a hook there, nor can
+/// `write_file` in `accept_edits`.
+#[tokio::test]
+async fn the_hooks_git_runs_are_protected_wherever_the_config_points() {
+    let Some(git) = require::program(
+        "the_hooks_git_runs_are_protected_wherever_the_config_points",
+        "git",
+        &[],
+        "apt-get install git",
+    ) else {
+        return;
+    };
+    let daemon = TestDaemon::start();
+    let client = connected(&daemon).await;
+    let places = Places::new();
+    git_init(&git, &places.project);
+    let husky = places.project.join(".husky/_");
+    std::fs::create_dir_all(&husky).unwrap();
+    std::fs::write(husky.join("pre-commit"), "#!/bin/sh\nexit 0\n").unwrap();
+    let config = places.project.join(".git/config");
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str("[core]\n\thooksPath = .husky/_\n[include]\n\tpath = ../team.gitconfig\n");
+    std::fs::write(&config, text).unwrap();
+    let session = session(&client, &places.project, json!({})).await;
+    let before = Places::snapshot(&husky);
+    for (index, line) in [
+        "echo 'touch /tmp/pwned' > .husky/_/pre-commit",
+        "echo 'touch /tmp/pwned' > .husky/_/post-checkout && chmod +x .husky/_/post-checkout",
+        "rm -rf .husky/_ && mkdir .husky/_ && echo x > .husky/_/pre-commit",
+        "mv .husky .husky.old && mkdir -p .husky/_ && echo x > .husky/_/pre-commit",
+        "printf '[core]\\n\\tfsmonitor = touch /tmp/pwned\\n' > team.gitconfig",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let script = places.project.join(format!("plant-{index}.sh"));
+        std::fs::write(&script, format!("{line}\n")).unwrap();
+        let _ = run(&client, &session, &format!("bash {}", quoted(&script))).await;
+        assert_eq!(Places::snapshot(&husky), before, "{line}");
+        assert!(!places.project.join("team.gitconfig").exists(), "{line}");
+        assert!(!places.project.join(".husky.old").exists(), "{line}");
+    }
+    let edits = client
+        .create_session(&places.project, json!({"mode": "accept_edits"}))
+        .await;
+    for path in [".husky/_/pre-commit", ".husky/_/pre-push", "team.gitconfig"] {
+        let response = client
+            .request(
+                "tools/execute",
+                json!({"session_id": edits, "calls": [{"id": "w", "name": "write_file",
+                    "arguments": {"path": path, "content": "touch /tmp/pwned\n"}}]}),
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            response["results"][0]["result"]["ok"],
+            json!(false),
+            "{path}: {response}"
+        );
+    }
+    assert_eq!(Places::snapshot(&husky), before);
+    // A hooks directory the config names that does not exist yet cannot be made by a command.
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text = text.replace(".husky/_", ".githooks");
+    std::fs::write(&config, text).unwrap();
+    std::fs::write(
+        places.project.join("plant.sh"),
+        "mkdir -p .githooks; echo 'touch /tmp/pwned' > .githooks/pre-commit\n",
+    )
+    .unwrap();
+    let _ = run(&client, &session, "bash plant.sh").await;
+    assert!(!places.project.join(".githooks/pre-commit").exists());
+}
