@@ -73,6 +73,10 @@ impl Forbidden {
 /// `commondir` (which moves `config` and `hooks` elsewhere) and `config.worktree`.
 const GIT_DIR_CODE: [&str; 4] = ["config", "hooks", "commondir", "config.worktree"];
 
+/// How many repositories under the roots besides the roots' and the working directory's are
+/// kept read-only by mounts.
+const MAX_OTHER_REPOSITORIES: usize = 32;
+
 /// How deep submodules' git directories (`modules/NAME/modules/…`) are looked for.
 const MAX_MODULE_DEPTH: usize = 4;
 
@@ -86,7 +90,12 @@ const MAX_MODULE_DEPTH: usize = 4;
 /// one that names a directory elsewhere (`gitdir: ANYWHERE`) must not lead the daemon, which
 /// may write everywhere the user can, to make or remove anything there. What lies outside
 /// `writable` the command cannot change anyway.
-pub(super) fn git_metadata(roots: &[PathBuf], cwd: &Path, writable: &[PathBuf]) -> Vec<GitPath> {
+pub(super) fn git_metadata(
+    roots: &[PathBuf],
+    cwd: &Path,
+    writable: &[PathBuf],
+    known: &[PathBuf],
+) -> Vec<GitPath> {
     let mut repositories: Vec<PathBuf> = roots.iter().map(|root| root.join(".git")).collect();
     if let Some(root) = roots.iter().find(|root| cwd.starts_with(root)) {
         let mut dir = Some(cwd);
@@ -102,6 +111,19 @@ pub(super) fn git_metadata(roots: &[PathBuf], cwd: &Path, writable: &[PathBuf]) 
         writable,
         protected: Vec::new(),
     };
+    // Every other repository found under the roots (nested, sibling), the nearest to a root
+    // first, up to a bound: each costs a few mounts. Beyond it, what a command changes in
+    // one is undone after the call.
+    let mut others: Vec<&PathBuf> = known
+        .iter()
+        .filter(|git_dir| !repositories.contains(git_dir))
+        .collect();
+    others.sort_by_key(|git_dir| git_dir.components().count());
+    for git_dir in others.into_iter().take(MAX_OTHER_REPOSITORIES) {
+        if std::fs::symlink_metadata(git_dir).is_ok_and(|meta| meta.is_dir()) {
+            found.git_dir(git_dir, 0);
+        }
+    }
     for git in repositories {
         if !found.may_write(&git) {
             continue;
@@ -157,7 +179,12 @@ impl Found<'_> {
         for name in GIT_DIR_CODE {
             let path = dir.join(name);
             match std::fs::symlink_metadata(&path) {
-                Ok(meta) if !meta.is_symlink() => self.protected.push(GitPath::ReadOnly(path)),
+                Ok(meta) if !meta.is_symlink() => {
+                    if meta.is_file() && std::os::unix::fs::MetadataExt::nlink(&meta) > 1 {
+                        unlink_other_names(&path);
+                    }
+                    self.protected.push(GitPath::ReadOnly(path));
+                }
                 // A symlink is replaced by nothing a mount could cover; git follows it, so a
                 // command could change what it leads to only where it may write anyway.
                 Ok(_) => {}
@@ -228,6 +255,46 @@ impl Found<'_> {
     }
 }
 
+/// Gives the file `path` an inode of its own (a copy renamed over it): a hard link to a
+/// repository's `config` made while it was writable (in a repository a command had just made)
+/// would keep it writable through the other name however the path is covered.
+fn unlink_other_names(path: &Path) {
+    use nix::fcntl::OFlag;
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+        return;
+    };
+    let copied = (|| -> std::io::Result<()> {
+        let dir = crate::confined::open(dir, OFlag::O_RDONLY | OFlag::O_DIRECTORY)?;
+        let source = nix::fcntl::openat(
+            &dir,
+            name,
+            OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            nix::sys::stat::Mode::empty(),
+        )?;
+        let mode = nix::sys::stat::fstat(&source)?.st_mode & 0o7777;
+        let mut content = Vec::new();
+        std::io::Read::read_to_end(&mut std::fs::File::from(source), &mut content)?;
+        let temporary = format!(".{}.toold-unlinked", name.to_string_lossy());
+        let copy = nix::fcntl::openat(
+            &dir,
+            temporary.as_str(),
+            OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_WRONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            nix::sys::stat::Mode::from_bits_truncate(mode),
+        )?;
+        std::io::Write::write_all(&mut std::fs::File::from(copy), &content)?;
+        nix::fcntl::renameat(&dir, temporary.as_str(), &dir, name)?;
+        Ok(())
+    })();
+    match copied {
+        Ok(()) => {
+            tracing::warn!(path = %path.display(), "gave a repository's file other names pointed to an inode of its own")
+        }
+        Err(err) => {
+            tracing::warn!(path = %path.display(), %err, "cannot give a repository's file an inode of its own")
+        }
+    }
+}
+
 /// Makes the empty directory `name` in `dir`, reached without following any symlink (a
 /// command of another session may have made a component one); whether it was made.
 fn make_empty_dir(dir: &Path, name: &str) -> bool {
@@ -274,6 +341,7 @@ mod tests {
             std::slice::from_ref(&root),
             &nested,
             std::slice::from_ref(&root),
+            &[],
         );
         let must_not_appear = |dir: &Path| {
             [
@@ -325,6 +393,7 @@ mod tests {
             std::slice::from_ref(&root),
             &root,
             std::slice::from_ref(&root),
+            &[],
         );
         assert_eq!(protected, vec![GitPath::ReadOnly(root.join(".git"))]);
         assert!(!elsewhere.join("hooks").exists());

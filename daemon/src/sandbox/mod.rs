@@ -33,6 +33,7 @@ pub(crate) mod kernel;
 mod landlock;
 mod namespace;
 pub(crate) mod private_tmp;
+pub(crate) mod repositories;
 mod seccomp;
 pub(crate) mod sockets;
 
@@ -94,6 +95,7 @@ impl SandboxConfig {
             writable: self.writable.clone().into(),
             hidden: self.hidden.clone().into(),
             unix_sockets: self.unix_sockets.clone().into(),
+            repositories: Arc::default(),
             denied_reads: Arc::default(),
             on_unsupported: self.on_unsupported,
             private_dir: None,
@@ -186,6 +188,8 @@ pub struct CommandSandbox {
     pub denied_reads: Arc<hidden::DeniedReads>,
     /// The Unix sockets outside the sandbox that its commands may reach.
     pub unix_sockets: Arc<[AllowedSocket]>,
+    /// The repositories under the session's roots, watched across its commands.
+    pub repositories: Arc<repositories::Guard>,
     pub on_unsupported: OnUnsupported,
     /// The session's own directory for its commands' `/tmp` and `/dev/shm`, kept across its
     /// calls ([`private_tmp`]); `None`: each call gets one of its own.
@@ -302,6 +306,8 @@ pub(crate) struct Confinement {
     socket_rules: Option<Arc<sockets::supervisor::SocketRules>>,
     /// The sockets of services outside that the command may reach, where it finds them.
     reachable_sockets: Vec<PathBuf>,
+    /// The session's repositories, looked at again after the command.
+    repositories: Option<Arc<repositories::Guard>>,
 }
 
 /// What the child applies, in order.
@@ -341,6 +347,7 @@ impl Confinement {
                 hidden: Vec::new(),
                 socket_rules: None,
                 reachable_sockets: Vec::new(),
+                repositories: None,
             });
         }
         let kernel = kernel::probe();
@@ -510,9 +517,23 @@ impl Confinement {
             })
             .collect();
 
+        // The repositories under the roots: what changed since the last command taken as it
+        // is, every one found kept read-only where the kernel allows it, and what the command
+        // gives them looked at after it ([`Self::undo_forbidden_creations`]).
+        let known_repositories = if writes_roots {
+            match sandbox.repositories.before_command(roots) {
+                Ok(known) => known,
+                Err(why) => {
+                    degraded.push(("repositories", why));
+                    Vec::new()
+                }
+            }
+        } else {
+            Vec::new()
+        };
         // After the refusal: looking may make a missing `.git/hooks`.
         let protected_git = if writes_roots && kernel.namespaces {
-            git::git_metadata(roots, cwd, &writable)
+            git::git_metadata(roots, cwd, &writable, &known_repositories)
         } else {
             Vec::new()
         };
@@ -592,6 +613,7 @@ impl Confinement {
             hidden,
             socket_rules,
             reachable_sockets,
+            repositories: writes_roots.then(|| Arc::clone(&sandbox.repositories)),
         })
     }
 
@@ -610,10 +632,16 @@ impl Confinement {
 
     /// Removes what the command made where git would read it and a mount could not cover it
     /// (`.git/commondir` where there was none: it would move the repository's config and
-    /// hooks to a place of the command's choosing); returns what was removed. Called once the
-    /// call's processes are gone.
+    /// hooks to a place of the command's choosing), and undoes what it gave any repository
+    /// under the roots that runs code (a repository it planted, one it changed where no mount
+    /// kept it from: [`repositories`]); returns what was removed, put back or set aside.
+    /// Called once the call's processes are gone.
     pub(crate) fn undo_forbidden_creations(&self) -> Vec<PathBuf> {
-        let mut removed = Vec::new();
+        let mut removed = self
+            .repositories
+            .as_ref()
+            .map(|guard| guard.after_command())
+            .unwrap_or_default();
         for forbidden in &self.must_not_appear {
             match forbidden.remove() {
                 Ok(true) => removed.push(forbidden.path.clone()),

@@ -476,3 +476,139 @@ async fn the_hooks_git_runs_are_protected_wherever_the_config_points() {
     let _ = run(&client, &session, "bash plant.sh").await;
     assert!(!places.project.join(".githooks/pre-commit").exists());
 }
+
+/// A repository a command plants anywhere under the roots, or a nested repository it gives a
+/// setting or a hook that runs code, runs nothing in the user's next `git status`: what the
+/// command gave it is undone after the call (a new repository's config and hooks set aside, a
+/// changed one's config put back) and named in `metadata.sandbox.removed`; a nested
+/// repository known before the call is read-only to it, and cannot be moved away.
+#[tokio::test]
+async fn a_repository_planted_or_changed_by_a_command_runs_nothing_later() {
+    let Some(git) = require::program(
+        "a_repository_planted_or_changed_by_a_command_runs_nothing_later",
+        "git",
+        &[],
+        "apt-get install git",
+    ) else {
+        return;
+    };
+    let daemon = TestDaemon::start();
+    let client = connected(&daemon).await;
+    let places = Places::new();
+    git_init(&git, &places.project);
+    let nested = places.project.join("vendor/lib");
+    std::fs::create_dir_all(&nested).unwrap();
+    git_init(&git, &nested);
+    let marker = places.outside.join("ran");
+    let run_marker = format!("touch {}", marker.display());
+    let session = session(&client, &places.project, json!({})).await;
+    // Each line in a script, out of the permission engine's sight; then the user's own git in
+    // each repository the line made or changed.
+    let cases: Vec<(String, Vec<&str>)> = vec![
+        (
+            format!("git init -q planted && git -C planted config core.fsmonitor '{run_marker}'"),
+            vec!["planted"],
+        ),
+        (
+            format!(
+                "mkdir -p hand/.git/objects hand/.git/refs && echo 'ref: refs/heads/main' > hand/.git/HEAD && \
+                 printf '[core]\\n\\trepositoryformatversion = 0\\n\\tfsmonitor = {run_marker}\\n' > hand/.git/config"
+            ),
+            vec!["hand"],
+        ),
+        (
+            format!(
+                "git init -q hooked && printf '#!/bin/sh\\n{run_marker}\\n' > hooked/.git/hooks/pre-commit && \
+                 chmod +x hooked/.git/hooks/pre-commit && git -C hooked config alias.st '!{run_marker}'"
+            ),
+            vec!["hooked"],
+        ),
+        (
+            format!(
+                "mkdir -p /tmp/evil && git init -q /tmp/evil && git -C /tmp/evil config core.pager '{run_marker}' && \
+                 mkdir -p linked && echo \"gitdir: $(grep -o '[^ ]*/tmp/toold[^ ]*\\|[^ ]*/state/toold/tmp/[^ ]*/tmp' /proc/self/mountinfo | head -1)/evil\" > linked/.git"
+            ),
+            vec!["linked"],
+        ),
+        (
+            format!("git -C vendor/lib config core.fsmonitor '{run_marker}'"),
+            vec!["vendor/lib"],
+        ),
+        // A hard link to a repository's config made while it could be written (the repository
+        // was new), written through in the next call.
+        (
+            "git init -q twice && ln twice/.git/config twice-config".to_owned(),
+            vec!["twice"],
+        ),
+        (
+            format!("printf '[core]\\n\\tfsmonitor = {run_marker}\\n' >> twice-config"),
+            vec!["twice"],
+        ),
+        (
+            format!("printf '#!/bin/sh\\n{run_marker}\\n' > vendor/lib/.git/hooks/post-checkout"),
+            vec!["vendor/lib"],
+        ),
+        (
+            format!(
+                "mv vendor/lib vendor/lib.x; mkdir -p vendor/lib && git init -q vendor/lib && \
+                 git -C vendor/lib config core.fsmonitor '{run_marker}'"
+            ),
+            vec!["vendor/lib"],
+        ),
+    ];
+    for (index, (line, repositories)) in cases.iter().enumerate() {
+        let script = places.project.join(format!("plant-{index}.sh"));
+        std::fs::write(&script, format!("cd {}\n{line}\n", quoted(&places.project))).unwrap();
+        let result = run(&client, &session, &format!("bash {}", quoted(&script))).await;
+        for repository in repositories {
+            let dir = places.project.join(repository);
+            if !dir.exists() {
+                continue;
+            }
+            // The user's git, as a shell prompt runs it, and a commit.
+            for args in [
+                &["status"][..],
+                &["st"],
+                &["commit", "--allow-empty", "-qm", "x"],
+            ] {
+                let _ = std::process::Command::new(&git)
+                    .args(args)
+                    .current_dir(&dir)
+                    .env("GIT_PAGER", "")
+                    .env_remove("PAGER")
+                    .stdout(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::null())
+                    .status();
+            }
+            assert!(
+                !marker.exists(),
+                "{line}: git ran what the command planted: {result}"
+            );
+        }
+        assert!(
+            !places.project.join("vendor/lib.x").exists(),
+            "{line}: {result}"
+        );
+    }
+    // What was undone is reported.
+    std::fs::write(
+        places.project.join("again.sh"),
+        format!("git init -q again && git -C again config core.fsmonitor '{run_marker}'\n"),
+    )
+    .unwrap();
+    let result = run(&client, &session, "bash again.sh").await;
+    assert_eq!(
+        result["metadata"]["sandbox"]["removed"],
+        json!([places.project.join("again/.git/config")]),
+        "{result}"
+    );
+    // A repository made as `cargo new` and `git init` make it keeps its config.
+    let result = run(
+        &client,
+        &session,
+        "git init -q clean && git -C clean status --short",
+    )
+    .await;
+    assert_eq!(result["ok"], json!(true), "{result}");
+    assert!(places.project.join("clean/.git/config").exists());
+}
