@@ -1,0 +1,164 @@
+//! What a sandbox is asked to be: the config's `[sandbox]` (`SandboxConfig`) and a session's
+//! (`CommandSandbox`, in its Env), which `Confinement::prepare` builds one command's from.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use toold_protocol::SandboxSettings;
+
+use super::{hidden, repositories};
+
+/// What to do when the kernel cannot enforce part of what a session's sandbox asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnUnsupported {
+    /// Run with what can be enforced, and say what was not (`metadata.sandbox.degraded`).
+    #[default]
+    Warn,
+    /// Do not run: the result is `sandbox_unavailable`.
+    Refuse,
+}
+
+/// `[sandbox]` of the config.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SandboxConfig {
+    /// Every session's sandbox unless it asks for another.
+    pub settings: SandboxSettings,
+    /// Extra directories commands may write under (absolute).
+    pub writable: Vec<PathBuf>,
+    /// What commands cannot read at all (absolute): credential stores by default
+    /// ([`hidden::default_paths`]).
+    pub hidden: Vec<PathBuf>,
+    /// The Unix sockets of services outside the sandbox that commands may reach.
+    pub unix_sockets: Vec<AllowedSocket>,
+    pub on_unsupported: OnUnsupported,
+    /// Whether a session may ask for a looser sandbox than `settings`.
+    pub allow_unsandboxed: bool,
+}
+
+impl Default for SandboxConfig {
+    fn default() -> Self {
+        Self {
+            settings: SandboxSettings::default(),
+            writable: Vec::new(),
+            hidden: hidden::default_paths(),
+            unix_sockets: Vec::new(),
+            on_unsupported: OnUnsupported::default(),
+            allow_unsandboxed: false,
+        }
+    }
+}
+
+impl SandboxConfig {
+    /// The sandbox of a session that asked for nothing.
+    pub fn for_commands(&self) -> CommandSandbox {
+        CommandSandbox {
+            settings: self.settings,
+            writable: self.writable.clone().into(),
+            hidden: self.hidden.clone().into(),
+            unix_sockets: self.unix_sockets.clone().into(),
+            repositories: Arc::default(),
+            denied_reads: Arc::default(),
+            on_unsupported: self.on_unsupported,
+            private_dir: None,
+        }
+    }
+
+    /// One line for `toold check-config`.
+    pub fn summary(&self) -> String {
+        let list = |paths: &[PathBuf]| {
+            paths
+                .iter()
+                .map(|dir| dir.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let writable = if self.writable.is_empty() {
+            String::new()
+        } else {
+            format!(", also writable: {}", list(&self.writable))
+        };
+        let hidden = if self.hidden == hidden::default_paths() {
+            String::new()
+        } else if self.hidden.is_empty() {
+            ", nothing hidden".to_owned()
+        } else {
+            format!(", hidden: {}", list(&self.hidden))
+        };
+        let sockets = if self.unix_sockets.is_empty() {
+            String::new()
+        } else {
+            let names: Vec<String> = self.unix_sockets.iter().map(ToString::to_string).collect();
+            format!(", reachable sockets: {}", names.join(", "))
+        };
+        format!(
+            "sandbox: mode {}, network {}{writable}{hidden}{sockets}, on_unsupported {}{}",
+            self.settings.mode.as_str(),
+            if self.settings.network { "on" } else { "off" },
+            match self.on_unsupported {
+                OnUnsupported::Warn => "warn",
+                OnUnsupported::Refuse => "refuse",
+            },
+            if self.allow_unsandboxed {
+                ", sessions may loosen it"
+            } else {
+                ""
+            }
+        )
+    }
+}
+
+/// A Unix socket of a service outside the sandbox that commands may reach (`[sandbox]
+/// unix_sockets`), as the config names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AllowedSocket {
+    Path(PathBuf),
+    /// `$NAME`: the socket the daemon's environment variable names (`$SSH_AUTH_SOCK`), looked
+    /// up when a command starts.
+    Variable(String),
+}
+
+impl AllowedSocket {
+    /// The socket's path now; `None` for a variable that is unset or not an absolute path.
+    pub(crate) fn path(&self) -> Option<PathBuf> {
+        match self {
+            AllowedSocket::Path(path) => Some(path.clone()),
+            AllowedSocket::Variable(name) => std::env::var_os(name)
+                .map(PathBuf::from)
+                .filter(|path| path.is_absolute()),
+        }
+    }
+}
+
+impl std::fmt::Display for AllowedSocket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AllowedSocket::Path(path) => write!(f, "{}", path.display()),
+            AllowedSocket::Variable(name) => write!(f, "${name}"),
+        }
+    }
+}
+
+/// The sandbox of one session's commands: its settings and the config's parts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CommandSandbox {
+    pub settings: SandboxSettings,
+    pub writable: Arc<[PathBuf]>,
+    /// Paths commands cannot read: the config's `hidden`.
+    pub hidden: Arc<[PathBuf]>,
+    /// What the session's `read_file` deny rules cover, hidden from its commands too.
+    pub denied_reads: Arc<hidden::DeniedReads>,
+    /// The Unix sockets outside the sandbox that its commands may reach.
+    pub unix_sockets: Arc<[AllowedSocket]>,
+    /// The repositories under the session's roots, watched across its commands.
+    pub repositories: Arc<repositories::Guard>,
+    pub on_unsupported: OnUnsupported,
+    /// The session's own directory for its commands' `/tmp` and `/dev/shm`, kept across its
+    /// calls ([`private_tmp`]); `None`: each call gets one of its own.
+    pub private_dir: Option<Arc<Path>>,
+}
+
+impl Default for CommandSandbox {
+    fn default() -> Self {
+        SandboxConfig::default().for_commands()
+    }
+}
