@@ -197,9 +197,9 @@ pub(crate) fn probe() -> &'static Kernel {
             "socket_supervisor",
             works_in_a_child(|_| {
                 Ok(ChildPlan {
-                    socket_filter: Some(super::sockets::filter::program().ok_or_else(|| {
-                        io::Error::other("no socket filter for this architecture")
-                    })?),
+                    socket_filter: Some(seccomp::program_with_socket_calls(false).ok_or_else(
+                        || io::Error::other("no seccomp filter for this architecture"),
+                    )?),
                     ..ChildPlan::default()
                 })
             }),

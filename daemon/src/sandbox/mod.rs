@@ -423,13 +423,14 @@ impl Confinement {
         } else {
             None
         };
-        let seccomp = kernel
-            .seccomp
-            .then(|| seccomp::program(settings.network))
-            .flatten();
+        // One filter: with the daemon deciding socket calls, installed first of all by the
+        // shell with a listener; else just before the exec.
         let socket_filter = kernel
             .enforces(Protection::UnixSockets)
-            .then(sockets::filter::program)
+            .then(|| seccomp::program_with_socket_calls(settings.network))
+            .flatten();
+        let seccomp = (kernel.seccomp && socket_filter.is_none())
+            .then(|| seccomp::program(settings.network))
             .flatten();
         let socket_rules = socket_filter.map(|_| {
             Arc::new(sockets::supervisor::SocketRules {
