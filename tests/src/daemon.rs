@@ -321,7 +321,12 @@ impl Drop for TestDaemon {
 fn wait_for_socket(socket: &Path, child: &mut Child) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        if std::os::unix::net::UnixStream::connect(socket).is_ok() {
+        // Served by this child: the socket of a daemon killed before may still accept for a
+        // moment (a process it had just started holds its descriptors until it closes them).
+        if let Ok(stream) = std::os::unix::net::UnixStream::connect(socket)
+            && nix::sys::socket::getsockopt(&stream, nix::sys::socket::sockopt::PeerCredentials)
+                .is_ok_and(|credentials| credentials.pid() as u32 == child.id())
+        {
             return;
         }
         if let Ok(Some(status)) = child.try_wait() {

@@ -673,6 +673,11 @@ impl ChildSetup for ChildPlan {
         self.socket_filter
     }
 
+    fn kept_descriptor(&self) -> Option<std::os::fd::RawFd> {
+        use std::os::fd::AsRawFd;
+        self.landlock.as_ref().map(AsRawFd::as_raw_fd)
+    }
+
     fn before_exec(&self) -> io::Result<()> {
         mark_descriptors_close_on_exec()?;
         if let Some(ruleset) = &self.landlock {

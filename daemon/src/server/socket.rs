@@ -330,6 +330,13 @@ fn remove_stale_socket(path: &Path) -> Result<(), SocketError> {
         });
     }
     match StdUnixStream::connect(path) {
+        Ok(stream) if listener_is_gone(&stream) => {
+            tracing::warn!(
+                path = %path.display(),
+                "replacing a socket whose daemon is gone (a process it started still held it)"
+            );
+            remove_socket_file(path)
+        }
         Ok(_) => Err(SocketError::AlreadyServing {
             path: path.to_path_buf(),
         }),
@@ -339,20 +346,36 @@ fn remove_stale_socket(path: &Path) -> Result<(), SocketError> {
                 path: path.to_path_buf(),
             })
         }
-        Err(error) if error.kind() == io::ErrorKind::ConnectionRefused => {
-            match fs::remove_file(path) {
-                Ok(()) => Ok(()),
-                Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(()),
-                Err(source) => Err(SocketError::Io {
-                    action: "remove the stale socket",
-                    path: path.to_path_buf(),
-                    source,
-                }),
-            }
-        }
+        Err(error) if error.kind() == io::ErrorKind::ConnectionRefused => remove_socket_file(path),
         Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(()),
         Err(source) => Err(SocketError::Io {
             action: "check whether a daemon answers on the socket",
+            path: path.to_path_buf(),
+            source,
+        }),
+    }
+}
+
+/// Whether the process that made the socket at the other end of `stream` listen has exited:
+/// a daemon killed while a child it had just cloned still held a copy of its descriptors
+/// (for the moment before the child closes them) leaves a socket that accepts connections
+/// nobody will ever read. A listener in a PID namespace this one cannot see (pid 0) counts
+/// as alive.
+fn listener_is_gone(stream: &StdUnixStream) -> bool {
+    let Ok(pid) = peer_pid(stream) else {
+        return false;
+    };
+    pid > 0
+        && nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None)
+            == Err(nix::errno::Errno::ESRCH)
+}
+
+fn remove_socket_file(path: &Path) -> Result<(), SocketError> {
+    match fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(source) => Err(SocketError::Io {
+            action: "remove the stale socket",
             path: path.to_path_buf(),
             source,
         }),

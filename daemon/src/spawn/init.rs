@@ -81,8 +81,9 @@ impl Prepared {
         })
     }
 
-    pub(super) fn maps_pipe(&self) -> (RawFd, RawFd) {
-        (self.maps_read.as_raw_fd(), self.maps_write.as_raw_fd())
+    /// The read end of the pipe the init is told on that its id maps are written.
+    pub(super) fn maps_read(&self) -> RawFd {
+        self.maps_read.as_raw_fd()
     }
 
     /// Writes the id maps of the init `pid` (its `setgroups` denied first, as an unprivileged
@@ -299,17 +300,12 @@ pub(super) extern "C" fn init_main(arg: *mut libc::c_void) -> libc::c_int {
     #[allow(unsafe_code)]
     let args = unsafe { &*(arg as *const ChildArgs) };
     let started = (|| -> io::Result<libc::pid_t> {
+        // The maps pipe's write end goes with them: the daemon's end alone, if it went
+        // without a word, the read of the maps' verdict ends.
+        close_the_daemon_s_descriptors(args)?;
         leave_the_daemon_s_session()?;
-        let (maps_read, maps_write) = args.maps_pipe;
+        let maps_read = args.maps_read;
         let maps_by_the_daemon = maps_read >= 0;
-        if maps_by_the_daemon {
-            // The daemon's end alone: if it went without a word, the read below ends.
-            // SAFETY: closes this process's copy of a descriptor.
-            #[allow(unsafe_code)]
-            unsafe {
-                libc::close(maps_write)
-            };
-        }
         args.setup.enter_namespaces(maps_by_the_daemon)?;
         if maps_by_the_daemon {
             wait_for_the_id_maps(maps_read)?;
@@ -353,6 +349,38 @@ pub(super) extern "C" fn init_main(arg: *mut libc::c_void) -> libc::c_int {
         }
         Err(error) => fail(args, Err(error)),
     }
+}
+
+/// Closes, first thing, every descriptor of the daemon's copied at the clone but the
+/// standard three and those this process and the shell use. The init outlives a daemon killed
+/// while it sets up (until its shell has exec'd), and the daemon's listening socket, journal
+/// lock and clients' connections must end with the daemon: a daemon started meanwhile would
+/// find the old socket still answering, a client would wait on a dead daemon.
+#[allow(unsafe_code)]
+fn close_the_daemon_s_descriptors(args: &ChildArgs<'_>) -> io::Result<()> {
+    let mut kept = [
+        args.stdin,
+        args.stdout,
+        args.stderr,
+        args.error_pipe,
+        args.report_pipe,
+        args.maps_read,
+        args.handoff,
+        args.setup.kept_descriptor().unwrap_or(-1),
+    ];
+    // Small and on the stack: an insertion sort, no allocation.
+    kept.sort_unstable();
+    let mut next = 3;
+    for fd in kept.into_iter().chain([RawFd::MAX]) {
+        if fd > next {
+            // SAFETY: closing descriptors touches no memory.
+            if unsafe { libc::close_range(next as u32, (fd - 1) as u32, 0) } != 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        next = next.max(fd.saturating_add(1));
+    }
+    Ok(())
 }
 
 /// Sends the socket filter's `listener` (a descriptor of this process's, which the shell put

@@ -69,6 +69,12 @@ pub(crate) trait ChildSetup: Sync {
     fn socket_filter(&self) -> Option<&[libc::sock_filter]> {
         None
     }
+
+    /// A descriptor of the daemon's that these steps use (the Landlock ruleset): an init
+    /// keeps it when it closes the daemon's others.
+    fn kept_descriptor(&self) -> Option<RawFd> {
+        None
+    }
 }
 
 /// The uid and gid maps of a user namespace, one line each (`inside outside count`).
@@ -286,11 +292,10 @@ struct ChildArgs<'a> {
     /// successful exec).
     error_pipe: RawFd,
     /// For an init: the shell's stack, the pipe it reports the shell's end on, and the one it
-    /// is told on that the daemon wrote its id maps (read and write ends; -1: it writes them
-    /// itself).
+    /// is told on that the daemon wrote its id maps (its read end; -1: it writes them itself).
     shell_stack_top: usize,
     report_pipe: RawFd,
-    maps_pipe: (RawFd, RawFd),
+    maps_read: RawFd,
     /// Where the shell writes the listener of [`ChildSetup::socket_filter`]: a descriptor of
     /// its parent's table (the daemon's, or the init's), which it shares until then.
     listener_slot: *const AtomicI32,
@@ -337,7 +342,7 @@ pub(crate) fn spawn(
         error_pipe: error_write.as_raw_fd(),
         shell_stack_top: init.as_mut().map_or(0, init::Prepared::shell_stack_top),
         report_pipe: init.as_ref().map_or(-1, init::Prepared::report_pipe),
-        maps_pipe: init.as_ref().map_or((-1, -1), init::Prepared::maps_pipe),
+        maps_read: init.as_ref().map_or(-1, init::Prepared::maps_read),
         listener_slot: init.as_ref().map_or(
             &listener_here as *const AtomicI32,
             init::Prepared::listener_slot,

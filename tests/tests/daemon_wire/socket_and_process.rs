@@ -107,6 +107,48 @@ async fn a_stale_socket_left_by_a_killed_daemon_is_replaced() {
     assert_eq!(mode_of(&daemon.socket()), 0o600);
 }
 
+/// A socket that still accepts after the process that made it listen died (a child it had
+/// just started holds its descriptor) is stale, not another daemon: a new daemon replaces it.
+/// A real one, made by a Python process that forks and exits, its child keeping the listener.
+#[tokio::test]
+async fn a_socket_whose_listener_died_is_replaced_though_it_still_accepts() {
+    let mut daemon = TestDaemon::start();
+    daemon.kill();
+    std::fs::remove_file(daemon.socket()).expect("remove the killed daemon's socket file");
+    let holder = Command::new("python3")
+        .arg("-c")
+        .arg(
+            "import os, socket, sys, time\n\
+             s = socket.socket(socket.AF_UNIX)\n\
+             s.bind(sys.argv[1])\n\
+             s.listen(8)\n\
+             child = os.fork()\n\
+             if child == 0:\n    null = os.open(os.devnull, os.O_RDWR)\n    \
+             os.dup2(null, 1)\n    os.dup2(null, 2)\n    time.sleep(60)\n    os._exit(0)\n\
+             print(child, flush=True)\n",
+        )
+        .arg(daemon.socket())
+        .stdout(Stdio::piped())
+        .output()
+        .expect("run python3");
+    assert!(holder.status.success(), "{holder:?}");
+    let holder: i32 = String::from_utf8_lossy(&holder.stdout)
+        .trim()
+        .parse()
+        .expect("the holder's pid");
+    let holder = nix::unistd::Pid::from_raw(holder);
+    assert!(
+        std::os::unix::net::UnixStream::connect(daemon.socket()).is_ok(),
+        "the old socket still accepts"
+    );
+
+    daemon.start_again();
+    let mut connection = RawConnection::connect(&daemon.socket(), Wire::Ndjson).await;
+    let init = connection.initialize().await;
+    assert_eq!(init["protocol_version"], 1, "{init}");
+    let _ = nix::sys::signal::kill(holder, nix::sys::signal::Signal::SIGKILL);
+}
+
 // ---------------------------------------------------------------------------------------------
 // The connection limit.
 
