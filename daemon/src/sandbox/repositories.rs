@@ -258,14 +258,8 @@ fn repository_at(dir: &Path) -> Option<PathBuf> {
     match std::fs::symlink_metadata(&dot_git) {
         Ok(meta) if meta.is_dir() => return Some(dot_git),
         Ok(meta) if meta.is_file() => {
-            let mut text = String::new();
-            std::fs::File::open(&dot_git)
-                .ok()?
-                .take(4096)
-                .read_to_string(&mut text)
-                .ok()?;
-            let named = text.lines().next()?.strip_prefix("gitdir:")?.trim();
-            return Some(crate::paths::normalize_lexically(&dir.join(named)));
+            return crate::git_config::named_by_git_file(dir, &dot_git)
+                .map(|named| crate::paths::normalize_lexically(&named));
         }
         _ => {}
     }
