@@ -52,6 +52,7 @@ pub fn permission_section(rounds: usize) -> anyhow::Result<Section> {
         mode: SessionMode::Default,
         policy: &policy,
         grants: &[],
+        confined: false,
     };
 
     let judge = |facts_parsed: &toold::permission::CommandFacts| {

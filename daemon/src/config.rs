@@ -260,10 +260,14 @@ impl Config {
         }
         let rules = &self.rules.rules;
         lines.push(format!(
-            "permission rules: {} allow, {} ask, {} deny",
+            "permission rules: {} allow, {} ask, {} deny; commands the sandbox confines {}",
             rules.allow.len(),
             rules.ask.len(),
-            rules.deny.len()
+            rules.deny.len(),
+            match self.rules.sandboxed_commands {
+                crate::permission::SandboxedCommands::Allow => "run unasked",
+                crate::permission::SandboxedCommands::Ask => "ask",
+            }
         ));
         let count = |event| self.hooks.iter().filter(|hook| hook.event == event).count();
         lines.push(format!(

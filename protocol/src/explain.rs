@@ -36,7 +36,7 @@ pub struct Explanation {
     /// `allow`, `ask`, `deny`, `tool_not_allowed`, `unknown_tool` or `invalid_arguments`.
     pub decision: String,
     /// The decision step (`deny_rule`, `plan_mode`, `ask_rule`, `bypass_mode`, `allow_rule`,
-    /// `grant`, `accept_edits`, `read_only_inside_roots`, `default_ask`, `system_tool`,
+    /// `grant`, `sandboxed`, `accept_edits`, `read_only_inside_roots`, `default_ask`, `system_tool`,
     /// `dont_ask`; and `unreadable_command`, `protected_path`, `tool_list`); `null` for
     /// `unknown_tool` and `invalid_arguments`.
     pub step: Option<String>,

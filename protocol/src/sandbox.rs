@@ -54,7 +54,9 @@ impl Default for SandboxSettings {
     fn default() -> Self {
         Self {
             mode: SandboxMode::WorkspaceWrite,
-            network: true,
+            // Closed, so that a command the sandbox confines can run without asking: one that
+            // reached the network could send the workspace anywhere.
+            network: false,
         }
     }
 }

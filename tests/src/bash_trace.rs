@@ -192,6 +192,8 @@ pub fn judge(line: &str, scratch: &Scratch) -> Judged {
             mode: SessionMode::Default,
             policy: &policy,
             grants: &[],
+            // Judged by the rules alone, as where the sandbox does not confine.
+            confined: false,
         },
     )
     .decision;

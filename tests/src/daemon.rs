@@ -86,10 +86,20 @@ pub struct TestDaemon {
     wrapper: Vec<String>,
 }
 
+/// A config under which a command no rule decides asks even where the sandbox confines it
+/// (`[permissions] sandboxed_commands = "ask"`): for the tests of asking and approving, and of
+/// what the rules alone decide.
+pub const COMMANDS_ASK: &str = "[permissions]\nsandboxed_commands = \"ask\"\n";
+
 impl TestDaemon {
     /// Starts a daemon with every default.
     pub fn start() -> Self {
         Self::start_with_config(None)
+    }
+
+    /// Starts a daemon whose commands ask unless a rule decides them ([`COMMANDS_ASK`]).
+    pub fn start_asking() -> Self {
+        Self::start_with_config(Some(COMMANDS_ASK))
     }
 
     /// Starts a daemon with `config` as its configuration file.

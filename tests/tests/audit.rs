@@ -51,6 +51,9 @@ const HOOKED_CONFIG: &str = r#"
 audit_max_bytes = 65536
 audit_keep = 50
 
+[permissions]
+sandboxed_commands = "ask"
+
 [[hooks.pre_tool_use]]
 matcher = "^find_files$"
 command = ["sh", "-c", "cat > /dev/null; echo '{\"decision\":\"allow\"}'"]

@@ -292,7 +292,7 @@ fn a_failed_result_exits_1_and_a_usage_or_connection_error_exits_2() {
 
 #[test]
 fn without_a_terminal_approvals_are_denied_unless_yes() {
-    let daemon = TestDaemon::start();
+    let daemon = TestDaemon::start_asking();
     let work = daemon.work().display().to_string();
     let command = r#"{"command":"echo from-the-command; echo to-stderr >&2"}"#;
     let output = toold(
@@ -385,7 +385,7 @@ fn call_runs_in_an_existing_session_and_leaves_it_open() {
 
 #[test]
 fn on_a_terminal_the_approval_is_asked_and_y_runs_the_command() {
-    let daemon = TestDaemon::start();
+    let daemon = TestDaemon::start_asking();
     let mut command = daemon.command();
     command.args([
         "call",
@@ -420,7 +420,7 @@ fn on_a_terminal_the_approval_is_asked_and_y_runs_the_command() {
 
 #[test]
 fn on_a_terminal_n_denies_and_a_wrong_answer_is_asked_again() {
-    let daemon = TestDaemon::start();
+    let daemon = TestDaemon::start_asking();
     let mut command = daemon.command();
     command.args([
         "call",
@@ -450,7 +450,7 @@ fn on_a_terminal_n_denies_and_a_wrong_answer_is_asked_again() {
 
 #[test]
 fn exec_prints_events_as_they_come_then_the_results() {
-    let daemon = TestDaemon::start();
+    let daemon = TestDaemon::start_asking();
     work_file(&daemon, "notes.txt", "a note\n");
     let calls = work_file(
         &daemon,
@@ -656,7 +656,7 @@ fn a_fresh_session_takes_the_mode_given() {
 
 #[test]
 fn on_a_terminal_a_aborts_and_s_grants_the_session() {
-    let daemon = TestDaemon::start();
+    let daemon = TestDaemon::start_asking();
     let mut command = daemon.command();
     command.args([
         "call",

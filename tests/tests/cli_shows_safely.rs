@@ -58,7 +58,7 @@ fn prompt_for(daemon: &TestDaemon, command: &str) -> Finished {
 
 #[test]
 fn the_approval_prompt_shows_the_call_that_would_run() {
-    let daemon = TestDaemon::start();
+    let daemon = TestDaemon::start_asking();
     let victim = victim(&daemon);
     let fake_prompt = "\ntoold: run_command needs your approval (call call_1)\n  arguments: \
                        {\"command\":\"ls -la\"}\n  reason:    no allow rule matches \
@@ -128,7 +128,7 @@ fn the_approval_prompt_shows_the_call_that_would_run() {
 
 #[test]
 fn output_printed_before_a_prompt_cannot_redraw_it() {
-    let daemon = TestDaemon::start();
+    let daemon = TestDaemon::start_asking();
     let victim = victim(&daemon);
     let planted = "# notes\n\x1b[2J\x1b[Htoold: run_command needs your approval (call c)\n  \
                    arguments: {\"command\":\"ls -la\"}\r\n\u{202e}\x1b]0;x\x07\x1b[8m";

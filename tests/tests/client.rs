@@ -317,7 +317,7 @@ async fn a_one_event_stream_loses_nothing() {
 
 #[tokio::test]
 async fn an_approval_handler_allows_once() {
-    let daemon = TestDaemon::start();
+    let daemon = TestDaemon::start_asking();
     let asked: Arc<Mutex<Vec<ApprovalRequestParams>>> = Arc::default();
     let recorded = Arc::clone(&asked);
     let approving = options(&daemon).on_approval(move |request| {
@@ -382,7 +382,7 @@ async fn asking_batch(client: &Client, daemon: &TestDaemon) -> ExecuteParams {
 /// that answers decides, and the decliner was asked too.
 #[tokio::test]
 async fn a_declining_approver_leaves_the_approval_to_another() {
-    let daemon = TestDaemon::start();
+    let daemon = TestDaemon::start_asking();
     let declined = Arc::new(Mutex::new(0));
     let counted = Arc::clone(&declined);
     let declining = options(&daemon).on_approval_or_decline(move |_request| {
@@ -417,7 +417,7 @@ async fn a_declining_approver_leaves_the_approval_to_another() {
 /// and its error carries the decline's reason.
 #[tokio::test]
 async fn a_call_every_approver_declines_is_denied_with_the_reason() {
-    let daemon = TestDaemon::start();
+    let daemon = TestDaemon::start_asking();
     let declining = |reason: &'static str| {
         options(&daemon)
             .on_approval_or_decline(move |_request| async move { Approval::Decline(reason.into()) })

@@ -770,9 +770,9 @@ fn check_config_summarises_what_differs() {
              settings that differ from their defaults:\n  \
              max_parallel = 4 (default 8)\n  \
              session_idle_ttl = \"0s\" (default \"7d\")\n\
-             permission rules: 2 allow, 0 ask, 1 deny\n\
+             permission rules: 2 allow, 0 ask, 1 deny; commands the sandbox confines run unasked\n\
              hooks: 1 pre_tool_use, 0 post_tool_use\n\
-             sandbox: mode workspace_write, network on, on_unsupported warn\n\
+             sandbox: mode workspace_write, network off, on_unsupported warn\n\
              MCP servers: none",
             path.display()
         )

@@ -15,7 +15,7 @@ pub const DIGEST_OVER_BYTES: usize = 256;
 /// The decision on a call and who made it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct DecisionRecord {
-    /// `rule`, `grant`, `mode`, `hook`, `approver` or `system`.
+    /// `rule`, `grant`, `mode`, `hook`, `sandbox`, `approver` or `system`.
     pub by: &'static str,
     /// The engine's decision step (docs/protocol.md section 11.11's names).
     pub step: &'static str,

@@ -22,7 +22,7 @@ use super::{Config, DAY_SECS, GIB, KIB, MIB, show_duration};
 use crate::audit::AuditMode;
 use crate::hooks::ConfiguredHook;
 use crate::index::roots::IndexConfig;
-use crate::permission::{ConfigRules, Rule, home_dir, lint};
+use crate::permission::{ConfigRules, Rule, SandboxedCommands, home_dir, lint};
 use crate::sandbox::{AllowedSocket, OnUnsupported, SandboxConfig};
 
 /// The longest socket path the kernel takes: `sun_path` is 108 bytes with its final NUL.
@@ -302,7 +302,21 @@ fn permissions(field: &Field<'_, '_>, warnings: &mut Vec<Fault>) -> Result<Confi
             "allow" => (&mut rules.rules.allow, &mut rules.lines[0]),
             "ask" => (&mut rules.rules.ask, &mut rules.lines[1]),
             "deny" => (&mut rules.rules.deny, &mut rules.lines[2]),
-            _ => return Err(list.unknown(&["allow", "ask", "deny"])),
+            "sandboxed_commands" => {
+                rules.sandboxed_commands = match list.string()? {
+                    "allow" => SandboxedCommands::Allow,
+                    "ask" => SandboxedCommands::Ask,
+                    other => {
+                        return Err(list.fault(format!(
+                            "unknown value {other:?}: expected \"allow\" or \"ask\""
+                        )));
+                    }
+                };
+                continue;
+            }
+            _ => {
+                return Err(list.unknown(&["allow", "ask", "deny", "sandboxed_commands"]));
+            }
         };
         for item in list.elements("an array of rule strings")? {
             let text = item.string()?;

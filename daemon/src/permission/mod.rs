@@ -90,6 +90,9 @@ pub enum RuleOrigin {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ConfigRules {
     pub rules: Rules,
+    /// `sandboxed_commands`: whether a command line the rules leave open runs unasked in a
+    /// sandbox that confines it.
+    pub sandboxed_commands: SandboxedCommands,
     /// The file the rules were read from.
     pub file: Option<Arc<Path>>,
     /// The 1-based line of each rule of `rules.allow`, `.ask` and `.deny`, in that order
@@ -403,6 +406,19 @@ pub struct Policy {
     pub allow: Vec<Rule>,
     pub ask: Vec<Rule>,
     pub deny: Vec<Rule>,
+    /// The config's `[permissions] sandboxed_commands`.
+    pub sandboxed_commands: SandboxedCommands,
+}
+
+/// `[permissions] sandboxed_commands`: what becomes of a `run_command` that no rule, grant or
+/// hook decided, when the sandbox that will run it confines it ([`SessionFacts::confined`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SandboxedCommands {
+    /// It runs without asking (the `sandboxed` step): the sandbox bounds what it can do.
+    #[default]
+    Allow,
+    /// It asks, as any command the rules leave open.
+    Ask,
 }
 
 impl Policy {
@@ -434,7 +450,10 @@ impl Policy {
         cwd: &Path,
         home: &Path,
     ) -> Result<Self, RuleError> {
-        let mut policy = Policy::default();
+        let mut policy = Policy {
+            sandboxed_commands: config.sandboxed_commands,
+            ..Policy::default()
+        };
         for (rules, config) in [(&config.rules, Some(config)), (session, None)] {
             let lists = [
                 (&rules.allow, &mut policy.allow),
@@ -570,6 +589,10 @@ pub struct SessionFacts<'a> {
     pub mode: Mode,
     pub policy: &'a Policy,
     pub grants: &'a [String],
+    /// Whether the session's commands run in a sandbox that confines them: writes only where
+    /// it allows, the network closed, no Unix socket of a service outside, every layer of that
+    /// enforced by this kernel.
+    pub confined: bool,
 }
 
 /// The step of docs/protocol.md section 7 that decided a call, by the names of EXTENSIONS.md
@@ -592,6 +615,8 @@ pub enum Step {
     Grant,
     /// A PreToolUse hook answered `allow`.
     HookAllow,
+    /// A command line no rule, grant or hook decided, run in a sandbox that confines it.
+    Sandboxed,
     AcceptEdits,
     ReadOnlyInsideRoots,
     DefaultAsk,
@@ -612,6 +637,7 @@ impl Step {
             Step::AllowRule => "allow_rule",
             Step::Grant => "grant",
             Step::HookAllow => "hook_allow",
+            Step::Sandboxed => "sandboxed",
             Step::AcceptEdits => "accept_edits",
             Step::ReadOnlyInsideRoots => "read_only_inside_roots",
             Step::DefaultAsk => "default_ask",
@@ -876,6 +902,12 @@ fn decide_without_deny(call: &CallFacts<'_>, session: &SessionFacts<'_>) -> Judg
         );
         return Judgment::new(Decision::Ask { reason, suggestion }, Step::DefaultAsk);
     }
+    if let Some(command) = call.command
+        && session.confined
+        && session.policy.sandboxed_commands == SandboxedCommands::Allow
+    {
+        return sandboxed(command, session.policy, suggestion);
+    }
     let all_inside = call.paths.iter().all(ResolvedPath::inside_roots);
     if session.mode == Mode::AcceptEdits && judged_arguments(call.tool).writes() && all_inside {
         return Judgment::new(Decision::Allow, Step::AcceptEdits);
@@ -897,6 +929,35 @@ fn decide_without_deny(call: &CallFacts<'_>, session: &SessionFacts<'_>) -> Judg
         _ => format!("no allow rule matches {suggestion}"),
     };
     Judgment::new(Decision::Ask { reason, suggestion }, Step::DefaultAsk)
+}
+
+/// A command line the sandbox confines runs unasked, unless an ask rule of `run_command`
+/// could match what the line hides from every rule (a substitution's output as a program, a
+/// program read from the input): that rule asks, as a deny rule would deny it.
+fn sandboxed(command: &CommandFacts, policy: &Policy, suggestion: String) -> Judgment {
+    let analysis = &command.analysis;
+    let unseen: Vec<&str> = analysis
+        .opaque
+        .iter()
+        .chain(&analysis.hidden_code)
+        .map(String::as_str)
+        .collect();
+    let blind_rule = policy
+        .ask
+        .iter()
+        .find(|rule| rule.covers("run_command") && matches!(rule.specifier, Specifier::Command(_)));
+    match blind_rule {
+        Some(rule) if !unseen.is_empty() => {
+            let reason = format!(
+                "the rule {} asks for approval: the command line has {}, which no rule can \
+                 look into",
+                rule.text,
+                unseen.join(", ")
+            );
+            Judgment::by_rule(Decision::Ask { reason, suggestion }, Step::AskRule, rule)
+        }
+        _ => Judgment::new(Decision::Allow, Step::Sandboxed),
+    }
 }
 
 /// Writing a path that makes code run later (`.git/config`, `.git/hooks/**`) asks in every

@@ -68,6 +68,9 @@ struct Check<'a> {
     mode: Mode,
     grants: Vec<String>,
     hook: HookVerdict,
+    /// Whether the session's commands run in a sandbox that confines them.
+    confined: bool,
+    sandboxed_commands: SandboxedCommands,
 }
 
 impl<'a> Check<'a> {
@@ -78,7 +81,14 @@ impl<'a> Check<'a> {
             mode: Mode::Default,
             grants: Vec::new(),
             hook: HookVerdict::None,
+            confined: false,
+            sandboxed_commands: SandboxedCommands::Allow,
         }
+    }
+
+    fn confined(mut self) -> Self {
+        self.confined = true;
+        self
     }
 
     fn mode(mut self, mode: Mode) -> Self {
@@ -101,7 +111,8 @@ impl<'a> Check<'a> {
             ask: strings(self.rules.ask),
             deny: strings(self.rules.deny),
         };
-        let policy = Policy::compile([&source], &env.cwd, Path::new("/home/user")).unwrap();
+        let mut policy = Policy::compile([&source], &env.cwd, Path::new("/home/user")).unwrap();
+        policy.sandboxed_commands = self.sandboxed_commands;
         let call = CallFacts {
             tool,
             safety: safety_of(tool),
@@ -117,6 +128,7 @@ impl<'a> Check<'a> {
                 mode: self.mode,
                 policy: &policy,
                 grants: &self.grants,
+                confined: self.confined,
             },
         )
     }
@@ -435,6 +447,7 @@ fn a_deny_from_any_source_wins() {
         mode: Mode::Bypass,
         policy: &policy,
         grants: &[],
+        confined: false,
     };
     let judgment = evaluate(&call, &session);
     assert!(matches!(judgment.decision, Decision::Deny(_)));
@@ -480,6 +493,7 @@ fn a_policy_for_a_session_knows_where_each_rule_is_written() {
         },
         file: Some(file.clone()),
         lines: [vec![4, 5], vec![], vec![9]],
+        sandboxed_commands: SandboxedCommands::Allow,
     };
     let session = RuleStrings {
         allow: strings(&["run_command(make)"]),
@@ -1309,4 +1323,139 @@ fn code_hidden_from_the_rules_asks_and_a_deny_rule_denies_it() {
     for line in hidden {
         assert_eq!(Check::new(&world, open).command(line), "ask", "{line}");
     }
+}
+
+#[test]
+fn a_command_the_sandbox_confines_runs_unasked_after_every_rule_and_mode() {
+    let world = World::new();
+    let outside = world.outside.display().to_string();
+    let command = |line: &str| json!({ "command": line });
+    let confined = Check::new(&world, CaseRules::default()).confined();
+    for line in [
+        "rm -rf build",
+        "cargo test",
+        "npm install",
+        "echo $(date) > out.txt",
+        "mkdir -p a/b && touch a/b/c",
+    ] {
+        let judgment = confined.judge("run_command", command(line));
+        assert_eq!(
+            (judgment.decision, judgment.step, judgment.rule),
+            (Decision::Allow, Step::Sandboxed, None),
+            "{line}"
+        );
+    }
+    // Where the sandbox does not confine the session's commands, or the config says so, the
+    // same line asks as any the rules leave open.
+    let open = Check::new(&world, CaseRules::default());
+    assert_eq!(
+        open.judge("run_command", command("rm -rf build")).step,
+        Step::DefaultAsk
+    );
+    let mut asked = Check::new(&world, CaseRules::default()).confined();
+    asked.sandboxed_commands = SandboxedCommands::Ask;
+    assert_eq!(
+        asked.judge("run_command", command("rm -rf build")).step,
+        Step::DefaultAsk
+    );
+    // Only `run_command`: a file tool is judged by the rules and the mode, as before.
+    let write = json!({ "path": "a/x", "content": "" });
+    assert_eq!(confined.judge("write_file", write).step, Step::DefaultAsk);
+
+    // Deny and ask rules, hooks, plan mode and the protected paths all come first.
+    let rules = CaseRules {
+        deny: &["run_command(rm *)"],
+        ask: &["run_command(git push *)"],
+        ..CaseRules::default()
+    };
+    let ruled = Check::new(&world, rules).confined();
+    assert_eq!(
+        ruled.judge("run_command", command("rm -rf build")).step,
+        Step::DenyRule
+    );
+    assert_eq!(
+        ruled
+            .judge("run_command", command("git push origin main"))
+            .step,
+        Step::AskRule
+    );
+    let mut hooked = Check::new(&world, CaseRules::default()).confined();
+    hooked.hook = HookVerdict::Ask;
+    assert_eq!(
+        hooked.judge("run_command", command("ls")).step,
+        Step::HookAsk
+    );
+    let plan = Check::new(&world, CaseRules::default())
+        .confined()
+        .mode(Mode::Plan);
+    assert_eq!(
+        plan.judge("run_command", command("ls")).step,
+        Step::PlanMode
+    );
+    assert_eq!(
+        confined
+            .judge("run_command", command("echo x > .git/config"))
+            .step,
+        Step::ProtectedPath
+    );
+    // A command run elsewhere than the roots is another command.
+    let elsewhere = json!({ "command": "ls", "cwd": outside });
+    assert_eq!(
+        confined.judge("run_command", elsewhere).step,
+        Step::DefaultAsk
+    );
+    // A line the rules cannot read asks in every mode.
+    assert_eq!(
+        confined
+            .judge("run_command", command("echo 'unterminated"))
+            .step,
+        Step::UnreadableCommand
+    );
+}
+
+#[test]
+fn an_ask_rule_asks_for_what_a_confined_line_hides_from_it() {
+    let world = World::new();
+    let command = |line: &str| json!({ "command": line });
+    let rules = CaseRules {
+        ask: &["run_command(git push *)"],
+        ..CaseRules::default()
+    };
+    let ruled = Check::new(&world, rules).confined();
+    for hiding in [
+        "$(echo git) push origin",
+        "echo git push | bash",
+        "bash -c \"$CMD\"",
+        "eval \"$(cat f)\"",
+    ] {
+        let judgment = ruled.judge("run_command", command(hiding));
+        assert!(
+            matches!(judgment.decision, Decision::Ask { .. }),
+            "{hiding}"
+        );
+        assert_eq!(judgment.step, Step::AskRule, "{hiding}");
+        assert_eq!(
+            judgment.rule.map(|rule| rule.text),
+            Some("run_command(git push *)".to_owned())
+        );
+    }
+    // Without such a rule nothing is hidden from anyone: the sandbox bounds the line.
+    let open = Check::new(&world, CaseRules::default()).confined();
+    assert_eq!(
+        open.judge("run_command", command("$(echo git) status"))
+            .step,
+        Step::Sandboxed
+    );
+    // An ask rule of a file tool sees nothing a command line hides.
+    let file_rule = CaseRules {
+        ask: &["read_file(secrets/**)"],
+        ..CaseRules::default()
+    };
+    let filed = Check::new(&world, file_rule).confined();
+    assert_eq!(
+        filed
+            .judge("run_command", command("$(echo cat) notes.txt"))
+            .step,
+        Step::Sandboxed
+    );
 }

@@ -116,6 +116,7 @@ fn decision_record(judgment: &Judgment) -> DecisionRecord {
         | Step::AcceptEdits
         | Step::ReadOnlyInsideRoots
         | Step::DontAsk => "mode",
+        Step::Sandboxed => "sandbox",
         Step::HookAsk | Step::HookAllow => "hook",
         Step::SystemTool | Step::UnreadableCommand | Step::ProtectedPath | Step::DefaultAsk => {
             "system"
@@ -135,10 +136,21 @@ fn decision_record(judgment: &Judgment) -> DecisionRecord {
 pub fn finish(
     scope: &CallScope,
     call: &ToolCall,
-    result: ToolResult,
+    mut result: ToolResult,
     elapsed_ms: u64,
     trail: &Trail,
 ) -> CallOutcome {
+    // A call that ran because the sandbox confines it, with no rule, grant, hook or person
+    // deciding, says so beside its result: the model and whoever reads the transcript see why
+    // nobody was asked.
+    if let Some(decision) = &trail.decision
+        && decision.step == Step::Sandboxed.as_str()
+    {
+        result.metadata.insert(
+            "permission".into(),
+            serde_json::json!({"step": decision.step, "by": decision.by}),
+        );
+    }
     record(scope, call, &result, elapsed_ms, trail);
     let ended = CallEnded {
         iteration: scope.iteration,

@@ -158,6 +158,11 @@ fn allowed_because(step: Step) -> String {
         Step::HookAllow => "a PreToolUse hook allowed the call",
         Step::AcceptEdits => "the session's mode is accept_edits and the file is inside its roots",
         Step::ReadOnlyInsideRoots => "the tool is read-only and its paths are inside the roots",
+        Step::Sandboxed => {
+            "no rule decided the command line, and the sandbox confines it: it may write only \
+             inside the writable places, reaches no network and no service outside \
+             ([permissions] sandboxed_commands = \"allow\")"
+        }
         _ => "allowed",
     }
     .to_owned()

@@ -113,6 +113,7 @@ impl SessionState {
             mode: self.mode,
             policy: &self.policy,
             grants: &self.grants,
+            confined: self.env.sandbox.confines_commands(),
         };
         with_facts_and_paths(&self.env, resolved, analysed, hook, |facts| {
             let judgment = permission::evaluate(facts, &session);

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use toold_protocol::SandboxSettings;
 
-use super::{hidden, repositories};
+use super::{Protection, hidden, repositories};
 
 /// What to do when the kernel cannot enforce part of what a session's sandbox asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -160,5 +160,26 @@ pub struct CommandSandbox {
 impl Default for CommandSandbox {
     fn default() -> Self {
         SandboxConfig::default().for_commands()
+    }
+}
+
+impl CommandSandbox {
+    /// Whether this sandbox confines a command enough to run it unasked (the permission
+    /// engine's `sandboxed` step): it writes only where the mode allows, reaches no network
+    /// and no Unix socket of a service outside, and this kernel enforces all three. A
+    /// command with the network could send the workspace anywhere; one that reached a
+    /// service's socket (a tmux server, the session bus) could have it run a command
+    /// outside every layer.
+    pub fn confines_commands(&self) -> bool {
+        let kernel = super::kernel::probe();
+        self.settings.mode != toold_protocol::SandboxMode::Off
+            && !self.settings.network
+            && [
+                Protection::Filesystem,
+                Protection::Network,
+                Protection::UnixSockets,
+            ]
+            .into_iter()
+            .all(|protection| kernel.enforces(protection))
     }
 }

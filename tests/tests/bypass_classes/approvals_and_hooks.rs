@@ -242,7 +242,7 @@ async fn a_grant_covers_the_exact_bytes_it_was_given_for() {
 #[tokio::test]
 async fn replaced_arguments_are_in_the_events() {
     use toold_tests::daemon::answer_with;
-    let daemon = TestDaemon::start();
+    let daemon = TestDaemon::start_asking();
     let submitter = daemon.connect(json!({}), no_answers()).await;
     let session = submitter
         .create_session(
@@ -357,7 +357,7 @@ async fn replaced_arguments_are_in_the_events() {
 #[tokio::test]
 async fn a_grant_for_an_assignment_never_covers_the_env_argument() {
     use std::os::unix::fs::PermissionsExt;
-    let daemon = TestDaemon::start();
+    let daemon = TestDaemon::start_asking();
     let evil_bin = daemon.root().join("evilbin");
     std::fs::create_dir_all(&evil_bin).unwrap();
     let marker = daemon.root().join("FAKE_GIT_RAN");

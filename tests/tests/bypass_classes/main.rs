@@ -90,10 +90,13 @@ impl Workspace {
     }
 }
 
-/// Starts a daemon and a client without approvals, and a session with [`RULES`].
+/// Starts a daemon and a client without approvals, and a session with [`RULES`]. Its commands
+/// are judged by the rules alone, as where the sandbox does not confine them: what these tests
+/// hold is that what runs is what the analysis judged.
 async fn setup(test: &str, mode: &str) -> Option<(TestDaemon, TestClient, Workspace, String)> {
     let git = require::program(test, "git", &[], "apt-get install git")?;
-    let daemon = TestDaemon::start_with_config(Some("allow_bypass = true\n"));
+    let config = format!("allow_bypass = true\n{}", toold_tests::daemon::COMMANDS_ASK);
+    let daemon = TestDaemon::start_with_config(Some(&config));
     let client = daemon.connect(json!({}), no_answers()).await;
     let workspace = Workspace::new(&git);
     let rules: Value = serde_json::from_str(RULES).unwrap();

@@ -16,7 +16,7 @@ use super::{answering, is_call_event, params_of, result_of};
 
 #[tokio::test]
 async fn a_client_hook_blocks_allows_rewrites_and_adds_context() {
-    let daemon = TestDaemon::start();
+    let daemon = TestDaemon::start_asking();
     std::fs::write(daemon.work().join("a.txt"), "original\n").expect("a.txt");
     std::fs::write(daemon.work().join("b.txt"), "rewritten\n").expect("b.txt");
     let mut submitter = daemon.connect(json!({}), no_answers()).await;

@@ -28,7 +28,7 @@ struct ApprovalRun {
 }
 
 async fn run_with_approver(answerer: Answerer, calls: Value) -> ApprovalRun {
-    run_with_approver_on(TestDaemon::start(), answerer, calls).await
+    run_with_approver_on(TestDaemon::start_asking(), answerer, calls).await
 }
 
 async fn run_with_approver_on(daemon: TestDaemon, answerer: Answerer, calls: Value) -> ApprovalRun {
@@ -246,7 +246,7 @@ async fn allow_once_with_arguments_runs_those_arguments() {
 
 #[tokio::test]
 async fn replacement_arguments_are_validated_and_checked_against_deny_rules() {
-    let daemon = TestDaemon::start();
+    let daemon = TestDaemon::start_asking();
     let mut client = daemon
         .connect(
             approvals(),
@@ -285,7 +285,7 @@ async fn replacement_arguments_are_validated_and_checked_against_deny_rules() {
 
 #[tokio::test]
 async fn without_an_approver_an_ask_is_denied_at_once() {
-    let daemon = TestDaemon::start();
+    let daemon = TestDaemon::start_asking();
     let mut client = daemon.connect(json!({}), no_answers()).await;
     let session = client.create_session(&daemon.work(), json!({})).await;
     let response = client
@@ -299,7 +299,10 @@ async fn without_an_approver_an_ask_is_denied_at_once() {
 
 #[tokio::test]
 async fn an_approval_that_times_out_is_permission_canceled() {
-    let daemon = TestDaemon::start_with_config(Some("approval_timeout_ms = 300"));
+    let daemon = TestDaemon::start_with_config(Some(&format!(
+        "approval_timeout_ms = 300\n{}",
+        toold_tests::daemon::COMMANDS_ASK
+    )));
     let asked = seen();
     let run = run_with_approver_on(
         daemon,
@@ -321,7 +324,7 @@ async fn an_approval_that_times_out_is_permission_canceled() {
 async fn while_an_approval_waits(
     while_asked: impl AsyncFnOnce(&TestDaemon, &TestClient, &str),
 ) -> (Value, Vec<Notification>) {
-    let daemon = TestDaemon::start();
+    let daemon = TestDaemon::start_asking();
     let mut submitter = daemon.connect(json!({}), no_answers()).await;
     let session = submitter.create_session(&daemon.work(), json!({})).await;
     let (asked_tx, mut asked_rx) = mpsc::unbounded_channel();

@@ -12,7 +12,7 @@ use super::{approvals, command_call, outcomes, result, seen, seq};
 /// killed while the batch still runs comes back with the grant.
 #[tokio::test]
 async fn a_grant_is_saved_before_its_batch_ends() {
-    let mut daemon = TestDaemon::start();
+    let mut daemon = TestDaemon::start_asking();
     let client = daemon
         .connect(
             approvals(),
@@ -65,7 +65,7 @@ async fn a_grant_is_saved_before_its_batch_ends() {
 
 #[tokio::test]
 async fn a_restart_keeps_sessions_and_their_grants() {
-    let mut daemon = TestDaemon::start();
+    let mut daemon = TestDaemon::start_asking();
     let first_instance = daemon.instance_id().await;
     let rules = json!({
         "allow": ["run_command(echo *)"],

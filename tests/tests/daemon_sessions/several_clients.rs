@@ -16,7 +16,7 @@ use super::{
 
 #[tokio::test]
 async fn one_client_submits_and_another_approves() {
-    let daemon = TestDaemon::start();
+    let daemon = TestDaemon::start_asking();
     let mut submitter = daemon.connect(json!({}), no_answers()).await;
     let session = submitter.create_session(&daemon.work(), json!({})).await;
     let asked = seen();
@@ -62,7 +62,7 @@ async fn one_client_submits_and_another_approves() {
 
 #[tokio::test]
 async fn a_pending_approval_is_sent_again_to_an_approver_that_attaches() {
-    let daemon = TestDaemon::start();
+    let daemon = TestDaemon::start_asking();
     let mut submitter = daemon.connect(json!({}), no_answers()).await;
     let session = submitter.create_session(&daemon.work(), json!({})).await;
 
@@ -116,7 +116,7 @@ async fn a_pending_approval_is_sent_again_to_an_approver_that_attaches() {
 
 #[tokio::test]
 async fn the_first_answer_of_two_approvers_wins() {
-    let daemon = TestDaemon::start();
+    let daemon = TestDaemon::start_asking();
     let mut submitter = daemon.connect(json!({}), no_answers()).await;
     let session = submitter.create_session(&daemon.work(), json!({})).await;
     let mut approvers = Vec::new();

@@ -174,11 +174,17 @@ impl Harness {
         };
         settings.limits.approval_timeout = Duration::from_secs(20);
         let executor = Executor::with_settings(Arc::new(registry), shell_parser(), settings);
+        // Commands the rules leave open ask, though the sandbox would confine them: these tests
+        // are of the pipeline's asking, approving and hooks.
+        let config = toold::permission::ConfigRules {
+            sandboxed_commands: toold::permission::SandboxedCommands::Ask,
+            ..Default::default()
+        };
         let state = SessionState::new(
             tree.env(),
             mode,
             rules,
-            &Default::default(),
+            &config,
             std::path::Path::new("/home/user"),
         )
         .unwrap();

@@ -22,6 +22,7 @@ mod processes;
 mod protected_places;
 mod settings_and_tiers;
 mod the_daemon;
+mod unasked;
 mod unchanged_outside;
 mod unix_sockets;
 mod writes;

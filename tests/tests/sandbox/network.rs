@@ -12,7 +12,8 @@ use super::{Places, connected, output, outside_base, run, session};
 /// each.
 #[tokio::test]
 async fn network_off_refuses_ip_sockets_and_network_on_allows_them() {
-    let daemon = TestDaemon::start();
+    // The config opens the network, so that a session can have it either way.
+    let daemon = TestDaemon::start_with_config(Some("[sandbox]\nnetwork = true\n"));
     let client = connected(&daemon).await;
     let places = Places::new();
     let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

@@ -1,0 +1,221 @@
+//! Commands the sandbox confines run without asking (`[permissions] sandboxed_commands =
+//! "allow"`, the network closed), and say why; where the sandbox would not confine them, or a
+//! rule speaks first, they are judged as before. No approver is attached to these clients: a
+//! call that asked ends `permission_denied` ("no approver is attached") and did nothing.
+
+use std::path::Path;
+
+use serde_json::{Value, json};
+use toold_tests::daemon::{TestClient, TestDaemon};
+
+use super::{Places, connected, output, quoted, run, without};
+
+const UNASKED: &str =
+    "[permissions]\nsandboxed_commands = \"allow\"\n\n[sandbox]\nnetwork = false\n";
+
+async fn session_without_rules(client: &TestClient, project: &Path) -> String {
+    client.create_session(project, json!({})).await
+}
+
+fn asked(result: &Value) -> bool {
+    result["error_type"] == "permission_denied"
+        && result["error"]
+            .as_str()
+            .is_some_and(|error| error.contains("no approver is attached"))
+}
+
+fn audit_calls(daemon: &TestDaemon) -> Vec<Value> {
+    toold::audit::read::lines(&daemon.state_dir().join("audit.jsonl"))
+        .filter_map(|line| serde_json::from_slice::<Value>(&line.expect("a line").bytes).ok())
+        .filter(|record| record["kind"] == "call")
+        .collect()
+}
+
+#[tokio::test]
+async fn confined_commands_run_unasked_and_every_record_says_why() {
+    let daemon = TestDaemon::start_with_config(Some(UNASKED));
+    let client = connected(&daemon).await;
+    let places = Places::new();
+    let session = session_without_rules(&client, &places.project).await;
+    let project = &places.project;
+
+    // An ordinary loop of work: each line runs, none asks, and each did what it says.
+    let lines = [
+        "ls",
+        "pwd",
+        "git init -q && git status --short",
+        "mkdir -p src/nested && touch src/nested/a.rs",
+        "printf 'fn main() {}\\n' > src/main.rs",
+        "cat src/main.rs | wc -l",
+        "grep -rn main src",
+        "cp src/main.rs src/copy.rs && rm src/copy.rs",
+        "echo $(date +%Y) > year.txt",
+    ];
+    for line in lines {
+        let result = run(&client, &session, line).await;
+        assert!(result["error_type"].is_null(), "{line}: {result}");
+        assert_eq!(
+            result["metadata"]["permission"]["step"], "sandboxed",
+            "{line}"
+        );
+        assert_eq!(result["metadata"]["permission"]["by"], "sandbox", "{line}");
+    }
+    assert!(project.join(".git").is_dir());
+    assert!(project.join("src/nested/a.rs").is_file());
+    assert_eq!(
+        std::fs::read_to_string(project.join("src/main.rs")).unwrap(),
+        "fn main() {}\n"
+    );
+    assert!(!project.join("src/copy.rs").exists());
+    assert!(project.join("year.txt").is_file());
+
+    // The audit log names the step and who decided: the sandbox.
+    let calls = audit_calls(&daemon);
+    assert_eq!(calls.len(), lines.len(), "{calls:?}");
+    for call in &calls {
+        assert_eq!(call["decision"]["step"], "sandboxed", "{call}");
+        assert_eq!(call["decision"]["by"], "sandbox", "{call}");
+        assert_eq!(call["outcome"], "ok", "{call}");
+    }
+
+    // `permissions/explain` gives the same decision before the call, and `toold explain` says
+    // it in words.
+    let explained = client
+        .request(
+            "permissions/explain",
+            json!({"session_id": session, "call": {"name": "run_command", "arguments": {"command": "rm -rf build"}}}),
+        )
+        .await
+        .expect("permissions/explain");
+    assert_eq!(explained["decision"], "allow", "{explained}");
+    assert_eq!(explained["step"], "sandboxed", "{explained}");
+    let cli = daemon
+        .command()
+        .args([
+            "explain",
+            "--session",
+            &session,
+            "run_command",
+            r#"{"command":"rm -rf build"}"#,
+        ])
+        .output()
+        .expect("toold explain");
+    let said = String::from_utf8_lossy(&cli.stdout);
+    assert!(cli.status.success(), "{said}");
+    assert!(said.contains("sandbox"), "{said}");
+}
+
+#[tokio::test]
+async fn an_unasked_command_still_cannot_write_outside_its_roots() {
+    let daemon = TestDaemon::start_with_config(Some(UNASKED));
+    let client = connected(&daemon).await;
+    let places = Places::new();
+    let session = session_without_rules(&client, &places.project).await;
+    let before = Places::snapshot(&places.outside);
+    let target = places.outside.join("planted.txt");
+    let result = run(&client, &session, &format!("echo x > {}", quoted(&target))).await;
+    assert_eq!(result["error_type"], "command_failed", "{result}");
+    assert_eq!(result["metadata"]["permission"]["step"], "sandboxed");
+    assert_eq!(
+        result["metadata"]["sandbox"]["likely_denied"], true,
+        "{result}"
+    );
+    assert!(
+        result["metadata"]["sandbox"]["hint"]
+            .as_str()
+            .is_some_and(|hint| hint.contains("writable")),
+        "{result}"
+    );
+    assert_eq!(Places::snapshot(&places.outside), before);
+    assert!(output(&result).contains("ermission denied") || output(&result).contains("Read-only"));
+}
+
+#[tokio::test]
+async fn rules_hooks_and_modes_speak_before_the_sandbox() {
+    let config = "[permissions]\nsandboxed_commands = \"allow\"\ndeny = [\"run_command(rm *)\"]\n\
+                  ask = [\"run_command(git push *)\"]\n\n[sandbox]\nnetwork = false\n";
+    let daemon = TestDaemon::start_with_config(Some(config));
+    let client = connected(&daemon).await;
+    let places = Places::new();
+    let session = session_without_rules(&client, &places.project).await;
+    let kept = places.project.join("keep.txt");
+
+    let denied = run(&client, &session, "rm keep.txt").await;
+    assert_eq!(denied["error_type"], "permission_denied", "{denied}");
+    assert!(
+        denied["error"]
+            .as_str()
+            .unwrap()
+            .contains("run_command(rm *)")
+    );
+    assert!(kept.is_file(), "a denied line ran");
+
+    // An ask rule asks, for the plain line and for one that hides the program from it.
+    for line in [
+        "git push origin main",
+        "$(echo git) push origin main > pushed.txt",
+    ] {
+        let result = run(&client, &session, line).await;
+        assert!(asked(&result), "{line}: {result}");
+        assert!(!places.project.join("pushed.txt").exists(), "{line} ran");
+    }
+    // Code read from the input could be what the deny rule forbids: denied, as without the
+    // sandbox.
+    let hidden = run(&client, &session, "echo 'rm keep.txt' | bash").await;
+    assert_eq!(hidden["error_type"], "permission_denied", "{hidden}");
+    assert!(
+        hidden["error"]
+            .as_str()
+            .unwrap()
+            .contains("cannot be checked"),
+        "{hidden}"
+    );
+    assert!(kept.is_file(), "a hidden rm ran");
+
+    // Plan mode runs no side effect, whatever the sandbox.
+    client
+        .request(
+            "session/update",
+            json!({"session_id": session, "mode": "plan"}),
+        )
+        .await
+        .expect("session/update");
+    let planned = run(&client, &session, "touch planned.txt").await;
+    assert_eq!(planned["error_type"], "tool_not_allowed", "{planned}");
+    assert!(!places.project.join("planned.txt").exists());
+}
+
+#[tokio::test]
+async fn commands_ask_where_the_sandbox_would_not_confine_them() {
+    let places = Places::new();
+    let touch = "touch made.txt";
+    let made = places.project.join("made.txt");
+    // The setting's default, the network open, a session's sandbox off, and a kernel without
+    // Landlock: each asks.
+    let network_open =
+        "[permissions]\nsandboxed_commands = \"allow\"\n\n[sandbox]\nnetwork = true\n";
+    let sandbox_off = format!("{UNASKED}allow_unsandboxed = true\n");
+    for (config, sandbox) in [
+        (
+            "[permissions]\nsandboxed_commands = \"ask\"\n\n[sandbox]\nnetwork = false\n",
+            json!({}),
+        ),
+        (network_open, json!({})),
+        (sandbox_off.as_str(), json!({"mode": "off"})),
+    ] {
+        let daemon = TestDaemon::start_with_config(Some(config));
+        let client = connected(&daemon).await;
+        let session = client
+            .create_session(&places.project, json!({"sandbox": sandbox}))
+            .await;
+        let result = run(&client, &session, touch).await;
+        assert!(asked(&result), "{config} {sandbox}: {result}");
+        assert!(!made.exists(), "{config} {sandbox}: the line ran");
+    }
+    let daemon = TestDaemon::start_under_with_config(&without(&["--landlock"]), UNASKED);
+    let client = connected(&daemon).await;
+    let session = session_without_rules(&client, &places.project).await;
+    let result = run(&client, &session, touch).await;
+    assert!(asked(&result), "without Landlock: {result}");
+    assert!(!made.exists(), "without Landlock: the line ran");
+}
