@@ -53,6 +53,10 @@ TOOLD="$TARGET_DIR/debug/toold"
 DIR="$(mktemp -d)"
 chmod 700 "$DIR"
 mkdir -m 700 "$DIR/run" "$DIR/state" "$DIR/config" "$DIR/home" "$DIR/tmp"
+# Commands may use the network here, so the sandbox does not decide for them: a command that
+# no rule allows asks, and the Node example answers that approval.
+mkdir -m 700 "$DIR/config/toold"
+printf '[sandbox]\nnetwork = true\n' >"$DIR/config/toold/config.toml"
 SOCKET="$DIR/run/toold.sock"
 LOG="$DIR/toold.log"
 

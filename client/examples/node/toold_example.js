@@ -101,7 +101,8 @@ async function main() {
   check(init.protocol_version === 1, 'initialize: protocol_version 1', init);
   check(init.server_info && init.server_info.name === 'toold', 'initialize: server_info.name "toold"', init);
 
-  // No allow rule: the command must be approved, by us.
+  // No allow rule, and the network open to commands (run.sh's config), so the sandbox does not
+  // decide: the command must be approved, by us.
   const cwd = fs.realpathSync(fs.mkdtempSync(path.join(os.tmpdir(), 'toold-node-')));
   try {
     const session = await connection.sendRequest('session/create', {
