@@ -219,3 +219,143 @@ async fn commands_ask_where_the_sandbox_would_not_confine_them() {
     assert!(asked(&result), "without Landlock: {result}");
     assert!(!made.exists(), "without Landlock: the line ran");
 }
+
+/// A Rust crate and a Node package side by side, each with a passing test.
+fn write_projects(root: &Path) {
+    let files = [
+        (
+            "rust/Cargo.toml",
+            "[package]\nname = \"adder\"\nversion = \"0.1.0\"\nedition = \"2021\"\n",
+        ),
+        (
+            "rust/src/lib.rs",
+            "pub fn add(a: i32, b: i32) -> i32 {\n    a + b\n}\n\n#[cfg(test)]\nmod tests {\n    \
+             #[test]\n    fn adds() {\n        assert_eq!(super::add(2, 2), 4);\n    }\n}\n",
+        ),
+        (
+            "node/package.json",
+            "{\"name\": \"greeter\", \"version\": \"1.0.0\", \"scripts\": {\"test\": \"node test.js\"}}\n",
+        ),
+        (
+            "node/index.js",
+            "exports.greet = (name) => `hello ${name}`;\n",
+        ),
+        (
+            "node/test.js",
+            "const assert = require('assert');\nassert.strictEqual(require('./index').greet('x'), 'hello x');\nconsole.log('ok');\n",
+        ),
+        ("README.md", "# two projects\n"),
+    ];
+    for (path, content) in files {
+        let path = root.join(path);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, content).unwrap();
+    }
+}
+
+/// Forty commands of an ordinary build-test-edit loop over a Rust and a Node project, in the
+/// default configuration with nobody to ask: every one runs, none asks.
+#[tokio::test]
+async fn forty_commands_of_a_rust_and_a_node_project_run_without_a_prompt() {
+    let test = "forty_commands_of_a_rust_and_a_node_project_run_without_a_prompt";
+    for program in ["git", "cargo", "node", "npm"] {
+        if toold_tests::require::program(test, program, &[], "the project's .ci/run installs it")
+            .is_none()
+        {
+            return;
+        }
+    }
+    let daemon = TestDaemon::start();
+    let client = connected(&daemon).await;
+    let places = Places::new();
+    let project = &places.project;
+    write_projects(project);
+    // The tools' caches inside the project, where commands may write (README, "When a command
+    // fails because of the sandbox").
+    let session = client
+        .create_session(
+            project,
+            json!({"command_env": {
+                "CARGO_HOME": project.join(".cache/cargo"),
+                "npm_config_cache": project.join(".cache/npm"),
+            }}),
+        )
+        .await;
+    let lines = [
+        "ls -la",
+        "pwd",
+        "cat README.md",
+        "git init -q && git add -A && git -c user.name=t -c user.email=t@t commit -qm init",
+        "git status --short",
+        "git log --oneline -1",
+        "git diff",
+        "find . -name '*.rs' -not -path './.git/*'",
+        "grep -rn 'fn add' rust",
+        "wc -l rust/src/lib.rs node/index.js",
+        "head -3 rust/Cargo.toml",
+        "tail -1 node/test.js",
+        "cd rust && cargo build --offline -q",
+        "cd rust && cargo test --offline -q",
+        "cd rust && cargo check --offline -q",
+        "ls rust/target",
+        "cd node && node test.js",
+        "cd node && npm test --silent",
+        "cd node && node -e 'console.log(require(\"./index\").greet(\"y\"))'",
+        "mkdir -p notes && touch notes/todo.md",
+        "echo '- write more tests' >> notes/todo.md",
+        "cat notes/todo.md",
+        "sed -i 's/a + b/b + a/' rust/src/lib.rs",
+        "git diff --stat",
+        "cd rust && cargo test --offline -q",
+        "cp node/index.js node/index.bak",
+        "diff node/index.js node/index.bak",
+        "rm node/index.bak",
+        "mv notes/todo.md notes/done.md",
+        "ls notes",
+        "echo $(git rev-parse --short HEAD) > head.txt",
+        "cat head.txt",
+        "tar czf /tmp/src.tgz rust/src && ls -la /tmp/src.tgz",
+        "env | grep -c PATH",
+        "which cargo node",
+        "uname -s",
+        "date +%Y",
+        "git add -A && git -c user.name=t -c user.email=t@t commit -qm edit && git log --oneline | wc -l",
+        "rm -rf rust/target",
+        "git status --short | wc -l",
+    ];
+    assert_eq!(lines.len(), 40);
+    let mut asked = Vec::new();
+    let mut failed = Vec::new();
+    for line in lines {
+        let result = run(&client, &session, line).await;
+        if result["error_type"] == "permission_denied" {
+            asked.push(line);
+        } else if !result["error_type"].is_null() {
+            failed.push(format!("{line}: {result}"));
+        }
+    }
+    assert!(asked.is_empty(), "asked: {asked:?}");
+    assert!(failed.is_empty(), "failed: {failed:#?}");
+    // What they did is there: the edit, the commits, the moved note.
+    assert!(
+        std::fs::read_to_string(project.join("rust/src/lib.rs"))
+            .unwrap()
+            .contains("b + a")
+    );
+    assert!(project.join("notes/done.md").is_file());
+    assert!(!project.join("rust/target").exists());
+
+    // The same forty where the sandbox does not decide (the network open, as the default was):
+    // each one asks, and nothing ran.
+    let open = TestDaemon::start_with_config(Some("[sandbox]\nnetwork = true\n"));
+    let client = connected(&open).await;
+    let session = client.create_session(project, json!({})).await;
+    let before = Places::snapshot(project);
+    let mut asked = 0;
+    for line in lines {
+        let result = run(&client, &session, line).await;
+        asked += usize::from(self::asked(&result));
+    }
+    assert_eq!(asked, lines.len());
+    assert_eq!(Places::snapshot(project), before);
+}
