@@ -165,21 +165,28 @@ impl Default for CommandSandbox {
 
 impl CommandSandbox {
     /// Whether this sandbox confines a command enough to run it unasked (the permission
-    /// engine's `sandboxed` step): it writes only where the mode allows, reaches no network
-    /// and no Unix socket of a service outside, and this kernel enforces all three. A
-    /// command with the network could send the workspace anywhere; one that reached a
-    /// service's socket (a tmux server, the session bus) could have it run a command
-    /// outside every layer.
+    /// engine's `sandboxed` step): its mode writes at most the roots, the network is closed,
+    /// and this kernel enforces every layer of it but one, Landlock's signal scope, which the
+    /// PID namespace makes redundant (a command cannot name a process outside its namespace).
+    /// A command with the network could send the workspace anywhere; one that reached a
+    /// service's socket (a tmux server, the session bus) could have it run a command outside
+    /// every layer; one that could read the credential stores could show them to the model;
+    /// one that could plant a setting in `.git/config` could have the user's next `git status`
+    /// run it.
     pub fn confines_commands(&self) -> bool {
+        if self.settings.mode == toold_protocol::SandboxMode::Off || self.settings.network {
+            return false;
+        }
         let kernel = super::kernel::probe();
-        self.settings.mode != toold_protocol::SandboxMode::Off
-            && !self.settings.network
-            && [
-                Protection::Filesystem,
-                Protection::Network,
-                Protection::UnixSockets,
-            ]
+        Protection::ALL
             .into_iter()
+            .filter(|protection| match protection {
+                Protection::Signals => false,
+                Protection::GitMetadata => {
+                    self.settings.mode == toold_protocol::SandboxMode::WorkspaceWrite
+                }
+                _ => true,
+            })
             .all(|protection| kernel.enforces(protection))
     }
 }

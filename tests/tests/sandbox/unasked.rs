@@ -212,12 +212,22 @@ async fn commands_ask_where_the_sandbox_would_not_confine_them() {
         assert!(asked(&result), "{config} {sandbox}: {result}");
         assert!(!made.exists(), "{config} {sandbox}: the line ran");
     }
-    let daemon = TestDaemon::start_under_with_config(&without(&["--landlock"]), UNASKED);
-    let client = connected(&daemon).await;
-    let session = session_without_rules(&client, &places.project).await;
-    let result = run(&client, &session, touch).await;
-    assert!(asked(&result), "without Landlock: {result}");
-    assert!(!made.exists(), "without Landlock: the line ran");
+    // A kernel that lacks a layer: Landlock (what a command may write), user namespaces (the
+    // hidden credential stores, the read-only `.git/config`), PID namespaces, the mount API
+    // (nothing else changes).
+    for missing in [
+        "--landlock",
+        "--user-namespaces",
+        "--pid-namespaces",
+        "--mount-api",
+    ] {
+        let daemon = TestDaemon::start_under_with_config(&without(&[missing]), UNASKED);
+        let client = connected(&daemon).await;
+        let session = session_without_rules(&client, &places.project).await;
+        let result = run(&client, &session, touch).await;
+        assert!(asked(&result), "{missing}: {result}");
+        assert!(!made.exists(), "{missing}: the line ran");
+    }
 }
 
 /// A Rust crate and a Node package side by side, each with a passing test.
