@@ -87,7 +87,10 @@ filter it (grep, head, tail) when you only need part of it. A non-zero exit code
 call fail with error_type command_failed, still returning the output; metadata has exit_code, \
 signal, output_bytes and truncated. When the command exits, times out or is canceled, every \
 process it started is killed, background processes included: do not use it to start servers \
-or daemons that must keep running. Give `timeout_ms` for commands that may take long.";
+or daemons that must keep running. Give `timeout_ms` for commands that may take long. \
+Unless the user turned it off, the command runs in a sandbox: it may write only inside the \
+session's directories and its own /tmp, reach no network unless the user allowed it, and read \
+no credential store; a failure it caused says so in metadata.sandbox (likely_denied, hint).";
 
 pub struct RunCommand;
 
