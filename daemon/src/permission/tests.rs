@@ -1458,4 +1458,11 @@ fn an_ask_rule_asks_for_what_a_confined_line_hides_from_it() {
             .step,
         Step::Sandboxed
     );
+    // What it covers of a command line, it still asks for: a read by redirection.
+    assert_eq!(
+        filed
+            .judge("run_command", command("wc -l < secrets/x"))
+            .step,
+        Step::AskRule
+    );
 }
