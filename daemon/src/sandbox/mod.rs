@@ -610,7 +610,8 @@ impl Confinement {
     /// write and the sockets it was refused; `None` when the output shows none or the command
     /// ran unconfined.
     pub(crate) fn denial_hint(&self, output: &str, refused: &[String]) -> Option<String> {
-        if !self.is_confined() || !looks_denied(output) && refused.is_empty() {
+        let offline = !self.settings.network && looks_offline(output);
+        if !self.is_confined() || !looks_denied(output) && !offline && refused.is_empty() {
             return None;
         }
         let dirs: Vec<String> = self
@@ -621,7 +622,10 @@ impl Confinement {
         let network = if self.settings.network {
             ""
         } else {
-            " IP networking is off for this session's commands."
+            " IP networking is off for this session's commands (name lookups fail too): a \
+             command that needs it, such as a package download or `git push`, must be run by \
+             the user, or the user can turn it on with [sandbox] network = true in the config \
+             (commands then ask before they run)."
         };
         let sockets = if refused.is_empty() {
             String::new()
@@ -641,6 +645,21 @@ impl Confinement {
             dirs.join(", ")
         ))
     }
+}
+
+/// Whether `output` reads like a program that found no network: a name that did not resolve,
+/// an unreachable network, in the words of curl, git, glibc, Python, Node and Go. With the
+/// network off, the sandbox is why.
+fn looks_offline(output: &str) -> bool {
+    const MARKS: [&str; 6] = [
+        "Could not resolve host",
+        "Temporary failure in name resolution",
+        "EAI_AGAIN",
+        "Name or service not known",
+        "Network is unreachable",
+        "ENETUNREACH",
+    ];
+    MARKS.iter().any(|mark| output.contains(mark))
 }
 
 /// Applied in the child between its clone and its exec: system calls only; errors are the
@@ -765,6 +784,16 @@ mod tests {
         ));
         assert!(looks_denied("Error: EACCES: permission denied, open '/x'"));
         assert!(!looks_denied("error[E0425]: cannot find value `x`"));
+        assert!(looks_offline(
+            "curl: (6) Could not resolve host: example.com"
+        ));
+        assert!(looks_offline(
+            "urllib.error.URLError: <urlopen error [Errno -3] Temporary failure in name resolution>"
+        ));
+        assert!(looks_offline(
+            "Error: getaddrinfo EAI_AGAIN registry.npmjs.org"
+        ));
+        assert!(!looks_offline("error: could not find `Cargo.toml`"));
     }
 
     #[test]

@@ -130,6 +130,35 @@ async fn an_unasked_command_still_cannot_write_outside_its_roots() {
     assert!(output(&result).contains("ermission denied") || output(&result).contains("Read-only"));
 }
 
+/// With the network closed by default, a command that needs it fails saying so, and what the
+/// user can do.
+#[tokio::test]
+async fn a_command_that_finds_no_network_is_told_why() {
+    let daemon = TestDaemon::start();
+    let client = connected(&daemon).await;
+    let places = Places::new();
+    let session = session_without_rules(&client, &places.project).await;
+    let line = "python3 -c \"import socket; socket.getaddrinfo('example.com', 80)\"";
+    let result = run(&client, &session, line).await;
+    assert_eq!(result["error_type"], "command_failed", "{result}");
+    assert_eq!(result["metadata"]["sandbox"]["network"], false, "{result}");
+    assert_eq!(
+        result["metadata"]["sandbox"]["likely_denied"], true,
+        "{result}"
+    );
+    let hint = result["metadata"]["sandbox"]["hint"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(hint.contains("network = true"), "{hint}");
+    assert!(
+        result["error"]
+            .as_str()
+            .unwrap()
+            .contains("networking is off"),
+        "{result}"
+    );
+}
+
 #[tokio::test]
 async fn rules_hooks_and_modes_speak_before_the_sandbox() {
     let config = "[permissions]\nsandboxed_commands = \"allow\"\ndeny = [\"run_command(rm *)\"]\n\
