@@ -902,11 +902,11 @@ fn decide_without_deny(call: &CallFacts<'_>, session: &SessionFacts<'_>) -> Judg
         );
         return Judgment::new(Decision::Ask { reason, suggestion }, Step::DefaultAsk);
     }
-    if let Some(command) = call.command
+    if call.command.is_some()
         && session.confined
         && session.policy.sandboxed_commands == SandboxedCommands::Allow
     {
-        return sandboxed(command, session.policy, suggestion);
+        return sandboxed(session.policy, suggestion);
     }
     let all_inside = call.paths.iter().all(ResolvedPath::inside_roots);
     if session.mode == Mode::AcceptEdits && judged_arguments(call.tool).writes() && all_inside {
@@ -931,32 +931,27 @@ fn decide_without_deny(call: &CallFacts<'_>, session: &SessionFacts<'_>) -> Judg
     Judgment::new(Decision::Ask { reason, suggestion }, Step::DefaultAsk)
 }
 
-/// A command line the sandbox confines runs unasked, unless an ask rule of `run_command`
-/// could match what the line hides from every rule (a substitution's output as a program, a
-/// program read from the input): that rule asks, as a deny rule would deny it.
-fn sandboxed(command: &CommandFacts, policy: &Policy, suggestion: String) -> Judgment {
-    let analysis = &command.analysis;
-    let unseen: Vec<&str> = analysis
-        .opaque
-        .iter()
-        .chain(&analysis.hidden_code)
-        .map(String::as_str)
-        .collect();
-    let blind_rule = policy
-        .ask
-        .iter()
-        .find(|rule| rule.covers("run_command") && matches!(rule.specifier, Specifier::Command(_)));
-    match blind_rule {
-        Some(rule) if !unseen.is_empty() => {
+/// A command line the sandbox confines runs unasked, unless a deny or ask rule of `run_command`
+/// with a command pattern is in force: such a rule binds the lines it can read, and a command
+/// run unasked could sidestep it (a script it wrote and then ran, an interpreter, a function,
+/// a word the shell expands), so beside one the sandbox does not decide and the line asks as
+/// any the rules leave open. The rule is named, and allow rules are what change it.
+fn sandboxed(policy: &Policy, suggestion: String) -> Judgment {
+    let binding =
+        policy.deny.iter().chain(&policy.ask).find(|rule| {
+            rule.covers("run_command") && matches!(rule.specifier, Specifier::Command(_))
+        });
+    match binding {
+        Some(rule) => {
             let reason = format!(
-                "the rule {} asks for approval: the command line has {}, which no rule can \
-                 look into",
-                rule.text,
-                unseen.join(", ")
+                "no allow rule matches {suggestion}, and beside the rule {} the sandbox does not \
+                 decide for commands: one it ran unasked could run what that rule is about \
+                 through a script or an interpreter",
+                rule.text
             );
-            Judgment::by_rule(Decision::Ask { reason, suggestion }, Step::AskRule, rule)
+            Judgment::by_rule(Decision::Ask { reason, suggestion }, Step::DefaultAsk, rule)
         }
-        _ => Judgment::new(Decision::Allow, Step::Sandboxed),
+        None => Judgment::new(Decision::Allow, Step::Sandboxed),
     }
 }
 

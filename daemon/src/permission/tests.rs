@@ -1414,31 +1414,78 @@ fn a_command_the_sandbox_confines_runs_unasked_after_every_rule_and_mode() {
 }
 
 #[test]
-fn an_ask_rule_asks_for_what_a_confined_line_hides_from_it() {
+fn beside_a_command_rule_of_run_command_a_confined_line_asks_naming_it() {
     let world = World::new();
     let command = |line: &str| json!({ "command": line });
-    let rules = CaseRules {
-        ask: &["run_command(git push *)"],
-        ..CaseRules::default()
-    };
-    let ruled = Check::new(&world, rules).confined();
-    for hiding in [
-        "$(echo git) push origin",
-        "echo git push | bash",
-        "bash -c \"$CMD\"",
-        "eval \"$(cat f)\"",
+    // A command run unasked could sidestep the rule (a script, an interpreter, a function, a
+    // word the shell expands): every line the rules leave open asks, plain ones too.
+    for (rules, rule) in [
+        (
+            CaseRules {
+                ask: &["run_command(git push *)"],
+                ..CaseRules::default()
+            },
+            "run_command(git push *)",
+        ),
+        (
+            CaseRules {
+                deny: &["run_command(rm *)"],
+                ..CaseRules::default()
+            },
+            "run_command(rm *)",
+        ),
     ] {
-        let judgment = ruled.judge("run_command", command(hiding));
-        assert!(
-            matches!(judgment.decision, Decision::Ask { .. }),
-            "{hiding}"
-        );
-        assert_eq!(judgment.step, Step::AskRule, "{hiding}");
-        assert_eq!(
-            judgment.rule.map(|rule| rule.text),
-            Some("run_command(git push *)".to_owned())
-        );
+        let ruled = Check::new(&world, rules).confined();
+        for line in [
+            "ls",
+            "$(echo git) push origin",
+            "x=rm; $x -rf victim",
+            "git $X push origin main",
+            "printf 'git push\\n' > s.sh; sh s.sh",
+            "f(){ git \"$@\"; }; f push",
+        ] {
+            let judgment = ruled.judge("run_command", command(line));
+            assert!(
+                matches!(judgment.decision, Decision::Ask { .. }),
+                "{rule}: {line}"
+            );
+            assert_eq!(judgment.step, Step::DefaultAsk, "{rule}: {line}");
+            assert_eq!(
+                judgment.rule.map(|rule| rule.text),
+                Some(rule.to_owned()),
+                "{line}"
+            );
+        }
     }
+    // Code read from the input beside a deny rule is denied, sandbox or not.
+    let denying = Check::new(
+        &world,
+        CaseRules {
+            deny: &["run_command(rm *)"],
+            ..CaseRules::default()
+        },
+    )
+    .confined();
+    assert_eq!(
+        denying
+            .judge("run_command", command("echo rm x | bash"))
+            .step,
+        Step::DenyRule
+    );
+    // An allow rule still decides what it covers.
+    let allowed = Check::new(
+        &world,
+        CaseRules {
+            allow: &["run_command(ls *)"],
+            ask: &["run_command(git push *)"],
+            ..CaseRules::default()
+        },
+    )
+    .confined();
+    assert_eq!(
+        allowed.judge("run_command", command("ls -la")).step,
+        Step::AllowRule
+    );
     // Without such a rule nothing is hidden from anyone: the sandbox bounds the line.
     let open = Check::new(&world, CaseRules::default()).confined();
     assert_eq!(

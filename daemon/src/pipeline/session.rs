@@ -113,7 +113,7 @@ impl SessionState {
             mode: self.mode,
             policy: &self.policy,
             grants: &self.grants,
-            confined: self.env.sandbox.confines_commands(),
+            confined: self.env.sandbox.confines_commands(&self.env.roots),
         };
         with_facts_and_paths(&self.env, resolved, analysed, hook, |facts| {
             let judgment = permission::evaluate(facts, &session);

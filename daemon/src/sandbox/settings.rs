@@ -173,8 +173,19 @@ impl CommandSandbox {
     /// every layer; one that could read the credential stores could show them to the model;
     /// one that could plant a setting in `.git/config` could have the user's next `git status`
     /// run it.
-    pub fn confines_commands(&self) -> bool {
-        if self.settings.mode == toold_protocol::SandboxMode::Off || self.settings.network {
+    ///
+    /// Nor where it lets commands write outside `roots` (`[sandbox] writable`: a cache where a
+    /// command could plant code that runs later outside the sandbox) or reach a service
+    /// (`[sandbox] unix_sockets`: an SSH agent signs for it).
+    pub fn confines_commands(&self, roots: &[PathBuf]) -> bool {
+        if self.settings.mode == toold_protocol::SandboxMode::Off
+            || self.settings.network
+            || !self.unix_sockets.is_empty()
+            || self
+                .writable
+                .iter()
+                .any(|dir| !roots.iter().any(|root| dir.starts_with(root)))
+        {
             return false;
         }
         let kernel = super::kernel::probe();

@@ -169,6 +169,25 @@ async fn rules_hooks_and_modes_speak_before_the_sandbox() {
     let session = session_without_rules(&client, &places.project).await;
     let kept = places.project.join("keep.txt");
 
+    // Beside these rules the sandbox does not decide: a line that hides `rm` from the deny rule
+    // asks (and nothing ran), as a plain one does.
+    for line in [
+        "x=rm; $x keep.txt",
+        "printf 'rm keep.txt' > s.sh; sh s.sh",
+        "ls",
+    ] {
+        let result = run(&client, &session, line).await;
+        assert!(asked(&result), "{line}: {result}");
+        assert!(
+            result["error"]
+                .as_str()
+                .unwrap()
+                .contains("does not decide"),
+            "{result}"
+        );
+        assert!(kept.is_file(), "{line} ran");
+        assert!(!places.project.join("s.sh").exists(), "{line} ran");
+    }
     let denied = run(&client, &session, "rm keep.txt").await;
     assert_eq!(denied["error_type"], "permission_denied", "{denied}");
     assert!(
@@ -224,6 +243,11 @@ async fn commands_ask_where_the_sandbox_would_not_confine_them() {
     let network_open =
         "[permissions]\nsandboxed_commands = \"allow\"\n\n[sandbox]\nnetwork = true\n";
     let sandbox_off = format!("{UNASKED}allow_unsandboxed = true\n");
+    // A place outside the roots commands may write (code planted there could run later outside
+    // the sandbox), a service's socket they may reach, a rule of commands they could sidestep.
+    let writable_outside = format!("[sandbox]\nwritable = [{:?}]\n", places.outside);
+    let socket = "[sandbox]\nunix_sockets = [\"/run/user/0/agent.sock\"]\n";
+    let command_rule = "[permissions]\ndeny = [\"run_command(rm *)\"]\n";
     for (config, sandbox) in [
         (
             "[permissions]\nsandboxed_commands = \"ask\"\n\n[sandbox]\nnetwork = false\n",
@@ -231,6 +255,9 @@ async fn commands_ask_where_the_sandbox_would_not_confine_them() {
         ),
         (network_open, json!({})),
         (sandbox_off.as_str(), json!({"mode": "off"})),
+        (writable_outside.as_str(), json!({})),
+        (socket, json!({})),
+        (command_rule, json!({})),
     ] {
         let daemon = TestDaemon::start_with_config(Some(config));
         let client = connected(&daemon).await;
