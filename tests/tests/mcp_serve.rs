@@ -256,7 +256,7 @@ async fn the_host_approves_by_elicitation() {
     let Some(python) = host_python(test) else {
         return;
     };
-    let daemon = TestDaemon::start();
+    let daemon = TestDaemon::start_asking();
     let allowed = host(&python, &daemon, &[], &["ask", "allow_once", "touch made"]).await;
     let asked = seen(&allowed, "elicitation")["message"].as_str().unwrap();
     assert!(asked.contains("touch made"), "{asked}");
@@ -299,7 +299,7 @@ async fn a_host_on_2026_07_28_approves_by_the_input_required_round_trip() {
     let Some(python) = host_python(test) else {
         return;
     };
-    let daemon = TestDaemon::start();
+    let daemon = TestDaemon::start_asking();
     for (answer, file, made) in [
         ("allow_once", "tripped", true),
         ("deny", "untripped", false),
@@ -334,7 +334,7 @@ async fn without_elicitation_or_approver_a_call_is_denied_naming_the_rule() {
     let Some(python) = host_python(test) else {
         return;
     };
-    let daemon = TestDaemon::start();
+    let daemon = TestDaemon::start_asking();
     let lines = host(&python, &daemon, &[], &["ask", "none", "touch unasked"]).await;
     let result = seen(&lines, "result");
     assert_eq!(result["is_error"], true, "{result}");
@@ -559,7 +559,7 @@ async fn toold_watch_follows_two_hosts_and_answers_an_approval() {
     let Some(python) = host_python(test) else {
         return;
     };
-    let daemon = TestDaemon::start();
+    let daemon = TestDaemon::start_asking();
     std::fs::write(daemon.work().join("a.txt"), "shared\n").unwrap();
     let (owner, session, mut terminal) = watched_session(&daemon).await;
 
@@ -824,7 +824,7 @@ async fn elicitation_on_2025_06_18() {
     let Some(python) = host_python(test) else {
         return;
     };
-    let daemon = TestDaemon::start();
+    let daemon = TestDaemon::start_asking();
     let mut command = host_command(&python, &daemon, &[], &["ask", "allow_once", "touch older"]);
     command.env("HOST_PROTOCOL_VERSION", "2025-06-18");
     let lines = json_lines_of("the host", command.output()).await;
@@ -896,7 +896,7 @@ async fn a_watch_prompt_settled_elsewhere_gives_the_terminal_back() {
     let Some(python) = host_python(test) else {
         return;
     };
-    let daemon = TestDaemon::start();
+    let daemon = TestDaemon::start_asking();
     let (owner, session, mut terminal) = watched_session(&daemon).await;
 
     let by_host = host(
