@@ -120,24 +120,14 @@ fn repository_of(dir: &Path) -> Option<(PathBuf, PathBuf)> {
             return Some((ancestor.to_owned(), dot_git));
         }
         if meta.is_file() {
-            return Some((ancestor.to_owned(), named_by_git_file(ancestor, &dot_git)?));
+            return Some((
+                ancestor.to_owned(),
+                crate::paths::named_by_git_file(ancestor, &dot_git)?,
+            ));
         }
         return None;
     }
     None
-}
-
-/// The git directory a `.git` file (`gitdir: PATH`, as worktrees and submodules have) in `dir`
-/// names, relative ones taken from `dir`; `None` when it is not such a file.
-pub(crate) fn named_by_git_file(dir: &Path, dot_git: &Path) -> Option<PathBuf> {
-    let mut text = String::new();
-    std::fs::File::open(dot_git)
-        .ok()?
-        .take(4096)
-        .read_to_string(&mut text)
-        .ok()?;
-    let named = text.lines().next()?.strip_prefix("gitdir:")?.trim();
-    Some(dir.join(named))
 }
 
 #[cfg(test)]

@@ -217,6 +217,13 @@ pub fn git_dirs_named_by_files(dirs: &[&Path]) -> Vec<PathBuf> {
 
 /// The directory a `.git` file names, resolved; `None` for anything else.
 fn gitdir_of(dot_git: &Path, repository: &Path) -> Option<PathBuf> {
+    let absolute = named_by_git_file(repository, dot_git)?;
+    Some(resolve_symlinks(&normalize_lexically(&absolute)))
+}
+
+/// The git directory a `.git` file (`gitdir: PATH`, as worktrees and submodules have) in `dir`
+/// names, relative ones taken from `dir`; `None` when it is not such a file.
+pub(crate) fn named_by_git_file(dir: &Path, dot_git: &Path) -> Option<PathBuf> {
     use std::io::Read;
     let mut text = String::new();
     std::fs::File::open(dot_git)
@@ -225,8 +232,7 @@ fn gitdir_of(dot_git: &Path, repository: &Path) -> Option<PathBuf> {
         .read_to_string(&mut text)
         .ok()?;
     let named = text.lines().next()?.strip_prefix("gitdir:")?.trim();
-    let absolute = repository.join(named);
-    Some(resolve_symlinks(&normalize_lexically(&absolute)))
+    Some(dir.join(named))
 }
 
 /// `raw` made absolute: `~` and `~/…` from `$HOME`, anything relative from `cwd`.

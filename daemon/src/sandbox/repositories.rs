@@ -258,7 +258,7 @@ fn repository_at(dir: &Path) -> Option<PathBuf> {
     match std::fs::symlink_metadata(&dot_git) {
         Ok(meta) if meta.is_dir() => return Some(dot_git),
         Ok(meta) if meta.is_file() => {
-            return crate::git_config::named_by_git_file(dir, &dot_git)
+            return crate::paths::named_by_git_file(dir, &dot_git)
                 .map(|named| crate::paths::normalize_lexically(&named));
         }
         _ => {}
