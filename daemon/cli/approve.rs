@@ -233,6 +233,18 @@ pub fn describe(request: &ApprovalRequestParams) -> String {
             visible::line(&tail)
         ));
     }
+    if let Some(escalation) = &request.escalation {
+        // What approving loosens, and the model's reason: the person decides on these.
+        text.push_str(&format!(
+            "  leaves the sandbox: {}\n",
+            visible::line(&escalation.loosened().join("; "))
+        ));
+        let justification = escalation
+            .justification
+            .as_deref()
+            .unwrap_or("(none given)");
+        text.push_str(&format!("  because:   {}\n", visible::line(justification)));
+    }
     if !request.suggestions.is_empty() {
         let suggestions: Vec<Cow<'_, str>> = request
             .suggestions
@@ -279,6 +291,7 @@ mod tests {
             safety: Safety::SideEffect,
             reason: "no allow rule matches run_command(rm -rf build)".into(),
             suggestions: vec!["run_command(rm -rf build)".into()],
+            escalation: None,
         }
     }
 

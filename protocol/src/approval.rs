@@ -19,6 +19,10 @@ pub struct ApprovalRequestParams {
     /// Rule strings that would allow this call, offered for `allow_session`.
     #[serde(default)]
     pub suggestions: Vec<String>,
+    /// For a command that asks to leave its sandbox (`run_command`'s `escalate`): exactly what
+    /// approving it loosens, and the model's justification.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub escalation: Option<crate::Escalation>,
 }
 
 /// The approver's decision.

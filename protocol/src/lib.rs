@@ -72,7 +72,7 @@ pub use rpc::{
     Empty, ErrorObject, Id, Incoming, InvalidMessage, Message, Notification, RawRequest, Request,
     Response, error_code,
 };
-pub use sandbox::{SandboxMode, SandboxReport, SandboxRequest, SandboxSettings};
+pub use sandbox::{Escalation, SandboxMode, SandboxReport, SandboxRequest, SandboxSettings};
 pub use session::{
     OnDisconnect, Rules, SessionAttachParams, SessionCreateParams, SessionEnv, SessionIdParams,
     SessionListParams, SessionListResult, SessionMode, SessionSnapshot, SessionUpdateParams,

@@ -77,6 +77,44 @@ impl SandboxSettings {
     }
 }
 
+/// `escalate` of a `run_command` call: what the model asks its sandbox to loosen for that one
+/// command. In an approval request (`escalation`), what the person is asked to loosen, with the
+/// model's `justification`; `writable` holds the directories as the daemon resolved them.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Escalation {
+    /// IP networking for the command.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub network: bool,
+    /// Directories the command may also write under.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub writable: Vec<String>,
+    /// No sandbox at all: the command runs with the user's full rights.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unsandboxed: bool,
+    /// Why the model asks, in its words (approval requests only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub justification: Option<String>,
+}
+
+impl Escalation {
+    /// What is loosened, in words for the person asked: `network access`, `writes under /x`,
+    /// `no sandbox at all`.
+    pub fn loosened(&self) -> Vec<String> {
+        let mut what = Vec::new();
+        if self.unsandboxed {
+            what.push("no sandbox at all (the user's full rights)".to_owned());
+        }
+        if self.network {
+            what.push("network access".to_owned());
+        }
+        for dir in &self.writable {
+            what.push(format!("writes under {dir}"));
+        }
+        what
+    }
+}
+
 /// What the kernel enforces, probed once when the daemon starts (`initialize`'s `sandbox`,
 /// `toold status`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -251,14 +251,14 @@ fn table(work: &std::path::Path) -> Vec<Row> {
             "default ask",
             none.clone(),
             "run_command",
-            run("date"),
+            run("true"),
             ("ask", Some("default_ask"), None),
         ),
         row(
             "dont_ask",
             json!({"mode": "dont_ask"}),
             "run_command",
-            run("date"),
+            run("true"),
             ("deny", Some("dont_ask"), None),
         ),
         row(
@@ -432,7 +432,7 @@ async fn explain_names_the_rule_line_each_command_and_the_grant() {
 
     // An allow_session answer records a grant; explain then names it.
     *answer.lock().expect("answer") = "allow_session";
-    let date = json!({"command": "date"});
+    let date = json!({"command": "sleep 0"});
     assert_eq!(
         real_decision(&client, &seen, &session, "run_command", &date).await,
         "ask"
@@ -440,7 +440,7 @@ async fn explain_names_the_rule_line_each_command_and_the_grant() {
     let explained = explain(&client, &session, "run_command", &date).await;
     assert_eq!(explained["decision"], "allow");
     assert_eq!(explained["step"], "grant");
-    assert_eq!(explained["rule"], "run_command(date)");
+    assert_eq!(explained["rule"], "run_command(sleep 0)");
     assert_eq!(explained["source"], json!({"kind": "grant"}));
     *answer.lock().expect("answer") = "deny";
     assert_eq!(

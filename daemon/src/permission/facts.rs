@@ -6,6 +6,9 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
+use toold_protocol::SandboxMode;
+
+use super::escalation::Loosening;
 use super::{CallFacts, CommandFacts, HookVerdict};
 use crate::env::Env;
 use crate::paths::{self, ResolvedPath};
@@ -91,10 +94,7 @@ pub fn command_facts(
         return None;
     };
     let cwd_argument = arguments.get(cwd_name).and_then(Value::as_str);
-    let run_dir = match cwd_argument {
-        Some(cwd) => paths::normalize_lexically(&paths::absolute(cwd, &env.cwd)),
-        None => env.cwd.clone(),
-    };
+    let run_dir = run_dir(cwd_argument, env);
     let call_env = call_env(arguments, env_name);
     // `~` is the home of the command's environment, which the session or the call may set.
     let home = call_env
@@ -108,7 +108,7 @@ pub fn command_facts(
     } else {
         git_dirs(env)
     };
-    let written = analysis
+    let written: Vec<ResolvedPath> = analysis
         .written_paths
         .iter()
         .map(|target| {
@@ -119,6 +119,13 @@ pub fn command_facts(
         })
         .collect();
     let read = analysis.read_paths.iter().map(judge).collect();
+    // The call's `env` (a `PATH`, a `GIT_CONFIG_*`) could make a listed program another.
+    let known_safe = call_env.is_empty()
+        && is_known_safe(&analysis, &written, &|target| judge(&target.to_owned()));
+    let (escalation, escalation_refused) = match escalation(arguments, env, Path::new(&run_dir)) {
+        Ok(escalation) => (escalation, None),
+        Err(why) => (None, Some(why)),
+    };
     Some(CommandFacts {
         line: line.to_owned(),
         env: call_env
@@ -129,8 +136,115 @@ pub fn command_facts(
         analysis,
         written,
         read,
+        escalation,
+        escalation_refused,
+        known_safe,
     })
 }
+
+/// Whether every command of the line is on the built-in list of read-only commands
+/// ([`super::known_safe`]) and reads only inside the roots: nothing nested (a substitution),
+/// opaque, hidden or written (a redirection), each command's words plain, and every file it
+/// names inside the roots in both its forms (resolved from where the command runs).
+fn is_known_safe(
+    analysis: &CommandLine,
+    written: &[ResolvedPath],
+    judge: &dyn Fn(&str) -> ResolvedPath,
+) -> bool {
+    analysis.unreadable.is_none()
+        && analysis.opaque.is_empty()
+        && analysis.hidden_code.is_empty()
+        && written.is_empty()
+        && !analysis.commands.is_empty()
+        && analysis.commands.iter().all(|found| {
+            !found.nested
+                && super::known_safe::known_safe(&found.plain_words)
+                    .is_some_and(|paths| paths.iter().all(|path| judge(path).inside_roots()))
+        })
+}
+
+/// The directory a command line runs in: its `cwd` argument from the session's cwd, or that.
+fn run_dir(cwd_argument: Option<&str>, env: &Env) -> std::path::PathBuf {
+    match cwd_argument {
+        Some(cwd) => paths::normalize_lexically(&paths::absolute(cwd, &env.cwd)),
+        None => env.cwd.clone(),
+    }
+}
+
+/// What a call of `tool` loosens of the session's sandbox, as [`command_facts`] judges it:
+/// the pipeline runs an allowed call in the sandbox loosened by exactly this.
+pub fn call_escalation(tool: &str, arguments: &Map<String, Value>, env: &Env) -> Option<Loosening> {
+    let JudgedArguments::CommandLine { cwd, .. } = judged_arguments(tool) else {
+        return None;
+    };
+    let cwd_argument = arguments.get(cwd).and_then(Value::as_str);
+    escalation(arguments, env, &run_dir(cwd_argument, env))
+        .ok()
+        .flatten()
+}
+
+/// What a `run_command` call's `escalate` loosens beyond the session's sandbox: `None` when it
+/// asks for nothing the sandbox does not already give (no sandbox, the network already on, a
+/// directory it may already write). `writable` directories are taken from the directory the
+/// command runs in and resolved, so the sandbox opens the directory the approver was shown.
+/// An error says why it cannot be granted at all.
+pub fn escalation(
+    arguments: &Map<String, Value>,
+    env: &Env,
+    run_dir: &Path,
+) -> Result<Option<Loosening>, String> {
+    let Some(asked) = arguments.get(ESCALATE).and_then(Value::as_object) else {
+        return Ok(None);
+    };
+    let sandbox = &env.sandbox;
+    if sandbox.settings.mode == SandboxMode::Off {
+        return Ok(None);
+    }
+    let flag = |name: &str| asked.get(name).and_then(Value::as_bool).unwrap_or(false);
+    if flag("unsandboxed") {
+        if !sandbox.allow_unsandboxed {
+            return Err(
+                "the command asks to run unsandboxed, which the user's config forbids \
+                        ([sandbox] allow_unsandboxed = false): run it inside the sandbox, ask \
+                        only for the network or a directory it must write (escalate \
+                        {\"network\": true} or {\"writable\": [DIR]}), or ask the user to run it"
+                    .to_owned(),
+            );
+        }
+        return Ok(Some(Loosening {
+            unsandboxed: true,
+            ..Loosening::default()
+        }));
+    }
+    let mut loosening = Loosening {
+        network: flag("network") && !sandbox.settings.network,
+        ..Loosening::default()
+    };
+    let dirs = asked.get("writable").and_then(Value::as_array);
+    for dir in dirs.into_iter().flatten().filter_map(Value::as_str) {
+        let path = paths::resolve(dir, run_dir, &env.roots);
+        if !path.resolved.is_dir() {
+            return Err(format!(
+                "escalate names {dir} as writable, which is not a directory: name an existing \
+                 directory (the parent of one the command makes)"
+            ));
+        }
+        let writable_now = sandbox.settings.mode == SandboxMode::WorkspaceWrite
+            && env
+                .roots
+                .iter()
+                .chain(sandbox.writable.iter())
+                .any(|place| path.resolved.starts_with(place));
+        if !writable_now && !loosening.writable.contains(&path.resolved) {
+            loosening.writable.push(path.resolved);
+        }
+    }
+    loosening.writable.sort();
+    Ok((!loosening.is_empty()).then_some(loosening))
+}
+
+/// `run_command`'s argument that asks to loosen the sandbox.
+pub const ESCALATE: &str = "escalate";
 
 /// Whether `path` (either form) lies where the configs of the session's repositories make
 /// git run or read code: the hooks directory `core.hooksPath` names (husky's `.husky/_`), a

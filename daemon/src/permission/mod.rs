@@ -17,8 +17,13 @@ use crate::sandbox::hidden::DeniedReads;
 use crate::shell::{CommandLine, FoundCommand};
 use crate::tools::{HiddenPaths, JudgedArguments, judged_arguments};
 
+use self::escalation::Loosening;
+
+pub mod escalation;
 pub mod facts;
+mod known_safe;
 pub mod lint;
+mod prefix_grant;
 
 /// What a PreToolUse hook said about permission, if anything.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -55,6 +60,11 @@ pub enum RuleError {
     Unclosed(String),
     #[error("rule {rule:?} has an invalid glob: {reason}")]
     BadGlob { rule: String, reason: String },
+    #[error(
+        "rule {0:?} has an unknown ` with …` part: a run_command rule may end with ` with` and \
+         a comma-separated list of network, unsandboxed and writable=DIR (absolute or ~/)"
+    )]
+    BadEscalation(String),
 }
 
 /// One parsed rule.
@@ -67,6 +77,9 @@ pub struct Rule {
     /// What the tool declares its rules judge; `ByName` for a pattern.
     judged: JudgedArguments,
     specifier: Specifier,
+    /// For a `run_command` rule ending ` with …`: the escalations it covers
+    /// ([`escalation`]); `None`: calls that stay in their sandbox only.
+    escalation: Option<Loosening>,
     /// Where the rule is written: set when a policy is compiled from its sources.
     origin: RuleOrigin,
 }
@@ -149,17 +162,19 @@ impl Rule {
     /// Parses `tool`, `tool(specifier)` or `tool(arg=glob)`; path globs are compiled against
     /// `cwd` and `home`, where relative and `~/` patterns start.
     pub fn parse(text: &str, cwd: &Path, home: &Path) -> Result<Self, RuleError> {
-        let trimmed = text.trim();
-        if trimmed.is_empty() {
+        let full = text.trim();
+        if full.is_empty() {
             return Err(RuleError::Empty(text.to_owned()));
         }
+        let (trimmed, escalation) = split_escalation(full, home)?;
         let Some(open) = trimmed.find('(') else {
             return Ok(Self {
-                text: trimmed.to_owned(),
+                text: full.to_owned(),
                 tool: trimmed.to_owned(),
                 tool_pattern: tool_pattern(trimmed),
                 judged: judged_of_rule(trimmed),
                 specifier: Specifier::Any,
+                escalation,
                 origin: RuleOrigin::Session,
             });
         };
@@ -201,11 +216,12 @@ impl Rule {
             },
         };
         Ok(Self {
-            text: trimmed.to_owned(),
+            text: full.to_owned(),
             tool: tool.to_owned(),
             tool_pattern: tool_pattern(tool),
             judged,
             specifier,
+            escalation,
             origin: RuleOrigin::Session,
         })
     }
@@ -245,6 +261,30 @@ impl Rule {
     /// Whether the tool part is a pattern (`mcp__fs__*`) rather than one tool's name.
     pub fn is_pattern(&self) -> bool {
         self.tool_pattern.is_some()
+    }
+}
+
+/// A rule's text without its ` with …` part, and the escalation that part covers. Only a tool
+/// that takes a command line has one; the part is read after the last `) with ` whose rest
+/// parses, so a pattern may hold the words itself (`run_command(echo x) with y)` is a pattern).
+fn split_escalation<'t>(
+    text: &'t str,
+    home: &Path,
+) -> Result<(&'t str, Option<Loosening>), RuleError> {
+    if text.ends_with(')') {
+        return Ok((text, None));
+    }
+    let Some(at) = text.rfind(") with ") else {
+        return Ok((text, None));
+    };
+    let head = &text[..=at];
+    let tool = head.split('(').next().unwrap_or_default().trim();
+    if !judged_of_rule(tool).takes_a_command_line() {
+        return Err(RuleError::BadEscalation(text.to_owned()));
+    }
+    match Loosening::parse(&text[at + ") with ".len()..], home) {
+        Some(loosening) => Ok((head, Some(loosening))),
+        None => Err(RuleError::BadEscalation(text.to_owned())),
     }
 }
 
@@ -549,6 +589,13 @@ pub struct CommandFacts {
     /// What redirections (and options such as `xargs -a`) read, judged against `read_file`
     /// deny rules.
     pub read: Vec<ResolvedPath>,
+    /// What the call's `escalate` loosens beyond the session's sandbox (`None`: nothing).
+    pub escalation: Option<Loosening>,
+    /// Whether every command of the line is a known-safe read ([`facts`]' `is_known_safe`).
+    pub known_safe: bool,
+    /// Why the call's escalation cannot be granted at all (`unsandboxed` where the config's
+    /// `allow_unsandboxed` is false, a `writable` directory that does not exist).
+    pub escalation_refused: Option<String>,
 }
 
 impl CommandFacts {
@@ -560,6 +607,37 @@ impl CommandFacts {
             self.env.join(" ").into()
         } else {
             format!("{} {form}", self.env.join(" ")).into()
+        }
+    }
+
+    /// Whether `path` lies under a directory the call's escalation makes writable (both its
+    /// forms): such a write is the escalation's, which the allow rule must cover.
+    fn escalation_writes(&self, path: &ResolvedPath) -> bool {
+        self.escalation.as_ref().is_some_and(|loosening| {
+            loosening
+                .writable
+                .iter()
+                .any(|dir| path.lexical.starts_with(dir) && path.resolved.starts_with(dir))
+        })
+    }
+
+    /// Whether `rule`'s ` with …` part lets it cover this call's escalation: a rule without
+    /// one covers only calls that stay in their sandbox.
+    fn escalation_allowed_by(&self, rule: &Rule) -> bool {
+        match (&rule.escalation, &self.escalation) {
+            (_, None) => true,
+            (None, Some(_)) => false,
+            (Some(rule), Some(call)) => rule.covers(call),
+        }
+    }
+
+    /// Whether a deny or ask `rule` applies to this call's escalation: one without ` with …`
+    /// applies to every call, one with it to calls that loosen what it names.
+    fn escalation_restricted_by(&self, rule: &Rule) -> bool {
+        match (&rule.escalation, &self.escalation) {
+            (None, _) => true,
+            (Some(_), None) => false,
+            (Some(rule), Some(call)) => rule.overlaps(call),
         }
     }
 
@@ -602,6 +680,9 @@ pub struct SessionFacts<'a> {
 pub enum Step {
     SystemTool,
     DenyRule,
+    /// The call's `escalate` cannot be granted: `unsandboxed` where the config forbids it
+    /// (`allow_unsandboxed`), a `writable` directory that does not exist.
+    EscalationRefused,
     PlanMode,
     AskRule,
     /// A PreToolUse hook answered `ask`.
@@ -615,6 +696,8 @@ pub enum Step {
     Grant,
     /// A PreToolUse hook answered `allow`.
     HookAllow,
+    /// A command line of read-only commands from the built-in list, reading inside the roots.
+    KnownSafe,
     /// A command line no rule, grant or hook decided, run in a sandbox that confines it.
     Sandboxed,
     AcceptEdits,
@@ -628,6 +711,7 @@ impl Step {
         match self {
             Step::SystemTool => "system_tool",
             Step::DenyRule => "deny_rule",
+            Step::EscalationRefused => "escalation_refused",
             Step::PlanMode => "plan_mode",
             Step::AskRule => "ask_rule",
             Step::HookAsk => "hook_ask",
@@ -637,6 +721,7 @@ impl Step {
             Step::AllowRule => "allow_rule",
             Step::Grant => "grant",
             Step::HookAllow => "hook_allow",
+            Step::KnownSafe => "known_safe",
             Step::Sandboxed => "sandboxed",
             Step::AcceptEdits => "accept_edits",
             Step::ReadOnlyInsideRoots => "read_only_inside_roots",
@@ -698,6 +783,12 @@ pub fn evaluate(call: &CallFacts<'_>, session: &SessionFacts<'_>) -> Judgment {
     }
     if let Some((rule, reason)) = deny_rule(call, session.policy) {
         return Judgment::by_rule(Decision::Deny(reason), Step::DenyRule, rule);
+    }
+    if let Some(why) = call
+        .command
+        .and_then(|command| command.escalation_refused.as_deref())
+    {
+        return Judgment::new(Decision::Deny(why.to_owned()), Step::EscalationRefused);
     }
     if session.mode == Mode::Plan && call.safety == Safety::SideEffect {
         return Judgment::new(
@@ -821,7 +912,10 @@ fn path_matches_anywhere(glob: &PathGlob, path: &ResolvedPath) -> bool {
 }
 
 fn decide_without_deny(call: &CallFacts<'_>, session: &SessionFacts<'_>) -> Judgment {
-    let suggestion = canonical_form(call);
+    // What an `allow_session` answer would grant, as the approval shows it; the exact form is
+    // what an exact grant is looked up by.
+    let suggestion = grant_shown(&session_grant(call)).to_owned();
+    let exact = canonical_form(call);
     if let Some(rule) = session
         .policy
         .ask
@@ -874,7 +968,7 @@ fn decide_without_deny(call: &CallFacts<'_>, session: &SessionFacts<'_>) -> Judg
     if session.mode == Mode::Bypass {
         return Judgment::new(Decision::Allow, Step::BypassMode);
     }
-    if let Some(judgment) = protected_write(call, session, &suggestion) {
+    if let Some(judgment) = protected_write(call, session, &exact, &suggestion) {
         return judgment;
     }
     // Rules are written for the session's roots: a command that runs elsewhere (`cwd` outside
@@ -884,13 +978,23 @@ fn decide_without_deny(call: &CallFacts<'_>, session: &SessionFacts<'_>) -> Judg
         .command
         .and_then(|command| command.cwd.as_ref())
         .filter(|cwd| !cwd.inside_roots());
+    // The session's pattern grants (`git log *`) count as allow rules of their own origin,
+    // so that a line is covered by rules and grants together; never in plan mode.
+    let granted = match session.mode {
+        Mode::Plan => Vec::new(),
+        _ => pattern_grants(session.grants),
+    };
     if runs_outside.is_none()
-        && let Some(rule) = allowing_rule(call, &session.policy.allow)
+        && let Some(rule) = allowing_rule(call, session.policy.allow.iter().chain(&granted))
     {
-        return Judgment::by_rule(Decision::Allow, Step::AllowRule, rule);
+        let step = match rule.origin {
+            RuleOrigin::Grant => Step::Grant,
+            _ => Step::AllowRule,
+        };
+        return Judgment::by_rule(Decision::Allow, step, rule);
     }
-    if session.mode != Mode::Plan && session.grants.contains(&suggestion) {
-        return Judgment::by_grant(&suggestion);
+    if session.mode != Mode::Plan && session.grants.contains(&exact) {
+        return Judgment::by_grant(&exact);
     }
     if call.hook == HookVerdict::Allow {
         return Judgment::new(Decision::Allow, Step::HookAllow);
@@ -902,11 +1006,20 @@ fn decide_without_deny(call: &CallFacts<'_>, session: &SessionFacts<'_>) -> Judg
         );
         return Judgment::new(Decision::Ask { reason, suggestion }, Step::DefaultAsk);
     }
-    if call.command.is_some()
-        && session.confined
-        && session.policy.sandboxed_commands == SandboxedCommands::Allow
+    if let Some(command) = call.command
+        && command.escalation.is_none()
     {
-        return sandboxed(session.policy, suggestion);
+        // The sandbox decides first where it confines; the known-safe list where it does not,
+        // or beside a command rule (a listed command runs no script that could sidestep one).
+        let sandboxed = (session.confined
+            && session.policy.sandboxed_commands == SandboxedCommands::Allow)
+            .then(|| sandboxed(session.policy, suggestion.clone()));
+        match sandboxed {
+            Some(judgment) if judgment.step == Step::Sandboxed => return judgment,
+            _ if command.known_safe => return Judgment::new(Decision::Allow, Step::KnownSafe),
+            Some(judgment) => return judgment,
+            None => {}
+        }
     }
     let all_inside = call.paths.iter().all(ResolvedPath::inside_roots);
     if session.mode == Mode::AcceptEdits && judged_arguments(call.tool).writes() && all_inside {
@@ -916,6 +1029,17 @@ fn decide_without_deny(call: &CallFacts<'_>, session: &SessionFacts<'_>) -> Judg
         return Judgment::new(Decision::Allow, Step::ReadOnlyInsideRoots);
     }
     let reason = match (call.command, call.safety) {
+        (Some(command), _) if command.escalation.is_some() => {
+            format!(
+                "the command asks to leave its sandbox ({}), and no allow rule or grant covers \
+                 {suggestion}",
+                command
+                    .escalation
+                    .as_ref()
+                    .map(Loosening::text)
+                    .unwrap_or_default()
+            )
+        }
         (Some(command), _) if !command.analysis.opaque.is_empty() => {
             format!(
                 "no allow rule can cover this command line: it has {}",
@@ -937,10 +1061,12 @@ fn decide_without_deny(call: &CallFacts<'_>, session: &SessionFacts<'_>) -> Judg
 /// a word the shell expands), so beside one the sandbox does not decide and the line asks as
 /// any the rules leave open. The rule is named, and allow rules are what change it.
 fn sandboxed(policy: &Policy, suggestion: String) -> Judgment {
-    let binding =
-        policy.deny.iter().chain(&policy.ask).find(|rule| {
-            rule.covers("run_command") && matches!(rule.specifier, Specifier::Command(_))
-        });
+    let binding = policy.deny.iter().chain(&policy.ask).find(|rule| {
+        // A rule about escalated calls binds only those, which the sandbox never decides.
+        rule.covers("run_command")
+            && rule.escalation.is_none()
+            && matches!(rule.specifier, Specifier::Command(_))
+    });
     match binding {
         Some(rule) => {
             let reason = format!(
@@ -962,6 +1088,7 @@ fn sandboxed(policy: &Policy, suggestion: String) -> Judgment {
 fn protected_write(
     call: &CallFacts<'_>,
     session: &SessionFacts<'_>,
+    exact: &str,
     suggestion: &str,
 ) -> Option<Judgment> {
     let protected = match call.command {
@@ -971,8 +1098,8 @@ fn protected_write(
     if !protected {
         return None;
     }
-    if session.mode != Mode::Plan && session.grants.iter().any(|g| g == suggestion) {
-        return Some(Judgment::by_grant(suggestion));
+    if session.mode != Mode::Plan && session.grants.iter().any(|g| g == exact) {
+        return Some(Judgment::by_grant(exact));
     }
     let named = session.policy.allow.iter().find(|rule| {
         call.command.is_none()
@@ -1016,8 +1143,14 @@ pub fn canonical_form(call: &CallFacts<'_>) -> String {
             None => command.line.clone(),
         };
         let form = format!("{}({line})", call.tool);
+        // What the call loosens ends the form, as a rule's ` with …` would: a grant of the
+        // command in its sandbox does not cover it out of it.
+        let loosened = match &command.escalation {
+            Some(loosening) => format!(" with {}", loosening.text()),
+            None => String::new(),
+        };
         if command.env.is_empty() {
-            return form;
+            return format!("{form}{loosened}");
         }
         // The call's `env` reaches every command of the line, an assignment written in the
         // line only its own command: `PATH=/x true; git` and `true; git` with `PATH=/x` must
@@ -1035,7 +1168,7 @@ pub fn canonical_form(call: &CallFacts<'_>) -> String {
             .map(|env| env.iter().collect())
             .unwrap_or_default();
         let env = serde_json::to_string(&env).unwrap_or_default();
-        return format!("{form} with env {env}");
+        return format!("{form} with env {env}{loosened}");
     }
     match call.paths {
         [only] if judged_arguments(call.tool).takes_a_path() => {
@@ -1045,9 +1178,81 @@ pub fn canonical_form(call: &CallFacts<'_>) -> String {
     }
 }
 
+/// What marks a grant as a pattern, read as a rule, rather than a call's exact form (which
+/// always starts with its tool's name, never with a space).
+const PATTERN_GRANT: &str = "pattern ";
+
+/// What an `allow_session` answer grants: for a command line whose every command has a program
+/// and subcommand that cannot run other code by their arguments ([`prefix_grant`]), a pattern
+/// grant of each (`git log -1` → `run_command(git log *)`); for anything else, the call's exact
+/// form ([`canonical_form`]). Grants of several commands are one grant per line.
+pub fn session_grant(call: &CallFacts<'_>) -> String {
+    match pattern_grant(call) {
+        Some(rule) => format!("{PATTERN_GRANT}{rule}"),
+        None => canonical_form(call),
+    }
+}
+
+/// A grant as the person is shown it (and as a rule would be written): a pattern grant's rule.
+pub fn grant_shown(grant: &str) -> &str {
+    grant.strip_prefix(PATTERN_GRANT).unwrap_or(grant)
+}
+
+/// The rule a pattern grant stands for: one simple command (not nested, nothing opaque or
+/// hidden, no `env` or `cwd` argument, which an exact grant records) whose program and
+/// subcommand [`prefix_grant::prefix_pattern`] widens, with the call's escalation after it.
+fn pattern_grant(call: &CallFacts<'_>) -> Option<String> {
+    let command = call.command?;
+    let analysis = &command.analysis;
+    if !command.env.is_empty()
+        || command.cwd.is_some()
+        || !analysis.opaque.is_empty()
+        || !analysis.hidden_code.is_empty()
+        || analysis.unreadable.is_some()
+        // A write that makes code run later is granted only exactly (`protected_write`).
+        || command.writes_code_that_runs()
+    {
+        return None;
+    }
+    let [found] = analysis.commands.as_slice() else {
+        return None;
+    };
+    let [form] = found.allow_forms.as_slice() else {
+        return None;
+    };
+    if found.nested {
+        return None;
+    }
+    let words: Vec<String> = form.split(' ').map(str::to_owned).collect();
+    let pattern = prefix_grant::prefix_pattern(&words)?;
+    let loosened = match &command.escalation {
+        Some(loosening) => format!(" with {}", loosening.text()),
+        None => String::new(),
+    };
+    Some(format!("{}({pattern}){loosened}", call.tool))
+}
+
+/// The session's pattern grants, as allow rules of origin [`RuleOrigin::Grant`].
+fn pattern_grants(grants: &[String]) -> Vec<Rule> {
+    grants
+        .iter()
+        .filter_map(|grant| grant.strip_prefix(PATTERN_GRANT))
+        .filter_map(|text| Rule::parse(text, Path::new("/"), Path::new("/")).ok())
+        .map(|mut rule| {
+            rule.origin = RuleOrigin::Grant;
+            rule
+        })
+        .collect()
+}
+
 /// Deny and ask: the rule matches if any form of the call matches it.
 fn matches_restrictive(rule: &Rule, call: &CallFacts<'_>) -> bool {
     if !rule.covers(call.tool) {
+        return false;
+    }
+    if let Some(command) = call.command
+        && !command.escalation_restricted_by(rule)
+    {
         return false;
     }
     match &rule.specifier {
@@ -1077,8 +1282,18 @@ fn matches_restrictive(rule: &Rule, call: &CallFacts<'_>) -> bool {
 
 /// The allow rule that covers the whole call, if one does (for a command line: the rule of
 /// its first command; [`command_rules`] names each command's).
-fn allowing_rule<'p>(call: &CallFacts<'_>, allow: &'p [Rule]) -> Option<&'p Rule> {
-    let rules: Vec<&Rule> = allow.iter().filter(|rule| rule.covers(call.tool)).collect();
+fn allowing_rule<'p>(
+    call: &CallFacts<'_>,
+    allow: impl IntoIterator<Item = &'p Rule>,
+) -> Option<&'p Rule> {
+    let rules: Vec<&Rule> = allow
+        .into_iter()
+        .filter(|rule| rule.covers(call.tool))
+        .filter(|rule| {
+            call.command
+                .is_none_or(|command| command.escalation_allowed_by(rule))
+        })
+        .collect();
     if let Some(rule) = rules
         .iter()
         .find(|rule| matches!(rule.specifier, Specifier::Any))
@@ -1109,7 +1324,10 @@ fn allowing_rule<'p>(call: &CallFacts<'_>, allow: &'p [Rule]) -> Option<&'p Rule
 /// and every command's allow forms match allow rules; the rule of its first command.
 fn command_allowed<'p>(command: &CommandFacts, rules: &[&'p Rule]) -> Option<&'p Rule> {
     if !command.analysis.opaque.is_empty()
-        || command.written.iter().any(|path| !path.inside_roots())
+        || command
+            .written
+            .iter()
+            .any(|path| !path.inside_roots() && !command.escalation_writes(path))
     {
         return None;
     }
@@ -1154,7 +1372,7 @@ pub fn command_rules<'p>(
     let rules: Vec<&Rule> = policy
         .allow
         .iter()
-        .filter(|rule| rule.covers(tool))
+        .filter(|rule| rule.covers(tool) && command.escalation_allowed_by(rule))
         .collect();
     let any = rules
         .iter()

@@ -954,7 +954,13 @@ fn the_env_argument_is_part_of_the_command() {
         granted.outcome("run_command", with_env("git status", json!({"PATH": "/y"}))),
         "ask"
     );
-    assert_eq!(granted.command("git status"), "ask");
+    // Without the env the grant is not what decides (the known-safe list does).
+    assert_ne!(
+        granted
+            .judge("run_command", json!({"command": "git status"}))
+            .step,
+        Step::Grant
+    );
     // An assignment in the line reaches its own command only; the call's env every command:
     // the grant of one never covers the other.
     granted.grants = vec!["run_command(PATH=/x true; git status)".to_owned()];
@@ -1437,7 +1443,7 @@ fn beside_a_command_rule_of_run_command_a_confined_line_asks_naming_it() {
     ] {
         let ruled = Check::new(&world, rules).confined();
         for line in [
-            "ls",
+            "touch new.txt",
             "$(echo git) push origin",
             "x=rm; $x -rf victim",
             "git $X push origin main",

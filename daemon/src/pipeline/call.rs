@@ -11,8 +11,9 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use toold_protocol::{
     ApprovalDecision, ApprovalRequestParams, ApprovalResolved, ArgumentsReplaced, CallEnded,
-    CallOutcome, CallStart, ErrorType, PostToolUseParams, PreToolUseDecision, PreToolUseParams,
-    ReplacedBy, ResolvedBy, ToolCall, ToolOutput as OutputEvent, ToolProgress, ToolResult,
+    CallOutcome, CallStart, ErrorType, Escalation, PostToolUseParams, PreToolUseDecision,
+    PreToolUseParams, ReplacedBy, ResolvedBy, ToolCall, ToolOutput as OutputEvent, ToolProgress,
+    ToolResult,
 };
 
 use super::session::{Session, SessionState};
@@ -22,7 +23,9 @@ use crate::audit::{self, CallRecord, DecisionRecord, SessionChange};
 use crate::env::Env;
 use crate::events::EventBody;
 use crate::paths::ResolvedPath;
-use crate::permission::facts::{AnalysedLine, command_line, with_facts, with_facts_and_paths};
+use crate::permission::facts::{
+    AnalysedLine, call_escalation, command_line, with_facts, with_facts_and_paths,
+};
 use crate::permission::{self, Decision, HookVerdict, Judgment, Step};
 use crate::pipeline::{BatchSettings, Executor};
 use crate::tools::registry::run_resolved;
@@ -118,9 +121,12 @@ fn decision_record(judgment: &Judgment) -> DecisionRecord {
         | Step::DontAsk => "mode",
         Step::Sandboxed => "sandbox",
         Step::HookAsk | Step::HookAllow => "hook",
-        Step::SystemTool | Step::UnreadableCommand | Step::ProtectedPath | Step::DefaultAsk => {
-            "system"
-        }
+        Step::SystemTool
+        | Step::KnownSafe
+        | Step::EscalationRefused
+        | Step::UnreadableCommand
+        | Step::ProtectedPath
+        | Step::DefaultAsk => "system",
     };
     DecisionRecord {
         by,
@@ -140,11 +146,11 @@ pub fn finish(
     elapsed_ms: u64,
     trail: &Trail,
 ) -> CallOutcome {
-    // A call that ran because the sandbox confines it, with no rule, grant, hook or person
-    // deciding, says so beside its result: the model and whoever reads the transcript see why
+    // A call that ran because the sandbox confines it or the known-safe list holds it, with no
+    // rule, grant, hook or person deciding, says so beside its result: the model and whoever reads the transcript see why
     // nobody was asked.
     if let Some(decision) = &trail.decision
-        && decision.step == Step::Sandboxed.as_str()
+        && (decision.step == Step::Sandboxed.as_str() || decision.step == Step::KnownSafe.as_str())
     {
         result.metadata.insert(
             "permission".into(),
@@ -318,7 +324,7 @@ async fn step_permission(
     match judgment.decision {
         Decision::Allow => {
             let judged = judged_for(&state, resolved, judged);
-            Ok((Arc::clone(&state.env), judged))
+            Ok((env_for(&state, resolved), judged))
         }
         Decision::Deny(reason) => Err(failure(call, ErrorType::PermissionDenied, reason)),
         Decision::NotAllowed(reason) => Err(failure(call, ErrorType::ToolNotAllowed, reason)),
@@ -337,8 +343,21 @@ async fn step_permission(
             .await?;
             let state = scope.session.state();
             let judged = judged_for(&state, resolved, rejudged.unwrap_or(judged));
-            Ok((Arc::clone(&state.env), judged))
+            Ok((env_for(&state, resolved), judged))
         }
+    }
+}
+
+/// The Env an allowed call runs in: the session's, with its sandbox loosened by exactly what
+/// the call's `escalate` asked and was judged (approved, or covered by a rule or grant).
+fn env_for(state: &SessionState, resolved: &ResolvedCall) -> Arc<Env> {
+    let tool = &resolved.definition().name;
+    match call_escalation(tool, &resolved.arguments, &state.env) {
+        Some(loosening) => Arc::new(Env {
+            sandbox: state.env.sandbox.escalated(&loosening),
+            ..Env::clone(&state.env)
+        }),
+        None => Arc::clone(&state.env),
     }
 }
 
@@ -407,6 +426,7 @@ async fn step_approval(
         safety: resolved.definition().safety,
         reason: reason.clone(),
         suggestions: vec![suggestion],
+        escalation: escalation_asked(&scope.session.state().env, resolved),
     };
     let timeout = scope.settings.limits.approval_timeout;
     let reply = tokio::select! {
@@ -530,6 +550,27 @@ async fn step_approval(
     }
 }
 
+/// What approving the call would loosen of its sandbox, with the model's justification: the
+/// escalation as judged, for the approval request.
+fn escalation_asked(env: &Env, resolved: &ResolvedCall) -> Option<Escalation> {
+    let tool = &resolved.definition().name;
+    let loosening = call_escalation(tool, &resolved.arguments, env)?;
+    Some(Escalation {
+        network: loosening.network,
+        writable: loosening
+            .writable
+            .iter()
+            .map(|dir| dir.display().to_string())
+            .collect(),
+        unsandboxed: loosening.unsandboxed,
+        justification: resolved
+            .arguments
+            .get("justification")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+    })
+}
+
 fn resolved_event(
     scope: &CallScope,
     approval_id: &str,
@@ -557,7 +598,7 @@ fn deny_reason(
     })
 }
 
-/// The exact form an `allow_session` answer records.
+/// What an `allow_session` answer records: a pattern grant or the call's exact form.
 fn grant_for(
     state: &SessionState,
     resolved: &ResolvedCall,
@@ -568,7 +609,7 @@ fn grant_for(
         resolved,
         analysed,
         HookVerdict::None,
-        permission::canonical_form,
+        permission::session_grant,
     )
 }
 

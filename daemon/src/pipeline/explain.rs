@@ -154,7 +154,12 @@ fn allowed_because(step: Step) -> String {
         Step::SystemTool => "a system tool skips rules and modes",
         Step::BypassMode => "the session's mode is bypass",
         Step::AllowRule => "an allow rule covers the call",
-        Step::Grant => "the session granted this exact call",
+        Step::Grant => "a grant the session recorded covers the call",
+        Step::KnownSafe => {
+            "every command of the line is a read-only command on toold's known-safe list, used \
+             only with options that cannot write, run other programs or reach the network, and \
+             reading only inside the roots"
+        }
         Step::HookAllow => "a PreToolUse hook allowed the call",
         Step::AcceptEdits => "the session's mode is accept_edits and the file is inside its roots",
         Step::ReadOnlyInsideRoots => "the tool is read-only and its paths are inside the roots",

@@ -315,6 +315,10 @@ impl Confinement {
             );
             places.extend(cwd_place);
         }
+        for dir in sandbox.also_writable.iter() {
+            writable.push(dir.clone());
+            places.push(Place::at_itself(dir.clone(), true));
+        }
         // What commands cannot read, and the sockets of services outside they may reach: one
         // that lies under a hidden directory (an agent's in the runtime directory) or the
         // private `/tmp` is shown at its path, through a read-only copy of that directory's
@@ -622,29 +626,63 @@ impl Confinement {
         let network = if self.settings.network {
             ""
         } else {
-            " IP networking is off for this session's commands (name lookups fail too): a \
-             command that needs it, such as a package download or `git push`, must be run by \
-             the user, or the user can turn it on with [sandbox] network = true in the config \
-             (commands then ask before they run)."
+            " IP networking is off for this session's commands (name lookups fail too): if the \
+             command needs it (a package download, `git push`), run it again with escalate \
+             {\"network\": true} and a justification, and the user is asked."
         };
         let sockets = if refused.is_empty() {
             String::new()
         } else {
             format!(
                 " Connections to Unix sockets the command does not serve itself were refused \
-                 ({}): a server outside the sandbox would act for it; the user can name one \
-                 in [sandbox] unix_sockets.",
+                 ({}): a server outside the sandbox would act for it. Run it again with escalate \
+                 {{\"unsandboxed\": true}} and a justification if the user's config allows it, \
+                 or the user can name the socket in [sandbox] unix_sockets.",
                 refused.join(", ")
             )
         };
+        let writes = if looks_denied(output) {
+            let dir = denied_dir(output).map_or_else(
+                || "DIR".to_owned(),
+                |dir| dir.display().to_string().replace('"', "\\\""),
+            );
+            format!(
+                " If it must write elsewhere, run it again with escalate {{\"writable\": \
+                 [\"{dir}\"]}} (an existing directory it writes under) and a justification, and \
+                 the user is asked."
+            )
+        } else {
+            String::new()
+        };
         Some(format!(
-            "the sandbox (mode {}) may have denied this: commands may write only under {}.{network}{sockets} \
-             To allow more, add the directory to [sandbox] writable in the config, or ask the \
-             user for a session with a looser sandbox.",
+            "the sandbox (mode {}) may have denied this: commands may write only under \
+             {}.{writes}{network}{sockets}",
             self.settings.mode.as_str(),
             dirs.join(", ")
         ))
     }
+}
+
+/// The existing directory that holds the first path a denial in `output` names (`touch:
+/// cannot touch '/x/y': Read-only file system`, `bash: /x/y: Permission denied`): what an
+/// escalation would have to make writable.
+fn denied_dir(output: &str) -> Option<PathBuf> {
+    let line = output.lines().find(|line| looks_denied(line))?;
+    let quoted = line
+        .split(['\'', '`', '"'])
+        .skip(1)
+        .step_by(2)
+        .find(|part| part.starts_with('/'));
+    let path = quoted.or_else(|| {
+        line.split(": ")
+            .map(str::trim)
+            .find(|part| part.starts_with('/'))
+    })?;
+    Path::new(path)
+        .ancestors()
+        .skip(1)
+        .find(|dir| dir.is_dir())
+        .map(Path::to_path_buf)
 }
 
 /// Whether `output` reads like a program that found no network: a name that did not resolve,

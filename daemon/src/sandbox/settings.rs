@@ -60,6 +60,8 @@ impl SandboxConfig {
             denied_reads: Arc::default(),
             on_unsupported: self.on_unsupported,
             private_dir: None,
+            also_writable: Arc::default(),
+            allow_unsandboxed: self.allow_unsandboxed,
         }
     }
 
@@ -155,6 +157,11 @@ pub struct CommandSandbox {
     /// The session's own directory for its commands' `/tmp` and `/dev/shm`, kept across its
     /// calls ([`private_tmp`]); `None`: each call gets one of its own.
     pub private_dir: Option<Arc<Path>>,
+    /// Directories one command may also write under, in either mode: what an approved
+    /// `escalate` of `writable` loosens ([`Self::escalated`]).
+    pub also_writable: Arc<[PathBuf]>,
+    /// The config's `allow_unsandboxed`: whether a command may ask to run with no sandbox.
+    pub allow_unsandboxed: bool,
 }
 
 impl Default for CommandSandbox {
@@ -164,6 +171,24 @@ impl Default for CommandSandbox {
 }
 
 impl CommandSandbox {
+    /// This sandbox with what an approved escalation loosens, for one command: the network,
+    /// more directories to write under, or no sandbox at all.
+    pub fn escalated(&self, loosening: &crate::permission::escalation::Loosening) -> Self {
+        let mut sandbox = self.clone();
+        if loosening.unsandboxed {
+            sandbox.settings.mode = toold_protocol::SandboxMode::Off;
+        }
+        if loosening.network {
+            sandbox.settings.network = true;
+        }
+        if !loosening.writable.is_empty() {
+            let mut dirs = self.also_writable.to_vec();
+            dirs.extend(loosening.writable.iter().cloned());
+            sandbox.also_writable = dirs.into();
+        }
+        sandbox
+    }
+
     /// Whether this sandbox confines a command enough to run it unasked (the permission
     /// engine's `sandboxed` step): its mode writes at most the roots, the network is closed,
     /// and this kernel enforces every layer of it but one, Landlock's signal scope, which the

@@ -63,6 +63,11 @@ pub struct FoundCommand {
     pub allow_forms: Vec<String>,
     /// Found inside a substitution, `sh -c` or `eval`: only deny and ask rules apply to it.
     pub nested: bool,
+    /// The words of the command it runs (past wrappers), when every one is known as written
+    /// and means only itself to bash ([`walk`]'s `is_plain_word`), with no assignment or
+    /// privilege wrapper before them; empty otherwise. What the known-safe list judges.
+    #[serde(default)]
+    pub plain_words: Vec<String>,
 }
 
 impl CommandLine {

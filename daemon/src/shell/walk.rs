@@ -401,7 +401,7 @@ impl Walker<'_> {
                     .collect::<Vec<_>>()
                     .join("; ")
             };
-            self.push_command(vec![form.clone()], vec![form]);
+            self.push_command(vec![form.clone()], vec![form], Vec::new());
         }
     }
 
@@ -667,7 +667,7 @@ impl Walker<'_> {
                 // A bare assignment runs nothing, but it changes what later commands run
                 // (`PATH=/tmp/x; git status`): it must be allowed like a command.
                 let form = assignments.join(" ");
-                self.push_command(vec![form.clone()], vec![form]);
+                self.push_command(vec![form.clone()], vec![form], Vec::new());
             }
             return;
         }
@@ -778,15 +778,30 @@ impl Walker<'_> {
             // A wrapper with nothing to run (`env`, `time`) is itself the command.
             allow_forms = vec![prefixed(assignments, &words.join(" "))];
         }
+        // The words themselves, when each is known as written and means only itself: what
+        // the list of known-safe commands reads.
+        let start = words.len() - layer.len();
+        let plain = !layer.is_empty()
+            && allow_assignments.is_empty()
+            && privileged_outer.is_none()
+            && !computed[start.min(computed.len())..].contains(&true)
+            && layer.iter().all(|word| is_plain_word(word));
+        let plain_words = if plain { layer.to_vec() } else { Vec::new() };
         allow_forms.extend(privileged_outer);
-        self.push_command(match_forms, allow_forms);
+        self.push_command(match_forms, allow_forms, plain_words);
     }
 
-    fn push_command(&mut self, match_forms: Vec<String>, allow_forms: Vec<String>) {
+    fn push_command(
+        &mut self,
+        match_forms: Vec<String>,
+        allow_forms: Vec<String>,
+        plain_words: Vec<String>,
+    ) {
         self.out.commands.push(FoundCommand {
             match_forms,
             allow_forms,
             nested: self.nested,
+            plain_words,
         });
     }
 
@@ -1313,6 +1328,14 @@ fn source_of<'a>(raw: &'a str, piece: &WordPieceWithSource) -> &'a str {
 
 /// What a word whose value is only known at run time stands as in a command's forms.
 const COMPUTED: &str = "$?";
+
+/// A word that means only its text to bash once quotes are removed: no glob (which could
+/// expand to a symlink out of the roots), brace, tilde or expansion (`computed` marks words
+/// whose text is only known when the line runs). A quoted `'*.rs'` is refused too: the word's
+/// text no longer says whether it was quoted.
+fn is_plain_word(word: &str) -> bool {
+    !word.starts_with('~') && !word.contains(['*', '?', '[', '{', '$', '`', '\0'])
+}
 
 fn has_glob(name: &str) -> bool {
     name.contains(['*', '?', '['])

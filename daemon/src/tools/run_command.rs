@@ -90,7 +90,12 @@ process it started is killed, background processes included: do not use it to st
 or daemons that must keep running. Give `timeout_ms` for commands that may take long. \
 Unless the user turned it off, the command runs in a sandbox: it may write only inside the \
 session's directories and its own /tmp, reach no network unless the user allowed it, and read \
-no credential store; a failure it caused says so in metadata.sandbox (likely_denied, hint).";
+no credential store; a failure it caused says so in metadata.sandbox (likely_denied, hint). \
+Run commands in the sandbox first. Only when one needs more (a package download or `git push` \
+needs the network; a build may need to write a cache outside the project) call it again with \
+`escalate` naming exactly that ({\"network\": true}, {\"writable\": [\"DIR\"]}, or, as a last \
+resort, {\"unsandboxed\": true}) and a one-sentence `justification` for the user, who is asked \
+to approve it.";
 
 pub struct RunCommand;
 
@@ -102,6 +107,12 @@ struct Args {
     cwd: Option<String>,
     #[serde(default)]
     env: BTreeMap<String, String>,
+    /// Judged and applied by the pipeline, which runs the call in the sandbox it loosens
+    /// (`permission::facts::escalation`); nothing for the tool to do.
+    #[serde(default, rename = "escalate")]
+    _escalate: Option<Value>,
+    #[serde(default, rename = "justification")]
+    _justification: Option<String>,
 }
 
 impl Tool for RunCommand {
@@ -139,6 +150,28 @@ impl Tool for RunCommand {
                         "type": "object",
                         "additionalProperties": {"type": "string"},
                         "description": "Extra environment variables for this command only."
+                    },
+                    "escalate": {
+                        "type": "object",
+                        "properties": {
+                            "network": {"type": "boolean", "description": "true: IP networking."},
+                            "writable": {
+                                "type": "array",
+                                "items": {"type": "string", "minLength": 1},
+                                "minItems": 1,
+                                "maxItems": 16,
+                                "description": "Existing directories the command must also write under."
+                            },
+                            "unsandboxed": {"type": "boolean", "description": "true: no sandbox at all; the user's config may forbid it."}
+                        },
+                        "additionalProperties": false,
+                        "description": "What this one command needs beyond the sandbox. The user is asked, shown exactly this and the justification."
+                    },
+                    "justification": {
+                        "type": "string",
+                        "minLength": 1,
+                        "maxLength": 500,
+                        "description": "With escalate: one sentence telling the user why the command needs it."
                     }
                 },
                 "required": ["command"],

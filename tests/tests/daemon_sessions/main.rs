@@ -15,6 +15,7 @@ use toold_tests::daemon::{outcome, results};
 
 mod approvals;
 mod events;
+mod known_safe_and_grants;
 mod lifecycle;
 mod restart;
 mod several_clients;

@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{Value, json};
 use toold_tests::daemon::{TestClient, TestDaemon, no_answers};
 
+mod escalation;
 mod hidden;
 mod network;
 mod private_tmp;

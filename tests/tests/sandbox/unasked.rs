@@ -149,7 +149,7 @@ async fn a_command_that_finds_no_network_is_told_why() {
     let hint = result["metadata"]["sandbox"]["hint"]
         .as_str()
         .unwrap_or_default();
-    assert!(hint.contains("network = true"), "{hint}");
+    assert!(hint.contains(r#"escalate {"network": true}"#), "{hint}");
     assert!(
         result["error"]
             .as_str()
@@ -174,7 +174,7 @@ async fn rules_hooks_and_modes_speak_before_the_sandbox() {
     for line in [
         "x=rm; $x keep.txt",
         "printf 'rm keep.txt' > s.sh; sh s.sh",
-        "ls",
+        "touch made.txt",
     ] {
         let result = run(&client, &session, line).await;
         assert!(asked(&result), "{line}: {result}");
@@ -411,17 +411,48 @@ async fn forty_commands_of_a_rust_and_a_node_project_run_without_a_prompt() {
     assert!(project.join("notes/done.md").is_file());
     assert!(!project.join("rust/target").exists());
 
-    // The same forty where the sandbox does not decide (the network open, as the default was):
-    // each one asks, and nothing ran.
-    let open = TestDaemon::start_with_config(Some("[sandbox]\nnetwork = true\n"));
-    let client = connected(&open).await;
+    // The same forty where the sandbox does not decide (`sandboxed_commands = "ask"`): only
+    // the read-only commands of the known-safe list run, the others ask, and nothing changed.
+    let asking =
+        TestDaemon::start_with_config(Some("[permissions]\nsandboxed_commands = \"ask\"\n"));
+    let client = connected(&asking).await;
     let session = client.create_session(project, json!({})).await;
     let before = Places::snapshot(project);
-    let mut asked = 0;
+    let mut ran = Vec::new();
     for line in lines {
         let result = run(&client, &session, line).await;
-        asked += usize::from(self::asked(&result));
+        if !self::asked(&result) {
+            assert_eq!(
+                result["metadata"]["permission"]["step"], "known_safe",
+                "{line}: {result}"
+            );
+            ran.push(line);
+        }
     }
-    assert_eq!(asked, lines.len());
+    assert_eq!(
+        ran,
+        [
+            "ls -la",
+            "pwd",
+            "cat README.md",
+            "git status --short",
+            "git log --oneline -1",
+            "git diff",
+            "grep -rn 'fn add' rust",
+            "wc -l rust/src/lib.rs node/index.js",
+            "head -3 rust/Cargo.toml",
+            "tail -1 node/test.js",
+            "ls rust/target",
+            "cat notes/todo.md",
+            "git diff --stat",
+            "diff node/index.js node/index.bak",
+            "ls notes",
+            "cat head.txt",
+            "which cargo node",
+            "uname -s",
+            "date +%Y",
+            "git status --short | wc -l",
+        ]
+    );
     assert_eq!(Places::snapshot(project), before);
 }
