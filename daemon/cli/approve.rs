@@ -166,11 +166,13 @@ pub fn ask(
 ) -> ApprovalAnswer {
     // A terminal that cannot be written to still gets its answer read: ignore write errors.
     let _ = write!(prompt, "{RESET_BEFORE_PROMPT}{}", describe(request));
+    let choices = if request.always.is_some() {
+        "[y] once / [s] session / [p] always (project) / [n] deny / [d] deny always / [a] abort? "
+    } else {
+        "[y] once / [s] session / [n] deny / [a] abort? "
+    };
     loop {
-        let _ = write!(
-            prompt,
-            "{RESET_BEFORE_PROMPT}[y] once / [s] session / [n] deny / [a] abort? "
-        );
+        let _ = write!(prompt, "{RESET_BEFORE_PROMPT}{choices}");
         let _ = prompt.flush();
         let mut line = String::new();
         match input.read_line(&mut line) {
@@ -190,7 +192,14 @@ pub fn ask(
             }
             Ok(_) => {}
         }
-        match parse_choice(&line) {
+        let choice = parse_choice(&line).filter(|decision| {
+            request.always.is_some()
+                || !matches!(
+                    decision,
+                    ApprovalDecision::AllowAlways | ApprovalDecision::DenyAlways
+                )
+        });
+        match choice {
             Some(ApprovalDecision::Deny) => {
                 return ApprovalAnswer {
                     message: Some("denied by the user".to_owned()),
@@ -199,10 +208,15 @@ pub fn ask(
             }
             Some(decision) => return ApprovalAnswer::new(decision),
             None => {
+                let always = if request.always.is_some() {
+                    ", p (always allow in this project), d (always deny in this project)"
+                } else {
+                    ""
+                };
                 let _ = writeln!(
                     prompt,
-                    "please answer y (allow once), s (allow for the session), n (deny) or a \
-                     (abort the batch)"
+                    "please answer y (allow once), s (allow for the session){always}, n (deny) \
+                     or a (abort the batch)"
                 );
             }
         }
@@ -256,6 +270,13 @@ pub fn describe(request: &ApprovalRequestParams) -> String {
             suggestions.join(", ")
         ));
     }
+    if let Some(always) = &request.always {
+        text.push_str(&format!(
+            "  always:    allow or deny {} in {}, written to your config\n",
+            visible::line(&always.rule),
+            visible::line(&always.project)
+        ));
+    }
     text
 }
 
@@ -270,6 +291,8 @@ pub fn parse_choice(line: &str) -> Option<ApprovalDecision> {
     match line.trim().to_ascii_lowercase().as_str() {
         "y" | "yes" | "o" | "once" => Some(ApprovalDecision::AllowOnce),
         "s" | "session" => Some(ApprovalDecision::AllowSession),
+        "p" | "always" => Some(ApprovalDecision::AllowAlways),
+        "d" | "never" => Some(ApprovalDecision::DenyAlways),
         "n" | "no" | "deny" => Some(ApprovalDecision::Deny),
         "a" | "abort" => Some(ApprovalDecision::Abort),
         _ => None,
@@ -292,6 +315,7 @@ mod tests {
             reason: "no allow rule matches run_command(rm -rf build)".into(),
             suggestions: vec!["run_command(rm -rf build)".into()],
             escalation: None,
+            always: None,
         }
     }
 

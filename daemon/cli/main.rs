@@ -25,6 +25,7 @@ mod mcp;
 mod mcp_serve;
 mod reload;
 mod render;
+mod rules;
 mod status;
 mod visible;
 mod watch;
@@ -120,6 +121,12 @@ enum Command {
     ///
     /// Example: toold explain run_command '{"command":"rm -rf build"}' --cwd ~/src/project
     Explain(explain::ExplainArgs),
+    /// List every permission rule in force for a project, with where it comes from (the
+    /// config file and line, a project's table, a live session's rules, its grants); `remove`
+    /// takes one out of the config file.
+    ///
+    /// Example: toold rules --project ~/src/app
+    Rules(rules::RulesArgs),
     /// Print the audit log, newest last: every call with its decision (and who made it) and
     /// outcome, every session change; `toold audit verify` checks its hash chain.
     ///
@@ -198,6 +205,7 @@ fn main() -> ExitCode {
         Command::Watch(args) => client_side(on_runtime(watch::watch(args))),
         Command::Explain(args) => client_side(on_runtime(explain::explain(args))),
         Command::Audit(args) => client_side(audit::audit(args)),
+        Command::Rules(args) => client_side(on_runtime(rules::rules(args))),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "toold", &mut std::io::stdout());
             ExitCode::SUCCESS

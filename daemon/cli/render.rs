@@ -90,7 +90,10 @@ pub fn event_line(event: &Event) -> Option<String> {
             "approval {} for {}: {} by {}",
             visible::line(&resolved.body.approval_id),
             visible::line(&resolved.body.call_id),
-            resolved.body.decision.map_or("no decision", decision_name),
+            resolved
+                .body
+                .decision
+                .map_or("no decision", ApprovalDecision::as_str),
             resolved_by_name(resolved.body.by)
         )),
         Event::BatchDone(done) => Some(format!("batch {} done", visible::line(&done.batch_id))),
@@ -101,15 +104,6 @@ pub fn stream_name(stream: OutputStream) -> &'static str {
     match stream {
         OutputStream::Stdout => "stdout",
         OutputStream::Stderr => "stderr",
-    }
-}
-
-fn decision_name(decision: ApprovalDecision) -> &'static str {
-    match decision {
-        ApprovalDecision::AllowOnce => "allow_once",
-        ApprovalDecision::AllowSession => "allow_session",
-        ApprovalDecision::Deny => "deny",
-        ApprovalDecision::Abort => "abort",
     }
 }
 

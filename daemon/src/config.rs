@@ -3,6 +3,7 @@
 //! the settings, where the file is found and read, and the errors; `read` walks the TOML.
 
 mod read;
+pub mod write;
 
 use std::ffi::OsStr;
 use std::fs::File;
@@ -168,7 +169,14 @@ impl Config {
         // The reader kept each rule's byte offset: a rule is named by its line.
         let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_owned());
         config.rules.file = Some(Arc::from(absolute));
-        for offsets in &mut config.rules.lines {
+        let tables = std::iter::once(&mut config.rules.lines).chain(
+            config
+                .rules
+                .projects
+                .iter_mut()
+                .map(|table| &mut table.lines),
+        );
+        for offsets in tables.flatten() {
             for offset in offsets {
                 let line = line_column(text, *offset as usize).0;
                 *offset = u32::try_from(line).unwrap_or(u32::MAX);
@@ -269,6 +277,16 @@ impl Config {
                 crate::permission::SandboxedCommands::Ask => "ask",
             }
         ));
+        for table in &self.rules.projects {
+            let rules = &table.rules;
+            lines.push(format!(
+                "rules of the project {}: {} allow, {} ask, {} deny (`toold rules --project` lists them)",
+                table.path.display(),
+                rules.allow.len(),
+                rules.ask.len(),
+                rules.deny.len()
+            ));
+        }
         let count = |event| self.hooks.iter().filter(|hook| hook.event == event).count();
         lines.push(format!(
             "hooks: {} pre_tool_use, {} post_tool_use",

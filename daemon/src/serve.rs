@@ -155,6 +155,8 @@ pub fn serve(args: ServeArgs) -> Result<(), ServeError> {
         let restored = sessions.restore();
         let settings = Settings { allow_bypass: config.allow_bypass, max_message_bytes: config.max_message_bytes };
         let daemon = Arc::new(Daemon::new(Arc::new(executor), sessions, settings, config.clone(), config_path.clone(), indexes));
+        let rule_book: std::sync::Weak<dyn crate::pipeline::RuleBook> = Arc::downgrade(&daemon) as _;
+        daemon.executor.set_rule_book(rule_book);
         // Each server once, for every session; their tools' coming and going told to clients.
         let told = Arc::downgrade(&daemon);
         let mcp = Arc::new(McpServers::start(&config.mcp_servers, mcp_log_dir, &daemon.registry, Arc::new(move || {

@@ -23,6 +23,18 @@ pub struct ApprovalRequestParams {
     /// approving it loosens, and the model's justification.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub escalation: Option<crate::Escalation>,
+    /// The rule an `allow_always` or `deny_always` answer writes into the user's config for
+    /// the session's project (`project`); absent, those answers are not offered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub always: Option<AlwaysRule>,
+}
+
+/// What answering "always" would persist.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AlwaysRule {
+    pub rule: String,
+    /// The project it applies to: the session's first root.
+    pub project: String,
 }
 
 /// The approver's decision.
@@ -37,6 +49,24 @@ pub enum ApprovalDecision {
     Deny,
     /// This call `permission_canceled`, the rest of the batch `canceled`.
     Abort,
+    /// Run it, and write the request's `always.rule` as an allow rule of its project into the
+    /// user's config: every session of the project, now and after restarts.
+    AllowAlways,
+    /// `permission_denied`, and write `always.rule` as a deny rule of its project.
+    DenyAlways,
+}
+
+impl ApprovalDecision {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApprovalDecision::AllowOnce => "allow_once",
+            ApprovalDecision::AllowSession => "allow_session",
+            ApprovalDecision::Deny => "deny",
+            ApprovalDecision::Abort => "abort",
+            ApprovalDecision::AllowAlways => "allow_always",
+            ApprovalDecision::DenyAlways => "deny_always",
+        }
+    }
 }
 
 /// The answer to `approval/request`.
@@ -89,6 +119,8 @@ mod tests {
             (ApprovalDecision::AllowSession, "allow_session"),
             (ApprovalDecision::Deny, "deny"),
             (ApprovalDecision::Abort, "abort"),
+            (ApprovalDecision::AllowAlways, "allow_always"),
+            (ApprovalDecision::DenyAlways, "deny_always"),
         ];
         for (decision, name) in decisions {
             let answer: ApprovalAnswer = assert_round_trip(json!({"decision":name}));

@@ -36,7 +36,7 @@ pub mod tools_api;
 #[cfg(test)]
 mod test_support;
 
-pub use approval::{ApprovalAnswer, ApprovalDecision, ApprovalRequestParams};
+pub use approval::{AlwaysRule, ApprovalAnswer, ApprovalDecision, ApprovalRequestParams};
 pub use events::{
     ApprovalResolved, ArgumentsReplaced, BatchDone, BatchStart, CallEnded, CallStart, Event,
     EventParams, OutputStream, ReplacedBy, ResolvedBy, ToolOutput, ToolProgress,

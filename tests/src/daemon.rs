@@ -233,6 +233,17 @@ impl TestDaemon {
         }
     }
 
+    /// From now on a restart keeps the config file as the daemon (or the test) left it, rather
+    /// than writing the one the daemon started with again.
+    pub fn keep_config_file(&mut self) {
+        self.config = None;
+    }
+
+    /// The config file the daemon reads (`$XDG_CONFIG_HOME/toold/config.toml`).
+    pub fn config_file(&self) -> PathBuf {
+        self.root.join("config/toold/config.toml")
+    }
+
     /// Stops and starts the daemon again on the same directories.
     pub fn restart(&mut self) {
         let status = self.stop();

@@ -135,23 +135,32 @@ pub fn form(request: &ApprovalRequestParams, titled: bool) -> Result<ElicitReque
         Some(rule) => format!("Allow for this session ({})", visible::line(rule)),
         None => "Allow for this session".to_owned(),
     };
-    let decision = if titled {
-        json!({
-            "type": "string",
-            "title": "Decision",
-            "oneOf": [
-                {"const": "allow_once", "title": "Allow once"},
-                {"const": "allow_session", "title": for_session},
-                {"const": "deny", "title": "Deny"},
-            ],
-        })
+    let mut choices = vec![
+        ("allow_once", "Allow once".to_owned()),
+        ("allow_session", for_session),
+    ];
+    if let Some(always) = &request.always {
+        let rule = visible::line(&always.rule);
+        let project = visible::line(&always.project);
+        choices.push((
+            "allow_always",
+            format!("Always allow ({rule}) in {project}"),
+        ));
+        choices.push(("deny", "Deny".to_owned()));
+        choices.push(("deny_always", format!("Always deny ({rule}) in {project}")));
     } else {
-        json!({
-            "type": "string",
-            "title": "Decision",
-            "enum": ["allow_once", "allow_session", "deny"],
-            "enumNames": ["Allow once", for_session, "Deny"],
-        })
+        choices.push(("deny", "Deny".to_owned()));
+    }
+    let decision = if titled {
+        let one_of: Vec<Value> = choices
+            .iter()
+            .map(|(value, title)| json!({"const": value, "title": title}))
+            .collect();
+        json!({"type": "string", "title": "Decision", "oneOf": one_of})
+    } else {
+        let values: Vec<&str> = choices.iter().map(|(value, _)| *value).collect();
+        let titles: Vec<&String> = choices.iter().map(|(_, title)| title).collect();
+        json!({"type": "string", "title": "Decision", "enum": values, "enumNames": titles})
     };
     let schema = json!({
         "type": "object",
@@ -182,6 +191,8 @@ pub fn decided(result: &ElicitResult) -> ApprovalAnswer {
     match decision {
         Some("allow_once") => ApprovalAnswer::new(ApprovalDecision::AllowOnce),
         Some("allow_session") => ApprovalAnswer::new(ApprovalDecision::AllowSession),
+        Some("allow_always") => ApprovalAnswer::new(ApprovalDecision::AllowAlways),
+        Some("deny_always") => ApprovalAnswer::new(ApprovalDecision::DenyAlways),
         _ => ApprovalAnswer {
             message: Some("denied by the person in the MCP host".to_owned()),
             ..ApprovalAnswer::new(ApprovalDecision::Deny)

@@ -7,6 +7,7 @@
 
 mod mcp;
 
+use crate::permission::ProjectRules;
 use std::borrow::Cow;
 use std::fmt::Display;
 use std::ops::Range;
@@ -314,26 +315,90 @@ fn permissions(field: &Field<'_, '_>, warnings: &mut Vec<Fault>) -> Result<Confi
                 };
                 continue;
             }
+            "project" => {
+                for table in list.elements("an array of tables ([[permissions.project]])")? {
+                    rules
+                        .projects
+                        .push(project_rules(&table, &builtins, &home, warnings)?);
+                }
+                continue;
+            }
             _ => {
-                return Err(list.unknown(&["allow", "ask", "deny", "sandboxed_commands"]));
+                return Err(list.unknown(&[
+                    "allow",
+                    "ask",
+                    "deny",
+                    "sandboxed_commands",
+                    "project",
+                ]));
             }
         };
-        for item in list.elements("an array of rule strings")? {
-            let text = item.string()?;
-            // Syntax errors do not depend on the cwd: rules are compiled again per session.
-            Rule::parse(text, Path::new("/"), &home)
-                .map_err(|error| item.fault(format!("invalid rule: {error}")))?;
-            if let Some(reason) = lint::never_matches(text, &builtins, None, &home)
-                .map(|reason| format!("{text:?} can never match: {reason}"))
-                .or_else(|| lint::names_an_unknown_tool(text, &builtins, &home))
-            {
-                warnings.push(item.fault(reason));
-            }
-            target.push(text.to_owned());
-            lines.push(u32::try_from(item.value.span().start).unwrap_or(u32::MAX));
-        }
+        rule_list(&list, target, lines, &builtins, &home, warnings)?;
     }
     Ok(rules)
+}
+
+/// One `[[permissions.project]]`: `path` (absolute or `~/`) and its `allow`, `ask`, `deny`.
+fn project_rules(
+    table: &Field<'_, '_>,
+    builtins: &[toold_protocol::ToolDefinition],
+    home: &Path,
+    warnings: &mut Vec<Fault>,
+) -> Result<ProjectRules, Fault> {
+    let mut project = ProjectRules::default();
+    let mut path = None;
+    for list in table.entries()? {
+        let (target, lines) = match list.name {
+            "path" => {
+                let text = list.string()?;
+                let absolute = match text.strip_prefix("~/") {
+                    Some(in_home) => home.join(in_home),
+                    None => PathBuf::from(text),
+                };
+                if !absolute.is_absolute() {
+                    return Err(list.fault(format!(
+                        "must be an absolute path or start with ~/, got {text:?}"
+                    )));
+                }
+                path = Some(crate::paths::normalize_lexically(&absolute));
+                continue;
+            }
+            "allow" => (&mut project.rules.allow, &mut project.lines[0]),
+            "ask" => (&mut project.rules.ask, &mut project.lines[1]),
+            "deny" => (&mut project.rules.deny, &mut project.lines[2]),
+            _ => return Err(list.unknown(&["path", "allow", "ask", "deny"])),
+        };
+        rule_list(&list, target, lines, builtins, home, warnings)?;
+    }
+    project.path =
+        path.ok_or_else(|| table.fault("a [[permissions.project]] needs its path".to_owned()))?;
+    Ok(project)
+}
+
+/// A list of rule strings, each checked, with its byte offset kept in `lines`.
+fn rule_list(
+    list: &Field<'_, '_>,
+    target: &mut Vec<String>,
+    lines: &mut Vec<u32>,
+    builtins: &[toold_protocol::ToolDefinition],
+    home: &Path,
+    warnings: &mut Vec<Fault>,
+) -> Result<(), Fault> {
+    for item in list.elements("an array of rule strings")? {
+        let text = item.string()?;
+        // Syntax errors do not depend on the cwd: rules are compiled again per session.
+        Rule::parse(text, Path::new("/"), home)
+            .map_err(|error| item.fault(format!("invalid rule: {error}")))?;
+        if let Some(reason) = lint::never_matches(text, builtins, None, home)
+            .map(|reason| format!("{text:?} can never match: {reason}"))
+            .or_else(|| lint::names_an_unknown_tool(text, builtins, home))
+        {
+            warnings.push(item.fault(reason));
+        }
+        target.push(text.to_owned());
+        lines.push(u32::try_from(item.value.span().start).unwrap_or(u32::MAX));
+    }
+    Ok(())
 }
 
 /// `audit`: how much of each call's arguments the audit log keeps, or no log.

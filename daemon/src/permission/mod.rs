@@ -111,6 +111,27 @@ pub struct ConfigRules {
     /// The 1-based line of each rule of `rules.allow`, `.ask` and `.deny`, in that order
     /// (empty when unknown).
     pub lines: [Vec<u32>; 3],
+    /// `[[permissions.project]]`: rules for the sessions of one project only (what an
+    /// `allow_always` or `deny_always` answer writes).
+    pub projects: Vec<ProjectRules>,
+}
+
+/// One `[[permissions.project]]` table: rules that apply to a session whose project (its first
+/// root) is `path` or lies under it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProjectRules {
+    /// Absolute, as written (`~/` expanded).
+    pub path: PathBuf,
+    pub rules: Rules,
+    /// As [`ConfigRules::lines`].
+    pub lines: [Vec<u32>; 3],
+}
+
+impl ProjectRules {
+    /// Whether a session whose first root is `project` is one of this table's.
+    pub fn covers(&self, project: &Path) -> bool {
+        project.starts_with(&self.path)
+    }
 }
 
 impl From<Rules> for ConfigRules {
@@ -138,11 +159,18 @@ impl RuleOrigin {
 }
 
 impl ConfigRules {
-    fn origin(&self, list: usize, index: usize) -> RuleOrigin {
-        RuleOrigin::Config {
-            file: self.file.clone(),
-            line: self.lines[list].get(index).copied(),
-        }
+    /// The rules of the config that apply to a session of `project` (its first root): the
+    /// whole file's, then each of its project's tables, with where each rule is written.
+    pub fn in_force<'a>(
+        &'a self,
+        project: Option<&'a Path>,
+    ) -> impl Iterator<Item = (&'a Rules, &'a [Vec<u32>; 3])> + 'a {
+        let projects = self
+            .projects
+            .iter()
+            .filter(move |table| project.is_some_and(|project| table.covers(project)))
+            .map(|table| (&table.rules, &table.lines));
+        std::iter::once((&self.rules, &self.lines)).chain(projects)
     }
 }
 
@@ -482,19 +510,24 @@ impl Policy {
         Ok(policy)
     }
 
-    /// A session's policy at `cwd`: the config file's rules, then the session's own, each
-    /// knowing where it is written.
+    /// A session's policy at `cwd`: the config file's rules (those of `project`, the session's
+    /// first root, too), then the session's own, each knowing where it is written.
     pub fn for_session(
         config: &ConfigRules,
         session: &Rules,
         cwd: &Path,
+        project: Option<&Path>,
         home: &Path,
     ) -> Result<Self, RuleError> {
         let mut policy = Policy {
             sandboxed_commands: config.sandboxed_commands,
             ..Policy::default()
         };
-        for (rules, config) in [(&config.rules, Some(config)), (session, None)] {
+        let sources = config
+            .in_force(project)
+            .map(|(rules, lines)| (rules, Some(lines)))
+            .chain(std::iter::once((session, None)));
+        for (rules, lines_of) in sources {
             let lists = [
                 (&rules.allow, &mut policy.allow),
                 (&rules.ask, &mut policy.ask),
@@ -503,8 +536,11 @@ impl Policy {
             for (list, (texts, target)) in lists.into_iter().enumerate() {
                 for (index, text) in texts.iter().enumerate() {
                     let mut rule = Rule::parse(text, cwd, home)?;
-                    if let Some(config) = config {
-                        rule.origin = config.origin(list, index);
+                    if let Some(lines) = lines_of {
+                        rule.origin = RuleOrigin::Config {
+                            file: config.file.clone(),
+                            line: lines[list].get(index).copied(),
+                        };
                     }
                     target.push(rule);
                 }
@@ -1191,6 +1227,27 @@ pub fn session_grant(call: &CallFacts<'_>) -> String {
         Some(rule) => format!("{PATTERN_GRANT}{rule}"),
         None => canonical_form(call),
     }
+}
+
+/// The rule an `allow_always` or `deny_always` answer writes for good: the pattern grant's
+/// rule, or the call's exact form when that reads as a rule covering exactly this call (no `*`
+/// or glob character in it, no `env`, no `cwd`). `None` when neither covers the call as its
+/// text reads: "always" is then not offered.
+pub fn always_rule(call: &CallFacts<'_>) -> Option<String> {
+    let text = match pattern_grant(call) {
+        Some(rule) => rule,
+        None => {
+            let exact = canonical_form(call);
+            let body = exact.split_once('(').map_or("", |(_, body)| body);
+            if body.contains(['*', '?', '[', ']', '{', '}']) {
+                return None;
+            }
+            exact
+        }
+    };
+    let rule = Rule::parse(&text, Path::new("/"), Path::new("/")).ok()?;
+    allowing_rule(call, std::iter::once(&rule))?;
+    Some(text)
 }
 
 /// A grant as the person is shown it (and as a rule would be written): a pattern grant's rule.

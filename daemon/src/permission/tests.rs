@@ -494,12 +494,13 @@ fn a_policy_for_a_session_knows_where_each_rule_is_written() {
         file: Some(file.clone()),
         lines: [vec![4, 5], vec![], vec![9]],
         sandboxed_commands: SandboxedCommands::Allow,
+        projects: Vec::new(),
     };
     let session = RuleStrings {
         allow: strings(&["run_command(make)"]),
         ..Default::default()
     };
-    let policy = Policy::for_session(&config, &session, &world.root, &world.root).unwrap();
+    let policy = Policy::for_session(&config, &session, &world.root, None, &world.root).unwrap();
     let origins: Vec<(&str, &RuleOrigin)> = policy
         .allow
         .iter()

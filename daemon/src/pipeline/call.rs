@@ -10,16 +10,17 @@ use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use toold_protocol::{
-    ApprovalDecision, ApprovalRequestParams, ApprovalResolved, ArgumentsReplaced, CallEnded,
-    CallOutcome, CallStart, ErrorType, Escalation, PostToolUseParams, PreToolUseDecision,
-    PreToolUseParams, ReplacedBy, ResolvedBy, ToolCall, ToolOutput as OutputEvent, ToolProgress,
-    ToolResult,
+    AlwaysRule, ApprovalDecision, ApprovalRequestParams, ApprovalResolved, ArgumentsReplaced,
+    CallEnded, CallOutcome, CallStart, ErrorType, Escalation, PostToolUseParams,
+    PreToolUseDecision, PreToolUseParams, ReplacedBy, ResolvedBy, ToolCall,
+    ToolOutput as OutputEvent, ToolProgress, ToolResult,
 };
 
 use super::session::{Session, SessionState};
 use crate::approval::{ApprovalReply, ApproverIdentity};
 use crate::audit::record::{Arguments, RecordedArguments};
 use crate::audit::{self, CallRecord, DecisionRecord, SessionChange};
+use crate::config::write::RuleList;
 use crate::env::Env;
 use crate::events::EventBody;
 use crate::paths::ResolvedPath;
@@ -427,7 +428,9 @@ async fn step_approval(
         reason: reason.clone(),
         suggestions: vec![suggestion],
         escalation: escalation_asked(&scope.session.state().env, resolved),
+        always: always_offered(scope, resolved, analysed.as_ref()),
     };
+    let always_rule = params.always.clone();
     let timeout = scope.settings.limits.approval_timeout;
     let reply = tokio::select! {
         reply = tokio::time::timeout(timeout, approver.request(params)) => reply.ok(),
@@ -439,13 +442,7 @@ async fn step_approval(
     };
     let answer = match reply {
         Some(ApprovalReply::Answer(answer, by)) => {
-            let given = match answer.decision {
-                ApprovalDecision::AllowOnce => "allow_once",
-                ApprovalDecision::AllowSession => "allow_session",
-                ApprovalDecision::Deny => "deny",
-                ApprovalDecision::Abort => "abort",
-            };
-            trail.answered(given, by);
+            trail.answered(answer.decision.as_str(), by);
             answer
         }
         Some(ApprovalReply::Failed(why)) => {
@@ -482,6 +479,10 @@ async fn step_approval(
             return Err(failure(call, ErrorType::PermissionCanceled, waited));
         }
     };
+    if let Err(why) = always_answer_offered(answer.decision, always_rule.as_ref()) {
+        resolved_event(scope, &approval_id, call, None, ResolvedBy::Client);
+        return Err(failure(call, ErrorType::PermissionCanceled, why));
+    }
     resolved_event(
         scope,
         &approval_id,
@@ -490,7 +491,9 @@ async fn step_approval(
         ResolvedBy::Client,
     );
     match answer.decision {
-        ApprovalDecision::AllowOnce | ApprovalDecision::AllowSession => {
+        ApprovalDecision::AllowOnce
+        | ApprovalDecision::AllowSession
+        | ApprovalDecision::AllowAlways => {
             let replaced = answer.arguments.is_some();
             if let Some(arguments) = answer.arguments {
                 resolved.replace_arguments(arguments)?;
@@ -532,12 +535,31 @@ async fn step_approval(
                     );
                 }
             }
+            if answer.decision == ApprovalDecision::AllowAlways
+                && let Some(always) = &always_rule
+            {
+                keep_for_good(scope, call, always, RuleList::Allow).await;
+            }
             Ok(replaced.then_some(paths))
         }
         ApprovalDecision::Deny => {
             let message = answer
                 .message
                 .unwrap_or_else(|| "the user denied this call".to_owned());
+            Err(failure(call, ErrorType::PermissionDenied, message))
+        }
+        ApprovalDecision::DenyAlways => {
+            let kept = match &always_rule {
+                Some(always) => keep_for_good(scope, call, always, RuleList::Deny).await,
+                None => None,
+            };
+            let message = answer.message.unwrap_or_else(|| match kept {
+                Some(rule) => format!(
+                    "the user denied this call, and every call {rule} covers in this project \
+                     from now on"
+                ),
+                None => "the user denied this call".to_owned(),
+            });
             Err(failure(call, ErrorType::PermissionDenied, message))
         }
         ApprovalDecision::Abort => {
@@ -569,6 +591,78 @@ fn escalation_asked(env: &Env, resolved: &ResolvedCall) -> Option<Escalation> {
             .and_then(Value::as_str)
             .map(str::to_owned),
     })
+}
+
+/// The rule "always" would persist, when the daemon can persist one and the call has one.
+fn always_offered(
+    scope: &CallScope,
+    resolved: &ResolvedCall,
+    analysed: Option<&AnalysedLine>,
+) -> Option<AlwaysRule> {
+    scope.executor.rule_book()?;
+    let state = scope.session.state();
+    let project = state.env.roots.first()?;
+    let rule = with_facts(
+        &state.env,
+        resolved,
+        analysed,
+        HookVerdict::None,
+        permission::always_rule,
+    )?;
+    Some(AlwaysRule {
+        rule,
+        project: project.display().to_string(),
+    })
+}
+
+/// An "always" answer to a request that did not offer it is refused, never read as once.
+fn always_answer_offered(
+    decision: ApprovalDecision,
+    offered: Option<&AlwaysRule>,
+) -> Result<(), String> {
+    match decision {
+        ApprovalDecision::AllowAlways | ApprovalDecision::DenyAlways if offered.is_none() => {
+            Err(format!(
+                "the approver answered {}, which this request did not offer (no rule covers the \
+                 call as its text reads, or the daemon has no config file to write)",
+                decision.as_str()
+            ))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Writes `always`'s rule into the user's config for its project (and reloads it); the rule,
+/// or `None` when it could not be written (the call is decided as answered all the same, and
+/// the daemon logs why).
+async fn keep_for_good(
+    scope: &CallScope,
+    call: &ToolCall,
+    always: &AlwaysRule,
+    list: RuleList,
+) -> Option<String> {
+    let book = scope.executor.rule_book()?;
+    let project = std::path::Path::new(&always.project);
+    match book.persist(project, list, &always.rule).await {
+        Ok(file) => {
+            scope.executor.audit.session(&SessionChange::new(
+                "rule_kept",
+                scope.session.id(),
+                serde_json::json!({"call_id": call.id, "list": list.key(), "rule": always.rule,
+                                   "project": always.project, "file": file}),
+            ));
+            Some(always.rule.clone())
+        }
+        Err(why) => {
+            tracing::warn!(
+                session = scope.session.id(),
+                call = %call.id,
+                %why,
+                "an approver's rule for good was not kept"
+            );
+            None
+        }
+    }
 }
 
 fn resolved_event(

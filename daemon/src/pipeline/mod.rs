@@ -80,6 +80,21 @@ pub struct Executor {
     settings: RwLock<Arc<BatchSettings>>,
     /// Where every call's record goes (off unless the daemon opened a log).
     pub audit: Arc<AuditLog>,
+    /// Where `allow_always` and `deny_always` answers persist their rule (set once by the
+    /// daemon; without one, those answers are not offered).
+    rule_book: std::sync::OnceLock<std::sync::Weak<dyn RuleBook>>,
+}
+
+/// Where a rule an approver chose to keep for good is written: the user's config file, read
+/// again at once so that every session of the project has it.
+pub trait RuleBook: Send + Sync {
+    /// Adds `rule` to `list` of `project`'s rules; the file written, or why not.
+    fn persist<'a>(
+        &'a self,
+        project: &'a std::path::Path,
+        list: crate::config::write::RuleList,
+        rule: &'a str,
+    ) -> futures_util::future::BoxFuture<'a, Result<std::path::PathBuf, String>>;
 }
 
 impl Executor {
@@ -97,7 +112,18 @@ impl Executor {
             shell,
             settings: RwLock::new(Arc::new(settings)),
             audit: Arc::new(AuditLog::off()),
+            rule_book: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Has `allow_always` and `deny_always` answers persist through `book` (once, for good).
+    pub fn set_rule_book(&self, book: std::sync::Weak<dyn RuleBook>) {
+        let _ = self.rule_book.set(book);
+    }
+
+    /// The rule book, while the daemon that set it lives.
+    pub fn rule_book(&self) -> Option<Arc<dyn RuleBook>> {
+        self.rule_book.get().and_then(std::sync::Weak::upgrade)
     }
 
     /// Records every call in `audit`.

@@ -53,7 +53,13 @@ impl SessionState {
         config_rules: &ConfigRules,
         home: &Path,
     ) -> Result<Self, RuleError> {
-        let policy = Policy::for_session(config_rules, &rules, &env.cwd, home)?;
+        let policy = Policy::for_session(
+            config_rules,
+            &rules,
+            &env.cwd,
+            env.roots.first().map(|r| r.as_path()),
+            home,
+        )?;
         let mut env = env;
         env.sandbox.denied_reads = Arc::new(policy.denied_reads());
         Ok(Self {
@@ -69,7 +75,8 @@ impl SessionState {
     /// Compiles the policy again from `config_rules` (a reload's) and the session's own rules;
     /// on an error the policy is left as it was.
     pub fn recompile(&mut self, config_rules: &ConfigRules, home: &Path) -> Result<(), RuleError> {
-        let policy = Policy::for_session(config_rules, &self.rules, &self.env.cwd, home)?;
+        let project = self.env.roots.first().map(|root| root.as_path());
+        let policy = Policy::for_session(config_rules, &self.rules, &self.env.cwd, project, home)?;
         // What the session's commands cannot read follows its read deny rules.
         Arc::make_mut(&mut self.env).sandbox.denied_reads = Arc::new(policy.denied_reads());
         self.policy = Arc::new(policy);

@@ -28,6 +28,36 @@ pub(crate) fn session_defaults(config: &Config) -> SessionDefaults {
     }
 }
 
+impl crate::pipeline::RuleBook for Daemon {
+    /// Writes the rule into the config file the daemon reads (`--config`, else the default
+    /// one, made when missing), then reloads it: the rule holds at once for every session of
+    /// the project, and after restarts. A file that does not reload (changed by hand meanwhile
+    /// into one with an error) keeps the rule written but says so.
+    fn persist<'a>(
+        &'a self,
+        project: &'a std::path::Path,
+        list: crate::config::write::RuleList,
+        rule: &'a str,
+    ) -> futures_util::future::BoxFuture<'a, Result<PathBuf, String>> {
+        Box::pin(async move {
+            let file = self
+                .config_path
+                .clone()
+                .or_else(crate::config::default_path)
+                .ok_or("no config file to write (neither XDG_CONFIG_HOME nor HOME is set)")?;
+            {
+                // One writer at a time, and never beside a reload reading the file.
+                let _reloading = self.reloading.lock().await;
+                crate::config::write::add_project_rule(&file, project, list, rule)?;
+            }
+            self.reload().await.map_err(|why| {
+                format!("{} was written but did not reload: {why}", file.display())
+            })?;
+            Ok(file)
+        })
+    }
+}
+
 impl Daemon {
     /// Reads the config file again and applies it; the error (the file, line and column) when
     /// it does not check, the running config kept.
@@ -57,7 +87,9 @@ impl Daemon {
             warnings: config.warnings.iter().map(ToString::to_string).collect(),
             ..ReloadResult::default()
         };
-        if running.rules.rules != config.rules.rules {
+        if running.rules.rules != config.rules.rules
+            || running.rules.projects != config.rules.projects
+        {
             result.changed.push("rules".to_owned());
         }
         if !same_hooks(&running, &config) {

@@ -192,3 +192,136 @@ async fn a_session_grant_covers_the_program_and_subcommand_and_no_more() {
         .unwrap();
     assert_eq!(explained["decision"], "ask", "{explained}");
 }
+
+/// A session of `dir`, one call of `line`; the call's result.
+async fn run_in(
+    client: &toold_tests::daemon::TestClient,
+    dir: &std::path::Path,
+    line: &str,
+) -> Value {
+    let session = client.create_session(dir, json!({})).await;
+    let response = client
+        .execute(&session, json!([command_call("c", line)]))
+        .await;
+    result(&response, 0).clone()
+}
+
+#[tokio::test]
+async fn always_holds_in_the_project_after_a_restart_and_until_removed() {
+    let mut daemon = TestDaemon::start_asking();
+    daemon.keep_config_file();
+    let project = daemon.work().join("app");
+    let other = daemon.work().join("other");
+    for dir in [&project, &other] {
+        std::fs::create_dir_all(dir).unwrap();
+    }
+    let project = project.canonicalize().unwrap();
+    let asked = seen();
+    let decide = std::sync::Arc::new(std::sync::Mutex::new("allow_always"));
+    let answer = decide.clone();
+    let client = daemon
+        .connect(
+            approvals(),
+            answer_with(asked.clone(), move |_| {
+                Reply::result(json!({"decision": *answer.lock().unwrap()}))
+            }),
+        )
+        .await;
+
+    // Asked once, the person answers "always": the request named the rule and the project.
+    let first = run_in(&client, &project, "mkdir -p build").await;
+    assert!(first["error_type"].is_null(), "{first}");
+    let request = requests(&asked)[0].params.clone().unwrap();
+    assert_eq!(
+        request["always"],
+        json!({"rule": "run_command(mkdir *)", "project": project})
+    );
+    let config = std::fs::read_to_string(daemon.config_file()).unwrap();
+    assert!(
+        config.starts_with(toold_tests::daemon::COMMANDS_ASK),
+        "{config}"
+    );
+    assert!(config.contains("[[permissions.project]]"), "{config}");
+
+    // A new session of the project runs it unasked, by that rule of the config file.
+    let again = run_in(&client, &project, "mkdir -p build/x").await;
+    assert!(again["error_type"].is_null(), "{again}");
+    assert!(project.join("build/x").is_dir());
+    assert_eq!(requests(&asked).len(), 1, "the rule decided");
+    // Another project is asked.
+    run_in(&client, &other, "mkdir -p build").await;
+    assert_eq!(requests(&asked).len(), 2, "another project asks");
+
+    // After a restart it still holds.
+    drop(client);
+    daemon.restart();
+    let client = daemon.connect(json!({}), no_answers()).await;
+    let session = client.create_session(&project, json!({})).await;
+    let explained = client
+        .request(
+            "permissions/explain",
+            json!({"session_id": session, "call": {"name": "run_command", "arguments": {"command": "mkdir -p dist"}}}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(explained["step"], "allow_rule", "{explained}");
+    assert_eq!(explained["rule"], "run_command(mkdir *)", "{explained}");
+    assert_eq!(explained["source"]["kind"], "config", "{explained}");
+
+    // `toold rules` lists it with its file and line; `toold rules remove` ends it.
+    let listed = daemon
+        .command()
+        .args(["rules", "--project"])
+        .arg(&project)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&listed.stdout);
+    assert!(listed.status.success(), "{text}");
+    let file = daemon.config_file();
+    assert!(
+        text.contains(&format!(
+            "allow  run_command(mkdir *)  ({}:",
+            file.display()
+        )),
+        "{text}"
+    );
+    let removed = daemon
+        .command()
+        .args(["rules", "remove", "run_command(mkdir *)", "--project"])
+        .arg(&project)
+        .output()
+        .unwrap();
+    assert!(
+        removed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&removed.stderr)
+    );
+    let asked_now = run_in(&client, &project, "mkdir -p dist").await;
+    assert_eq!(asked_now["error_type"], "permission_denied", "{asked_now}");
+    assert!(!project.join("dist").exists());
+
+    // `deny_always`: denied now, and from then on by the rule, without asking.
+    *decide.lock().unwrap() = "deny_always";
+    let asked = seen();
+    let answer = decide.clone();
+    let client = daemon
+        .connect(
+            approvals(),
+            answer_with(asked.clone(), move |_| {
+                Reply::result(json!({"decision": *answer.lock().unwrap()}))
+            }),
+        )
+        .await;
+    let denied = run_in(&client, &project, "touch a.txt").await;
+    assert_eq!(denied["error_type"], "permission_denied", "{denied}");
+    let denied = run_in(&client, &project, "touch b.txt").await;
+    assert!(
+        denied["error"]
+            .as_str()
+            .unwrap()
+            .contains("denied by the rule run_command(touch *)"),
+        "{denied}"
+    );
+    assert_eq!(requests(&asked).len(), 1);
+    assert!(!project.join("a.txt").exists() && !project.join("b.txt").exists());
+}
