@@ -152,8 +152,73 @@ pub fn permission_section(rounds: usize) -> anyhow::Result<Section> {
          brush-parser caches the parse of recent words, as it would for a model repeating \
          similar lines.\n",
     );
+    unasked_decisions(rounds, &mut markdown)?;
     Ok(Section {
         figures: Vec::new(),
         markdown,
     })
+}
+
+/// What deciding an unasked command costs, in-process (the parse excluded): gathering its facts
+/// (the known-safe list and the paths it reads resolved, the escalation read) and judging it,
+/// with no rule, for `true` in a session whose sandbox confines it (`sandboxed`) and for
+/// `ls -la src` where the sandbox does not decide (`known_safe`).
+fn unasked_decisions(rounds: usize, markdown: &mut String) -> anyhow::Result<()> {
+    let project = tempfile::tempdir()?;
+    let cwd = project.path().canonicalize()?;
+    std::fs::create_dir(cwd.join("src"))?;
+    let policy = Policy::default();
+    let env = Env::new(&cwd);
+    let _ = writeln!(
+        markdown,
+        "
+An unasked command's decision, no rule, in-process (the line's facts gathered, the \
+         known-safe list and the paths it names resolved, then judged; the parse excluded), per \
+         call ({PER_ROUND} calls a round, {rounds} rounds):\n\n\
+         | line | decided by | µs per call, median (IQR) |\n|---|---|---|"
+    );
+    for (line, confined) in [("true", true), ("ls -la src", false)] {
+        let arguments = json!({ "command": line })
+            .as_object()
+            .cloned()
+            .unwrap_or_default();
+        let analysed = AnalysedLine::here(line);
+        let session = SessionFacts {
+            mode: SessionMode::Default,
+            policy: &policy,
+            grants: &[],
+            confined,
+        };
+        let decide = || {
+            let facts = command_facts("run_command", &arguments, &env, Some(&analysed))?;
+            let call = CallFacts {
+                tool: "run_command",
+                safety: Safety::SideEffect,
+                system: false,
+                arguments: &arguments,
+                paths: &[],
+                command: Some(&facts),
+                hook: HookVerdict::None,
+            };
+            Some(evaluate(&call, &session).step)
+        };
+        let step = decide().ok_or_else(|| anyhow::anyhow!("no command facts"))?;
+        let mut samples = Samples::default();
+        for _ in 0..rounds {
+            let started = Instant::now();
+            for _ in 0..PER_ROUND {
+                std::hint::black_box(decide());
+            }
+            samples.push(started.elapsed() / PER_ROUND);
+        }
+        let summary = samples.summary();
+        let _ = writeln!(
+            markdown,
+            "| `{line}` | `{}` | {:.1} ({:.1}) |",
+            step.as_str(),
+            summary.median * 1e3,
+            summary.iqr() * 1e3
+        );
+    }
+    Ok(())
 }

@@ -76,8 +76,8 @@ enum Command {
     ///
     /// run_command's output is streamed as it comes; then the content goes to stdout and one
     /// status line (✓ or ✗) to stderr; with --json, the result object goes to stdout. A call
-    /// that needs approval is asked on the terminal ([y] once / [s] session / [n] deny /
-    /// [a] abort); without a terminal it is denied unless --yes. Exit code: 0 when the result
+    /// that needs approval is asked on the terminal ([y] once / [s] session / [p] always in
+    /// this project / [n] deny / [d] deny always / [a] abort); without a terminal it is denied unless --yes. Exit code: 0 when the result
     /// is ok, 1 when it failed, 2 when the call could not be made.
     ///
     /// Example: toold call run_command '{"command":"cargo test"}' --cwd ~/src/project

@@ -112,7 +112,7 @@ const NOT_ALLOWED: &[&str] = &[
     "echo `id`",
     "echo <(id)",
     "env FOO=1 echo hi",
-    "git status --porcelain",
+    "git status --porcelain > status.txt",
     // Brace expansions, `~+`, `~-`, and a here-document body that the substitution count
     // cannot tell from code: the analysis makes these opaque, and the engine asks.
     "echo {a,b,c}",

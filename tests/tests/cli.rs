@@ -395,7 +395,9 @@ fn on_a_terminal_the_approval_is_asked_and_y_runs_the_command() {
     ]);
     command.arg(daemon.work());
     let mut terminal = Terminal::spawn(command);
-    terminal.wait_for("[y] once / [s] session / [n] deny / [a] abort?");
+    terminal.wait_for(
+        "[y] once / [s] session / [p] always (project) / [n] deny / [d] deny always / [a] abort?",
+    );
     let screen = terminal.screen();
     assert!(screen.contains("run_command"), "{screen}");
     assert!(

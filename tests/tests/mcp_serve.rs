@@ -580,7 +580,9 @@ async fn toold_watch_follows_two_hosts_and_answers_an_approval() {
     )
     .spawn()
     .expect("start the second host");
-    terminal.wait_for("[y] once / [s] session / [n] deny / [a] abort?");
+    terminal.wait_for(
+        "[y] once / [s] session / [p] always (project) / [n] deny / [d] deny always / [a] abort?",
+    );
     assert!(
         terminal.screen().contains("touch watched"),
         "{}",

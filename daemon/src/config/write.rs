@@ -13,23 +13,7 @@ use std::path::{Path, PathBuf};
 
 use toml_edit::{Array, ArrayOfTables, DocumentMut, Item, Table, Value};
 
-/// Which list of a project's table a rule goes in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RuleList {
-    Allow,
-    Ask,
-    Deny,
-}
-
-impl RuleList {
-    pub fn key(self) -> &'static str {
-        match self {
-            RuleList::Allow => "allow",
-            RuleList::Ask => "ask",
-            RuleList::Deny => "deny",
-        }
-    }
-}
+pub use crate::permission::RuleList;
 
 /// Adds `rule` to `list` of `project`'s `[[permissions.project]]` table in `file` (the table is
 /// made when the project has none; a rule already there is not added twice). Returns whether

@@ -9,16 +9,8 @@
 
 use std::path::{Path, PathBuf};
 
-use super::facts::shell_quoted;
-
-/// What a call loosens, or what a rule's ` with …` covers.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Loosening {
-    pub network: bool,
-    /// Directories the command may also write under, absolute and normalized.
-    pub writable: Vec<PathBuf>,
-    pub unsandboxed: bool,
-}
+use super::shell_quoted;
+pub use crate::sandbox::Loosening;
 
 impl Loosening {
     pub fn is_empty(&self) -> bool {

@@ -130,7 +130,7 @@ pub fn command_facts(
         line: line.to_owned(),
         env: call_env
             .iter()
-            .map(|(name, value)| format!("{name}={}", shell_quoted(value)))
+            .map(|(name, value)| format!("{name}={}", super::shell_quoted(value)))
             .collect(),
         cwd: cwd_argument.map(|cwd| paths::resolve(cwd, &env.cwd, &env.roots)),
         analysis,
@@ -298,19 +298,6 @@ fn with_home(target: &str, home: Option<&str>) -> String {
         }
         _ => target.to_owned(),
     }
-}
-
-/// A value as a shell word: plain when it is safe as it is, single-quoted otherwise, so that
-/// a grant of `A='x y' cmd` can never read as another assignment.
-pub(super) fn shell_quoted(value: &str) -> String {
-    if !value.is_empty()
-        && value
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "_-./:,+@%".contains(c))
-    {
-        return value.to_owned();
-    }
-    format!("'{}'", value.replace('\'', "'\\''"))
 }
 
 /// Gathers the facts of a resolved call and hands them to `judge` (the engine, or one of its

@@ -99,6 +99,25 @@ pub enum RuleOrigin {
     Grant,
 }
 
+/// Which list of rules a rule is in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RuleList {
+    Allow,
+    Ask,
+    Deny,
+}
+
+impl RuleList {
+    /// Its key in the config (`allow`, `ask`, `deny`).
+    pub fn key(self) -> &'static str {
+        match self {
+            RuleList::Allow => "allow",
+            RuleList::Ask => "ask",
+            RuleList::Deny => "deny",
+        }
+    }
+}
+
 /// The config file's `[permissions]`, with the line each rule is written on.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ConfigRules {
@@ -1173,7 +1192,7 @@ pub fn canonical_form(call: &CallFacts<'_>) -> String {
         let line = match &command.cwd {
             Some(cwd) => format!(
                 "cd {} && {}",
-                facts::shell_quoted(&paths::exact_text(&cwd.resolved)),
+                shell_quoted(&paths::exact_text(&cwd.resolved)),
                 command.line
             ),
             None => command.line.clone(),
@@ -1475,6 +1494,19 @@ fn argument_matches(
         .get(name)
         .and_then(Value::as_str)
         .is_some_and(|text| pattern.matches(text))
+}
+
+/// A value as a shell word: plain when it is safe as it is, single-quoted otherwise, so that
+/// a grant of `A='x y' cmd` can never read as another assignment.
+pub(crate) fn shell_quoted(value: &str) -> String {
+    if !value.is_empty()
+        && value
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_-./:,+@%".contains(c))
+    {
+        return value.to_owned();
+    }
+    format!("'{}'", value.replace('\'', "'\\''"))
 }
 
 /// Home for `~/` rule patterns.

@@ -20,10 +20,10 @@ use super::session::{Session, SessionState};
 use crate::approval::{ApprovalReply, ApproverIdentity};
 use crate::audit::record::{Arguments, RecordedArguments};
 use crate::audit::{self, CallRecord, DecisionRecord, SessionChange};
-use crate::config::write::RuleList;
 use crate::env::Env;
 use crate::events::EventBody;
 use crate::paths::ResolvedPath;
+use crate::permission::RuleList;
 use crate::permission::facts::{
     AnalysedLine, call_escalation, command_line, with_facts, with_facts_and_paths,
 };

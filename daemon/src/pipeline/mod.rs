@@ -92,7 +92,7 @@ pub trait RuleBook: Send + Sync {
     fn persist<'a>(
         &'a self,
         project: &'a std::path::Path,
-        list: crate::config::write::RuleList,
+        list: crate::permission::RuleList,
         rule: &'a str,
     ) -> futures_util::future::BoxFuture<'a, Result<std::path::PathBuf, String>>;
 }

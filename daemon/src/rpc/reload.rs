@@ -36,7 +36,7 @@ impl crate::pipeline::RuleBook for Daemon {
     fn persist<'a>(
         &'a self,
         project: &'a std::path::Path,
-        list: crate::config::write::RuleList,
+        list: crate::permission::RuleList,
         rule: &'a str,
     ) -> futures_util::future::BoxFuture<'a, Result<PathBuf, String>> {
         Box::pin(async move {

@@ -46,6 +46,7 @@ use serde_json::{Value, json};
 use toold_protocol::{SandboxMode, SandboxSettings};
 
 use self::namespace::{Place, View};
+pub use self::settings::Loosening;
 pub(crate) use self::settings::{AllowedSocket, CommandSandbox, OnUnsupported, SandboxConfig};
 use crate::spawn::{ChildSetup, Plain};
 

@@ -140,6 +140,16 @@ impl std::fmt::Display for AllowedSocket {
     }
 }
 
+/// What an escalation loosens of a sandbox for one command (`run_command`'s `escalate`, judged
+/// by the permission engine, `crate::permission::escalation`), or what a rule's ` with …` covers.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Loosening {
+    pub network: bool,
+    /// Directories the command may also write under, absolute and normalized.
+    pub writable: Vec<PathBuf>,
+    pub unsandboxed: bool,
+}
+
 /// The sandbox of one session's commands: its settings and the config's parts.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CommandSandbox {
@@ -173,7 +183,7 @@ impl Default for CommandSandbox {
 impl CommandSandbox {
     /// This sandbox with what an approved escalation loosens, for one command: the network,
     /// more directories to write under, or no sandbox at all.
-    pub fn escalated(&self, loosening: &crate::permission::escalation::Loosening) -> Self {
+    pub fn escalated(&self, loosening: &Loosening) -> Self {
         let mut sandbox = self.clone();
         if loosening.unsandboxed {
             sandbox.settings.mode = toold_protocol::SandboxMode::Off;
