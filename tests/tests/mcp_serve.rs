@@ -283,6 +283,25 @@ async fn the_host_approves_by_elicitation() {
         "{session_wide:#?}"
     );
 
+    // "Always allow": the form offers it with the rule and the project, and the rule is
+    // written into the config for the project.
+    let always = host(
+        &python,
+        &daemon,
+        &[],
+        &["ask", "allow_always", "mkdir kept"],
+    )
+    .await;
+    let asked = seen(&always, "elicitation")["message"].as_str().unwrap();
+    assert!(asked.contains("run_command(mkdir *)"), "{asked}");
+    assert_eq!(seen(&always, "result")["is_error"], false, "{always:#?}");
+    assert!(daemon.work().join("kept").is_dir());
+    let config = std::fs::read_to_string(daemon.config_file()).unwrap();
+    assert!(
+        config.contains("[[permissions.project]]") && config.contains("run_command(mkdir *)"),
+        "{config}"
+    );
+
     let denied = host(&python, &daemon, &[], &["ask", "deny", "touch refused"]).await;
     seen(&denied, "elicitation");
     let result = seen(&denied, "result");

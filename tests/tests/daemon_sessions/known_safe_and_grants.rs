@@ -127,38 +127,44 @@ async fn a_session_grant_covers_the_program_and_subcommand_and_no_more() {
         .await;
     let session = client.create_session(&work, json!({})).await;
 
-    // `git ls-files` is not on the known-safe list: it asks, and the approval offers the
-    // pattern it grants.
+    // A quoted glob makes `git log` not known-safe (the word no longer says it was quoted):
+    // it asks, and the approval offers the pattern it grants.
     let response = client
-        .execute(&session, json!([command_call("a", "git ls-files")]))
+        .execute(
+            &session,
+            json!([command_call("a", "git log -1 -- '*.txt'")]),
+        )
         .await;
     assert!(result(&response, 0)["error_type"].is_null(), "{response}");
     let first = requests(&asked);
     assert_eq!(first.len(), 1);
     assert_eq!(
         first[0].params.as_ref().unwrap()["suggestions"],
-        json!(["run_command(git ls-files *)"])
+        json!(["run_command(git log *)"])
     );
-    // Another `git ls-files` runs unasked, on the grant; `git push` and `git -c …` do not.
+    // `git log -2` runs unasked, on the grant; `git push` and `git -c …` do not.
     let response = client
-        .execute(&session, json!([command_call("b", "git ls-files --stage")]))
+        .execute(
+            &session,
+            json!([command_call("b", "git log -2 -- '*.txt'")]),
+        )
         .await;
     assert!(result(&response, 0)["error_type"].is_null(), "{response}");
     assert_eq!(requests(&asked).len(), 1, "the grant covered it");
     let explained = client
         .request(
             "permissions/explain",
-            json!({"session_id": session, "call": {"name": "run_command", "arguments": {"command": "git ls-files -o"}}}),
+            json!({"session_id": session, "call": {"name": "run_command", "arguments": {"command": "git log -3 --stat -- '*.rs'"}}}),
         )
         .await
         .unwrap();
     assert_eq!(explained["step"], "grant", "{explained}");
-    assert_eq!(
-        explained["rule"], "run_command(git ls-files *)",
-        "{explained}"
-    );
+    assert_eq!(explained["rule"], "run_command(git log *)", "{explained}");
     assert_eq!(explained["source"]["kind"], "grant", "{explained}");
-    for line in ["git push origin main", "git -c core.pager=cat ls-files"] {
+    for line in [
+        "git push origin main",
+        "git -c core.pager=cat log -- '*.txt'",
+    ] {
         let explained = client
             .request(
                 "permissions/explain",
