@@ -360,7 +360,7 @@ async fn without_elicitation_or_approver_a_call_is_denied_naming_the_rule() {
     assert_eq!(result["structured"]["error_type"], "permission_denied");
     let text = result["text"].as_str().unwrap();
     assert!(
-        text.contains("add the rule 'run_command(touch unasked)'"),
+        text.contains("add the rule 'run_command(touch *)'"),
         "{text}"
     );
     assert!(!daemon.work().join("unasked").exists());

@@ -1068,7 +1068,7 @@ fn decide_without_deny(call: &CallFacts<'_>, session: &SessionFacts<'_>) -> Judg
         // or beside a command rule (a listed command runs no script that could sidestep one).
         let sandboxed = (session.confined
             && session.policy.sandboxed_commands == SandboxedCommands::Allow)
-            .then(|| sandboxed(session.policy, suggestion.clone()));
+            .then(|| sandboxed(session.policy, &exact, suggestion.clone()));
         match sandboxed {
             Some(judgment) if judgment.step == Step::Sandboxed => return judgment,
             _ if command.known_safe => return Judgment::new(Decision::Allow, Step::KnownSafe),
@@ -1087,7 +1087,7 @@ fn decide_without_deny(call: &CallFacts<'_>, session: &SessionFacts<'_>) -> Judg
         (Some(command), _) if command.escalation.is_some() => {
             format!(
                 "the command asks to leave its sandbox ({}), and no allow rule or grant covers \
-                 {suggestion}",
+                 {exact}",
                 command
                     .escalation
                     .as_ref()
@@ -1105,7 +1105,7 @@ fn decide_without_deny(call: &CallFacts<'_>, session: &SessionFacts<'_>) -> Judg
             "the command line writes to a file outside the session roots".to_owned()
         }
         (_, Safety::ReadOnly) => "the path is outside the session roots".to_owned(),
-        _ => format!("no allow rule matches {suggestion}"),
+        _ => format!("no allow rule matches {exact}"),
     };
     Judgment::new(Decision::Ask { reason, suggestion }, Step::DefaultAsk)
 }
@@ -1115,7 +1115,7 @@ fn decide_without_deny(call: &CallFacts<'_>, session: &SessionFacts<'_>) -> Judg
 /// run unasked could sidestep it (a script it wrote and then ran, an interpreter, a function,
 /// a word the shell expands), so beside one the sandbox does not decide and the line asks as
 /// any the rules leave open. The rule is named, and allow rules are what change it.
-fn sandboxed(policy: &Policy, suggestion: String) -> Judgment {
+fn sandboxed(policy: &Policy, exact: &str, suggestion: String) -> Judgment {
     let binding = policy.deny.iter().chain(&policy.ask).find(|rule| {
         // A rule about escalated calls binds only those, which the sandbox never decides.
         rule.covers("run_command")
@@ -1125,7 +1125,7 @@ fn sandboxed(policy: &Policy, suggestion: String) -> Judgment {
     match binding {
         Some(rule) => {
             let reason = format!(
-                "no allow rule matches {suggestion}, and beside the rule {} the sandbox does not \
+                "no allow rule matches {exact}, and beside the rule {} the sandbox does not \
                  decide for commands: one it ran unasked could run what that rule is about \
                  through a script or an interpreter",
                 rule.text
