@@ -47,6 +47,10 @@ impl Loosening {
                 "unsandboxed" => loosening.unsandboxed = true,
                 _ => {
                     let dir = item.strip_prefix("writable=")?;
+                    // As the engine refuses in a call's `escalate`: a `)` could end a pattern.
+                    if dir.contains(')') {
+                        return None;
+                    }
                     let dir = match dir.strip_prefix("~/") {
                         Some(in_home) => home.join(in_home),
                         None if dir.starts_with('/') => PathBuf::from(dir),

@@ -118,10 +118,19 @@ pub fn command_facts(
             path
         })
         .collect();
-    let read = analysis.read_paths.iter().map(judge).collect();
+    let mut read: Vec<ResolvedPath> = analysis.read_paths.iter().map(judge).collect();
     // The call's `env` (a `PATH`, a `GIT_CONFIG_*`) could make a listed program another.
-    let known_safe = call_env.is_empty()
-        && is_known_safe(&analysis, &written, &|target| judge(&target.to_owned()));
+    let known_safe = if call_env.is_empty() {
+        known_safe_reads(&analysis, &written, &|target| judge(&target.to_owned()))
+    } else {
+        None
+    };
+    // What a known-safe command reads is judged as `read_file` would be: a deny rule of the
+    // file denies the line.
+    let known_safe = known_safe.map(|reads| {
+        read.extend(reads.files);
+        reads.tree
+    });
     let (escalation, escalation_refused) = match escalation(arguments, env, Path::new(&run_dir)) {
         Ok(escalation) => (escalation, None),
         Err(why) => (None, Some(why)),
@@ -142,25 +151,58 @@ pub fn command_facts(
     })
 }
 
-/// Whether every command of the line is on the built-in list of read-only commands
-/// ([`super::known_safe`]) and reads only inside the roots: nothing nested (a substitution),
-/// opaque, hidden or written (a redirection), each command's words plain, and every file it
-/// names inside the roots in both its forms (resolved from where the command runs).
-fn is_known_safe(
+/// What the commands of a known-safe line read.
+struct KnownSafeReads {
+    /// The files and directories they name, judged.
+    files: Vec<ResolvedPath>,
+    /// Whether one of them reads a tree (a directory's files, a repository): what it shows
+    /// could be a file a `read_file` deny rule covers, which no path of the line names.
+    tree: bool,
+}
+
+/// Programs of the known-safe list that read a directory's files when given one (or the
+/// working directory when given none), or a repository's.
+const TREE_READERS: [&str; 8] = ["find", "rg", "grep", "egrep", "fgrep", "git", "du", "tree"];
+
+/// When every command of the line is on the built-in list of read-only commands
+/// ([`super::known_safe`]) and reads only inside the roots — nothing nested (a substitution),
+/// opaque, hidden or written (a redirection), each command's words plain, every file it names
+/// inside the roots in both its forms (resolved from where the command runs) — what it reads.
+fn known_safe_reads(
     analysis: &CommandLine,
     written: &[ResolvedPath],
     judge: &dyn Fn(&str) -> ResolvedPath,
-) -> bool {
-    analysis.unreadable.is_none()
-        && analysis.opaque.is_empty()
-        && analysis.hidden_code.is_empty()
-        && written.is_empty()
-        && !analysis.commands.is_empty()
-        && analysis.commands.iter().all(|found| {
-            !found.nested
-                && super::known_safe::known_safe(&found.plain_words)
-                    .is_some_and(|paths| paths.iter().all(|path| judge(path).inside_roots()))
-        })
+) -> Option<KnownSafeReads> {
+    if analysis.unreadable.is_some()
+        || !analysis.opaque.is_empty()
+        || !analysis.hidden_code.is_empty()
+        || !written.is_empty()
+        || analysis.commands.is_empty()
+    {
+        return None;
+    }
+    let mut reads = KnownSafeReads {
+        files: Vec::new(),
+        tree: false,
+    };
+    for found in &analysis.commands {
+        if found.nested {
+            return None;
+        }
+        let named = super::known_safe::known_safe(&found.plain_words)?;
+        let program = found
+            .plain_words
+            .first()
+            .map_or("", |word| word.rsplit('/').next().unwrap_or(word));
+        let files: Vec<ResolvedPath> = named.iter().map(|path| judge(path)).collect();
+        if !files.iter().all(ResolvedPath::inside_roots) {
+            return None;
+        }
+        reads.tree |=
+            TREE_READERS.contains(&program) || files.iter().any(|file| file.resolved.is_dir());
+        reads.files.extend(files);
+    }
+    Some(reads)
 }
 
 /// The directory a command line runs in: its `cwd` argument from the session's cwd, or that.
@@ -223,6 +265,14 @@ pub fn escalation(
     let dirs = asked.get("writable").and_then(Value::as_array);
     for dir in dirs.into_iter().flatten().filter_map(Value::as_str) {
         let path = paths::resolve(dir, run_dir, &env.roots);
+        // The directory is written in grants and rules as ` with writable=DIR`: a name that
+        // could read as more of that text is refused, never quoted into ambiguity.
+        if paths::exact_text(&path.resolved).contains(['\'', ')', ',', '\n']) {
+            return Err(format!(
+                "escalate names {dir} as writable, whose path holds a quote, a parenthesis, a \
+                 comma or a newline: name a directory without them"
+            ));
+        }
         if !path.resolved.is_dir() {
             return Err(format!(
                 "escalate names {dir} as writable, which is not a directory: name an existing \

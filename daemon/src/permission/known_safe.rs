@@ -226,12 +226,15 @@ struct Rule {
 // --files0-from, wc/du --files0-from and du -X (read name lists we cannot check), file -C/-z/-Z/
 // -f/-p/-S (compiles, decompresses via helpers, name list, touches atime, unsandboxed), tree -o/
 // -R/--fromfile (-R writes 00Tree.html), diff -l (runs pr), date -s, printf -v, hostname -F/-b
-// and its resolver lookups, rg --pre/--pre-glob/-z/--hostname-bin (run programs).
-const LS: &str = "-a -A -b -B -c -C -d -f -F -g -G -h -H -i -k -l -L -m -n -N -o -p -q -Q -r \
+// and its resolver lookups, rg --pre/--pre-glob/-z/--hostname-bin (run programs); and every
+// option that follows symbolic links met on the way down a tree (ls/du -L, tree -l, grep -R,
+// rg -L/--follow, find -L/-follow, diff -r, which follows them): a link in the roots could lead
+// the read out of them, where no path of the line names.
+const LS: &str = "-a -A -b -B -c -C -d -f -F -g -G -h -H -i -k -l -m -n -N -o -p -q -Q -r \
     -R -s -S -t -u -U -v -x -X -Z -1 -I: -T: -w: --all --almost-all --author --escape \
     --ignore-backups --classify? --color? --directory --file-type --full-time --no-group \
     --group-directories-first --human-readable --si --dereference-command-line --hyperlink? \
-    --inode --kibibytes --dereference --numeric-uid-gid --literal --hide-control-chars \
+    --inode --kibibytes --numeric-uid-gid --literal --hide-control-chars \
     --show-control-chars --quote-name --reverse --recursive --size --context --zero \
     --block-size: --format: --hide: --ignore: --indicator-style: --quoting-style: --sort: \
     --time: --time-style: --tabsize: --width:";
@@ -244,13 +247,13 @@ const STAT: &str = "-L -f -t -c: --dereference --file-system --terse --format: -
 const FILE: &str = "-b -c -E -h -i -k -l -L -n -N -r -s -0 -F: -m@ --brief --checking-printout \
     --dereference --no-dereference --keep-going --mime --mime-type --mime-encoding --extension \
     --apple --raw --no-buffer --print0 --special-files --separator: --magic-file@";
-const DU: &str = "-0 -a -b -c -D -h -H -k -l -L -m -P -s -S -x -B: -d: -t: --all \
+const DU: &str = "-0 -a -b -c -D -h -H -k -l -m -P -s -S -x -B: -d: -t: --all \
     --apparent-size --bytes --total --dereference-args --human-readable --si --inodes \
-    --dereference --count-links --null --no-dereference --separate-dirs --summarize \
+    --count-links --null --no-dereference --separate-dirs --summarize \
     --one-file-system --time? --block-size: --max-depth: --threshold: --time-style: --exclude:";
 const DF: &str = "-a -h -H -i -k -l -P -T -B: -t: -x: --all --human-readable --si --inodes \
     --local --no-sync --portability --print-type --total --block-size: --type: --exclude-type:";
-const TREE: &str = "-a -d -l -f -x -i -q -N -Q -p -u -g -s -h -D -F -v -t -c -U -r -n -C -A -S \
+const TREE: &str = "-a -d -f -x -i -q -N -Q -p -u -g -s -h -D -F -v -t -c -U -r -n -C -A -S \
     -J -X -L: -P: -I: --noreport --du --si --dirsfirst --filesfirst --prune --matchdirs \
     --ignore-case --gitignore --charset: --filelimit: --timefmt:";
 const REALPATH: &str = "-e -m -L -P -q -s -z --canonicalize-existing --canonicalize-missing \
@@ -266,10 +269,10 @@ const SORT: &str = "-b -c -C -d -f -g -h -i -m -M -n -r -R -s -u -V -z -k: -S: -
     --buffer-size: --field-separator: --parallel: --sort: --random-source@";
 const UNIQ: &str = "-c -d -D -i -u -z -f: -s: -w: --count --repeated --all-repeated? --group? \
     --ignore-case --unique --zero-terminated --skip-fields: --skip-chars: --check-chars:";
-const DIFF: &str = "-a -b -B -c -d -e -E -i -n -N -p -q -r -s -t -T -u -w -y -Z -C: -U: -W: \
+const DIFF: &str = "-a -b -B -c -d -e -E -i -n -N -p -q -s -t -T -u -w -y -Z -C: -U: -W: \
     -I: -F: -x: -S: -X@ --text --ignore-space-change --ignore-blank-lines --context? --minimal \
     --ed --ignore-tab-expansion --ignore-case --rcs --new-file --show-c-function --brief \
-    --recursive --report-identical-files --expand-tabs --initial-tab --unified? \
+    --report-identical-files --expand-tabs --initial-tab --unified? \
     --ignore-all-space --side-by-side --ignore-trailing-space --normal --suppress-common-lines \
     --left-column --strip-trailing-cr --speed-large-files --no-dereference --color? \
     --unidirectional-new-file --width: --ignore-matching-lines: --show-function-line: \
@@ -286,9 +289,9 @@ const UNAME: &str = "-a -s -n -r -v -m -p -i -o --all --kernel-name --nodename \
     --operating-system";
 const DATE: &str = "-u -R -I? -d: -r@ -f@ --utc --universal --rfc-email --iso-8601? \
     --rfc-3339: --date: --reference@ --file@ --debug";
-const RG: &str = "-a -b -c -F -h -H -i -I -l -L -n -N -o -P -p -q -s -S -u -U -v -V -w -x -0 \
+const RG: &str = "-a -b -c -F -h -H -i -I -l -n -N -o -P -p -q -s -S -u -U -v -V -w -x -0 \
     -. -A: -B: -C: -d: -e: -E: -g: -j: -m: -M: -r: -t: -T: -f@ --text --byte-offset --count \
-    --count-matches --fixed-strings --with-filename --no-filename --ignore-case --follow \
+    --count-matches --fixed-strings --with-filename --no-filename --ignore-case \
     --files-with-matches --files-without-match --line-number --no-line-number \
     --only-matching --pcre2 --pretty --quiet --case-sensitive --smart-case --multiline \
     --multiline-dotall --invert-match --word-regexp --line-regexp --null --null-data --files \
@@ -300,11 +303,11 @@ const RG: &str = "-a -b -c -F -h -H -i -I -l -L -n -N -o -P -p -q -s -S -u -U -v
     --max-columns: --replace: --type: --type-not: --type-add: --color: --colors: --sort: \
     --sortr: --max-filesize: --context-separator: --field-match-separator: --engine: \
     --file@ --ignore-file@";
-const GREP: &str = "-a -b -c -E -F -G -h -H -i -I -l -L -n -o -P -q -r -R -s -T -U -v -w -x \
+const GREP: &str = "-a -b -c -E -F -G -h -H -i -I -l -L -n -o -P -q -r -s -T -U -v -w -x \
     -y -z -Z -A: -B: -C: -d: -D: -e: -m: -f@ --text --byte-offset --count --extended-regexp \
     --fixed-strings --basic-regexp --perl-regexp --no-filename --with-filename --ignore-case \
     --no-ignore-case --files-with-matches --files-without-match --line-number \
-    --only-matching --quiet --silent --recursive --dereference-recursive --no-messages \
+    --only-matching --quiet --silent --recursive --no-messages \
     --initial-tab --binary --invert-match --word-regexp --line-regexp --null-data --null \
     --line-buffered --color? --colour? --after-context: --before-context: --context: \
     --directories: --devices: --regexp: --max-count: --binary-files: --label: --include: \
@@ -362,7 +365,7 @@ const FIND_EXPRESSION: &str = "-name: -iname: -path: -ipath: -wholename: -iwhole
     -cmin: -used: -maxdepth: -mindepth: -perm: -user: -group: -uid: -gid: -links: -inum: \
     -fstype: -printf: -regextype: -newer@ -anewer@ -cnewer@ -samefile@ -empty -nouser \
     -nogroup -print -print0 -ls -prune -quit -true -false -not -a -and -o -or ! ( ) , \
-    -readable -writable -executable -depth -mount -xdev -follow -noleaf -daystart \
+    -readable -writable -executable -depth -mount -xdev -noleaf -daystart \
     -ignore_readdir_race -noignore_readdir_race -help -version";
 
 /// `find [-H|-L|-P] [START...] [EXPRESSION]`: starting points run up to the first word that
@@ -370,7 +373,7 @@ const FIND_EXPRESSION: &str = "-name: -iname: -path: -ipath: -wholename: -iwhole
 fn find(args: &[String]) -> Option<Vec<String>> {
     let globals = args
         .iter()
-        .take_while(|w| matches!(w.as_str(), "-H" | "-L" | "-P"));
+        .take_while(|w| matches!(w.as_str(), "-H" | "-P"));
     let args = &args[globals.count()..];
     let starts_expression =
         |w: &String| w.starts_with('-') || matches!(w.as_str(), "(" | "!" | ")" | ",");
@@ -522,7 +525,7 @@ mod tests {
             realpath --relative-to=base x => base x; cut -d: -f1 /etc/passwd => /etc/passwd;
             tr -d abc =>; sort -rn -k2 -t, data.csv => data.csv; uniq -c input => input;
             sort --random-source=seed x => seed x; diff -u a b => a b; cmp -s a b => a b;
-            diff -r --exclude=target -X ignore x y => ignore x y; comm -12 a b => a b;
+            diff --exclude=target -X ignore x y => ignore x y; comm -12 a b => a b;
             which -a cargo =>; type -t ls =>; id -un =>; whoami =>; uname -a =>;
             date =>; date +%s =>; date -u -d yesterday +%F =>; date -Iseconds -r file => file;
             hostname =>; hostname -s =>",
@@ -546,7 +549,7 @@ mod tests {
     fn find_reports_starting_points_and_reference_files() {
         assert_safe(
             "find =>; find -name x =>; find . -name *.rs -type f => .;
-            find -L a b -maxdepth 2 ( -name x -o -newer ref ) -print0 => a b ref;
+            find -H a b -maxdepth 2 ( -name x -o -newer ref ) -print0 => a b ref;
             find . ! -path ./target -samefile f -printf %p => . f",
         );
     }
@@ -582,6 +585,8 @@ mod tests {
     fn writing_following_or_executing_forms_are_refused() {
         assert_refused(
             "tail -f log; tail -F log; tail --follow log; tail -5f log; tail -qf x;
+            grep -R x .; grep --dereference-recursive x .; rg -L x; rg --follow x; ls -LR;
+            du -L .; tree -l; diff -r a b; find -L . -name x; find . -follow;
             tail --pid=1 x; sort -o f x; sort --output=f x; sort -ro f x; sort -T /tmp x;
             sort --compress-program=gzip x; sort --files0-from=f; sort --out=f x; uniq a b;
             date -s x; date --set=x; date 01011200; date +%s +%F; hostname x; hostname -F f;

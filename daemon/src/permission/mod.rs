@@ -570,6 +570,16 @@ impl Policy {
 }
 
 impl Policy {
+    /// Whether a deny or ask rule keeps something from the tools that read (`read_file`,
+    /// `search_code`, `find_files`).
+    pub fn restricts_reads(&self) -> bool {
+        self.deny.iter().chain(&self.ask).any(|rule| {
+            ["read_file", "search_code", "find_files"]
+                .into_iter()
+                .any(|tool| rule.covers(tool))
+        })
+    }
+
     /// What the walks of `tool` (`find_files`, `search_code`) must skip: every file and
     /// directory that a deny rule of `read_file`, `search_code` or `tool` itself covers.
     /// `None` when no rule hides anything, so that the walk pays nothing.
@@ -646,8 +656,10 @@ pub struct CommandFacts {
     pub read: Vec<ResolvedPath>,
     /// What the call's `escalate` loosens beyond the session's sandbox (`None`: nothing).
     pub escalation: Option<Loosening>,
-    /// Whether every command of the line is a known-safe read ([`facts`]' `is_known_safe`).
-    pub known_safe: bool,
+    /// Set when every command of the line is a known-safe read ([`facts`]'
+    /// `known_safe_reads`, whose files are in `read`): whether it reads a tree (a directory's
+    /// files, a repository).
+    pub known_safe: Option<bool>,
     /// Why the call's escalation cannot be granted at all (`unsandboxed` where the config's
     /// `allow_unsandboxed` is false, a `writable` directory that does not exist).
     pub escalation_refused: Option<String>,
@@ -1071,7 +1083,14 @@ fn decide_without_deny(call: &CallFacts<'_>, session: &SessionFacts<'_>) -> Judg
             .then(|| sandboxed(session.policy, &exact, suggestion.clone()));
         match sandboxed {
             Some(judgment) if judgment.step == Step::Sandboxed => return judgment,
-            _ if command.known_safe => return Judgment::new(Decision::Allow, Step::KnownSafe),
+            // A tree it reads could hold what a rule keeps from the model's reads, which
+            // no path of the line names: beside such a rule the list does not decide.
+            _ if command
+                .known_safe
+                .is_some_and(|tree| !tree || !session.policy.restricts_reads()) =>
+            {
+                return Judgment::new(Decision::Allow, Step::KnownSafe);
+            }
             Some(judgment) => return judgment,
             None => {}
         }
@@ -1296,7 +1315,9 @@ fn pattern_grant(call: &CallFacts<'_>) -> Option<String> {
     let [form] = found.allow_forms.as_slice() else {
         return None;
     };
-    if found.nested {
+    // The command as written, not past a wrapper or an assignment: `timeout 5 cargo test`
+    // and `FOO=1 git log` keep exact grants.
+    if found.nested || found.match_forms.first() != Some(form) {
         return None;
     }
     let words: Vec<String> = form.split(' ').map(str::to_owned).collect();

@@ -1520,3 +1520,65 @@ fn beside_a_command_rule_of_run_command_a_confined_line_asks_naming_it() {
         Step::AskRule
     );
 }
+
+/// "Allow for this session" grants a command's program and subcommand, read back as an allow
+/// rule; a wrapper, an assignment, a path, a shell or several commands keep an exact grant.
+#[test]
+fn session_grants_widen_to_program_and_subcommand_only_where_nothing_else_can_run() {
+    let world = World::new();
+    let env = world.env();
+    let grant_of = |line: &str| {
+        let arguments = json!({ "command": line }).as_object().unwrap().clone();
+        let analysed = AnalysedLine::here(line);
+        let facts = command_facts("run_command", &arguments, &env, Some(&analysed)).unwrap();
+        super::session_grant(&CallFacts {
+            tool: "run_command",
+            safety: Safety::SideEffect,
+            system: false,
+            arguments: &arguments,
+            paths: &[],
+            command: Some(&facts),
+            hook: HookVerdict::None,
+        })
+    };
+    assert_eq!(grant_of("git log -1"), "pattern run_command(git log *)");
+    assert_eq!(
+        grant_of("cargo test --release"),
+        "pattern run_command(cargo test *)"
+    );
+    assert_eq!(
+        grant_of("npm run test -- --watch"),
+        "pattern run_command(npm run test *)"
+    );
+    for exact in [
+        "timeout 5 cargo test",
+        "FOO=1 git log",
+        "/usr/bin/git log",
+        "bash -c 'git log'",
+        "git -c core.pager=x log",
+        "git log; git status",
+        "make test",
+        "npx jest",
+        "find . -exec rm {} +",
+        "xargs git log",
+    ] {
+        assert_eq!(grant_of(exact), format!("run_command({exact})"), "{exact}");
+    }
+    let mut granted = Check::new(&world, CaseRules::default());
+    granted.grants = vec!["pattern run_command(git log *)".to_owned()];
+    let judged = granted.judge("run_command", json!({"command": "git log -2 --stat"}));
+    assert_eq!(judged.step, Step::Grant);
+    assert_eq!(
+        judged.rule.map(|rule| rule.text),
+        Some("run_command(git log *)".to_owned())
+    );
+    for not_covered in ["git push", "git log -1; rm -rf x", "bash -c 'git log'"] {
+        assert_ne!(
+            granted
+                .judge("run_command", json!({ "command": not_covered }))
+                .step,
+            Step::Grant,
+            "{not_covered}"
+        );
+    }
+}

@@ -664,21 +664,26 @@ impl Confinement {
     }
 }
 
-/// The existing directory that holds the first path a denial in `output` names (`touch:
-/// cannot touch '/x/y': Read-only file system`, `bash: /x/y: Permission denied`): what an
-/// escalation would have to make writable.
+/// The existing directory that holds the path a denial in `output` names (`touch: cannot
+/// touch '/x/y': Read-only file system`, `bash: line 1: /x/y: Permission denied`): what an
+/// escalation would have to make writable. The path is the one just before the denial's words
+/// (not the program's own name that starts the line), or one in quotes.
 fn denied_dir(output: &str) -> Option<PathBuf> {
     let line = output.lines().find(|line| looks_denied(line))?;
-    let quoted = line
-        .split(['\'', '`', '"'])
-        .skip(1)
-        .step_by(2)
-        .find(|part| part.starts_with('/'));
-    let path = quoted.or_else(|| {
-        line.split(": ")
-            .map(str::trim)
+    let segments: Vec<&str> = line.split(": ").map(str::trim).collect();
+    let before_mark = segments
+        .iter()
+        .position(|segment| looks_denied(segment))
+        .and_then(|at| at.checked_sub(1))
+        .map(|at| segments[at].trim_matches(['\'', '"', '`']))
+        .filter(|segment| segment.starts_with('/'));
+    let quoted = || {
+        line.split(['\'', '`', '"'])
+            .skip(1)
+            .step_by(2)
             .find(|part| part.starts_with('/'))
-    })?;
+    };
+    let path = before_mark.or_else(quoted)?;
     Path::new(path)
         .ancestors()
         .skip(1)
@@ -833,6 +838,25 @@ mod tests {
             "Error: getaddrinfo EAI_AGAIN registry.npmjs.org"
         ));
         assert!(!looks_offline("error: could not find `Cargo.toml`"));
+    }
+
+    #[test]
+    fn the_denied_path_is_the_one_before_the_denial_not_the_program() {
+        let tmp = std::env::temp_dir();
+        let inside = tmp.join("x.txt");
+        for line in [
+            format!(
+                "/bin/bash: line 1: {}: Read-only file system",
+                inside.display()
+            ),
+            format!(
+                "touch: cannot touch '{}': Read-only file system",
+                inside.display()
+            ),
+        ] {
+            assert_eq!(denied_dir(&line).as_deref(), Some(tmp.as_path()), "{line}");
+        }
+        assert_eq!(denied_dir("/bin/bash: line 1: x: Permission denied"), None);
     }
 
     #[test]

@@ -49,6 +49,9 @@ enum Kind {
     ReadsFile,
     /// Its value is a file the wrapper writes.
     WritesFile,
+    /// Its value is the directory the command runs in (`env -C`, `sudo -D`): every path of
+    /// the command, as the rules read it, would lead elsewhere than it does.
+    ChangesDirectory,
 }
 
 /// One option: its short letter (or none) and long name (or none).
@@ -62,14 +65,14 @@ struct Table {
     numeric_short: bool,
 }
 
-use Kind::{Flag, Line, Opaque, OptionalValue, ReadsFile, Value, WritesFile};
+use Kind::{ChangesDirectory, Flag, Line, Opaque, OptionalValue, ReadsFile, Value, WritesFile};
 
 const ENV: &[Opt] = &[
     Opt(Some('i'), Some("ignore-environment"), Flag),
     Opt(Some('0'), Some("null"), Flag),
     Opt(Some('v'), Some("debug"), Flag),
     Opt(Some('u'), Some("unset"), Value),
-    Opt(Some('C'), Some("chdir"), Value),
+    Opt(Some('C'), Some("chdir"), ChangesDirectory),
     Opt(Some('S'), Some("split-string"), Line),
     Opt(None, Some("block-signal"), OptionalValue),
     Opt(None, Some("default-signal"), OptionalValue),
@@ -143,7 +146,7 @@ const SUDO: &[Opt] = &[
     Opt(Some('P'), Some("preserve-groups"), Flag),
     Opt(Some('S'), Some("stdin"), Flag),
     Opt(Some('C'), Some("close-from"), Value),
-    Opt(Some('D'), Some("chdir"), Value),
+    Opt(Some('D'), Some("chdir"), ChangesDirectory),
     Opt(Some('g'), Some("group"), Value),
     Opt(Some('h'), Some("host"), Value),
     Opt(Some('p'), Some("prompt"), Value),
@@ -317,7 +320,7 @@ fn short_options(
                 apply(*kind, wrapper, &format!("-{letter}"), value, unwrapped);
                 return false;
             }
-            Value | Line | ReadsFile | WritesFile => {
+            Value | Line | ReadsFile | WritesFile | ChangesDirectory => {
                 let (value, took_next) = if rest.is_empty() {
                     (next.cloned(), true)
                 } else {
@@ -342,6 +345,14 @@ fn apply(
     let missing = || format!("`{wrapper} {option}` without its value");
     match (kind, value) {
         (Flag | Value | OptionalValue, _) => {}
+        (ChangesDirectory, _) => {
+            unwrapped.unknown_option.get_or_insert_with(|| {
+                format!(
+                    "`{wrapper} {option}`, which runs the command in another directory than \
+                     the one its paths are judged from"
+                )
+            });
+        }
         (Opaque, _) => {
             unwrapped.unknown_option.get_or_insert_with(|| {
                 format!(

@@ -9,6 +9,10 @@ use toold_tests::daemon::{TestDaemon, answer_with, no_answers};
 
 use super::{approvals, command_call, requests, result, seen};
 
+fn output_of(result: &Value) -> &str {
+    result["content"].as_str().unwrap_or_default()
+}
+
 fn asked_nobody(result: &Value) -> bool {
     result["error_type"] == "permission_denied"
         && result["error"]
@@ -68,6 +72,27 @@ async fn known_safe_reads_run_unasked_and_nothing_else_does() {
     for made in ["sorted.txt", "copy.txt", "new.txt"] {
         assert!(!work.join(made).exists(), "{made}");
     }
+    // A wrapper that moves the command elsewhere, and options that follow links out of the
+    // roots, are not known-safe either.
+    std::fs::write(outside.path().join("secret.txt"), "outside\n").unwrap();
+    std::os::unix::fs::symlink(outside.path(), work.join("vendor")).unwrap();
+    for line in [
+        format!("env -C {} cat secret.txt", outside.path().display()),
+        format!("env --chdir={} cat secret.txt", outside.path().display()),
+        "grep -R outside vendor/".to_owned(),
+        "rg -L outside".to_owned(),
+        "find -L . -name secret.txt".to_owned(),
+        "diff -r vendor/ .".to_owned(),
+    ] {
+        let response = client
+            .execute(&session, json!([command_call("c", &line)]))
+            .await;
+        assert!(asked_nobody(result(&response, 0)), "{line}: {response}");
+        assert!(
+            !output_of(result(&response, 0)).contains("outside"),
+            "{line}: {response}"
+        );
+    }
     // The call's env could make `cat` another program: not known-safe.
     let response = client
         .execute(
@@ -76,6 +101,33 @@ async fn known_safe_reads_run_unasked_and_nothing_else_does() {
         )
         .await;
     assert!(asked_nobody(result(&response, 0)), "{response}");
+    // What a listed command reads is judged as `read_file` would be: a deny rule of the file
+    // denies it, and beside one a command that reads a tree asks (it could show the file).
+    std::fs::write(work.join(".env"), "TOKEN=x\n").unwrap();
+    let guarded = client
+        .create_session(&work, json!({"rules": {"deny": ["read_file(.env)"]}}))
+        .await;
+    let response = client
+        .execute(
+            &guarded,
+            json!([
+                command_call("a", "cat .env"),
+                command_call("b", "grep -r TOKEN ."),
+                command_call("c", "cat a.txt")
+            ]),
+        )
+        .await;
+    assert_eq!(
+        result(&response, 0)["error_type"],
+        "permission_denied",
+        "{response}"
+    );
+    assert!(
+        !asked_nobody(result(&response, 0)),
+        "denied, not asked: {response}"
+    );
+    assert!(asked_nobody(result(&response, 1)), "{response}");
+    assert!(result(&response, 2)["error_type"].is_null(), "{response}");
     // Deny and ask rules beat the list.
     let ruled = client
         .create_session(
@@ -174,6 +226,17 @@ async fn a_session_grant_covers_the_program_and_subcommand_and_no_more() {
             .unwrap();
         assert_eq!(explained["decision"], "ask", "{line}: {explained}");
     }
+
+    // The grant's command moved elsewhere by `env -C` is not the granted one: it asks (with
+    // it, `git log --output=config` would write the repository's config).
+    let explained = client
+        .request(
+            "permissions/explain",
+            json!({"session_id": session, "call": {"name": "run_command", "arguments": {"command": "env -C .git git log -1 --output=config"}}}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(explained["decision"], "ask", "{explained}");
 
     // A program that runs other code keeps an exact grant: `bash -c …` once granted covers
     // that line only.
