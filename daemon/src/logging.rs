@@ -20,6 +20,11 @@ pub(crate) fn init() {
         // Colours are escape sequences, which the writer would show as text.
         .with_ansi(false)
         .with_writer(|| SafeLines(io::stderr()))
+        // A line that cannot be written (stderr's reader gone: the terminal or the process
+        // that started the daemon) is lost, never reported with `eprintln!`, which panics on
+        // the same closed pipe inside whatever task logged: a call that never ends, a SIGTERM
+        // that never drains.
+        .log_internal_errors(false)
         .init();
 }
 

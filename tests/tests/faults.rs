@@ -213,3 +213,67 @@ fn the_next_start_removes_the_temporary_files_the_journal_lists() {
         "the journal starts empty"
     );
 }
+
+/// A daemon whose stderr nobody reads any more (the terminal or the process that started it is
+/// gone, its pipe closed) keeps serving: a log line it cannot write is lost, never a panic in
+/// the task that logged it; and SIGTERM still drains it.
+#[test]
+fn a_daemon_whose_log_reader_is_gone_serves_and_stops() {
+    let root = tempfile::tempdir().unwrap();
+    for sub in ["run", "state", "config", "home", "work"] {
+        std::fs::create_dir_all(root.path().join(sub)).unwrap();
+    }
+    let socket = root.path().join("run/toold/toold.sock");
+    let mut daemon = toold_tests::daemon::toold_command_in(root.path())
+        .args(["serve", "--allow-root"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Read the first line, so the daemon is up and logging, then close the pipe.
+    let mut log = BufReader::new(daemon.stderr.take().unwrap());
+    let mut first = String::new();
+    log.read_line(&mut first).unwrap();
+    drop(log);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !socket.exists() {
+        assert!(Instant::now() < deadline, "no socket");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let work = root.path().join("work").canonicalize().unwrap();
+    for round in 0..3 {
+        let (mut stream, session) = client(&socket, &work);
+        stream.write_all(&write_request(&session, "x")).unwrap();
+        let mut reader = BufReader::new(stream);
+        let response = loop {
+            let mut line = String::new();
+            assert!(
+                reader.read_line(&mut line).unwrap() > 0,
+                "the daemon hung up"
+            );
+            let message: Value = serde_json::from_str(&line).unwrap();
+            if message["id"] == json!(10) {
+                break message;
+            }
+        };
+        assert_eq!(
+            response["result"]["results"][0]["result"]["ok"], true,
+            "round {round}: {response}"
+        );
+    }
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(daemon.id()).unwrap());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(status) = daemon.try_wait().unwrap() {
+            assert!(status.success(), "{status}");
+            break;
+        }
+        if Instant::now() > deadline {
+            let _ = daemon.kill();
+            panic!("the daemon did not stop on SIGTERM with its log's reader gone");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
