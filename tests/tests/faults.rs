@@ -224,13 +224,16 @@ fn a_daemon_whose_log_reader_is_gone_serves_and_stops() {
         std::fs::create_dir_all(root.path().join(sub)).unwrap();
     }
     let socket = root.path().join("run/toold/toold.sock");
-    let mut daemon = toold_tests::daemon::toold_command_in(root.path())
-        .args(["serve", "--allow-root"])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut daemon = KilledOnDrop(
+        toold_tests::daemon::toold_command_in(root.path())
+            .args(["serve", "--allow-root"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let daemon = &mut daemon.0;
     // Read the first line, so the daemon is up and logging, then close the pipe.
     let mut log = BufReader::new(daemon.stderr.take().unwrap());
     let mut first = String::new();
@@ -270,10 +273,20 @@ fn a_daemon_whose_log_reader_is_gone_serves_and_stops() {
             assert!(status.success(), "{status}");
             break;
         }
-        if Instant::now() > deadline {
-            let _ = daemon.kill();
-            panic!("the daemon did not stop on SIGTERM with its log's reader gone");
-        }
+        assert!(
+            Instant::now() < deadline,
+            "the daemon did not stop on SIGTERM with its log's reader gone"
+        );
         std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A child process killed when the test ends, however it ends.
+struct KilledOnDrop(std::process::Child);
+
+impl Drop for KilledOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
     }
 }
