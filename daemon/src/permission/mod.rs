@@ -312,8 +312,10 @@ impl Rule {
 }
 
 /// A rule's text without its ` with …` part, and the escalation that part covers. Only a tool
-/// that takes a command line has one; the part is read after the last `) with ` whose rest
-/// parses, so a pattern may hold the words itself (`run_command(echo x) with y)` is a pattern).
+/// that takes a command line has one. A text ending in `)` has none (`run_command(echo x) with
+/// y)` is a pattern); otherwise the part is what follows the last `) with `, and must parse:
+/// a `writable=` directory never holds a `)` (refused in a call's `escalate` and in a rule),
+/// so no other split of the text reads as one.
 fn split_escalation<'t>(
     text: &'t str,
     home: &Path,
@@ -660,8 +662,7 @@ pub struct CommandFacts {
     /// `known_safe_reads`, whose files are in `read`): whether it reads a tree (a directory's
     /// files, a repository).
     pub known_safe: Option<bool>,
-    /// Why the call's escalation cannot be granted at all (`unsandboxed` where the config's
-    /// `allow_unsandboxed` is false, a `writable` directory that does not exist).
+    /// Why the call's escalation cannot be granted at all ([`Step::EscalationRefused`]).
     pub escalation_refused: Option<String>,
 }
 
@@ -748,7 +749,8 @@ pub enum Step {
     SystemTool,
     DenyRule,
     /// The call's `escalate` cannot be granted: `unsandboxed` where the config forbids it
-    /// (`allow_unsandboxed`), a `writable` directory that does not exist.
+    /// (`allow_unsandboxed`), a `writable` directory that does not exist or whose path holds a
+    /// quote, parenthesis, comma or newline.
     EscalationRefused,
     PlanMode,
     AskRule,
