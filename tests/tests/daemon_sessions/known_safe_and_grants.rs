@@ -76,6 +76,11 @@ async fn known_safe_reads_run_unasked_and_nothing_else_does() {
     // roots, are not known-safe either.
     std::fs::write(outside.path().join("secret.txt"), "outside\n").unwrap();
     std::os::unix::fs::symlink(outside.path(), work.join("vendor")).unwrap();
+    for dir in ["left", "right"] {
+        std::fs::create_dir(work.join(dir)).unwrap();
+    }
+    std::os::unix::fs::symlink(outside.path().join("secret.txt"), work.join("left/s.txt")).unwrap();
+    std::fs::write(work.join("right/s.txt"), "inside\n").unwrap();
     for line in [
         format!("env -C {} cat secret.txt", outside.path().display()),
         format!("env --chdir={} cat secret.txt", outside.path().display()),
@@ -83,6 +88,7 @@ async fn known_safe_reads_run_unasked_and_nothing_else_does() {
         "rg -L outside".to_owned(),
         "find -L . -name secret.txt".to_owned(),
         "diff -r vendor/ .".to_owned(),
+        "diff left right".to_owned(),
     ] {
         let response = client
             .execute(&session, json!([command_call("c", &line)]))
