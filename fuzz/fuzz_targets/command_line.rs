@@ -21,7 +21,7 @@ use libfuzzer_sys::fuzz_target;
 use serde_json::{Map, Value};
 use toold::Env;
 use toold::permission::facts::{AnalysedLine, command_facts};
-use toold::permission::{CallFacts, Decision, HookVerdict, Policy, SessionFacts, evaluate};
+use toold::permission::{CallFacts, Decision, HookVerdict, Policy, SessionFacts, Step, evaluate};
 use toold_protocol::{Rules, Safety, SessionMode};
 
 fn world() -> &'static (tempfile::TempDir, PathBuf, Policy) {
@@ -174,7 +174,7 @@ fuzz_target!(|data: &[u8]| {
         command: Some(&facts),
         hook: HookVerdict::None,
     };
-    let decision = evaluate(
+    let judgment = evaluate(
         &call,
         &SessionFacts {
             mode: SessionMode::Default,
@@ -183,12 +183,42 @@ fuzz_target!(|data: &[u8]| {
             // Judged by the rules alone: what the fuzzing holds is the rules' analysis.
             confined: false,
         },
-    )
-    .decision;
-    if decision != Decision::Allow {
+    );
+    if judgment.decision != Decision::Allow {
         return;
     }
     let analysis = &facts.analysis;
+    if judgment.step == Step::KnownSafe {
+        // Allowed by the known-safe list, not the rules: every command plain and visible,
+        // nothing written, nothing hidden.
+        assert!(
+            analysis.opaque.is_empty(),
+            "known-safe though opaque: {line:?}"
+        );
+        assert!(
+            analysis.hidden_code.is_empty(),
+            "known-safe with hidden code: {line:?}"
+        );
+        assert!(
+            facts.written.is_empty(),
+            "known-safe though it writes: {line:?}"
+        );
+        assert!(
+            !analysis.commands.is_empty(),
+            "known-safe with no command: {line:?}"
+        );
+        for command in &analysis.commands {
+            assert!(
+                !command.nested,
+                "known-safe with a nested command: {line:?}"
+            );
+            assert!(
+                !command.plain_words.is_empty(),
+                "known-safe though a command's words are not plain: {line:?}"
+            );
+        }
+        return;
+    }
     assert!(
         analysis.opaque.is_empty(),
         "allowed though opaque: {line:?}"
