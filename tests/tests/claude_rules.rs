@@ -39,6 +39,18 @@ allow = ["Edit(/docs/**)", "Write(/out/)"]
     )
 }
 
+/// One row of the table: what, the tool and its arguments, the decision and its step, and the
+/// rule that decided as written and as read.
+type Row<'a> = (
+    &'a str,
+    &'a str,
+    Value,
+    &'a str,
+    &'a str,
+    Option<&'a str>,
+    Option<&'a str>,
+);
+
 async fn toold(daemon: &TestDaemon, args: &[&str]) -> Output {
     let mut command = tokio::process::Command::from(daemon.command());
     command.args(args).output().await.expect("toold runs")
@@ -102,8 +114,7 @@ async fn claude_code_rules_decide_as_claude_code_documents_them() {
     let session = client.create_session(&work, json!({})).await;
     let command = |line: &str| json!({"command": line});
     let path = |path: &Path| json!({"path": path});
-    // (what, tool, arguments, decision, step, the rule as written, as read)
-    let rows: Vec<(&str, &str, Value, &str, &str, Option<&str>, Option<&str>)> = vec![
+    let rows: Vec<Row> = vec![
         (
             "a prefix rule covers the command alone",
             "run_command",
@@ -303,7 +314,10 @@ async fn claude_code_rules_decide_as_claude_code_documents_them() {
         }
         let asked_before = seen.lock().expect("requests").len();
         let response = client
-            .execute(&session, json!([{"id": "c", "name": tool, "arguments": arguments}]))
+            .execute(
+                &session,
+                json!([{"id": "c", "name": tool, "arguments": arguments}]),
+            )
             .await;
         let result = results(&response)[0];
         let asked = seen.lock().expect("requests").len() > asked_before;
@@ -361,7 +375,10 @@ async fn forms_toold_cannot_honour_are_refused_with_the_reason() {
         .connect(json!({}), toold_tests::daemon::no_answers())
         .await;
     for (rule, wanted) in [
-        ("WebFetch(domain:example.com)", "fetches or searches the web"),
+        (
+            "WebFetch(domain:example.com)",
+            "fetches or searches the web",
+        ),
         ("WebSearch", "fetches or searches the web"),
         ("NotebookEdit(a.ipynb)", "no notebook tool"),
         ("TodoWrite", "Claude Code itself"),
@@ -384,7 +401,10 @@ async fn forms_toold_cannot_honour_are_refused_with_the_reason() {
     }
     // The config refuses them too, with the key and the reason.
     for (rule, wanted) in [
-        ("WebFetch(domain:example.com)", "fetches or searches the web"),
+        (
+            "WebFetch(domain:example.com)",
+            "fetches or searches the web",
+        ),
         ("mcp__github", "no server of that name runs"),
     ] {
         let file = work.join("refused.toml");

@@ -180,15 +180,19 @@ fn rules_name_configured_servers(rules: &ConfigRules, servers: &[String]) -> Res
             .map(|table| ("permissions.project", &table.rules, &table.lines)),
     );
     for (table, list, lines) in tables {
-        for (index, (key, texts)) in [("allow", &list.allow), ("ask", &list.ask), ("deny", &list.deny)]
-            .into_iter()
-            .enumerate()
+        for (index, (key, texts)) in [
+            ("allow", &list.allow),
+            ("ask", &list.ask),
+            ("deny", &list.deny),
+        ]
+        .into_iter()
+        .enumerate()
         {
-            for (text, offset) in texts.iter().zip(&lines[index]) {
+            for (at, (text, offset)) in texts.iter().zip(&lines[index]).enumerate() {
                 if let Some(reason) = lint::names_an_unknown_server(text, &servers, &home) {
                     let start = *offset as usize;
                     return Err(Fault {
-                        key: format!("{table}.{key}"),
+                        key: format!("{table}.{key}[{at}]"),
                         span: start..start + 1,
                         reason: format!("{text:?} can never match: {reason}"),
                     });
@@ -368,11 +372,11 @@ fn permissions(field: &Field<'_, '_>, warnings: &mut Vec<Fault>) -> Result<Confi
             }
         };
         rule_list(&list, target, lines, &builtins, &home, warnings)?;
-        for (text, offset) in target.iter().zip(lines.iter()) {
+        for (index, (text, offset)) in target.iter().zip(lines.iter()).enumerate() {
             if let Some(warning) = lint::relative_to_its_file(text, &home) {
                 let start = *offset as usize;
                 warnings.push(Fault {
-                    key: format!("permissions.{}", list.name),
+                    key: format!("permissions.{}[{index}]", list.name),
                     span: start..start + 1,
                     reason: warning,
                 });

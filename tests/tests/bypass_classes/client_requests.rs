@@ -212,10 +212,10 @@ async fn rules_that_can_never_match_are_refused() {
         ("READ_FILE(secrets/**)", "did you mean \"read_file\""),
         ("Run_Command(cat *)", "did you mean \"run_command\""),
         ("read_flie(secrets/**)", "did you mean \"read_file\""),
-        ("read_file(secrets/)", "paths never end in '/'"),
-        ("read_file(secrets)", "write \"secrets/**\""),
-        ("read_file(./secrets)", "acts on files only"),
-        ("read_file(/etc/hostname)", "write \"//etc/hostname\""),
+        (
+            "read_file(/etc/hostname)",
+            "write //PATH for an absolute path",
+        ),
         ("run command(cat *)", "no tool can be named"),
         ("read_file(file_path=secrets/**)", "no string argument"),
         ("read_file(offset=1)", "no string argument"),
@@ -254,22 +254,31 @@ async fn rules_that_can_never_match_are_refused() {
             }
         }
     }
-    // What they meant is accepted, and denies; so is a rule for a tool registered later.
-    let meant = client
-        .create_session(
-            &work,
-            json!({"rules": {"deny": ["read_file(secrets/**)", "read_file(//etc/hostname)",
-                "deploy_to_production"]}}),
+    // What they meant is accepted, and denies; so is a rule for a tool registered later. A
+    // directory's pattern covers what is inside it, as in a gitignore file, however written.
+    for meaning in [
+        "read_file(secrets/**)",
+        "read_file(secrets/)",
+        "read_file(secrets)",
+        "read_file(./secrets)",
+        "Read(secrets)",
+    ] {
+        let meant = client
+            .create_session(
+                &work,
+                json!({"rules": {"deny": [meaning, "read_file(//etc/hostname)",
+                    "deploy_to_production"]}}),
+            )
+            .await;
+        let response = execute_one(
+            &client,
+            &meant,
+            json!({"id": "r", "name": "read_file", "arguments": {"path": "secrets/key.txt"}}),
         )
         .await;
-    let response = execute_one(
-        &client,
-        &meant,
-        json!({"id": "r", "name": "read_file", "arguments": {"path": "secrets/key.txt"}}),
-    )
-    .await;
-    assert_eq!(
-        response["results"][0]["result"]["error_type"], "permission_denied",
-        "{response}"
-    );
+        assert_eq!(
+            response["results"][0]["result"]["error_type"], "permission_denied",
+            "{meaning}: {response}"
+        );
+    }
 }
