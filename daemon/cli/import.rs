@@ -254,8 +254,13 @@ async fn reload(address: &DaemonAddress) {
     if let Ok(client) = connect_plainly(address, "toold import").await {
         let reloaded = client.call::<ConfigReload>(ReloadParams {}).await;
         client.close();
-        if let Err(error) = reloaded {
-            eprintln!("toold: the daemon did not read the file again: {error}");
+        match reloaded {
+            Ok(result) if !result.needs_restart.is_empty() => eprintln!(
+                "toold: the daemon read the file again; not applied until it restarts: {}",
+                result.needs_restart.join(", ")
+            ),
+            Ok(_) => {}
+            Err(error) => eprintln!("toold: the daemon did not read the file again: {error}"),
         }
     }
 }

@@ -143,6 +143,14 @@ pub fn merge_import(
     let mut merged = Merged::default();
     if !import.rules.is_empty() {
         let table = rules_table(document, project)?;
+        // New lists in the order the config documents them.
+        for list in [RuleList::Allow, RuleList::Ask, RuleList::Deny] {
+            if import.rules.iter().any(|rule| rule.list == list) {
+                table
+                    .entry(list.key())
+                    .or_insert_with(|| Item::Value(Value::Array(Array::new())));
+            }
+        }
         // One comment per run of rules from the same place, in each list.
         let mut last_origin: [Option<&str>; 3] = [None; 3];
         for rule in &import.rules {
