@@ -115,6 +115,9 @@ fn for_people(tool: &str, explained: &Explanation) -> String {
             None => "unknown".to_owned(),
         };
         text.push_str(&format!("  rule:    {rule}  (from {from})\n"));
+        if let Some(read_as) = &explained.rule_read_as {
+            text.push_str(&format!("  read as: {read_as}\n"));
+        }
     }
     for path in &explained.paths {
         let place = if path.inside_roots {

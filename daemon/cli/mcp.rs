@@ -28,7 +28,7 @@ pub enum McpCommand {
     /// daemon (started if none answers): its tools under the session's rules, hooks,
     /// approvals and sandbox. The session it creates is closed when the host goes.
     ///
-    /// Example: toold mcp serve --allow 'run_command(cargo test:*)'
+    /// Example: toold mcp serve --allow 'run_command(cargo test *)' --deny 'Bash(git push:*)'
     ///
     /// In a host's config: {"command": "toold", "args": ["mcp", "serve"]}
     Serve(super::mcp_serve::McpServeArgs),

@@ -124,7 +124,7 @@ fn config_rules(rules: &ConfigRules, project: &Path, lines: &mut Vec<String>) {
                 let line = at
                     .get(index)
                     .map_or(String::new(), |line| format!(":{line}"));
-                lines.push(format!("{name}  {text}  ({file}{line}{scope})"));
+                lines.push(format!("{name}  {}  ({file}{line}{scope})", as_read(text)));
             }
         }
     };
@@ -145,8 +145,16 @@ fn session_rules(rules: &Rules, source: &str, lines: &mut Vec<String>) {
         ("deny ", &rules.deny),
     ] {
         for text in texts {
-            lines.push(format!("{name}  {text}  ({source})"));
+            lines.push(format!("{name}  {}  ({source})", as_read(text)));
         }
+    }
+}
+
+/// A rule as written, and how toold reads it when that differs (`Bash(npm:*) → run_command(npm *)`).
+fn as_read(text: &str) -> String {
+    match toold::permission::shown_read_as(text) {
+        Some(read_as) => format!("{text} → {read_as}"),
+        None => text.to_owned(),
     }
 }
 

@@ -278,6 +278,13 @@ impl Config {
                 crate::permission::SandboxedCommands::Ask => "ask",
             }
         ));
+        let read_as = std::iter::once(rules)
+            .chain(self.rules.projects.iter().map(|table| &table.rules))
+            .flat_map(|rules| rules.allow.iter().chain(&rules.ask).chain(&rules.deny))
+            .filter_map(|text| {
+                crate::permission::shown_read_as(text).map(|read| format!("  {text} → {read}"))
+            });
+        lines.extend(read_as);
         for table in &self.rules.projects {
             let rules = &table.rules;
             lines.push(format!(

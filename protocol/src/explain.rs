@@ -41,8 +41,12 @@ pub struct Explanation {
     /// `unknown_tool` and `invalid_arguments`.
     pub step: Option<String>,
     pub reason: String,
-    /// The rule (or grant) that decided.
+    /// The rule (or grant) that decided, as written.
     pub rule: Option<String>,
+    /// How toold reads that rule, when it is written in another form (Claude Code's
+    /// `Bash(npm run test:*)` is read as `run_command(npm run test *)`); `null` otherwise.
+    #[serde(default)]
+    pub rule_read_as: Option<String>,
     pub source: Option<RuleSource>,
     /// The rules whose addition would allow the call (for an ask).
     pub suggestions: Vec<String>,

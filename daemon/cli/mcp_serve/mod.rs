@@ -42,10 +42,12 @@ pub struct McpServeArgs {
     /// The new session's permission mode: default, accept_edits, plan, dont_ask or bypass.
     #[arg(long, value_name = "MODE", value_parser = parse_mode, conflicts_with = "session")]
     pub mode: Option<SessionMode>,
-    /// A rule the new session allows, such as 'run_command(cargo test:*)' (repeatable).
+    /// A rule the new session allows, such as 'run_command(cargo test *)' or Claude Code's
+    /// 'Bash(cargo test:*)' (repeatable).
     #[arg(long, value_name = "RULE", conflicts_with = "session")]
     pub allow: Vec<String>,
-    /// A rule the new session denies, such as 'run_command(git push:*)' (repeatable).
+    /// A rule the new session denies, such as 'run_command(git push *)' or Claude Code's
+    /// 'Bash(git push:*)' (repeatable).
     #[arg(long, value_name = "RULE", conflicts_with = "session")]
     pub deny: Vec<String>,
 }

@@ -133,6 +133,8 @@ const TOP_LEVEL_KEYS: [&str; 22] = [
 pub(super) fn read_document(document: &DeTable<'_>) -> Result<(Config, Vec<Fault>), Fault> {
     let mut config = Config::default();
     let mut warnings = Vec::new();
+    // Every `[mcp.servers.NAME]`, enabled or not: the servers rules may name.
+    let mut mcp_names = Vec::new();
     for field in fields(document, None) {
         match field.name {
             "socket" => config.socket = Some(socket(&field)?),
@@ -158,11 +160,43 @@ pub(super) fn read_document(document: &DeTable<'_>) -> Result<(Config, Vec<Fault
             "hooks" => config.hooks = hooks(&field)?,
             "sandbox" => config.sandbox = sandbox(&field, &mut warnings)?,
             "index" => config.index = index(&field)?,
-            "mcp" => config.mcp_servers = mcp::mcp(&field)?,
+            "mcp" => config.mcp_servers = mcp::mcp(&field, &mut mcp_names)?,
             _ => return Err(field.unknown(&TOP_LEVEL_KEYS)),
         }
     }
+    rules_name_configured_servers(&config.rules, &mcp_names)?;
     Ok((config, warnings))
+}
+
+/// A rule about an MCP server's tools (`mcp__S`, `mcp__S__T`) names a server of this file,
+/// enabled or not: no other server registers such tools, so it would never match.
+fn rules_name_configured_servers(rules: &ConfigRules, servers: &[String]) -> Result<(), Fault> {
+    let home = home_dir();
+    let servers: Vec<&str> = servers.iter().map(String::as_str).collect();
+    let tables = std::iter::once(("permissions", &rules.rules, &rules.lines)).chain(
+        rules
+            .projects
+            .iter()
+            .map(|table| ("permissions.project", &table.rules, &table.lines)),
+    );
+    for (table, list, lines) in tables {
+        for (index, (key, texts)) in [("allow", &list.allow), ("ask", &list.ask), ("deny", &list.deny)]
+            .into_iter()
+            .enumerate()
+        {
+            for (text, offset) in texts.iter().zip(&lines[index]) {
+                if let Some(reason) = lint::names_an_unknown_server(text, &servers, &home) {
+                    let start = *offset as usize;
+                    return Err(Fault {
+                        key: format!("{table}.{key}"),
+                        span: start..start + 1,
+                        reason: format!("{text:?} can never match: {reason}"),
+                    });
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 fn socket(field: &Field<'_, '_>) -> Result<PathBuf, Fault> {
@@ -334,6 +368,16 @@ fn permissions(field: &Field<'_, '_>, warnings: &mut Vec<Fault>) -> Result<Confi
             }
         };
         rule_list(&list, target, lines, &builtins, &home, warnings)?;
+        for (text, offset) in target.iter().zip(lines.iter()) {
+            if let Some(warning) = lint::relative_to_its_file(text, &home) {
+                let start = *offset as usize;
+                warnings.push(Fault {
+                    key: format!("permissions.{}", list.name),
+                    span: start..start + 1,
+                    reason: warning,
+                });
+            }
+        }
     }
     Ok(rules)
 }
@@ -386,8 +430,9 @@ fn rule_list(
 ) -> Result<(), Fault> {
     for item in list.elements("an array of rule strings")? {
         let text = item.string()?;
-        // Syntax errors do not depend on the cwd: rules are compiled again per session.
-        Rule::parse(text, Path::new("/"), home)
+        // Syntax errors do not depend on the cwd or the file's directory: rules are compiled
+        // again per session.
+        Rule::parse_all(text, Path::new("/"), home, Some(Path::new("/")))
             .map_err(|error| item.fault(format!("invalid rule: {error}")))?;
         if let Some(reason) = lint::never_matches(text, builtins, None, home)
             .map(|reason| format!("{text:?} can never match: {reason}"))

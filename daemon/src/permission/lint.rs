@@ -1,13 +1,12 @@
 //! Rules that parse but can never match what they name: a tool name no tool can have, or one a
 //! letter or two (or only its case) away from a tool that exists, an argument the tool has
 //! not (or not as a string), a command pattern no command's words can spell, a path no
-//! normalized path can have (`a/../b`, `./x/./y`, `a//b`), a path no file can have (`secrets/`, `/etc/hostname`, which is relative: an
-//! absolute pattern starts with `//`), or a directory given to a tool that acts on files only
-//! (`read_file(secrets)` covers no file inside). A deny rule like these protects nothing while
-//! looking as if it did, so session rules are refused with the reason and the config's are
-//! warned about (`toold check-config`).
+//! normalized path can have (`a/../b`, `./x/./y`, `a//b`), or an MCP server's tools where no
+//! such server is configured. A deny rule like these protects nothing while looking as if it
+//! did, so session rules are refused with the reason and the config's are warned about
+//! (`toold check-config`), but for an unknown server's, which the config refuses too.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde_json::Value;
 use toold_protocol::ToolDefinition;
@@ -18,16 +17,24 @@ use crate::tools::registry::is_valid_tool_name;
 /// Why the rule `text` (already parsed) can never match, if it cannot. `known_tools` are the
 /// tools registered now; a rule may name another tool (one a client or an MCP server may
 /// register later, denied ahead of time), unless no tool can have that name or it is a near
-/// miss of a known one. `cwd` and `home`, when known, let a pattern be checked on disk.
+/// miss of a known one. `cwd` and `home` are where relative and `~/` patterns start.
 pub fn never_matches(
     text: &str,
     tools: &[ToolDefinition],
     cwd: Option<&Path>,
     home: &Path,
 ) -> Option<String> {
-    let rule = Rule::parse(text, cwd.unwrap_or(Path::new("/")), home).ok()?;
+    // The anchor of a `/` pattern does not change whether it can match.
+    Rule::parse_all(text, cwd.unwrap_or(Path::new("/")), home, Some(Path::new("/")))
+        .ok()?
+        .iter()
+        .find_map(|rule| rule_never_matches(rule, tools))
+}
+
+/// [`never_matches`] for one rule as read.
+fn rule_never_matches(rule: &Rule, tools: &[ToolDefinition]) -> Option<String> {
     if rule.is_pattern() {
-        return pattern_never_matches(&rule, tools);
+        return pattern_never_matches(rule, tools);
     }
     if !is_valid_tool_name(&rule.tool) {
         return Some(format!(
@@ -49,7 +56,7 @@ pub fn never_matches(
             return no_such_string_argument(definition, name);
         }
         Specifier::Command(_) => {
-            let pattern = inner_text(&rule)?;
+            let pattern = inner_text(rule)?;
             let pattern = pattern.strip_prefix("command=").unwrap_or(pattern);
             if pattern.is_empty() {
                 return Some("an empty command pattern matches no command".to_owned());
@@ -67,41 +74,12 @@ pub fn never_matches(
     if !rule.judged.takes_a_path() {
         return None;
     }
-    let pattern = path_pattern(&rule)?;
-    if let Some(reason) = not_normalized(pattern) {
-        return Some(reason);
-    }
-    if pattern.ends_with('/') {
-        return Some(format!(
-            "paths never end in '/', so {pattern:?} matches nothing; write \"{pattern}**\" for \
-             everything inside"
-        ));
-    }
-    if pattern.starts_with('/') && !pattern.starts_with("//") {
-        return Some(format!(
-            "a pattern starting with one '/' is relative to the session's directory, so \
-             {pattern:?} matches nothing; write \"/{pattern}\" for the absolute path"
-        ));
-    }
-    let literal = !pattern.contains(['*', '?', '[', '{']);
-    if literal
-        && rule.judged.one_file()
-        && let Some(directory) = on_disk(pattern, cwd, home).filter(|path| path.is_dir())
-    {
-        return Some(format!(
-            "{} is a directory and {} acts on files only, so {pattern:?} covers no file in \
-             it; write \"{}/**\" for the files inside",
-            directory.display(),
-            rule.tool,
-            pattern.trim_end_matches('/')
-        ));
-    }
-    None
+    not_normalized(path_pattern(rule)?)
 }
 
-/// The text between a rule's parentheses, as written.
+/// The text between a rule's parentheses, as read.
 fn inner_text(rule: &Rule) -> Option<&str> {
-    rule.text.split_once('(')?.1.strip_suffix(')')
+    rule.read_as.split_once('(')?.1.strip_suffix(')')
 }
 
 /// The path pattern of a file tool's rule, as written (`path=` dropped).
@@ -157,19 +135,6 @@ fn not_normalized(pattern: &str) -> Option<String> {
     })
 }
 
-/// Where a literal pattern points when it names one place: `//x`, `~/x`, or `x/y` under the
-/// cwd. A bare name (`secrets`) matches that name in any directory; it is looked for in the
-/// cwd, where it most often means something.
-fn on_disk(pattern: &str, cwd: Option<&Path>, home: &Path) -> Option<PathBuf> {
-    if let Some(absolute) = pattern.strip_prefix("//") {
-        return Some(PathBuf::from(format!("/{absolute}")));
-    }
-    if let Some(in_home) = pattern.strip_prefix("~/") {
-        return Some(home.join(in_home));
-    }
-    Some(cwd?.join(pattern.strip_prefix("./").unwrap_or(pattern)))
-}
-
 /// A tool pattern (`mcp__fs__*`) that no tool name can match (a character no name has), or
 /// one with a specifier that a known tool it names would need judged as paths or a command
 /// line: the pattern reads arguments as strings and so never covers that tool.
@@ -201,17 +166,61 @@ fn pattern_never_matches(rule: &Rule, tools: &[ToolDefinition]) -> Option<String
 /// For the config, whose rules may name tools that clients register later: a note when `text`
 /// names none of `tools` (a pattern may cover tools that register later: no note).
 pub fn names_an_unknown_tool(text: &str, tools: &[ToolDefinition], home: &Path) -> Option<String> {
-    let rule = Rule::parse(text, Path::new("/"), home).ok()?;
-    if rule.is_pattern() {
+    let rules = Rule::parse_all(text, Path::new("/"), home, Some(Path::new("/"))).ok()?;
+    let rule = rules
+        .iter()
+        .find(|rule| !rule.is_pattern() && !tools.iter().any(|tool| tool.name == rule.tool))?;
+    if mcp_server_named(&rule.tool).is_some() {
+        // An MCP server's tool: [`names_an_unknown_server`] says whether it can be.
         return None;
     }
-    (!tools.iter().any(|tool| tool.name == rule.tool)).then(|| {
+    Some(format!(
+        "no builtin tool is named {:?}; the rule covers only a tool a client registers under \
+         that exact name",
+        rule.tool
+    ))
+}
+
+/// For the config file's own rules: a path pattern starting with one `/` is relative to the
+/// file's directory (as in Claude Code's settings), which is seldom what is meant in toold's
+/// config (a project's table is relative to its project): said, with the absolute form.
+pub fn relative_to_its_file(text: &str, home: &Path) -> Option<String> {
+    let rules = Rule::parse_all(text, Path::new("/"), home, Some(Path::new("/"))).ok()?;
+    let pattern = rules
+        .iter()
+        .filter(|rule| matches!(rule.specifier, Specifier::Path(_)))
+        .find_map(path_pattern)?;
+    (pattern.starts_with('/') && !pattern.starts_with("//")).then(|| {
         format!(
-            "no builtin tool is named {:?}; the rule covers only a tool a client or an MCP \
-             server registers under that exact name",
-            rule.tool
+            "{text:?}: a path starting with one '/' is relative to the directory of this file; \
+             for the absolute path write \"/{pattern}\" (two '/', as in //etc/hosts)"
         )
     })
+}
+
+/// The MCP server a rule's tool part names (`mcp__S__T`, `mcp__S__*`), if it names one.
+fn mcp_server_named(tool: &str) -> Option<&str> {
+    crate::mcp::names::server_of(tool).filter(|server| !server.contains('*'))
+}
+
+/// Why `text` can never match when it names the tools of an MCP server that is not among
+/// `servers` (the configured ones): only they register `mcp__S__…` tools.
+pub fn names_an_unknown_server(text: &str, servers: &[&str], home: &Path) -> Option<String> {
+    let rules = Rule::parse_all(text, Path::new("/"), home, Some(Path::new("/"))).ok()?;
+    let server = rules
+        .iter()
+        .filter_map(|rule| mcp_server_named(&rule.tool))
+        .find(|server| !servers.contains(server))?;
+    let configured = if servers.is_empty() {
+        "none is configured".to_owned()
+    } else {
+        format!("those configured are {}", servers.join(", "))
+    };
+    Some(format!(
+        "it names the tools of the MCP server {server:?}, and no server of that name runs \
+         ({configured}; `toold mcp list` shows them): add it as [mcp.servers.{server}] or \
+         remove the rule"
+    ))
 }
 
 /// A known tool `tool` is most likely a misspelling of: the same letters in another case, or
@@ -270,13 +279,6 @@ mod tests {
             ("raed_file", "did you mean \"read_file\""),
             ("run command(ls)", "no tool can be named"),
             ("run\u{200b}_command(ls)", "no tool can be named"),
-            ("read_file(secrets/)", "paths never end in '/'"),
-            ("read_file(path=secrets/deep/)", "paths never end in '/'"),
-            ("read_file(/etc/hostname)", "write \"//etc/hostname\""),
-            ("read_file(secrets)", "write \"secrets/**\""),
-            ("edit_file(./secrets/deep)", "acts on files only"),
-            ("write_file(~/.ssh)", "acts on files only"),
-            ("read_file(//tmp)", "acts on files only"),
             (
                 "read_file(file_path=secrets/**)",
                 "no string argument \"file_path\"",
@@ -290,6 +292,8 @@ mod tests {
             ("read_file(secrets//key)", "matched normalized"),
             ("read_file(../work/secrets/**)", "matched normalized"),
             ("read_file(//tmp/a/../b)", "matched normalized"),
+            ("Read(secrets/../x)", "matched normalized"),
+            ("Bash( cat *)", "starts or ends with blanks"),
         ] {
             let reason = judged(text).unwrap_or_else(|| panic!("{text} was let through"));
             assert!(reason.contains(wanted), "{text}: {reason}");
@@ -311,14 +315,42 @@ mod tests {
             "run_command(command=cat *)",
             "search_code(pattern=*password*)",
             "read_file(./secrets/key)",
+            // As in a gitignore file, a directory's pattern covers what is inside it.
+            "read_file(secrets)",
+            "read_file(secrets/)",
+            "edit_file(./secrets/deep)",
+            "write_file(~/.ssh)",
+            "Read(~/.ssh/)",
+            "Bash(git push:*)",
+            "Edit(src/**)",
         ] {
             assert_eq!(judged(text), None, "{text}");
         }
-        // Without a cwd nothing is looked for on disk.
-        assert_eq!(
-            never_matches("read_file(secrets)", &tools, None, &home),
-            None
-        );
+    }
+
+    #[test]
+    fn an_mcp_servers_rule_names_a_configured_server() {
+        let home = Path::new("/home/u");
+        let servers = ["fs", "github"];
+        for text in ["mcp__fs", "mcp__fs__*", "mcp__github__create_issue", "mcp__*", "read_file"] {
+            assert_eq!(names_an_unknown_server(text, &servers, home), None, "{text}");
+        }
+        for text in ["mcp__gitlab", "mcp__gitlab__*", "mcp__gitlab__open(title=*)"] {
+            let reason = names_an_unknown_server(text, &servers, home).expect(text);
+            assert!(reason.contains("\"gitlab\"") && reason.contains("fs, github"), "{reason}");
+        }
+        let none = names_an_unknown_server("mcp__x", &[], home).unwrap();
+        assert!(none.contains("none is configured"), "{none}");
+    }
+
+    #[test]
+    fn a_config_path_relative_to_its_file_is_said() {
+        let home = Path::new("/home/u");
+        let warning = relative_to_its_file("Read(/etc/hosts)", home).unwrap();
+        assert!(warning.contains("\"//etc/hosts\""), "{warning}");
+        for text in ["Read(//etc/hosts)", "Read(./x)", "Bash(/usr/bin/make)", "read_file"] {
+            assert_eq!(relative_to_its_file(text, home), None, "{text}");
+        }
     }
 
     #[test]

@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use globset::{GlobBuilder, GlobMatcher};
+use globset::{GlobBuilder, GlobMatcher, GlobSet, GlobSetBuilder};
 use serde_json::{Map, Value};
 use toold_protocol::{Rules, Safety, SessionMode as Mode};
 
@@ -19,6 +19,7 @@ use crate::tools::{HiddenPaths, JudgedArguments, judged_arguments};
 
 use self::escalation::Loosening;
 
+mod claude;
 pub mod escalation;
 pub mod facts;
 mod known_safe;
@@ -65,12 +66,23 @@ pub enum RuleError {
          a comma-separated list of network, unsandboxed and writable=DIR (absolute or ~/)"
     )]
     BadEscalation(String),
+    #[error("rule {rule:?} cannot be honoured: {reason}")]
+    Unsupported { rule: String, reason: String },
+    #[error(
+        "rule {0:?} has a path starting with one '/', which is relative to the file the rule is \
+         written in, and this rule is written in none: write //PATH for an absolute path, ~/PATH \
+         under your home, or ./PATH under the session's directory"
+    )]
+    NoAnchor(String),
 }
 
 /// One parsed rule.
 #[derive(Debug, Clone)]
 pub struct Rule {
+    /// As written (Claude Code's `Bash(npm:*)`, or toold's own form).
     text: String,
+    /// As read: toold's form ([`claude`]); the same as `text` for most rules.
+    read_as: String,
     tool: String,
     /// Set when `tool` has a `*`: the tool names it covers (`mcp__fs__*`, `mcp__*`, `*`).
     tool_pattern: Option<Wildcard>,
@@ -179,17 +191,20 @@ impl RuleOrigin {
 
 impl ConfigRules {
     /// The rules of the config that apply to a session of `project` (its first root): the
-    /// whole file's, then each of its project's tables, with where each rule is written.
+    /// whole file's, then each of its project's tables, with where each rule is written and
+    /// the directory a pattern starting with one `/` is relative to (the file's, or the
+    /// project's for its table).
     pub fn in_force<'a>(
         &'a self,
         project: Option<&'a Path>,
-    ) -> impl Iterator<Item = (&'a Rules, &'a [Vec<u32>; 3])> + 'a {
+    ) -> impl Iterator<Item = (&'a Rules, &'a [Vec<u32>; 3], Option<&'a Path>)> + 'a {
         let projects = self
             .projects
             .iter()
             .filter(move |table| project.is_some_and(|project| table.covers(project)))
-            .map(|table| (&table.rules, &table.lines));
-        std::iter::once((&self.rules, &self.lines)).chain(projects)
+            .map(|table| (&table.rules, &table.lines, Some(table.path.as_path())));
+        let file_dir = self.file.as_deref().and_then(Path::parent);
+        std::iter::once((&self.rules, &self.lines, file_dir)).chain(projects)
     }
 }
 
@@ -206,9 +221,44 @@ enum Specifier {
 }
 
 impl Rule {
-    /// Parses `tool`, `tool(specifier)` or `tool(arg=glob)`; path globs are compiled against
-    /// `cwd` and `home`, where relative and `~/` patterns start.
+    /// Parses a rule as written, in toold's form or Claude Code's, into the rules it is read
+    /// as (`Read(x)` is three: `read_file`, `search_code` and `find_files`), each keeping the
+    /// text as written. Path globs are compiled against `cwd`, `home`, and `anchor`: the
+    /// directory a pattern starting with one `/` is relative to (that of the file the rule is
+    /// written in; `None`, such a pattern is refused).
+    pub fn parse_all(
+        text: &str,
+        cwd: &Path,
+        home: &Path,
+        anchor: Option<&Path>,
+    ) -> Result<Vec<Self>, RuleError> {
+        let full = text.trim();
+        if full.is_empty() {
+            return Err(RuleError::Empty(text.to_owned()));
+        }
+        claude::read_as(full)?
+            .into_iter()
+            .map(|native| {
+                let mut rule = Self::parse_native(&native, cwd, home, anchor)?;
+                rule.text = full.to_owned();
+                Ok(rule)
+            })
+            .collect()
+    }
+
+    /// Parses a rule of toold's own form (what grants and "always" answers record): `tool`,
+    /// `tool(specifier)` or `tool(arg=glob)`; path globs are compiled against `cwd` and
+    /// `home`, where relative and `~/` patterns start.
     pub fn parse(text: &str, cwd: &Path, home: &Path) -> Result<Self, RuleError> {
+        Self::parse_native(text, cwd, home, None)
+    }
+
+    fn parse_native(
+        text: &str,
+        cwd: &Path,
+        home: &Path,
+        anchor: Option<&Path>,
+    ) -> Result<Self, RuleError> {
         let full = text.trim();
         if full.is_empty() {
             return Err(RuleError::Empty(text.to_owned()));
@@ -217,6 +267,7 @@ impl Rule {
         let Some(open) = trimmed.find('(') else {
             return Ok(Self {
                 text: full.to_owned(),
+                read_as: full.to_owned(),
                 tool: trimmed.to_owned(),
                 tool_pattern: tool_pattern(trimmed),
                 judged: judged_of_rule(trimmed),
@@ -241,7 +292,7 @@ impl Rule {
                 Specifier::Command(Wildcard::new(pattern))
             }
             (Some((name, pattern)), JudgedArguments::Path { argument, .. }) if name == argument => {
-                Specifier::Path(PathGlob::new(text, pattern, cwd, home)?)
+                Specifier::Path(PathGlob::new(text, pattern, cwd, home, anchor)?)
             }
             // A line's leading `NAME=value` is an assignment, not an argument's name.
             (Some((name, pattern)), _)
@@ -254,7 +305,7 @@ impl Rule {
             }
             (_, JudgedArguments::CommandLine { .. }) => Specifier::Command(Wildcard::new(inner)),
             (_, JudgedArguments::Path { .. }) => {
-                Specifier::Path(PathGlob::new(text, inner, cwd, home)?)
+                Specifier::Path(PathGlob::new(text, inner, cwd, home, anchor)?)
             }
             _ if inner.trim().is_empty() => Specifier::Any,
             _ => Specifier::Argument {
@@ -264,6 +315,7 @@ impl Rule {
         };
         Ok(Self {
             text: full.to_owned(),
+            read_as: full.to_owned(),
             tool: tool.to_owned(),
             tool_pattern: tool_pattern(tool),
             judged,
@@ -277,6 +329,11 @@ impl Rule {
         &self.text
     }
 
+    /// The rule as toold reads it, when that differs from how it is written.
+    pub fn read_as(&self) -> Option<&str> {
+        (self.read_as != self.text).then_some(self.read_as.as_str())
+    }
+
     pub fn origin(&self) -> &RuleOrigin {
         &self.origin
     }
@@ -285,6 +342,7 @@ impl Rule {
     fn deciding(&self) -> Option<DecidingRule> {
         Some(DecidingRule {
             text: self.text.clone(),
+            read_as: self.read_as().map(str::to_owned),
             origin: self.origin.clone(),
         })
     }
@@ -414,28 +472,44 @@ fn wildcard_match(parts: &[String], text: &str) -> bool {
     remaining.len() >= last.len() && remaining.ends_with(last.as_str())
 }
 
-/// A gitignore-style path glob made absolute: `//x` is `/x`, `~/x` is under home, `x/y` is
-/// under the cwd, and a pattern without `/` matches that name in any directory. `dir/**` also
-/// matches `dir`.
+/// A gitignore-style path glob made absolute: `//x` is `/x`, `~/x` is under home, `/x` under
+/// the directory of the file the rule is written in, `x/y` and `./x` under the cwd, and a
+/// pattern without `/` matches that name in any directory. As in a gitignore file, a pattern
+/// that matches a directory covers everything inside it (`secrets` and `secrets/` cover
+/// `secrets/key`), and `dir/**` matches `dir` too.
 #[derive(Debug, Clone)]
 struct PathGlob {
     /// The absolute glob `anywhere` was compiled from.
     anywhere_text: String,
+    /// The glob alone, without what lies inside its matches (for the sandbox, which hides
+    /// each match whole).
+    anywhere_itself: GlobMatcher,
     /// Matches wherever the path is (for deny and ask).
-    anywhere: GlobMatcher,
+    anywhere: GlobSet,
     /// Matches only under the cwd (for allows); the same as `anywhere` for anchored patterns.
-    under_cwd: GlobMatcher,
+    under_cwd: GlobSet,
 }
 
 impl PathGlob {
-    fn new(rule: &str, pattern: &str, cwd: &Path, home: &Path) -> Result<Self, RuleError> {
+    fn new(
+        rule: &str,
+        pattern: &str,
+        cwd: &Path,
+        home: &Path,
+        anchor: Option<&Path>,
+    ) -> Result<Self, RuleError> {
         let pattern = pattern.trim();
-        let cwd_glob = globset::escape(&cwd.to_string_lossy());
+        let escaped = |dir: &Path| globset::escape(&dir.to_string_lossy());
+        let cwd_glob = escaped(cwd);
         let (anywhere, under_cwd) = if let Some(absolute) = pattern.strip_prefix("//") {
             let glob = format!("/{absolute}");
             (glob.clone(), glob)
         } else if let Some(in_home) = pattern.strip_prefix("~/") {
-            let glob = format!("{}/{in_home}", globset::escape(&home.to_string_lossy()));
+            let glob = format!("{}/{in_home}", escaped(home));
+            (glob.clone(), glob)
+        } else if let Some(in_anchor) = pattern.strip_prefix('/') {
+            let anchor = anchor.ok_or_else(|| RuleError::NoAnchor(rule.to_owned()))?;
+            let glob = format!("{}/{in_anchor}", escaped(anchor));
             (glob.clone(), glob)
         } else {
             let relative = pattern.strip_prefix("./").unwrap_or(pattern);
@@ -450,9 +524,26 @@ impl PathGlob {
                 )
             }
         };
+        // `dir/` is the directory's contents, as `dir/**` (which covers `dir` itself too).
+        let contents = |glob: String| match glob.strip_suffix('/') {
+            Some(dir) => format!("{}/**", dir.trim_end_matches('/')),
+            None => glob,
+        };
+        let (anywhere, under_cwd) = (contents(anywhere), contents(under_cwd));
+        // `dir/**` covers `dir` itself: `{dir,dir/**}`.
+        let itself = match anywhere.strip_suffix("/**") {
+            Some(dir) => format!("{{{dir},{dir}/**}}"),
+            None => anywhere.clone(),
+        };
+        let anywhere_itself = GlobBuilder::new(&itself)
+            .literal_separator(true)
+            .build()
+            .map_err(|error| bad_glob(rule, &error))?
+            .compile_matcher();
         Ok(Self {
             anywhere: compile_path_glob(rule, &anywhere)?,
             under_cwd: compile_path_glob(rule, &under_cwd)?,
+            anywhere_itself,
             anywhere_text: anywhere,
         })
     }
@@ -465,21 +556,30 @@ impl PathGlob {
     }
 }
 
-fn compile_path_glob(rule: &str, glob: &str) -> Result<GlobMatcher, RuleError> {
-    let bad = |err: globset::Error| RuleError::BadGlob {
+fn bad_glob(rule: &str, error: &globset::Error) -> RuleError {
+    RuleError::BadGlob {
         rule: rule.to_owned(),
-        reason: err.kind().to_string(),
+        reason: error.kind().to_string(),
+    }
+}
+
+/// A path glob and what lies inside what it matches: `G` and `G/**` (`dir/**` is `dir` and
+/// `dir/**`).
+fn compile_path_glob(rule: &str, glob: &str) -> Result<GlobSet, RuleError> {
+    let (itself, inside) = match glob.strip_suffix("/**") {
+        Some(dir) if !dir.is_empty() => (dir.to_owned(), glob.to_owned()),
+        _ => (glob.to_owned(), format!("{}/**", glob.trim_end_matches('/'))),
     };
-    // `dir/**` covers `dir` itself: `{dir,dir/**}`.
-    let glob = match glob.strip_suffix("/**") {
-        Some(dir) => format!("{{{dir},{dir}/**}}"),
-        None => glob.to_owned(),
-    };
-    Ok(GlobBuilder::new(&glob)
-        .literal_separator(true)
-        .build()
-        .map_err(bad)?
-        .compile_matcher())
+    let mut set = GlobSetBuilder::new();
+    for glob in [itself, inside] {
+        set.add(
+            GlobBuilder::new(&glob)
+                .literal_separator(true)
+                .build()
+                .map_err(|error| bad_glob(rule, &error))?,
+        );
+    }
+    set.build().map_err(|error| bad_glob(rule, &error))
 }
 
 #[derive(Clone, Copy)]
@@ -519,10 +619,12 @@ impl Policy {
     ) -> Result<Self, RuleError> {
         let mut policy = Policy::default();
         for source in sources {
-            let parse = |list: &[String]| {
-                list.iter()
-                    .map(|text| Rule::parse(text, cwd, home))
-                    .collect::<Result<Vec<_>, _>>()
+            let parse = |list: &[String]| -> Result<Vec<Rule>, RuleError> {
+                let mut rules = Vec::new();
+                for text in list {
+                    rules.extend(Rule::parse_all(text, cwd, home, None)?);
+                }
+                Ok(rules)
             };
             policy.allow.extend(parse(&source.allow)?);
             policy.ask.extend(parse(&source.ask)?);
@@ -546,9 +648,9 @@ impl Policy {
         };
         let sources = config
             .in_force(project)
-            .map(|(rules, lines)| (rules, Some(lines)))
-            .chain(std::iter::once((session, None)));
-        for (rules, lines_of) in sources {
+            .map(|(rules, lines, anchor)| (rules, Some(lines), anchor))
+            .chain(std::iter::once((session, None, None)));
+        for (rules, lines_of, anchor) in sources {
             let lists = [
                 (&rules.allow, &mut policy.allow),
                 (&rules.ask, &mut policy.ask),
@@ -556,14 +658,15 @@ impl Policy {
             ];
             for (list, (texts, target)) in lists.into_iter().enumerate() {
                 for (index, text) in texts.iter().enumerate() {
-                    let mut rule = Rule::parse(text, cwd, home)?;
-                    if let Some(lines) = lines_of {
-                        rule.origin = RuleOrigin::Config {
-                            file: config.file.clone(),
-                            line: lines[list].get(index).copied(),
-                        };
+                    for mut rule in Rule::parse_all(text, cwd, home, anchor)? {
+                        if let Some(lines) = lines_of {
+                            rule.origin = RuleOrigin::Config {
+                                file: config.file.clone(),
+                                line: lines[list].get(index).copied(),
+                            };
+                        }
+                        target.push(rule);
                     }
-                    target.push(rule);
                 }
             }
         }
@@ -613,7 +716,9 @@ impl Policy {
         let mut denied = DeniedReads::default();
         for rule in self.deny.iter().filter(|rule| rule.covers("read_file")) {
             match &rule.specifier {
-                Specifier::Path(glob) => denied.add(&glob.anywhere_text, glob.anywhere.clone()),
+                Specifier::Path(glob) => {
+                    denied.add(&glob.anywhere_text, glob.anywhere_itself.clone());
+                }
                 Specifier::Any => denied.everything = true,
                 Specifier::Command(_) | Specifier::Argument { .. } => {}
             }
@@ -804,6 +909,8 @@ impl Step {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DecidingRule {
     pub text: String,
+    /// How toold reads it, when that differs from `text` (`Bash(npm:*)`: `run_command(npm *)`).
+    pub read_as: Option<String>,
     pub origin: RuleOrigin,
 }
 
@@ -839,6 +946,7 @@ impl Judgment {
             step: Step::Grant,
             rule: Some(DecidingRule {
                 text: grant.to_owned(),
+                read_as: None,
                 origin: RuleOrigin::Grant,
             }),
         }
@@ -1530,6 +1638,15 @@ pub(crate) fn shell_quoted(value: &str) -> String {
         return value.to_owned();
     }
     format!("'{}'", value.replace('\'', "'\\''"))
+}
+
+/// How toold reads a rule written as `text`, when that differs from how it is written (Claude
+/// Code's forms, a closing `:*`): its rules in toold's form, joined by `, `. `None` for a rule
+/// read as written, or one that is refused.
+pub fn shown_read_as(text: &str) -> Option<String> {
+    let text = text.trim();
+    let read = claude::read_as(text).ok()?;
+    (read.len() != 1 || read[0] != text).then(|| read.join(", "))
 }
 
 /// Home for `~/` rule patterns.

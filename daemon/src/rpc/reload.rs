@@ -24,6 +24,11 @@ pub(crate) fn session_defaults(config: &Config) -> SessionDefaults {
         allow_bypass: config.allow_bypass,
         allow_unsandboxed: config.sandbox.allow_unsandboxed,
         home: permission::home_dir(),
+        mcp_servers: config
+            .mcp_servers
+            .iter()
+            .map(|server| server.name.clone())
+            .collect(),
         log_capacity: EVENT_LOG_CAPACITY,
     }
 }

@@ -34,6 +34,8 @@ pub struct SessionDefaults {
     /// `[sandbox] allow_unsandboxed`: may a session loosen the config's sandbox?
     pub allow_unsandboxed: bool,
     pub home: PathBuf,
+    /// The MCP servers the config runs, by name: those whose tools a rule may name.
+    pub mcp_servers: Vec<String>,
     /// Events each session retains for replay.
     pub log_capacity: usize,
 }
@@ -519,9 +521,13 @@ impl SessionManager {
             ("ask", &rules.ask),
             ("deny", &rules.deny),
         ] {
+            let defaults = self.defaults();
+            let servers: Vec<&str> = defaults.mcp_servers.iter().map(String::as_str).collect();
             for text in list {
                 if let Some(reason) =
-                    lint::never_matches(text, known_tools, Some(cwd), &self.defaults().home)
+                    lint::never_matches(text, known_tools, Some(cwd), &defaults.home).or_else(
+                        || lint::names_an_unknown_server(text, &servers, &defaults.home),
+                    )
                 {
                     return Err(ErrorObject::invalid_params(format!(
                         "rules.{kind}: {text:?} can never match: {reason}"

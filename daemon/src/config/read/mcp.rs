@@ -37,13 +37,18 @@ const SERVER_KEYS: [&str; 14] = [
 const STDIO_KEYS: [&str; 3] = ["args", "env", "cwd"];
 const HTTP_KEYS: [&str; 2] = ["headers", "bearer_token_env"];
 
-/// `[mcp]`: its only key is `servers`. Servers with `enabled = false` are checked and left out.
-pub(super) fn mcp(field: &Field<'_, '_>) -> Result<Vec<McpServerConfig>, Fault> {
+/// `[mcp]`: its only key is `servers`. Servers with `enabled = false` are checked and left out;
+/// `names` gets every server's name, enabled or not.
+pub(super) fn mcp(
+    field: &Field<'_, '_>,
+    names: &mut Vec<String>,
+) -> Result<Vec<McpServerConfig>, Fault> {
     let mut servers = Vec::new();
     for entry in field.entries()? {
         match entry.name {
             "servers" => {
                 for server_field in entry.entries()? {
+                    names.push(server_field.name.to_owned());
                     if let Some(server) = server(&server_field)? {
                         servers.push(server);
                     }
