@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
+use toold::config::Config;
 use toold::config::import::{Import, claude, codex, shown_path};
 use toold::config::write;
 use toold::shell::isolated::ShellParser;
@@ -134,12 +135,29 @@ pub fn import(command: ImportCommand) -> anyhow::Result<Outcome> {
     if let Some(project) = &project {
         import.scope_to_project(project);
     }
+    let config = match &args.address.config {
+        Some(file) => Some(file.clone()),
+        None => toold::config::default_path(),
+    };
+    // Rules about an MCP server's tools stand only where the config runs that server.
+    let servers: Vec<String> = match config.as_deref().filter(|file| file.exists()) {
+        Some(file) => match Config::load(Some(file)) {
+            Ok(loaded) => loaded
+                .mcp_servers
+                .into_iter()
+                .map(|server| server.name)
+                .collect(),
+            Err(error) if args.write => anyhow::bail!("{error}"),
+            Err(_) => Vec::new(),
+        },
+        None => Vec::new(),
+    };
+    import.drop_unknown_servers(
+        &servers.iter().map(String::as_str).collect::<Vec<_>>(),
+        &home,
+    );
     if args.write {
-        let config = match &args.address.config {
-            Some(file) => file.clone(),
-            None => toold::config::default_path()
-                .context("no config file: neither XDG_CONFIG_HOME nor HOME is set")?,
-        };
+        let config = config.context("no config file: neither XDG_CONFIG_HOME nor HOME is set")?;
         let merged = write::write_import(&config, project.as_deref(), &import)
             .map_err(|error| anyhow::anyhow!(error))?;
         for replaced in &merged.replaced {

@@ -13,7 +13,7 @@ use crate::tools::{JudgedArguments, judged_arguments};
 
 /// Claude Code's tools whose rules take a path pattern (toold's own are known by what they
 /// judge).
-const PATH_TOOLS: [&str; 6] = ["Read", "Edit", "MultiEdit", "Write", "Glob", "Grep"];
+const PATH_TOOLS: [&str; 7] = ["Read", "Edit", "MultiEdit", "Write", "Glob", "Grep", "LS"];
 
 /// The rules and settings of one `settings.json` (`file` absolute, as read; `text` its
 /// contents). A file that is not a JSON object is an error.
@@ -81,7 +81,9 @@ pub fn settings(file: &Path, text: &str, home: &Path) -> Result<Import, String> 
                 continue;
             };
             let rule = anchored(written, &anchor).unwrap_or_else(|| written.trim().to_owned());
-            match Rule::parse(&rule, Path::new("/"), home) {
+            // No anchor: a pattern still relative to the settings file (one this module did
+            // not make absolute) is refused, never written where it would mean another place.
+            match Rule::parse_all(&rule, Path::new("/"), home, None) {
                 Ok(_) => import.rules.push(ImportedRule {
                     list,
                     rule,
@@ -188,8 +190,8 @@ mod tests {
         let text = r#"{
             "model": "x", "env": {"A": "1"},
             "permissions": {
-                "allow": ["Bash(npm run test:*)", "Edit(/src/**)", 3],
-                "deny": ["Read(./.env)"],
+                "allow": ["Bash(npm run test:*)", "Edit(/src/**)", 3, "WebSearch"],
+                "deny": ["Read(./.env)", "Bash(git:* push)"],
                 "defaultMode": "acceptEdits",
                 "additionalDirectories": ["../lib"]
             }
@@ -214,11 +216,18 @@ mod tests {
             dropped,
             [
                 "permissions.allow: 3",
+                "permissions.allow: \"WebSearch\"",
+                "permissions.deny: \"Bash(git:* push)\"",
                 "permissions.defaultMode = \"acceptEdits\"",
                 "permissions.additionalDirectories = [\"../lib\"]",
             ]
         );
-        assert!(import.dropped[1].why.contains("--mode"));
+        assert!(
+            import.dropped[1].why.contains("web"),
+            "{:?}",
+            import.dropped[1]
+        );
+        assert!(import.dropped[3].why.contains("--mode"));
         assert_eq!(import.unmapped[0].keys, ["model", "env"]);
         assert!(settings(file, "[1]", Path::new("/")).is_err());
         assert!(settings(file, "{", Path::new("/")).is_err());

@@ -132,6 +132,29 @@ impl Import {
     }
 }
 
+impl Import {
+    /// Drops the rules that name the tools of an MCP server `servers` (the config's) lacks:
+    /// toold refuses a config with such a rule, since no other server registers those tools.
+    pub fn drop_unknown_servers(&mut self, servers: &[&str], home: &Path) {
+        let (known, unknown): (Vec<_>, Vec<_>) = std::mem::take(&mut self.rules)
+            .into_iter()
+            .partition(|rule| {
+                crate::permission::lint::names_an_unknown_server(&rule.rule, servers, home)
+                    .is_none()
+            });
+        self.rules = known;
+        for rule in unknown {
+            let why = crate::permission::lint::names_an_unknown_server(&rule.rule, servers, home)
+                .unwrap_or_default();
+            self.dropped.push(Dropped {
+                source: rule.origin,
+                entry: format!("{}: {:?}", rule.list.key(), rule.rule),
+                why,
+            });
+        }
+    }
+}
+
 /// A file as a comment names it: under `~/` when it is in `home`.
 pub fn shown_path(path: &Path, home: &Path) -> String {
     match path.strip_prefix(home) {
