@@ -303,10 +303,7 @@ async fn claude_code_rules_decide_as_claude_code_documents_them() {
         }
         let asked_before = seen.lock().expect("requests").len();
         let response = client
-            .execute(
-                &session,
-                json!([{"id": "c", "name": tool, "arguments": arguments}]),
-            )
+            .execute(&session, json!([{"id": "c", "name": tool, "arguments": arguments}]))
             .await;
         let result = results(&response)[0];
         let asked = seen.lock().expect("requests").len() > asked_before;
@@ -364,10 +361,7 @@ async fn forms_toold_cannot_honour_are_refused_with_the_reason() {
         .connect(json!({}), toold_tests::daemon::no_answers())
         .await;
     for (rule, wanted) in [
-        (
-            "WebFetch(domain:example.com)",
-            "fetches or searches the web",
-        ),
+        ("WebFetch(domain:example.com)", "fetches or searches the web"),
         ("WebSearch", "fetches or searches the web"),
         ("NotebookEdit(a.ipynb)", "no notebook tool"),
         ("TodoWrite", "Claude Code itself"),
@@ -390,10 +384,7 @@ async fn forms_toold_cannot_honour_are_refused_with_the_reason() {
     }
     // The config refuses them too, with the key and the reason.
     for (rule, wanted) in [
-        (
-            "WebFetch(domain:example.com)",
-            "fetches or searches the web",
-        ),
+        ("WebFetch(domain:example.com)", "fetches or searches the web"),
         ("mcp__github", "no server of that name runs"),
     ] {
         let file = work.join("refused.toml");

@@ -180,13 +180,9 @@ fn rules_name_configured_servers(rules: &ConfigRules, servers: &[String]) -> Res
             .map(|table| ("permissions.project", &table.rules, &table.lines)),
     );
     for (table, list, lines) in tables {
-        for (index, (key, texts)) in [
-            ("allow", &list.allow),
-            ("ask", &list.ask),
-            ("deny", &list.deny),
-        ]
-        .into_iter()
-        .enumerate()
+        for (index, (key, texts)) in [("allow", &list.allow), ("ask", &list.ask), ("deny", &list.deny)]
+            .into_iter()
+            .enumerate()
         {
             for (text, offset) in texts.iter().zip(&lines[index]) {
                 if let Some(reason) = lint::names_an_unknown_server(text, &servers, &home) {

@@ -22,20 +22,16 @@ fn claude_tools(name: &str) -> Result<Option<&'static [&'static str]>, &'static 
         "Grep" => &["search_code"],
         "Glob" | "LS" => &["find_files"],
         "WebFetch" | "WebSearch" => {
-            return Err(
-                "toold has no tool that fetches or searches the web: a command's \
+            return Err("toold has no tool that fetches or searches the web: a command's \
                         network is the sandbox's ([sandbox] network, or run_command's \
-                        escalate {\"network\": true}, asked), so no rule of it can be honoured",
-            );
+                        escalate {\"network\": true}, asked), so no rule of it can be honoured");
         }
         "NotebookEdit" | "NotebookRead" => {
-            return Err(
-                "toold has no notebook tool: edit_file and write_file change .ipynb \
-                        files as text, so write Edit(PATH) or edit_file(PATH)",
-            );
+            return Err("toold has no notebook tool: edit_file and write_file change .ipynb \
+                        files as text, so write Edit(PATH) or edit_file(PATH)");
         }
-        "Task" | "Agent" | "TodoWrite" | "TodoRead" | "ExitPlanMode" | "SlashCommand" | "Skill"
-        | "BashOutput" | "KillShell" | "KillBash" => {
+        "Task" | "Agent" | "TodoWrite" | "TodoRead" | "ExitPlanMode" | "SlashCommand"
+        | "Skill" | "BashOutput" | "KillShell" | "KillBash" => {
             return Err("it is a tool of Claude Code itself, which toold neither runs nor sees");
         }
         _ => return Ok(None),
@@ -58,9 +54,7 @@ pub(super) fn read_as(text: &str) -> Result<Vec<String>, RuleError> {
         Ok(Some(tools)) => tools.iter().map(|tool| (*tool).to_owned()).collect(),
         // `mcp__server` alone: every tool of the server (whose tools are `mcp__server__T`).
         Ok(None) => match name.strip_prefix(MCP_PREFIX) {
-            Some(server)
-                if !server.is_empty() && !server.contains("__") && !server.contains('*') =>
-            {
+            Some(server) if !server.is_empty() && !server.contains("__") && !server.contains('*') => {
                 vec![format!("{name}__*")]
             }
             _ => vec![name.to_owned()],
@@ -70,10 +64,7 @@ pub(super) fn read_as(text: &str) -> Result<Vec<String>, RuleError> {
         Some("run_command") => command_prefix(rest).map_err(|reason| refuse(reason.to_owned()))?,
         _ => rest.to_owned(),
     };
-    Ok(tools
-        .into_iter()
-        .map(|tool| format!("{tool}{rest}"))
-        .collect())
+    Ok(tools.into_iter().map(|tool| format!("{tool}{rest}")).collect())
 }
 
 /// A command rule's `(…)` and what follows, with a closing `:*` read as Claude Code reads it:
@@ -86,7 +77,9 @@ fn command_prefix(rest: &str) -> Result<String, &'static str> {
     };
     let (inner, after) = (&rest[..close], &rest[close..]);
     match inner.strip_suffix(":*") {
-        Some(prefix) if !prefix.contains(":*") => Ok(format!("{} *{after}", prefix.trim_end())),
+        Some(prefix) if !prefix.contains(":*") => {
+            Ok(format!("{} *{after}", prefix.trim_end()))
+        }
         _ if inner.contains(":*") => Err("`:*` marks a prefix and only ends a command pattern \
              (`Bash(npm run test:*)`); for any run of characters inside one write `*`"),
         _ => Ok(rest.to_owned()),
@@ -104,46 +97,24 @@ mod tests {
     #[test]
     fn claude_code_tool_names_stand_for_toold_tools() {
         assert_eq!(read("Bash"), ["run_command"]);
-        assert_eq!(
-            read("Bash(npm run test:*)"),
-            ["run_command(npm run test *)"]
-        );
-        assert_eq!(
-            read("Bash(git push:*) with network"),
-            ["run_command(git push *) with network"]
-        );
+        assert_eq!(read("Bash(npm run test:*)"), ["run_command(npm run test *)"]);
+        assert_eq!(read("Bash(git push:*) with network"), ["run_command(git push *) with network"]);
         assert_eq!(read("Bash(ls *)"), ["run_command(ls *)"]);
         assert_eq!(read("Bash(npm run build)"), ["run_command(npm run build)"]);
         assert_eq!(
             read("Read(./.env)"),
-            [
-                "read_file(./.env)",
-                "search_code(./.env)",
-                "find_files(./.env)"
-            ]
+            ["read_file(./.env)", "search_code(./.env)", "find_files(./.env)"]
         );
-        assert_eq!(
-            read("Edit(docs/**)"),
-            ["edit_file(docs/**)", "write_file(docs/**)"]
-        );
+        assert_eq!(read("Edit(docs/**)"), ["edit_file(docs/**)", "write_file(docs/**)"]);
         assert_eq!(read("MultiEdit(src/**)"), ["edit_file(src/**)"]);
         assert_eq!(read("Write(//tmp/x)"), ["write_file(//tmp/x)"]);
         assert_eq!(read("Grep"), ["search_code"]);
         assert_eq!(read("Glob(src/**)"), ["find_files(src/**)"]);
         assert_eq!(read("mcp__github"), ["mcp__github__*"]);
-        assert_eq!(
-            read("mcp__github__create_issue"),
-            ["mcp__github__create_issue"]
-        );
+        assert_eq!(read("mcp__github__create_issue"), ["mcp__github__create_issue"]);
         // toold's own rules are read as written, but for a closing `:*`.
-        assert_eq!(
-            read("run_command(cargo test:*)"),
-            ["run_command(cargo test *)"]
-        );
-        assert_eq!(
-            read("run_command(command=git push:*)"),
-            ["run_command(command=git push *)"]
-        );
+        assert_eq!(read("run_command(cargo test:*)"), ["run_command(cargo test *)"]);
+        assert_eq!(read("run_command(command=git push:*)"), ["run_command(command=git push *)"]);
         assert_eq!(read("read_file(src/**)"), ["read_file(src/**)"]);
         assert_eq!(read("mcp__fs__*"), ["mcp__fs__*"]);
     }

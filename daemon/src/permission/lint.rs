@@ -25,15 +25,10 @@ pub fn never_matches(
     home: &Path,
 ) -> Option<String> {
     // The anchor of a `/` pattern does not change whether it can match.
-    Rule::parse_all(
-        text,
-        cwd.unwrap_or(Path::new("/")),
-        home,
-        Some(Path::new("/")),
-    )
-    .ok()?
-    .iter()
-    .find_map(|rule| rule_never_matches(rule, tools))
+    Rule::parse_all(text, cwd.unwrap_or(Path::new("/")), home, Some(Path::new("/")))
+        .ok()?
+        .iter()
+        .find_map(|rule| rule_never_matches(rule, tools))
 }
 
 /// [`never_matches`] for one rule as read.
@@ -337,29 +332,12 @@ mod tests {
     fn an_mcp_servers_rule_names_a_configured_server() {
         let home = Path::new("/home/u");
         let servers = ["fs", "github"];
-        for text in [
-            "mcp__fs",
-            "mcp__fs__*",
-            "mcp__github__create_issue",
-            "mcp__*",
-            "read_file",
-        ] {
-            assert_eq!(
-                names_an_unknown_server(text, &servers, home),
-                None,
-                "{text}"
-            );
+        for text in ["mcp__fs", "mcp__fs__*", "mcp__github__create_issue", "mcp__*", "read_file"] {
+            assert_eq!(names_an_unknown_server(text, &servers, home), None, "{text}");
         }
-        for text in [
-            "mcp__gitlab",
-            "mcp__gitlab__*",
-            "mcp__gitlab__open(title=*)",
-        ] {
+        for text in ["mcp__gitlab", "mcp__gitlab__*", "mcp__gitlab__open(title=*)"] {
             let reason = names_an_unknown_server(text, &servers, home).expect(text);
-            assert!(
-                reason.contains("\"gitlab\"") && reason.contains("fs, github"),
-                "{reason}"
-            );
+            assert!(reason.contains("\"gitlab\"") && reason.contains("fs, github"), "{reason}");
         }
         let none = names_an_unknown_server("mcp__x", &[], home).unwrap();
         assert!(none.contains("none is configured"), "{none}");
@@ -370,12 +348,7 @@ mod tests {
         let home = Path::new("/home/u");
         let warning = relative_to_its_file("Read(/etc/hosts)", home).unwrap();
         assert!(warning.contains("\"//etc/hosts\""), "{warning}");
-        for text in [
-            "Read(//etc/hosts)",
-            "Read(./x)",
-            "Bash(/usr/bin/make)",
-            "read_file",
-        ] {
+        for text in ["Read(//etc/hosts)", "Read(./x)", "Bash(/usr/bin/make)", "read_file"] {
             assert_eq!(relative_to_its_file(text, home), None, "{text}");
         }
     }

@@ -568,10 +568,7 @@ fn bad_glob(rule: &str, error: &globset::Error) -> RuleError {
 fn compile_path_glob(rule: &str, glob: &str) -> Result<GlobSet, RuleError> {
     let (itself, inside) = match glob.strip_suffix("/**") {
         Some(dir) if !dir.is_empty() => (dir.to_owned(), glob.to_owned()),
-        _ => (
-            glob.to_owned(),
-            format!("{}/**", glob.trim_end_matches('/')),
-        ),
+        _ => (glob.to_owned(), format!("{}/**", glob.trim_end_matches('/'))),
     };
     let mut set = GlobSetBuilder::new();
     for glob in [itself, inside] {

@@ -525,8 +525,9 @@ impl SessionManager {
             let servers: Vec<&str> = defaults.mcp_servers.iter().map(String::as_str).collect();
             for text in list {
                 if let Some(reason) =
-                    lint::never_matches(text, known_tools, Some(cwd), &defaults.home)
-                        .or_else(|| lint::names_an_unknown_server(text, &servers, &defaults.home))
+                    lint::never_matches(text, known_tools, Some(cwd), &defaults.home).or_else(
+                        || lint::names_an_unknown_server(text, &servers, &defaults.home),
+                    )
                 {
                     return Err(ErrorObject::invalid_params(format!(
                         "rules.{kind}: {text:?} can never match: {reason}"
