@@ -55,8 +55,14 @@ pub struct ImportArgs {
     /// Make the rules those of one project: a [[permissions.project]] table with this path
     #[arg(long, value_name = "DIR")]
     pub project: Option<PathBuf>,
-    #[command(flatten)]
-    pub address: DaemonAddress,
+    /// The config file --write merges into, and whose MCP servers imported rules may name
+    /// [default: $XDG_CONFIG_HOME/toold/config.toml]
+    #[arg(long, value_name = "PATH")]
+    pub config: Option<PathBuf>,
+    /// The socket of the daemon told to read the config again after --write [default:
+    /// $TOOLD_SOCKET, the config's `socket`, or $XDG_RUNTIME_DIR/toold/toold.sock]
+    #[arg(long, value_name = "PATH")]
+    pub socket: Option<PathBuf>,
 }
 
 /// Which agent's files.
@@ -135,7 +141,7 @@ pub fn import(command: ImportCommand) -> anyhow::Result<Outcome> {
     if let Some(project) = &project {
         import.scope_to_project(project);
     }
-    let config = match &args.address.config {
+    let config = match &args.config {
         Some(file) => Some(file.clone()),
         None => toold::config::default_path(),
     };
@@ -170,7 +176,11 @@ pub fn import(command: ImportCommand) -> anyhow::Result<Outcome> {
             merged.present
         ));
         if merged.added > 0 || !merged.replaced.is_empty() {
-            runtime.block_on(reload(&args.address));
+            let address = DaemonAddress {
+                socket: args.socket.clone(),
+                config: Some(config.clone()),
+            };
+            runtime.block_on(reload(&address));
         }
     } else {
         let text = write::render_import(project.as_deref(), &import)

@@ -170,3 +170,36 @@ pub fn comment_text(text: &str) -> String {
         .map(|c| if c.is_control() { ' ' } else { c })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rules_of_a_server_the_config_lacks_are_dropped() {
+        let rule = |text: &str| ImportedRule {
+            list: RuleList::Allow,
+            rule: text.to_owned(),
+            origin: "~/s.json".to_owned(),
+        };
+        let mut import = Import {
+            rules: vec![
+                rule("mcp__github"),
+                rule("mcp__fs__read"),
+                rule("Bash(ls:*)"),
+            ],
+            ..Import::default()
+        };
+        import.drop_unknown_servers(&["fs"], Path::new("/home/u"));
+        let kept: Vec<_> = import.rules.iter().map(|rule| rule.rule.as_str()).collect();
+        assert_eq!(kept, ["mcp__fs__read", "Bash(ls:*)"]);
+        assert_eq!(import.dropped.len(), 1);
+        assert_eq!(import.dropped[0].entry, "allow: \"mcp__github\"");
+        assert!(import.dropped[0].why.contains("[mcp.servers.github]"));
+        assert_eq!(
+            shown_path(Path::new("/home/u/x"), Path::new("/home/u")),
+            "~/x"
+        );
+        assert_eq!(comment_text("a\nb"), "a b");
+    }
+}
