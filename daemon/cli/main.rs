@@ -1,7 +1,8 @@
 //! The `toold` binary, its command line: `serve` runs the daemon (the library's
 //! [`toold::serve`]), `check-config` validates a configuration
 //! file, `connect` bridges stdio to the daemon; `call`, `exec`, `tools`, `sessions`,
-//! `status`, `reload`, `watch` and `mcp` talk to it through `toold-client`; `completions` prints shell completions. The
+//! `status`, `reload`, `watch` and `mcp` talk to it through `toold-client`; `import` reads other
+//! agents' permission settings as toold config; `completions` prints shell completions. The
 //! edge of the program: errors become messages and exit codes here.
 //!
 //! Exit codes of the subcommands that talk to the daemon: 0 when everything asked for
@@ -20,6 +21,7 @@ mod call;
 mod connect;
 mod exec;
 mod explain;
+mod import;
 mod listing;
 mod mcp;
 mod mcp_serve;
@@ -127,6 +129,16 @@ enum Command {
     ///
     /// Example: toold rules --project ~/src/app
     Rules(rules::RulesArgs),
+    /// Read another agent's permission settings (Claude Code's, Codex's) as toold config:
+    /// printed as TOML, or merged into the config file with --write. What cannot be mapped is
+    /// listed on stderr with why.
+    ///
+    /// Exit code: 0 when everything was imported, 1 when an entry was dropped, 2 on a usage
+    /// error or a file that cannot be read.
+    ///
+    /// Example: toold import claude --write
+    #[command(subcommand)]
+    Import(import::ImportCommand),
     /// Print the audit log, newest last: every call with its decision (and who made it) and
     /// outcome, every session change; `toold audit verify` checks its hash chain.
     ///
@@ -206,6 +218,7 @@ fn main() -> ExitCode {
         Command::Explain(args) => client_side(on_runtime(explain::explain(args))),
         Command::Audit(args) => client_side(audit::audit(args)),
         Command::Rules(args) => client_side(on_runtime(rules::rules(args))),
+        Command::Import(command) => client_side(import::import(command)),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "toold", &mut std::io::stdout());
             ExitCode::SUCCESS

@@ -2,6 +2,7 @@
 //! default, and a bad file refused at start naming the key at fault and why. This file owns
 //! the settings, where the file is found and read, and the errors; `read` walks the TOML.
 
+pub mod import;
 mod read;
 pub mod write;
 
