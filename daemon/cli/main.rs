@@ -23,6 +23,7 @@ mod explain;
 mod listing;
 mod mcp;
 mod mcp_serve;
+mod preview;
 mod reload;
 mod render;
 mod rules;
