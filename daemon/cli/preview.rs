@@ -234,7 +234,7 @@ mod tests {
         assert_eq!(
             shown,
             "  change:    the diff of /w/a.txt:\n    --- /w/a.txt\n    +++ /w/a.txt\n    \
-             [… 27 more bytes of the diff not shown here]\n"
+             [… 25 more bytes of the diff not shown here]\n"
         );
     }
 
