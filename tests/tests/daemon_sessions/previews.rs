@@ -165,7 +165,7 @@ async fn a_diff_over_the_cap_is_cut_after_a_line_and_says_how_much() {
     let last_line = format!("[… {cut} more bytes of the diff cut]\n");
     let kept = diff
         .strip_suffix(&last_line)
-        .expect(&diff[diff.len() - 80..]);
+        .unwrap_or_else(|| panic!("{}", &diff[diff.len() - 80..]));
     assert!(kept.len() <= PREVIEW_MAX_BYTES && kept.ends_with('\n'));
     assert!(full.starts_with(kept));
     assert_eq!(kept.len() + cut, full.len());
