@@ -99,7 +99,7 @@ pub fn preview_section(settings: &crate::Settings) -> anyhow::Result<Section> {
     for (name, samples) in [
         ("`edit_file`, one line in the middle changed", &samples[0]),
         (
-            "`edit_file`, `replace_all` on every 100th line (diff cut at 64 KiB)",
+            "`edit_file`, `replace_all` on every 100th line (diff over 64 KiB at 1 MiB, cut)",
             &samples[1],
         ),
         (

@@ -433,8 +433,8 @@ async fn step_approval(
     let state = scope.session.state();
     let escalation = escalation_asked(&state.env, resolved);
     let env = env_for(&state, resolved);
-    // Worked out while the call waits to be asked, as it would run now: the Env and paths it
-    // would run with if approved as it is.
+    // Worked out before anyone is asked, as the call would run if approved as it is: with this
+    // Env (its escalation applied) on the paths as judged.
     let preview = tokio::select! {
         preview = preview::preview(
             &state,
