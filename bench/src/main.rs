@@ -7,7 +7,8 @@
 //! cargo run --release -p toold-bench                   # every figure, writes docs/benchmarks.md
 //! cargo run --release -p toold-bench -- --quick        # every figure on small inputs (CI)
 //! cargo run --release -p toold-bench -- --only search  # one section: roundtrip, audit, search,
-//!                                                      #   process, memory, permission, mcp
+//!                                                      #   index, process, memory, permission,
+//!                                                      #   preview, mcp
 //! bash tests/mcp_servers/install.sh                    # the MCP servers the mcp section runs
 //! ```
 //!
@@ -22,6 +23,7 @@ mod index;
 mod mcp;
 mod memory;
 mod permission;
+mod preview;
 mod process;
 mod relay_floor;
 mod report;
@@ -41,7 +43,7 @@ const DEFAULT_ROUNDS: usize = 21;
 /// The least rounds accepted: fewer make the IQR meaningless.
 const MIN_ROUNDS: usize = 11;
 /// The harness's sections, in the order they run and are written.
-const SECTIONS: [&str; 8] = [
+const SECTIONS: [&str; 9] = [
     "roundtrip",
     "audit",
     "search",
@@ -49,11 +51,12 @@ const SECTIONS: [&str; 8] = [
     "process",
     "memory",
     "permission",
+    "preview",
     "mcp",
 ];
 
 const USAGE: &str = "usage: toold-bench [--quick] [--rounds N] [--only SECTION] [--corpus DIR] [--rg PROGRAM] [--out FILE]
-sections: roundtrip, audit, search, process, memory, permission, mcp";
+sections: roundtrip, audit, search, index, process, memory, permission, preview, mcp";
 
 /// What every section is given.
 pub struct Settings {
@@ -162,6 +165,7 @@ fn run(options: &Options) -> anyhow::Result<()> {
             "process" => process::process_section(settings),
             "memory" => memory::memory_section(settings),
             "permission" => permission::permission_section(settings.rounds),
+            "preview" => preview::preview_section(settings),
             "mcp" => mcp::mcp_section(settings, workspace),
             "audit" => audit::audit_section(settings),
             _ => unreachable!("SECTIONS names every section"),

@@ -3,7 +3,8 @@
 //! (`[y] once / [s] session / [n] deny / [a] abort`), showing the call as it is (see
 //! `visible`), and stop asking when the approval is settled elsewhere; without one they
 //! decline, leaving the approval to the session's other approvers (the call is denied if there
-//! is none), unless `--yes` allows each call once.
+//! is none), unless `--yes` allows each call once. The request's preview (a diff, a command's
+//! sandbox) is shown with it, coloured unless `NO_COLOR` says otherwise (see `preview`).
 
 use std::borrow::Cow;
 use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
@@ -14,8 +15,9 @@ use std::time::Duration;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 
 use toold_client::Approval;
-use toold_protocol::{ApprovalAnswer, ApprovalDecision, ApprovalRequestParams};
+use toold_protocol::{ApprovalAnswer, ApprovalDecision, ApprovalRequestParams, PREVIEW_MAX_BYTES};
 
+use super::preview::{self, Drawing};
 use super::visible::{self, RESET_BEFORE_PROMPT};
 
 /// Who decides the approvals of this command's batch.
@@ -148,7 +150,8 @@ fn ask_on_terminal(request: &ApprovalRequestParams, withdrawn: Arc<AtomicBool>) 
                 terminal,
                 withdrawn,
             };
-            ask(request, &mut BufReader::new(input), &mut prompt)
+            let colour = preview::terminal_wants_colour();
+            ask(request, &mut BufReader::new(input), &mut prompt, colour)
         }
         Err(error) => ApprovalAnswer {
             message: Some(format!("denied: cannot open the terminal to ask ({error})")),
@@ -158,14 +161,23 @@ fn ask_on_terminal(request: &ApprovalRequestParams, withdrawn: Arc<AtomicBool>) 
 }
 
 /// Shows the call and the reason on `prompt`, reads choices from `input` until one is valid.
-/// The end of input denies.
+/// The end of input denies. The preview's diff is coloured when `colour`.
 pub fn ask(
     request: &ApprovalRequestParams,
     input: &mut impl BufRead,
     prompt: &mut impl Write,
+    colour: bool,
 ) -> ApprovalAnswer {
+    let drawing = Drawing {
+        colour,
+        diff_max_bytes: PREVIEW_MAX_BYTES,
+    };
     // A terminal that cannot be written to still gets its answer read: ignore write errors.
-    let _ = write!(prompt, "{RESET_BEFORE_PROMPT}{}", describe(request));
+    let _ = write!(
+        prompt,
+        "{RESET_BEFORE_PROMPT}{}",
+        describe(request, drawing)
+    );
     let choices = if request.always.is_some() {
         "[y] once / [s] session / [p] always (project) / [n] deny / [d] deny always / [a] abort? "
     } else {
@@ -226,8 +238,9 @@ pub fn ask(
 /// The call, its arguments and why it needs approval, as the prompt shows them: every field
 /// on one line of its own, made visible; arguments longer than a screen's worth are followed by
 /// their length, first and last characters, so that their start and end are seen next to the
-/// question however long they are.
-pub fn describe(request: &ApprovalRequestParams) -> String {
+/// question however long they are; then what the call will do (its preview, drawn as
+/// `drawing` says).
+pub fn describe(request: &ApprovalRequestParams, drawing: Drawing) -> String {
     let arguments = serde_json::to_string(&request.call.arguments)
         .unwrap_or_else(|_| request.call.arguments.to_string());
     let mut text = format!(
@@ -277,6 +290,11 @@ pub fn describe(request: &ApprovalRequestParams) -> String {
             visible::line(&always.project)
         ));
     }
+    // Last, so that its other fields stay together above the diff, and the diff's end next
+    // to the question.
+    if let Some(shown) = &request.preview {
+        text.push_str(&preview::describe(shown, drawing));
+    }
     text
 }
 
@@ -316,6 +334,7 @@ mod tests {
             suggestions: vec!["run_command(rm -rf build)".into()],
             escalation: None,
             always: None,
+            preview: None,
         }
     }
 
@@ -338,7 +357,7 @@ mod tests {
     #[test]
     fn asks_again_until_an_answer_is_valid() {
         let mut prompt = Vec::new();
-        let answer = ask(&request(), &mut "what\ns\n".as_bytes(), &mut prompt);
+        let answer = ask(&request(), &mut "what\ns\n".as_bytes(), &mut prompt, false);
         assert_eq!(answer, ApprovalAnswer::new(ApprovalDecision::AllowSession));
         let shown = String::from_utf8(prompt).unwrap();
         assert!(
@@ -361,10 +380,42 @@ mod tests {
     }
 
     #[test]
+    fn the_preview_comes_last_coloured_when_asked() {
+        let request = ApprovalRequestParams {
+            call: ToolCall::new(
+                "call_1",
+                "edit_file",
+                json!({"path": "a.txt", "old_string": "b", "new_string": "c"}),
+            ),
+            preview: Some(toold_protocol::Preview::Diff {
+                path: "/w/a.txt".into(),
+                diff: "--- /w/a.txt\n+++ /w/a.txt\n@@ -1 +1 @@\n-b\n+c\n".into(),
+                cut_bytes: 0,
+            }),
+            ..request()
+        };
+        let mut prompt = Vec::new();
+        ask(&request, &mut "y\n".as_bytes(), &mut prompt, true);
+        let shown = String::from_utf8(prompt).unwrap();
+        let diff_at = shown
+            .find("  change:    the diff of /w/a.txt:\n")
+            .expect(&shown);
+        assert!(shown.find("  reason:").expect(&shown) < diff_at, "{shown}");
+        assert!(
+            shown.contains("    \x1b[31m-b\x1b[0m\n    \x1b[32m+c\x1b[0m\n"),
+            "{shown:?}"
+        );
+        let mut prompt = Vec::new();
+        ask(&request, &mut "y\n".as_bytes(), &mut prompt, false);
+        let shown = String::from_utf8(prompt).unwrap();
+        assert!(shown.contains("    -b\n    +c\n"), "{shown:?}");
+    }
+
+    #[test]
     fn the_end_of_input_denies() {
-        let answer = ask(&request(), &mut "".as_bytes(), &mut Vec::new());
+        let answer = ask(&request(), &mut "".as_bytes(), &mut Vec::new(), false);
         assert_eq!(answer.decision, ApprovalDecision::Deny);
-        let answer = ask(&request(), &mut "n\n".as_bytes(), &mut Vec::new());
+        let answer = ask(&request(), &mut "n\n".as_bytes(), &mut Vec::new(), false);
         assert_eq!(answer.decision, ApprovalDecision::Deny);
         assert_eq!(answer.message.as_deref(), Some("denied by the user"));
     }

@@ -25,6 +25,7 @@ mod import;
 mod listing;
 mod mcp;
 mod mcp_serve;
+mod preview;
 mod reload;
 mod render;
 mod rules;

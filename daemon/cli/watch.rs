@@ -1,6 +1,7 @@
 //! `toold watch [SESSION]`: follows a session's events live (calls, their output, results,
 //! approvals resolved) and, on a terminal, answers its approvals (`[y] once / [s] session /
-//! [n] deny / [a] abort`, as `toold call` asks). Without `SESSION`, the most recently created
+//! [n] deny / [a] abort`, as `toold call` asks, each with its preview: a file tool's diff, a
+//! command's directory, commands and sandbox). Without `SESSION`, the most recently created
 //! live session. It ends when the session closes, the daemon goes, or on Ctrl-C.
 
 use std::io::{IsTerminal, Write};

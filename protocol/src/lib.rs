@@ -36,7 +36,10 @@ pub mod tools_api;
 #[cfg(test)]
 mod test_support;
 
-pub use approval::{AlwaysRule, ApprovalAnswer, ApprovalDecision, ApprovalRequestParams};
+pub use approval::{
+    AlwaysRule, ApprovalAnswer, ApprovalDecision, ApprovalRequestParams, CommandSandboxPreview,
+    PREVIEW_MAX_BYTES, Preview,
+};
 pub use events::{
     ApprovalResolved, ArgumentsReplaced, BatchDone, BatchStart, CallEnded, CallStart, Event,
     EventParams, OutputStream, ReplacedBy, ResolvedBy, ToolOutput, ToolProgress,

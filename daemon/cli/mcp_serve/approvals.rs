@@ -18,7 +18,13 @@ use tokio::sync::{mpsc, oneshot};
 use toold_client::Approval;
 use toold_client::protocol::{ApprovalAnswer, ApprovalDecision, ApprovalRequestParams};
 
+use super::super::preview::Drawing;
 use super::super::{approve, visible};
+
+/// The most bytes of a preview's diff an elicitation carries: hosts show the message in a
+/// dialog, and a longer one gets scrolled past or cut where the host likes; the rest is said
+/// to be cut.
+const HOST_DIFF_BYTES: usize = 4 * 1024;
 
 /// An approval handed to the call it is about, with where its answer goes.
 pub struct Asked {
@@ -128,9 +134,14 @@ fn cannot_ask(rule: Option<&str>, why: &str) -> Approval {
 /// session / deny; the choices titled by `oneOf` (`titled`, from 2025-11-25) or by
 /// `enumNames`. What the model wrote is shown as the terminal prompt shows it: every control
 /// character and invisible one made visible, long arguments' ends restated, so that a host
-/// that cuts or renders the text cannot be made to hide part of the call.
+/// that cuts or renders the text cannot be made to hide part of the call; the preview's diff
+/// without colour, cut at a line past [`HOST_DIFF_BYTES`], saying so.
 pub fn form(request: &ApprovalRequestParams, titled: bool) -> Result<ElicitRequestParams, String> {
-    let message = format!("toold asks:{}", approve::describe(request));
+    let drawing = Drawing {
+        colour: false,
+        diff_max_bytes: HOST_DIFF_BYTES,
+    };
+    let message = format!("toold asks:{}", approve::describe(request, drawing));
     let for_session = match request.suggestions.first() {
         Some(rule) => format!("Allow for this session ({})", visible::line(rule)),
         None => "Allow for this session".to_owned(),

@@ -16,6 +16,7 @@ use toold_protocol::{
     ToolOutput as OutputEvent, ToolProgress, ToolResult,
 };
 
+use super::preview;
 use super::session::{Session, SessionState};
 use crate::approval::{ApprovalReply, ApproverIdentity};
 use crate::audit::record::{Arguments, RecordedArguments};
@@ -332,16 +333,13 @@ async fn step_permission(
         Decision::Ask { reason, suggestion } => {
             // The approver saw (and approved) the paths as judged above; the tool acts on
             // them, or on the judgment of the arguments the approver replaced.
-            let rejudged = step_approval(
-                scope,
-                call,
-                resolved,
-                &mut analysed,
-                (reason, suggestion),
-                cancel,
-                trail,
-            )
-            .await?;
+            let asking = Asking {
+                reason,
+                suggestion,
+                judged: &judged,
+            };
+            let rejudged =
+                step_approval(scope, call, resolved, &mut analysed, asking, cancel, trail).await?;
             let state = scope.session.state();
             let judged = judged_for(&state, resolved, rejudged.unwrap_or(judged));
             Ok((env_for(&state, resolved), judged))
@@ -399,6 +397,14 @@ pub(super) async fn analyse(
     })
 }
 
+/// What the permission step hands the approval: why it asks, the grant `allow_session`
+/// records, and the paths as judged (what the tool acts on, and its preview shows).
+struct Asking<'a> {
+    reason: String,
+    suggestion: String,
+    judged: &'a [ResolvedPath],
+}
+
 /// The approval half of step 4: ask, wait (not counted in the call's timeout), apply the answer.
 /// Returns the judged paths of arguments the approver replaced (`None`: it kept them).
 async fn step_approval(
@@ -406,10 +412,15 @@ async fn step_approval(
     call: &ToolCall,
     resolved: &mut ResolvedCall,
     analysed: &mut Option<AnalysedLine>,
-    (reason, suggestion): (String, String),
+    asking: Asking<'_>,
     cancel: &CancellationToken,
     trail: &mut Trail,
 ) -> Result<Option<Vec<ResolvedPath>>, ToolResult> {
+    let Asking {
+        reason,
+        suggestion,
+        judged,
+    } = asking;
     let Some(approver) = scope.session.peers().approver else {
         trail.answered("no_approver", None);
         return Err(failure(
@@ -419,6 +430,26 @@ async fn step_approval(
         ));
     };
     let approval_id = format!("{}/{}", scope.batch_id, call.id);
+    let state = scope.session.state();
+    let escalation = escalation_asked(&state.env, resolved);
+    let env = env_for(&state, resolved);
+    // Worked out before anyone is asked, as the call would run if approved as it is: with this
+    // Env (its escalation applied) on the paths as judged.
+    let preview = tokio::select! {
+        preview = preview::preview(
+            &state,
+            resolved,
+            analysed.as_ref(),
+            judged,
+            &env,
+            escalation.as_ref(),
+        ) => preview,
+        () = cancel.cancelled() => {
+            trail.answered("canceled", None);
+            return Err(failure(call, ErrorType::Canceled, "the call was canceled while its approval was prepared"));
+        }
+    };
+    drop(state);
     let params = ApprovalRequestParams {
         session_id: scope.session.id().to_owned(),
         batch_id: scope.batch_id.to_string(),
@@ -427,8 +458,9 @@ async fn step_approval(
         safety: resolved.definition().safety,
         reason: reason.clone(),
         suggestions: vec![suggestion],
-        escalation: escalation_asked(&scope.session.state().env, resolved),
+        escalation,
         always: always_offered(scope, resolved, analysed.as_ref()),
+        preview,
     };
     let always_rule = params.always.clone();
     let timeout = scope.settings.limits.approval_timeout;

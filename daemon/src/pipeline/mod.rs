@@ -13,6 +13,7 @@ pub mod batch;
 pub mod call;
 pub mod explain;
 pub mod plan;
+mod preview;
 pub mod session;
 
 use std::path::Path;

@@ -20,6 +20,7 @@ use crate::paths::ResolvedPath;
 
 pub mod edit_file;
 pub mod find_files;
+pub mod preview;
 pub mod read_file;
 pub mod registry;
 pub mod run_command;
@@ -60,6 +61,20 @@ pub trait Tool: Send + Sync + 'static {
     /// What the permission engine judges of the tool's calls besides its name.
     fn judged_arguments(&self) -> JudgedArguments {
         JudgedArguments::ByName
+    }
+
+    /// What a call would change, for its approval request: computed from the files as they
+    /// are now by the code [`Tool::run`] changes them with, on the paths as judged (`judged`,
+    /// found as [`ToolContext::resolve_path`] finds them), so that what is approved is what
+    /// happens. Blocking IO: called off the async threads. `None`: the tool says nothing more
+    /// than its arguments.
+    fn preview(
+        &self,
+        _args: &Map<String, Value>,
+        _judged: &[ResolvedPath],
+        _env: &Env,
+    ) -> Option<toold_protocol::Preview> {
+        None
     }
 }
 
@@ -211,9 +226,6 @@ pub struct ToolContext {
 }
 
 impl ToolContext {
-    /// A path argument resolved: as the permission step judged it, when it did, so that the tool
-    /// acts on what was checked and never on a second resolution of the string (which a symlink
-    /// swapped in between would redirect); else resolved now.
     /// Reports progress (a `tool/progress` event) and restarts the call's timeout, which
     /// counts from the last progress (a long call that keeps reporting is not cut off).
     /// Waits while the event listener lags, like live output.
@@ -224,13 +236,21 @@ impl ToolContext {
         }
     }
 
+    /// A path argument resolved: as the permission step judged it, when it did, so that the tool
+    /// acts on what was checked and never on a second resolution of the string (which a symlink
+    /// swapped in between would redirect); else resolved now.
     pub fn resolve_path(&self, raw: &str) -> ResolvedPath {
-        self.judged
-            .iter()
-            .find(|judged| judged.raw == raw)
-            .cloned()
-            .unwrap_or_else(|| self.env.resolve_path(raw))
+        resolve_judged(&self.judged, &self.env, raw)
     }
+}
+
+/// [`ToolContext::resolve_path`] outside a run: an approval's preview finds its file so too.
+pub fn resolve_judged(judged: &[ResolvedPath], env: &Env, raw: &str) -> ResolvedPath {
+    judged
+        .iter()
+        .find(|judged| judged.raw == raw)
+        .cloned()
+        .unwrap_or_else(|| env.resolve_path(raw))
 }
 
 /// Which session and batch a call belongs to: client tools pass it on in `tool/invoke`.

@@ -14,10 +14,13 @@ use tokio::sync::{Notify, mpsc};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use toold_protocol::sync::RwLockUnpoisoned;
-use toold_protocol::{ErrorType, Safety, ToolCall, ToolDefinition, ToolResult, ToolSource};
+use toold_protocol::{
+    ErrorType, Preview, Safety, ToolCall, ToolDefinition, ToolResult, ToolSource,
+};
 
 use super::{CallOrigin, Judged, LiveUpdate, Tool, ToolContext, ToolOutcome};
 use crate::env::Env;
+use crate::paths::ResolvedPath;
 
 /// How long a tool has, once cancelled or past its deadline, to stop and hand back its partial
 /// result. A tool that ignores cancellation is dropped after this, and the call ends without it.
@@ -88,6 +91,11 @@ pub struct ResolvedCall {
 impl ResolvedCall {
     pub fn definition(&self) -> &ToolDefinition {
         &self.entry.definition
+    }
+
+    /// What the call would change, for its approval ([`super::Tool::preview`]): blocking IO.
+    pub fn preview(&self, judged: &[ResolvedPath], env: &Env) -> Option<Preview> {
+        self.entry.tool.preview(&self.arguments, judged, env)
     }
 
     /// Replaces the arguments (a hook or an approver rewrote them), validating them again.

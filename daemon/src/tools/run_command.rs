@@ -437,12 +437,18 @@ fn check_arguments(args: &Args) -> Result<(), ToolFailure> {
     Ok(())
 }
 
-/// The call's `cwd` resolved against the session's, which must be an existing directory.
-fn working_directory(env: &Env, requested: Option<&str>) -> Result<PathBuf, ToolFailure> {
-    let cwd = match requested {
+/// The directory a command runs in: the call's `cwd` made absolute against the session's, or
+/// the session's; what an approval's preview shows as its `cwd`.
+pub fn run_directory(env: &Env, requested: Option<&str>) -> PathBuf {
+    match requested {
         Some(raw) => paths::absolute(raw, &env.cwd),
         None => env.cwd.clone(),
-    };
+    }
+}
+
+/// The call's [`run_directory`], which must be an existing directory.
+fn working_directory(env: &Env, requested: Option<&str>) -> Result<PathBuf, ToolFailure> {
+    let cwd = run_directory(env, requested);
     match std::fs::metadata(&cwd) {
         Ok(meta) if meta.is_dir() => Ok(cwd),
         Ok(_) => Err(ToolFailure::invalid_arguments(format!(

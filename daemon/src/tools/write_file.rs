@@ -23,14 +23,16 @@ use nix::unistd::{UnlinkatFlags, unlinkat};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
-use toold_protocol::{ErrorType, Safety, ToolDefinition};
+use toold_protocol::{ErrorType, Preview, Safety, ToolDefinition};
 
-use super::write_journal;
 use super::{
     JudgedArguments, Reads, Tool, ToolContext, ToolFailure, ToolFuture, ToolOutput, blocking,
-    builtin_definition, parse_args,
+    builtin_definition, parse_args, resolve_judged,
 };
+use super::{preview, write_journal};
 use crate::confined;
+use crate::env::Env;
+use crate::paths::ResolvedPath;
 
 pub struct WriteFile;
 
@@ -76,8 +78,11 @@ impl Tool for WriteFile {
             let target = ctx.resolve_path(&args.path);
             let stop = ctx.cancel.clone();
             blocking(move || {
-                let created =
-                    !write_atomically(&target.resolved, args.content.as_bytes(), Some(&stop))?;
+                let created = !write_atomically(
+                    &target.resolved,
+                    new_content(&args).as_bytes(),
+                    Some(&stop),
+                )?;
                 Ok(ToolOutput::new(format!(
                     "{} {} ({} bytes)",
                     if created { "created" } else { "wrote" },
@@ -91,6 +96,26 @@ impl Tool for WriteFile {
             .await
         })
     }
+
+    fn preview(
+        &self,
+        args: &Map<String, Value>,
+        judged: &[ResolvedPath],
+        env: &Env,
+    ) -> Option<Preview> {
+        let args: Args = parse_args(args.clone()).ok()?;
+        let target = resolve_judged(judged, env, &args.path);
+        Some(match preview::current_text(&target) {
+            Ok(before) => preview::diff_preview(&target, before.as_deref(), new_content(&args)),
+            Err(failure) => preview::unavailable(&target, &failure),
+        })
+    }
+}
+
+/// The text the call puts in the file, whatever was there: what the tool writes and what an
+/// approval's preview diffs the file against.
+fn new_content(args: &Args) -> &str {
+    &args.content
 }
 
 /// A write's answer when its call was stopped before the file was replaced.

@@ -1,11 +1,12 @@
 //! Sessions end to end on the real `toold serve` process and socket: every event of a batch in
 //! order, approvals over the socket with each decision, two clients on one session, replay with
 //! `after_seq`, a restart that keeps sessions, `session/update` and `session/close`,
-//! `on_disconnect`, the idle TTL, and `tools/list` as a session sees it.
+//! `on_disconnect`, the idle TTL, `tools/list` as a session sees it, and the previews approvals
+//! carry (the change a file tool makes, checked against the disk).
 //!
 //! This file holds what the tests share (reading events, results and errors); the tests are in
 //! modules by topic: events and replay, approvals, several clients, restarts, a session's
-//! update, close, disconnect and expiry, and `tools/list`.
+//! update, close, disconnect and expiry, `tools/list`, and previews.
 
 use std::sync::{Arc, Mutex};
 
@@ -17,6 +18,7 @@ mod approvals;
 mod events;
 mod known_safe_and_grants;
 mod lifecycle;
+mod previews;
 mod restart;
 mod several_clients;
 mod tools_list;
