@@ -44,6 +44,10 @@ def result_fields(result):
     return {
         "is_error": bool(result.is_error),
         "text": "".join(part.text for part in result.content if part.type == "text"),
+        "parts": [
+            {"type": part.type, "mime_type": getattr(part, "mime_type", None)}
+            for part in result.content
+        ],
         "structured": result.structured_content,
     }
 

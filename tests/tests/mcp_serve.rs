@@ -771,6 +771,95 @@ async fn an_mcp_servers_progress_reaches_the_host() {
     );
 }
 
+/// A failed call reaches the host with its content before the error line: a command's output
+/// (its exit code, a timeout), an MCP source's failure; and an MCP source's image reaches it
+/// as an image, not as text describing one.
+#[tokio::test]
+async fn a_failed_call_reaches_the_host_with_its_output_and_images_pass_through() {
+    let test = "mcp_serve::failed_output";
+    let Some(python) = host_python(test) else {
+        return;
+    };
+    let everything = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("mcp_servers/installed/node/node_modules/.bin/mcp-server-everything");
+    if !require::file(test, &everything, "run tests/mcp_servers/install.sh") {
+        return;
+    }
+    let config = format!(
+        "[mcp.servers.everything]\ncommand = {:?}\n",
+        everything.display().to_string()
+    );
+    let daemon = TestDaemon::start_with_config(Some(&config));
+    let client = daemon.connect(json!({}), no_answers()).await;
+    toold_tests::mcp::tools_when(&client, "mcp__everything__", |count| count > 0).await;
+    let allowed = ["--allow", "run_command", "--allow", "mcp__everything"];
+    let call = |tool: &'static str, arguments: &'static str| ["call", tool, arguments];
+
+    let failed = host(
+        &python,
+        &daemon,
+        &allowed,
+        &call(
+            "run_command",
+            r#"{"command": "echo out; echo err >&2; exit 3"}"#,
+        ),
+    )
+    .await;
+    let failed = seen(&failed, "result");
+    assert_eq!(failed["is_error"], true, "{failed}");
+    let text = failed["text"].as_str().unwrap();
+    let error_line = text.find("command_failed: ").expect("the error line");
+    for output in ["out", "err"] {
+        let at = text
+            .find(output)
+            .unwrap_or_else(|| panic!("{output} lost: {text:?}"));
+        assert!(at < error_line, "the output comes first: {text:?}");
+    }
+    assert!(text.contains("exited with code 3"), "{text:?}");
+    assert_eq!(
+        failed["structured"]["error_type"], "command_failed",
+        "{failed}"
+    );
+
+    let timed_out = host(
+        &python,
+        &daemon,
+        &allowed,
+        &call(
+            "run_command",
+            r#"{"command": "echo before the end; sleep 30", "timeout_ms": 1000}"#,
+        ),
+    )
+    .await;
+    let timed_out = seen(&timed_out, "result");
+    let text = timed_out["text"].as_str().unwrap();
+    assert!(
+        text.contains("before the end") && text.contains("timeout: "),
+        "{timed_out}"
+    );
+
+    let image = host(
+        &python,
+        &daemon,
+        &allowed,
+        &call("mcp__everything__get-tiny-image", "{}"),
+    )
+    .await;
+    let image = seen(&image, "result");
+    assert_eq!(image["is_error"], false, "{image}");
+    let parts = image["parts"].as_array().expect("parts");
+    assert!(
+        parts
+            .iter()
+            .any(|part| part["type"] == "image" && part["mime_type"] == "image/png"),
+        "{image}"
+    );
+    assert!(
+        !image["text"].as_str().unwrap().contains("[image:"),
+        "an image is not described as text: {image}"
+    );
+}
+
 /// With no daemon answering on its socket, `toold mcp serve` starts one (as `toold connect`
 /// does), which outlives it.
 #[tokio::test]

@@ -500,13 +500,18 @@ impl ServerHandler for Bridge {
     }
 }
 
-/// A toold result as MCP says (EXTENSIONS.md section B): the content as one text part (and
-/// `metadata.structured` as `structuredContent`); a failure `isError` with the text
-/// `error_type: error` and `structuredContent: {error_type, metadata}`.
+/// A toold result as MCP says (docs/protocol.md section 11.10): the content as MCP content (an
+/// MCP source's parts whole, images and audio included, as `metadata.mcp_content` keeps them;
+/// else one text part) and `metadata.structured` as `structuredContent`. A failure is `isError`
+/// with the same content first (a command's output, a sandbox's hint: what the model needs to
+/// see why) and then the line `error_type: error`, and `structuredContent: {error_type,
+/// metadata}`.
 fn to_mcp_result(result: ToolResult) -> CallToolResult {
+    let mut metadata = result.metadata;
+    let passed_through = metadata.remove("mcp_content");
+    let mut parts = content_parts(&result.content, passed_through);
     if result.ok {
-        let mut metadata = result.metadata;
-        let mut answer = CallToolResult::success(vec![ContentBlock::text(result.content)]);
+        let mut answer = CallToolResult::success(parts);
         answer.structured_content = metadata.remove("structured");
         return answer;
     }
@@ -514,12 +519,37 @@ fn to_mcp_result(result: ToolResult) -> CallToolResult {
         .error_type
         .map(|kind| kind.to_string())
         .unwrap_or_else(|| "internal_error".to_owned());
-    let error = result.error.unwrap_or(result.content);
-    let mut answer =
-        CallToolResult::error(vec![ContentBlock::text(format!("{error_type}: {error}"))]);
+    let error = match result.error {
+        Some(error) => error,
+        // The content is the message: said once, on the error line.
+        None => {
+            parts.clear();
+            result.content
+        }
+    };
+    // An empty text says nothing; a message that is the whole content (an MCP source's
+    // `isError` text) is said once.
+    parts.retain(|part| {
+        part.as_text()
+            .is_none_or(|text| !text.text.is_empty() && text.text != error)
+    });
+    parts.push(ContentBlock::text(format!("{error_type}: {error}")));
+    let mut answer = CallToolResult::error(parts);
     answer.structured_content = Some(json!({
         "error_type": error_type,
-        "metadata": result.metadata,
+        "metadata": metadata,
     }));
     answer
+}
+
+/// A result's content as MCP content parts: an MCP source's own parts when the result kept
+/// them (`metadata.mcp_content`, whose parts that are not text the content only describes),
+/// else the text as one part.
+fn content_parts(content: &str, passed_through: Option<Value>) -> Vec<ContentBlock> {
+    if let Some(parts) =
+        passed_through.and_then(|parts| serde_json::from_value::<Vec<ContentBlock>>(parts).ok())
+    {
+        return parts;
+    }
+    vec![ContentBlock::text(content)]
 }

@@ -189,7 +189,12 @@ fn output_of_value(result: &Value) -> Result<ToolOutput, ToolFailure> {
     }
     let content = texts.join("\n");
     if result.get("isError").and_then(Value::as_bool) == Some(true) {
-        return Err(failed(content));
+        let failure = failed(content);
+        return Err(if other_parts {
+            failure.with_meta("mcp_content", Value::Array(parts.to_vec()))
+        } else {
+            failure
+        });
     }
     let mut output = ToolOutput::new(content);
     if other_parts {
