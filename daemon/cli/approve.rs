@@ -241,10 +241,33 @@ pub fn ask(
 /// question however long they are; then what the call will do (its preview, drawn as
 /// `drawing` says).
 pub fn describe(request: &ApprovalRequestParams, drawing: Drawing) -> String {
+    described(request, drawing, Surface::Terminal)
+}
+
+/// [`describe`] for a host's form, whose choices name what each grants: no `toold:` to tell
+/// the daemon's lines from others, no keys to press, no rule the choices already show.
+pub fn describe_for_form(request: &ApprovalRequestParams, drawing: Drawing) -> String {
+    described(request, drawing, Surface::Form)
+}
+
+/// Where an approval is asked.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Surface {
+    /// A terminal, among other output, answered by a key.
+    Terminal,
+    /// A host's form, whose choices are labelled.
+    Form,
+}
+
+fn described(request: &ApprovalRequestParams, drawing: Drawing, surface: Surface) -> String {
     let arguments = serde_json::to_string(&request.call.arguments)
         .unwrap_or_else(|_| request.call.arguments.to_string());
+    let heading = match surface {
+        Surface::Terminal => "\ntoold: ",
+        Surface::Form => "",
+    };
     let mut text = format!(
-        "\ntoold: {} needs your approval (call {})\n  arguments: {}\n  reason:    {}\n",
+        "{heading}{} needs your approval (call {})\n  arguments: {}\n  reason:    {}\n",
         visible::line(&request.call.name),
         visible::line(&request.call.id),
         visible::line(&arguments),
@@ -272,7 +295,7 @@ pub fn describe(request: &ApprovalRequestParams, drawing: Drawing) -> String {
             .unwrap_or("(none given)");
         text.push_str(&format!("  because:   {}\n", visible::line(justification)));
     }
-    if !request.suggestions.is_empty() {
+    if surface == Surface::Terminal && !request.suggestions.is_empty() {
         let suggestions: Vec<Cow<'_, str>> = request
             .suggestions
             .iter()
@@ -283,7 +306,11 @@ pub fn describe(request: &ApprovalRequestParams, drawing: Drawing) -> String {
             suggestions.join(", ")
         ));
     }
-    if let Some(always) = &request.always {
+    if let Some(always) = request
+        .always
+        .as_ref()
+        .filter(|_| surface == Surface::Terminal)
+    {
         text.push_str(&format!(
             "  always:    allow or deny {} in {}, written to your config\n",
             visible::line(&always.rule),

@@ -60,7 +60,11 @@ async def play(scenario, args):
         answer = args[0]
 
         async def elicitation(context, params):
-            emit(event="elicitation", message=params.message)
+            decision = params.requested_schema["properties"]["decision"]
+            choices = [choice["title"] for choice in decision.get("oneOf", [])] or decision.get(
+                "enumNames", []
+            )
+            emit(event="elicitation", message=params.message, choices=choices)
             return ElicitResult(action="accept", content={"decision": answer})
 
     if scenario == "basics":

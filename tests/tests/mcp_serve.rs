@@ -260,6 +260,17 @@ async fn the_host_approves_by_elicitation() {
     let allowed = host(&python, &daemon, &[], &["ask", "allow_once", "touch made"]).await;
     let asked = seen(&allowed, "elicitation")["message"].as_str().unwrap();
     assert!(asked.contains("touch made"), "{asked}");
+    // Written for a form: no terminal's keys, no `toold:` line marks, the call first.
+    assert!(
+        asked.starts_with("run_command needs your approval"),
+        "{asked}"
+    );
+    for terminal_wording in ["toold asks", "toold:", "[s]", "[y]"] {
+        assert!(
+            !asked.contains(terminal_wording),
+            "{terminal_wording}: {asked}"
+        );
+    }
     assert_eq!(seen(&allowed, "result")["is_error"], false, "{allowed:#?}");
     assert!(daemon.work().join("made").exists());
 
@@ -292,8 +303,14 @@ async fn the_host_approves_by_elicitation() {
         &["ask", "allow_always", "mkdir kept"],
     )
     .await;
-    let asked = seen(&always, "elicitation")["message"].as_str().unwrap();
-    assert!(asked.contains("run_command(mkdir *)"), "{asked}");
+    let choices = &seen(&always, "elicitation")["choices"];
+    assert!(
+        choices.as_array().unwrap().iter().any(|choice| choice
+            .as_str()
+            .unwrap()
+            .starts_with("Always allow (run_command(mkdir *))")),
+        "{choices}"
+    );
     assert_eq!(seen(&always, "result")["is_error"], false, "{always:#?}");
     assert!(daemon.work().join("kept").is_dir());
     let config = std::fs::read_to_string(daemon.config_file()).unwrap();

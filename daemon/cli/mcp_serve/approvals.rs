@@ -141,7 +141,7 @@ pub fn form(request: &ApprovalRequestParams, titled: bool) -> Result<ElicitReque
         colour: false,
         diff_max_bytes: HOST_DIFF_BYTES,
     };
-    let message = format!("toold asks:{}", approve::describe(request, drawing));
+    let message = approve::describe_for_form(request, drawing);
     let for_session = match request.suggestions.first() {
         Some(rule) => format!("Allow for this session ({})", visible::line(rule)),
         None => "Allow for this session".to_owned(),
