@@ -70,7 +70,13 @@ fn cannot_connect(socket: &Path, error: io::Error) -> anyhow::Error {
 
 /// Starts `toold serve` detached from this process and waits until it answers on `socket`.
 fn start_daemon_and_connect(args: &ConnectArgs, socket: &Path) -> anyhow::Result<UnixStream> {
-    let mut child = spawn_detached_daemon(args, socket)?;
+    let log = toold::logging::default_log_file();
+    // What the log holds before this start: what follows is this daemon's.
+    let logged_before = log
+        .as_deref()
+        .and_then(|log| std::fs::metadata(log).ok())
+        .map_or(0, |meta| meta.len());
+    let mut child = spawn_detached_daemon(args, socket, log.as_deref())?;
     let timeout = Duration::from_secs(args.start_timeout);
     let deadline = Instant::now() + timeout;
     loop {
@@ -90,8 +96,9 @@ fn start_daemon_and_connect(args: &ConnectArgs, socket: &Path) -> anyhow::Result
             }
             bail!(
                 "the daemon it started (`toold serve --socket {}`) exited ({status}) before it \
-                 answered; run that command in a terminal to see why",
-                socket.display()
+                 answered{}",
+                socket.display(),
+                its_reason(log.as_deref(), logged_before)
             );
         }
         if Instant::now() >= deadline {
@@ -100,22 +107,61 @@ fn start_daemon_and_connect(args: &ConnectArgs, socket: &Path) -> anyhow::Result
             let _ = child.kill();
             let _ = child.wait();
             bail!(
-                "the daemon it started did not answer on {} within {} s, so it was stopped; \
-                 run `toold serve --socket {}` in a terminal to see why, or allow more time \
-                 with --start-timeout",
+                "the daemon it started did not answer on {} within {} s, so it was stopped \
+                 (allow more time with --start-timeout){}",
                 socket.display(),
                 timeout.as_secs(),
-                socket.display()
+                its_reason(log.as_deref(), logged_before)
             );
         }
         std::thread::sleep(START_POLL_INTERVAL);
     }
 }
 
+/// What the daemon wrote to its log since `offset` (its own reason for stopping, as it said
+/// it), its last lines, made visible, for the error; or where to look when there is no log.
+fn its_reason(log: Option<&Path>, offset: u64) -> String {
+    /// Enough lines for a reason and what led to it, not a screenful of start-up.
+    const LAST_LINES: usize = 12;
+    let Some(log) = log else {
+        return "; run `toold serve` in a terminal to see why".to_owned();
+    };
+    let written = std::fs::read(log)
+        .ok()
+        .and_then(|bytes| {
+            bytes
+                .get(usize::try_from(offset).ok()?..)
+                .map(<[u8]>::to_vec)
+        })
+        .unwrap_or_default();
+    let text = String::from_utf8_lossy(&written);
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|line| !line.trim().is_empty())
+        .collect();
+    if lines.is_empty() {
+        return format!("; it said nothing in its log {}", log.display());
+    }
+    let last: Vec<String> = lines[lines.len().saturating_sub(LAST_LINES)..]
+        .iter()
+        .map(|line| format!("  {}", super::visible::line(line)))
+        .collect();
+    format!(
+        "; it said (in its log {}):\n{}",
+        log.display(),
+        last.join("\n")
+    )
+}
+
 /// `toold serve` with the same socket and config, in a session of its own (no controlling
-/// terminal, so closing this terminal or a Ctrl-C here does not stop it), stdio on /dev/null,
-/// its working directory `/` so that it does not keep any other directory busy.
-fn spawn_detached_daemon(args: &ConnectArgs, socket: &Path) -> anyhow::Result<Child> {
+/// terminal, so closing this terminal or a Ctrl-C here does not stop it), stdin and stdout on
+/// /dev/null, its log (stderr) in `log`, its working directory `/` so that it does not keep
+/// any other directory busy.
+fn spawn_detached_daemon(
+    args: &ConnectArgs,
+    socket: &Path,
+    log: Option<&Path>,
+) -> anyhow::Result<Child> {
     let program = std::env::current_exe()
         .context("cannot find this program's own path to start `toold serve` with it")?;
     let mut command = Command::new(program);
@@ -125,6 +171,9 @@ fn spawn_detached_daemon(args: &ConnectArgs, socket: &Path) -> anyhow::Result<Ch
     }
     if args.allow_root {
         command.arg("--allow-root");
+    }
+    if let Some(log) = log {
+        command.arg("--log-file").arg(log);
     }
     command
         .current_dir("/")

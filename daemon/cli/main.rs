@@ -59,6 +59,10 @@ enum Command {
         /// Run even as root (a daemon that executes a model's commands as root is rarely wanted).
         #[arg(long)]
         allow_root: bool,
+        /// Log to this file instead of stderr (rotated past 8 MiB to FILE.1); what `toold
+        /// connect` and `toold mcp serve` give a daemon they start: $XDG_STATE_HOME/toold/toold.log
+        #[arg(long, value_name = "FILE")]
+        log_file: Option<std::path::PathBuf>,
     },
     /// Check a configuration file and say what is wrong with it, key by key.
     ///
@@ -194,11 +198,13 @@ fn main() -> ExitCode {
             socket,
             config,
             allow_root,
+            log_file,
         } => daemon_side(
             toold::serve::serve(toold::serve::ServeArgs {
                 socket,
                 config,
                 allow_root,
+                log_file,
             })
             .map_err(anyhow::Error::from),
         ),

@@ -33,8 +33,9 @@ struct Up {
     indexes: Vec<IndexRootStatus>,
     sessions: usize,
     running: usize,
-    /// The daemon's pid, from the socket's peer credentials.
-    pid: Option<i32>,
+    /// The daemon's pid, as it says (else from the socket's peer credentials, which over a
+    /// forwarded socket name the forwarder).
+    pid: Option<i64>,
 }
 
 impl Up {
@@ -60,6 +61,7 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<Outcome> {
             let sessions = client.session_list().await;
             let indexes = client.call::<IndexStatus>(IndexStatusParams {}).await;
             let initialized = client.initialized();
+            let said_pid = initialized.pid.map(i64::from);
             client.close();
             let sessions = sessions?;
             Up {
@@ -71,7 +73,7 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<Outcome> {
                     .iter()
                     .filter(|session| !session.running_batches.is_empty())
                     .count(),
-                pid: daemon_pid(&socket),
+                pid: said_pid.or_else(|| daemon_pid(&socket).map(i64::from)),
             }
         }
         Err(error) => {
@@ -98,6 +100,7 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<Outcome> {
             "pid": up.pid,
             "sandbox": up.initialized.sandbox,
             "audit": up.initialized.audit,
+            "log_file": up.initialized.log_file,
             "index": up.indexes,
         });
         render::print_out(&format!("{}\n", serde_json::to_string_pretty(&report)?));
@@ -128,7 +131,7 @@ fn describe(socket: &Path, up: &Up) -> String {
     format!(
         "toold is up\n  socket:    {}\n  version:   {version} (protocol {})\n  instance:  {}\n  \
          pid:       {process}\n  sessions:  {} ({} running a batch)\n  uptime:    {uptime}\n  \
-         sandbox:   {}\n  audit:     {}\n  index:     {}\n",
+         sandbox:   {}\n  audit:     {}\n  index:     {}\n  log:       {}\n",
         socket.display(),
         info.protocol_version,
         info.instance_id,
@@ -137,6 +140,9 @@ fn describe(socket: &Path, up: &Up) -> String {
         describe_sandbox(info.sandbox.as_ref()),
         describe_audit(info.audit.as_ref()),
         describe_indexes(&up.indexes),
+        info.log_file
+            .as_deref()
+            .unwrap_or("its stderr (the journal under systemd)"),
     )
 }
 

@@ -25,7 +25,7 @@ pub mod events;
 pub(crate) mod git_config;
 pub mod hooks;
 pub mod index;
-pub(crate) mod logging;
+pub mod logging;
 pub mod mcp;
 pub mod paths;
 pub mod permission;

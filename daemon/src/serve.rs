@@ -35,6 +35,9 @@ pub struct ServeArgs {
     pub config: Option<PathBuf>,
     /// Run even as root.
     pub allow_root: bool,
+    /// Write the log (and anything else for stderr) to this file, rotated past
+    /// [`crate::logging::LOG_FILE_MAX_BYTES`]; `None`: stderr as it is.
+    pub log_file: Option<PathBuf>,
 }
 
 /// Why the daemon did not start; each says what to do.
@@ -64,13 +67,19 @@ pub fn serve(args: ServeArgs) -> Result<(), ServeError> {
         socket: socket_flag,
         config: config_path,
         allow_root,
+        log_file,
     } = args;
+    // Before anything can fail: every reason the daemon gives for stopping goes there.
+    if let Some(path) = &log_file {
+        crate::logging::log_to_file(path).map_err(failed("cannot open the log file"))?;
+    }
     // First of all, before the config or anything else is in memory: the commands the daemon
     // runs have its uid, and must not read its environment or memory or trace it.
     process_tree::keep_out_of_reach();
     socket::refuse_root(allow_root)?;
     let config = Config::load(config_path.as_deref())?;
-    crate::logging::init();
+    // Held to the end: dropping it writes out the lines still queued.
+    let _log = crate::logging::init();
     // Before any process is started: none may inherit what started the daemon left open.
     process_tree::inherit_no_descriptors();
     for warning in &config.warnings {

@@ -83,6 +83,15 @@ pub struct InitializeResult {
     /// The audit log's state (an extension: `toold status` shows it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub audit: Option<AuditStatus>,
+    /// The daemon's own process id (a client over a forwarded socket sees the forwarder's in
+    /// the socket's peer credentials).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    /// The file the daemon logs to (`toold serve --log-file`, which a daemon started by
+    /// `toold connect` or `toold mcp serve` gets); absent: its stderr, the journal under
+    /// systemd.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_file: Option<String>,
 }
 
 /// The audit log as the daemon reports it.

@@ -788,6 +788,8 @@ async fn a_request_without_an_answerer_is_method_not_found() {
                 started_at: None,
                 sandbox: None,
                 audit: None,
+                pid: None,
+                log_file: None,
                 capabilities: ServerCapabilities {
                     modes: Vec::new(),
                     hooks: Vec::new(),

@@ -78,6 +78,8 @@ pub(crate) fn initialize(
         },
         sandbox: Some(crate::sandbox::kernel::probe().report()),
         audit: Some(daemon.executor.audit.status()),
+        pid: Some(std::process::id()),
+        log_file: crate::logging::log_file().map(|path| path.display().to_string()),
     })
 }
 
