@@ -648,3 +648,35 @@ async fn a_server_over_streamable_http_is_listed_and_called() {
     )
     .await;
 }
+
+/// A client that lists the tools once, as soon as the daemon answers (as several MCP hosts do
+/// at their start), gets the eager servers' tools in that first list: the list waits for a
+/// server still on its first start to be ready or failed.
+#[tokio::test]
+async fn the_first_list_holds_the_eager_servers_tools() {
+    let test = "mcp_real_servers::first_list";
+    if !servers_installed(test) {
+        return;
+    }
+    let root = tempfile::tempdir().unwrap();
+    let daemon = TestDaemon::start_with_config(Some(&four_servers_config(root.path())));
+    let client = daemon.connect(json!({}), no_answers()).await;
+    let listed = client
+        .request("tools/list", json!({}))
+        .await
+        .expect("tools/list");
+    let names: Vec<&str> = listed["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .filter_map(|tool| tool["name"].as_str())
+        .collect();
+    for server in ["everything", "fs", "memory", "time"] {
+        assert!(
+            names
+                .iter()
+                .any(|name| name.starts_with(&format!("mcp__{server}__"))),
+            "{server}'s tools are in the first list: {names:?}"
+        );
+    }
+}

@@ -181,7 +181,8 @@ impl McpServer {
                 let live = self.live();
                 (live.state.clone(), live.restarts)
             };
-            if state != Some(ServerState::Starting) || ended > 0 {
+            // No state yet: its supervisor, just launched, has not begun its first start.
+            if !matches!(state, None | Some(ServerState::Starting)) || ended > 0 {
                 return;
             }
             if tokio::time::timeout_at(deadline, changed).await.is_err() {
@@ -662,6 +663,24 @@ impl McpServers {
                 .collect()
         };
         let waits = lazy
+            .iter()
+            .map(|server| server.settled(server.config.startup_timeout + STARTUP_SLACK));
+        futures_util::future::join_all(waits).await;
+    }
+
+    /// Waits for each eager server's first start to end, ready or failed, up to its
+    /// `startup_timeout_ms`: a client that lists the tools once, right after the daemon
+    /// started (as several MCP hosts do), sees their tools. Once they have settled, this
+    /// returns at once.
+    pub async fn eager_settled(&self) {
+        let eager: Vec<Arc<McpServer>> = self
+            .running
+            .lock_unpoisoned()
+            .iter()
+            .filter(|running| running.server.config.start == Start::Eager)
+            .map(|running| Arc::clone(&running.server))
+            .collect();
+        let waits = eager
             .iter()
             .map(|server| server.settled(server.config.startup_timeout + STARTUP_SLACK));
         futures_util::future::join_all(waits).await;

@@ -237,9 +237,10 @@ pub(crate) async fn permissions_explain(
 }
 
 pub(crate) async fn tools_list(daemon: &Daemon, params: ToolsListParams) -> Reply<ToolsListResult> {
-    // The first listing is a lazy MCP server's first use: its tools are in this one.
+    // The first listing is a lazy MCP server's first use: its tools are in this one; and an
+    // eager server still on its first start is waited for, so that its tools are too.
     if let Some(servers) = daemon.mcp.get() {
-        servers.start_lazy(|_| true).await;
+        futures_util::join!(servers.start_lazy(|_| true), servers.eager_settled());
     }
     let session = match &params.session_id {
         Some(session_id) => Some(daemon.sessions.get(session_id)?.session.state()),
