@@ -616,7 +616,10 @@ impl Confinement {
     /// ran unconfined.
     pub(crate) fn denial_hint(&self, output: &str, refused: &[String]) -> Option<String> {
         let offline = !self.settings.network && looks_offline(output);
-        if !self.is_confined() || !looks_denied(output) && !offline && refused.is_empty() {
+        let git = git_metadata_denied(output);
+        if !self.is_confined()
+            || !looks_denied(output) && git.is_none() && !offline && refused.is_empty()
+        {
             return None;
         }
         let dirs: Vec<String> = self
@@ -642,6 +645,18 @@ impl Confinement {
                 refused.join(", ")
             )
         };
+        if let Some(file) = git {
+            // Where it may write is beside the point: this file is kept whatever the command.
+            return Some(format!(
+                "the sandbox (mode {}) keeps {file} read-only: git runs what a repository's \
+                 .git/config and .git/hooks name, so a command that changed them could run code \
+                 outside the sandbox the next time anyone runs git. Ask the user to make this \
+                 change (they can run the command in their own terminal), or run it again with \
+                 escalate {{\"unsandboxed\": true}} and a justification if the user's config \
+                 allows it, and the user is asked.{network}{sockets}",
+                self.settings.mode.as_str()
+            ));
+        }
         let writes = if looks_denied(output) {
             let dir = denied_dir(output).map_or_else(
                 || "DIR".to_owned(),
@@ -689,6 +704,26 @@ fn denied_dir(output: &str) -> Option<PathBuf> {
         .skip(1)
         .find(|dir| dir.is_dir())
         .map(Path::to_path_buf)
+}
+
+/// The git metadata file a failure in `output` names, when the failure is the sandbox's
+/// keeping it read-only: a line with a denial's words (or `Device or resource busy`, which a
+/// rename onto the file's read-only mount gets: `git config` writes `config.lock` and renames
+/// it) that names `.git/config` or a file of `.git/hooks`.
+fn git_metadata_denied(output: &str) -> Option<&'static str> {
+    output.lines().find_map(|line| {
+        let denied = looks_denied(line) || line.contains("Device or resource busy");
+        if !denied {
+            return None;
+        }
+        if line.contains(".git/hooks") || line.contains("/hooks/") && line.contains(".git") {
+            Some(".git/hooks")
+        } else if line.contains(".git/config") || line.contains("config file .git") {
+            Some(".git/config")
+        } else {
+            None
+        }
+    })
 }
 
 /// Whether `output` reads like a program that found no network: a name that did not resolve,
@@ -819,6 +854,37 @@ fn looks_denied(output: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failure_on_git_metadata_names_the_file_kept() {
+        for (output, kept) in [
+            (
+                "error: could not write config file .git/config: Device or resource busy",
+                ".git/config",
+            ),
+            (
+                "error: could not lock config file .git/config: Read-only file system",
+                ".git/config",
+            ),
+            (
+                "PermissionError: [Errno 30] Read-only file system: '.git/hooks/pre-push'",
+                ".git/hooks",
+            ),
+            (
+                "touch: cannot touch '/p/.git/hooks/x': Read-only file system",
+                ".git/hooks",
+            ),
+        ] {
+            assert_eq!(git_metadata_denied(output), Some(kept), "{output}");
+        }
+        for output in [
+            "touch: cannot touch '/etc/x': Permission denied",
+            "fatal: not a git repository: .git/config missing",
+            "error: could not write config file .git/config: No space left on device",
+        ] {
+            assert_eq!(git_metadata_denied(output), None, "{output}");
+        }
+    }
 
     #[test]
     fn denials_are_recognised_in_the_words_of_common_runtimes() {

@@ -37,6 +37,7 @@ async fn git_metadata_inside_the_root_stays_read_only() {
     let git_dir = places.project.join(".git");
     let session = session(&client, &places.project, json!({})).await;
     let before = Places::snapshot(&git_dir);
+    let mut hinted = 0;
     for line in [
         "echo '[core] hooksPath = /tmp' >> .git/config",
         "git config core.hooksPath /tmp",
@@ -45,10 +46,37 @@ async fn git_metadata_inside_the_root_stays_read_only() {
         "mv .git/config .git/config.old",
         "mv .git .git-old && mkdir .git",
         "rm -rf .git",
+        "python3 -c \"open('.git/hooks/pre-push', 'w')\"",
     ] {
         let result = run(&client, &session, line).await;
         assert_eq!(result["ok"], json!(false), "{line}: {result}");
+        // A failure to change git's metadata says what kept it and what to do, not where
+        // commands may write (the repository, which holds it).
+        let kept = if line.contains(".git/hooks/") && !line.starts_with("echo") {
+            Some(".git/hooks read-only")
+        } else if line.starts_with("git config") || line.ends_with(">> .git/config") {
+            Some(".git/config read-only")
+        } else {
+            None
+        };
+        // (Those the rules see writing there are denied before they run.)
+        let ran = result["metadata"]["sandbox"].is_object();
+        if let Some(kept) = kept.filter(|_| ran) {
+            hinted += 1;
+            let hint = result["metadata"]["sandbox"]["hint"]
+                .as_str()
+                .unwrap_or_default();
+            assert!(
+                hint.contains(kept) && hint.contains("Ask the user"),
+                "{line}: {result}"
+            );
+            assert!(!hint.contains("may write only under"), "{line}: {hint}");
+        }
     }
+    assert!(
+        hinted >= 2,
+        "git config and a hook's write ran and were explained"
+    );
     assert_eq!(Places::snapshot(&git_dir), before);
 }
 
