@@ -141,6 +141,27 @@ async fn stdout_and_stderr_interleave_in_arrival_order() {
     assert_eq!(meta(&result, "call_id"), &json!("call_1"));
 }
 
+/// Writes made within moments of each other to both streams are read from two pipes, in
+/// whatever order the reads return; `2>&1`, as the tool's description says, makes them one
+/// stream in exactly the order written.
+#[tokio::test]
+async fn two_streams_in_one_keep_the_order_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let line = "{ echo 1; echo 2 >&2; echo 3; echo 4 >&2; } 2>&1";
+    for _ in 0..20 {
+        let result = run(env_in(dir.path()), json!({"command": line})).await;
+        assert_eq!(result.content, "1\n2\n3\n4\n", "{result:?}");
+    }
+    let description = Registry::with_builtins()
+        .get("run_command")
+        .map(|definition| definition.description.clone())
+        .unwrap_or_default();
+    assert!(
+        description.contains("may appear out of order") && description.contains("2>&1"),
+        "{description}"
+    );
+}
+
 #[tokio::test]
 async fn a_nonzero_exit_is_command_failed_with_the_output() {
     let dir = tempfile::tempdir().unwrap();

@@ -81,7 +81,10 @@ const KILL_DRAIN: Duration = Duration::from_millis(100);
 const DESCRIPTION: &str = "Run a shell command with bash -c and return its output. \
 The command runs in the session's working directory (or `cwd`), with stdin empty (/dev/null): \
 interactive programs get no input, so pass everything through arguments or files. \
-The content is stdout and stderr together, in the order they were written. Long output keeps \
+The content is stdout and stderr together, each in its own order, interleaved as their \
+output arrived: lines written to both within moments of each other may appear out of order \
+relative to each other; add `2>&1` to the command to get one stream in exactly the order \
+written. Long output keeps \
 its beginning and end with a marker saying how many bytes were left out in the middle; \
 filter it (grep, head, tail) when you only need part of it. A non-zero exit code makes the \
 call fail with error_type command_failed, still returning the output; metadata has exit_code, \
