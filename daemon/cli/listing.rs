@@ -1,5 +1,6 @@
 //! `toold tools` and `toold sessions`: what the daemon offers and what it holds, as tables for
-//! people or as the JSON the daemon answered.
+//! people or as the JSON the daemon answered. (`toold sessions new` and `close` are in
+//! sessions.rs.)
 
 use clap::Args;
 use toold_client::protocol::ToolsListParams;
@@ -8,6 +9,7 @@ use toold_client::{Client, ClientOptions};
 use super::Outcome;
 use super::address::DaemonAddress;
 use super::render;
+use super::sessions::SessionsCommand;
 
 #[derive(Args, Debug)]
 pub struct ToolsArgs {
@@ -22,7 +24,11 @@ pub struct ToolsArgs {
 }
 
 #[derive(Args, Debug)]
+// `toold sessions --json new` would be unclear: the listing's options go without a subcommand.
+#[command(args_conflicts_with_subcommands = true)]
 pub struct SessionsArgs {
+    #[command(subcommand)]
+    pub command: Option<SessionsCommand>,
     #[command(flatten)]
     pub address: DaemonAddress,
     /// Print the daemon's `session/list` result as JSON.
