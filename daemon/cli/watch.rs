@@ -236,7 +236,10 @@ impl Watcher<'_> {
     /// Says that the watched session was closed, and what happens now.
     fn closed(&self, session_id: &str) {
         if self.json {
-            json_line("watch/closed", serde_json::json!({"session_id": session_id}));
+            json_line(
+                "watch/closed",
+                serde_json::json!({"session_id": session_id}),
+            );
         } else if self.following {
             self.say(&format!(
                 "session {} was closed; waiting for the next (Ctrl-C to stop)",

@@ -1,8 +1,10 @@
 //! `toold watch` following sessions as they come and go, and `toold sessions new` and `close`,
 //! run as the real binary against a real daemon: a watch started before any session waits for
 //! one, switches to each new session and says so, outlives the sessions it watched until
-//! SIGTERM; `--session ID` ends with its session; a session made by hand has the cwd, mode,
-//! rules and title asked for, and closing an unknown id is reported without stopping the others.
+//! SIGTERM, and asks the approvals of the session it switched to; `--session ID` ends with its
+//! session; `--json` has a line for each switch and close; a session made by hand has the cwd,
+//! mode, rules and title asked for, and closing an unknown id is reported without stopping the
+//! others.
 
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
@@ -10,7 +12,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::process::ChildStdout;
-use toold_tests::daemon::{TestClient, TestDaemon, no_answers};
+use toold_tests::daemon::{TestClient, TestDaemon, no_answers, outcome, results};
 use toold_tests::terminal::{Finished, Terminal};
 
 /// `toold ARGS…` against `daemon`, run to its end (stdin empty).
@@ -139,7 +141,51 @@ async fn watch_started_first_waits_then_follows_each_new_session_until_sigterm()
     assert!(stdout.contains("▶ in_second read_file"), "{stdout}");
     assert!(stdout.contains("in_second ✓ read_file ok"), "{stdout}");
     assert!(!stdout.contains("in_first"), "{stdout}");
-    assert!(!screen.contains(&format!("session {by_hand} was closed")), "{screen}");
+    assert!(
+        !screen.contains(&format!("session {by_hand} was closed")),
+        "{screen}"
+    );
+}
+
+/// Started before the session, the watch that switched to it is its approver: the call asked
+/// about is answered on its terminal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_followed_has_its_approvals_asked_on_the_watching_terminal() {
+    let daemon = TestDaemon::start_asking();
+    let mut watch = daemon.command();
+    watch.arg("watch");
+    let terminal = Terminal::spawn(watch);
+    terminal.wait_for("no session yet; waiting for one");
+    // The owner approves nothing: only the watch can.
+    let owner = daemon.connect(json!({}), no_answers()).await;
+    let session = owner.create_session(&daemon.work(), json!({})).await;
+    terminal.wait_for(&format!("watching session {session}"));
+
+    let answering = tokio::task::spawn_blocking(move || {
+        let mut terminal = terminal;
+        terminal.wait_for("[a] abort?");
+        terminal.type_line("y");
+        terminal
+    });
+    let response = owner
+        .execute(
+            &session,
+            json!([{"id": "t", "name": "run_command", "arguments": {"command": "touch approved"}}]),
+        )
+        .await;
+    let terminal = answering.await.unwrap();
+    assert_eq!(outcome(results(&response)[0]), "ok", "{response}");
+    assert!(daemon.work().join("approved").exists());
+    assert!(
+        terminal.screen().contains("touch approved"),
+        "{}",
+        terminal.screen()
+    );
+    sigterm(terminal.pid());
+    let Finished { status, screen, .. } = tokio::task::spawn_blocking(move || terminal.finish())
+        .await
+        .unwrap();
+    assert_eq!(status.code(), Some(0), "{screen}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -312,7 +358,10 @@ async fn sessions_new_makes_the_session_asked_for_and_close_reports_unknown_ids(
     assert!(text(&closed.stdout).is_empty(), "{}", text(&closed.stdout));
     let stderr = text(&closed.stderr);
     assert!(stderr.contains("no session s_bogus"), "{stderr}");
-    assert!(!stderr.contains(&id) && !stderr.contains(&other), "{stderr}");
+    assert!(
+        !stderr.contains(&id) && !stderr.contains(&other),
+        "{stderr}"
+    );
     assert_eq!(listed(&client).await, Vec::<Value>::new());
 
     // Every id known: exit 0.
