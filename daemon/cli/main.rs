@@ -106,7 +106,7 @@ enum Command {
     ///   id=$(toold sessions new --cwd ~/src/app --mode plan --title 'by hand')
     ///   toold sessions close "$id"
     #[command(verbatim_doc_comment)]
-    Sessions(listing::SessionsArgs),
+    Sessions(sessions::SessionsArgs),
     /// Say whether the daemon is up, with its version, socket, sessions and uptime.
     ///
     /// Exit code: 0 when it is up, 1 when it is not.
@@ -225,10 +225,7 @@ fn main() -> ExitCode {
         Command::Call(args) => client_side(on_runtime(call::call(args))),
         Command::Exec(args) => client_side(on_runtime(exec::exec(args))),
         Command::Tools(args) => client_side(on_runtime(listing::tools(args))),
-        Command::Sessions(mut args) => match args.command.take() {
-            Some(command) => client_side(on_runtime(sessions::sessions(command))),
-            None => client_side(on_runtime(listing::sessions(args))),
-        },
+        Command::Sessions(args) => client_side(on_runtime(sessions::sessions(args))),
         Command::Status(args) => client_side(on_runtime(status::status(args))),
         Command::Reload(args) => client_side(on_runtime(reload::reload(args))),
         Command::Mcp(command) => client_side(on_runtime(mcp::mcp(command))),

@@ -1,7 +1,7 @@
-//! `toold sessions new` and `toold sessions close`: sessions made and ended by hand, for a
-//! shell (`id=$(toold sessions new --cwd ~/src/app)`, then `toold call --session "$id"`, an
-//! MCP host's `toold mcp serve --session "$id"`, `toold watch --session "$id"`, and `toold
-//! sessions close "$id"`). Listing them is `toold sessions` alone, in listing.rs.
+//! `toold sessions`: the daemon's sessions listed (a table for people, or the JSON the daemon
+//! answered), and `new` and `close`: sessions made and ended by hand, for a shell (`id=$(toold
+//! sessions new --cwd ~/src/app)`, then `toold call --session "$id"`, an MCP host's `toold mcp
+//! serve --session "$id"`, `toold watch --session "$id"`, and `toold sessions close "$id"`).
 
 use std::path::PathBuf;
 
@@ -14,7 +14,20 @@ use super::Outcome;
 use super::address::DaemonAddress;
 use super::batch_run::{parse_mode, session_cwd};
 use super::listing::connect_plainly;
-use super::visible;
+use super::{render, visible};
+
+#[derive(Args, Debug)]
+// `toold sessions --json new` would be unclear: the listing's options go without a subcommand.
+#[command(args_conflicts_with_subcommands = true)]
+pub struct SessionsArgs {
+    #[command(subcommand)]
+    pub command: Option<SessionsCommand>,
+    #[command(flatten)]
+    pub address: DaemonAddress,
+    /// Print the daemon's `session/list` result as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
 
 #[derive(Subcommand, Debug)]
 pub enum SessionsCommand {
@@ -67,11 +80,31 @@ pub struct CloseArgs {
     pub session_ids: Vec<String>,
 }
 
-pub async fn sessions(command: SessionsCommand) -> anyhow::Result<Outcome> {
-    match command {
-        SessionsCommand::New(args) => new(args).await,
-        SessionsCommand::Close(args) => close(args).await,
+pub async fn sessions(args: SessionsArgs) -> anyhow::Result<Outcome> {
+    match args.command {
+        None => list(&args.address, args.json).await,
+        Some(SessionsCommand::New(args)) => new(args).await,
+        Some(SessionsCommand::Close(args)) => close(args).await,
     }
+}
+
+/// `toold sessions` alone: a table, or `session/list`'s result as JSON.
+async fn list(address: &DaemonAddress, json: bool) -> anyhow::Result<Outcome> {
+    let client = connect_plainly(address, "toold sessions").await?;
+    let sessions = client.session_list().await;
+    client.close();
+    let sessions = sessions?;
+    if json {
+        render::print_out(&format!(
+            "{}\n",
+            serde_json::to_string_pretty(&serde_json::json!({ "sessions": sessions }))?
+        ));
+    } else if sessions.is_empty() {
+        render::print_out("no sessions\n");
+    } else {
+        render::print_out(&render::sessions_table(&sessions));
+    }
+    Ok(Outcome::Success)
 }
 
 async fn new(args: NewArgs) -> anyhow::Result<Outcome> {
