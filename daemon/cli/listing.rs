@@ -1,5 +1,5 @@
-//! `toold tools` and `toold sessions`: what the daemon offers and what it holds, as tables for
-//! people or as the JSON the daemon answered.
+//! `toold tools`: what the daemon offers, as a table for people or as the JSON the daemon
+//! answered; and the plain connection the asking subcommands share.
 
 use clap::Args;
 use toold_client::protocol::ToolsListParams;
@@ -17,15 +17,6 @@ pub struct ToolsArgs {
     #[arg(long, value_name = "ID")]
     pub session: Option<String>,
     /// Print the daemon's `tools/list` result as JSON.
-    #[arg(long)]
-    pub json: bool,
-}
-
-#[derive(Args, Debug)]
-pub struct SessionsArgs {
-    #[command(flatten)]
-    pub address: DaemonAddress,
-    /// Print the daemon's `session/list` result as JSON.
     #[arg(long)]
     pub json: bool,
 }
@@ -53,25 +44,6 @@ pub async fn tools(args: ToolsArgs) -> anyhow::Result<Outcome> {
         render::print_out(&format!("{}\n", serde_json::to_string_pretty(&listed)?));
     } else {
         render::print_out(&render::tools_table(&listed.tools));
-    }
-    Ok(Outcome::Success)
-}
-
-pub async fn sessions(args: SessionsArgs) -> anyhow::Result<Outcome> {
-    let client = connect_plainly(&args.address, "toold sessions").await?;
-    let sessions = client.session_list().await;
-    client.close();
-    let sessions = sessions?;
-    if args.json {
-        render::print_out(&format!(
-            "{}
-",
-            serde_json::to_string_pretty(&serde_json::json!({ "sessions": sessions }))?
-        ));
-    } else if sessions.is_empty() {
-        render::print_out("no sessions\n");
-    } else {
-        render::print_out(&render::sessions_table(&sessions));
     }
     Ok(Outcome::Success)
 }

@@ -29,6 +29,7 @@ mod preview;
 mod reload;
 mod render;
 mod rules;
+mod sessions;
 mod status;
 mod visible;
 mod watch;
@@ -102,10 +103,14 @@ enum Command {
     ///
     /// Example: toold tools --session s_0123456789abcdef
     Tools(listing::ToolsArgs),
-    /// List the daemon's sessions.
+    /// List the daemon's sessions; `new` creates one (printing its id), `close` closes some.
     ///
-    /// Example: toold sessions --json
-    Sessions(listing::SessionsArgs),
+    /// Examples:
+    ///   toold sessions --json
+    ///   id=$(toold sessions new --cwd ~/src/app --mode plan --title 'by hand')
+    ///   toold sessions close "$id"
+    #[command(verbatim_doc_comment)]
+    Sessions(sessions::SessionsArgs),
     /// Say whether the daemon is up, with its version, socket, sessions and uptime.
     ///
     /// Exit code: 0 when it is up, 1 when it is not.
@@ -149,10 +154,19 @@ enum Command {
     ///
     /// Example: toold audit --since 1h --session s_0123456789abcdef
     Audit(audit::AuditArgs),
-    /// Follow a session's events live (calls, output, results, approvals) and, on a terminal,
-    /// answer its approvals; without SESSION, the most recently created live session.
+    /// Follow sessions' events live (calls, output, results, approvals) and, on a terminal,
+    /// answer the watched session's approvals.
     ///
-    /// Example: toold watch
+    /// By default it watches the newest live session, then each session created after it
+    /// (switching to it, saying so on stderr), and waits for the next when its session closes,
+    /// until Ctrl-C or SIGTERM; started before any session, it waits for the first. With
+    /// --session ID it watches that session only and ends when it closes.
+    ///
+    /// Examples:
+    ///   toold watch                       # start it, then the MCP host
+    ///   toold watch --session s_0123456789abcdef
+    ///   toold watch --json
+    #[command(verbatim_doc_comment)]
     Watch(watch::WatchArgs),
     /// The daemon's MCP servers: `status` lists them, `restart NAME` starts one again; and
     /// `serve`, toold as an MCP server on stdio for MCP hosts.
@@ -217,7 +231,7 @@ fn main() -> ExitCode {
         Command::Call(args) => client_side(on_runtime(call::call(args))),
         Command::Exec(args) => client_side(on_runtime(exec::exec(args))),
         Command::Tools(args) => client_side(on_runtime(listing::tools(args))),
-        Command::Sessions(args) => client_side(on_runtime(listing::sessions(args))),
+        Command::Sessions(args) => client_side(on_runtime(sessions::sessions(args))),
         Command::Status(args) => client_side(on_runtime(status::status(args))),
         Command::Reload(args) => client_side(on_runtime(reload::reload(args))),
         Command::Mcp(command) => client_side(on_runtime(mcp::mcp(command))),

@@ -136,6 +136,19 @@ impl Terminal {
         }
     }
 
+    /// The command's process id, to signal it.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Whether the command is still running.
+    pub fn is_running(&mut self) -> bool {
+        self.child
+            .try_wait()
+            .expect("wait for the command")
+            .is_none()
+    }
+
     pub fn type_line(&mut self, line: &str) {
         self.master
             .write_all(format!("{line}\n").as_bytes())

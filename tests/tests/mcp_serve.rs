@@ -652,7 +652,8 @@ async fn toold_watch_follows_two_hosts_and_answers_an_approval() {
 }
 
 /// Without a session named, `toold watch` follows the one created last; `--json` gives one
-/// event a line, and off a terminal it asks nothing.
+/// event a line (with a line for the session it watches and one when that session closes), and
+/// off a terminal it asks nothing.
 #[tokio::test]
 async fn toold_watch_follows_the_newest_session_as_json() {
     let daemon = TestDaemon::start();
@@ -669,7 +670,7 @@ async fn toold_watch_follows_the_newest_session_as_json() {
         .args(["watch", "--json"])
         .stdout(Stdio::piped())
         .kill_on_drop(true);
-    let watch = watch.spawn().expect("start toold watch");
+    let mut watch = watch.spawn().expect("start toold watch");
     // Attached once the session counts two connections.
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     loop {
@@ -698,8 +699,28 @@ async fn toold_watch_follows_the_newest_session_as_json() {
         .request("session/close", json!({"session_id": newest}))
         .await
         .unwrap();
-    // It ends when its session closes.
-    let events = json_lines_of("toold watch", watch.wait_with_output()).await;
+    // Its session closed, it says so and waits for the next session, until SIGTERM.
+    use tokio::io::AsyncBufReadExt;
+    let mut lines = tokio::io::BufReader::new(watch.stdout.take().expect("piped stdout")).lines();
+    let mut events: Vec<Value> = Vec::new();
+    while events
+        .last()
+        .is_none_or(|event| event["method"] != "watch/closed")
+    {
+        let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
+            .await
+            .expect("toold watch says its session closed within 60 s")
+            .expect("read toold watch's stdout")
+            .unwrap_or_else(|| panic!("toold watch ended: {events:#?}"));
+        events.push(serde_json::from_str(&line).expect("a JSON line"));
+    }
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(watch.id().unwrap()).unwrap());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let status = tokio::time::timeout(Duration::from_secs(60), watch.wait())
+        .await
+        .expect("toold watch ends on SIGTERM")
+        .unwrap();
+    assert!(status.success(), "{status}");
     let methods: Vec<&str> = events
         .iter()
         .map(|event| event["method"].as_str().unwrap())
@@ -707,11 +728,13 @@ async fn toold_watch_follows_the_newest_session_as_json() {
     assert_eq!(
         methods,
         [
+            "watch/session",
             "batch/start",
             "tool/call_start",
             "tool/result",
             "tool/call_done",
-            "batch/done"
+            "batch/done",
+            "watch/closed"
         ],
         "{events:#?}"
     );
