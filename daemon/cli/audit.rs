@@ -23,8 +23,9 @@ pub struct AuditArgs {
     /// `10m`, `2h`, `7d`).
     #[arg(long, value_name = "TIME")]
     pub since: Option<String>,
-    /// Print each record as its JSON line.
-    #[arg(long)]
+    /// Print each record as its JSON line; with `verify`, print its report as one JSON
+    /// object.
+    #[arg(long, global = true)]
     pub json: bool,
     /// The log [default: $XDG_STATE_HOME/toold/audit.jsonl]
     #[arg(long, value_name = "FILE", global = true)]
@@ -35,6 +36,12 @@ pub struct AuditArgs {
 pub enum AuditCommand {
     /// Check the hash chain over every file of the log and name the first line that was
     /// changed, removed or moved.
+    ///
+    /// With --json, one JSON object goes to stdout: {"log": PATH, "files": [PATH, oldest
+    /// first], "records": N (those walked; with a break, until it was seen), "recovered": N (torn lines
+    /// covered by `recovered` records), "holds": BOOL, "broken": null or {"file", "line",
+    /// "reason"}, "notes": [TEXT] (what is not a break: the chain starting after rotated-away
+    /// files, the newest line still being written)}.
     ///
     /// Exit code: 0 when the chain holds, 1 when it is broken.
     Verify,
@@ -47,6 +54,7 @@ pub fn audit(args: AuditArgs) -> anyhow::Result<Outcome> {
             .context("no audit log: neither XDG_STATE_HOME nor HOME gives a state directory")?,
     };
     match args.command {
+        Some(AuditCommand::Verify) if args.json => verify_json(&path),
         Some(AuditCommand::Verify) => verify(&path),
         None => list(&path, &args),
     }
@@ -83,6 +91,34 @@ fn verify(path: &std::path::Path) -> anyhow::Result<Outcome> {
             Ok(Outcome::Failed)
         }
     }
+}
+
+/// `verify --json`: the same check, as one object for a program.
+fn verify_json(path: &std::path::Path) -> anyhow::Result<Outcome> {
+    let files = toold::audit::read::files(path);
+    if files.is_empty() {
+        bail!("no audit log at {}", path.display());
+    }
+    let (verified, broken) = toold::audit::read::check(path);
+    let report = serde_json::json!({
+        "log": path.display().to_string(),
+        "files": files.iter().map(|file| file.display().to_string()).collect::<Vec<_>>(),
+        "records": verified.records,
+        "recovered": verified.recovered,
+        "holds": broken.is_none(),
+        "broken": broken.as_ref().map(|broken| serde_json::json!({
+            "file": broken.file.display().to_string(),
+            "line": broken.line,
+            "reason": broken.why,
+        })),
+        "notes": verified.notes,
+    });
+    render::print_out(&format!("{report:#}\n"));
+    Ok(if broken.is_none() {
+        Outcome::Success
+    } else {
+        Outcome::Failed
+    })
 }
 
 fn list(path: &std::path::Path, args: &AuditArgs) -> anyhow::Result<Outcome> {

@@ -67,10 +67,24 @@ enum Command {
     },
     /// Check a configuration file and say what is wrong with it, key by key.
     ///
+    /// The whole file is checked: every error is printed, in file order, one line each as
+    /// FILE:LINE:COLUMN: KEY: REASON, and the exit status is 1 when there is any. A valid
+    /// file gets a summary of what it sets and its warnings (values that are valid but most
+    /// likely not what was meant).
+    ///
+    /// With --json, one JSON object goes to stdout, whatever the outcome:
+    /// {"file": PATH or null, "valid": BOOL, "errors": [{"line", "column", "key", "reason"}],
+    /// "warnings": [the same], "summary": TEXT or null}; line, column and key are null when
+    /// the whole file is at fault (unreadable, not TOML without a position), and summary is
+    /// null for a refused file.
+    ///
     /// Example: toold check-config ~/.config/toold/config.toml
     CheckConfig {
         /// The file to check [default: $XDG_CONFIG_HOME/toold/config.toml]
         path: Option<std::path::PathBuf>,
+        /// Print one JSON object instead of text.
+        #[arg(long)]
+        json: bool,
     },
     /// Bridge stdin and stdout to the daemon's socket, starting the daemon if none answers.
     ///
@@ -222,11 +236,30 @@ fn main() -> ExitCode {
             })
             .map_err(anyhow::Error::from),
         ),
-        Command::CheckConfig { path } => daemon_side(
-            toold::config::check_config(path.as_deref())
-                .map(|summary| println!("{summary}"))
-                .map_err(anyhow::Error::from),
-        ),
+        Command::CheckConfig { path, json: false } => {
+            match toold::config::check_config(path.as_deref()) {
+                Ok(summary) => {
+                    println!("{summary}");
+                    ExitCode::SUCCESS
+                }
+                Err(error) => {
+                    // One line each, as every other error of toold's is shown.
+                    for fault in error.all() {
+                        eprintln!("toold: {}", fault.one_line());
+                    }
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::CheckConfig { path, json: true } => {
+            let report = toold::config::check_config_json(path.as_deref());
+            println!("{report:#}");
+            if report["valid"] == true {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
         Command::Connect(args) => client_side(connect::connect(&args).map(|()| Outcome::Success)),
         Command::Call(args) => client_side(on_runtime(call::call(args))),
         Command::Exec(args) => client_side(on_runtime(exec::exec(args))),
@@ -262,7 +295,7 @@ fn on_runtime(
     outcome
 }
 
-/// `serve` and `check-config`: 0, or 1 with the error.
+/// `serve`: 0, or 1 with the error.
 fn daemon_side(outcome: anyhow::Result<()>) -> ExitCode {
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

@@ -157,14 +157,22 @@ impl Config {
             key: None,
             reason: format!("invalid TOML: {}", error.message()),
             line_column: error.span().map(|span| line_column(text, span.start)),
+            more: Vec::new(),
         })?;
         let at = |fault: read::Fault| ConfigError {
             path: path.to_owned(),
             key: Some(fault.key),
             reason: fault.reason,
             line_column: Some(line_column(text, fault.span.start)),
+            more: Vec::new(),
         };
-        let (mut config, warnings) = read::read_document(document.get_ref()).map_err(at)?;
+        let (mut config, warnings) = read::read_document(document.get_ref()).map_err(|faults| {
+            let mut errors = faults.into_iter().map(at);
+            let first = errors.next();
+            let mut error = first.expect("a refused file has at least one fault");
+            error.more = errors.collect();
+            error
+        })?;
         config.warnings = warnings.into_iter().map(at).collect();
         config.source = Some(path.to_owned());
         // The reader kept each rule's byte offset: a rule is named by its line.
@@ -317,9 +325,54 @@ impl Config {
 }
 
 /// `toold check-config [PATH]`: loads and checks the config as the daemon would, and says
-/// which file it read and what it found there.
+/// which file it read and what it found there; refused, every fault in file order.
 pub fn check_config(path: Option<&Path>) -> Result<String, ConfigError> {
     let config = Config::load(path)?;
+    let mut report = report_of(&config);
+    for warning in &config.warnings {
+        report.push_str(&format!("\nwarning: {warning}"));
+    }
+    Ok(report)
+}
+
+/// `toold check-config --json`: what [`check_config`] finds, as one object for a program:
+/// `file` (the file read or looked for; `null` when there is none to look for), `valid`,
+/// `errors` and `warnings` (each `{"line", "column", "key", "reason"}`, in file order; `line`,
+/// `column` and `key` `null` where the whole file is at fault), and `summary` (the text
+/// `check-config` prints for a valid file; `null` for a refused one).
+pub fn check_config_json(path: Option<&Path>) -> serde_json::Value {
+    let fault = |error: &ConfigError| {
+        serde_json::json!({
+            "line": error.line_column.map(|(line, _)| line),
+            "column": error.line_column.map(|(_, column)| column),
+            "key": error.key,
+            "reason": error.reason,
+        })
+    };
+    match Config::load(path) {
+        Ok(config) => serde_json::json!({
+            "file": config
+                .source
+                .clone()
+                .or_else(default_path)
+                .map(|file| file.display().to_string()),
+            "valid": true,
+            "errors": [],
+            "warnings": config.warnings.iter().map(fault).collect::<Vec<_>>(),
+            "summary": report_of(&config),
+        }),
+        Err(error) => serde_json::json!({
+            "file": error.path.display().to_string(),
+            "valid": false,
+            "errors": error.all().map(fault).collect::<Vec<_>>(),
+            "warnings": [],
+            "summary": null,
+        }),
+    }
+}
+
+/// Which file was read (or that none was) and the summary of what it sets.
+fn report_of(config: &Config) -> String {
     let heading = match (&config.source, default_path()) {
         (Some(source), _) => format!("{}: valid", source.display()),
         (None, Some(default)) => format!(
@@ -332,11 +385,7 @@ pub fn check_config(path: Option<&Path>) -> Result<String, ConfigError> {
                 .to_owned()
         }
     };
-    let mut report = format!("{heading}\n{}", config.summary());
-    for warning in &config.warnings {
-        report.push_str(&format!("\nwarning: {warning}"));
-    }
-    Ok(report)
+    format!("{heading}\n{}", config.summary())
 }
 
 /// `$XDG_CONFIG_HOME/toold/config.toml`, else `~/.config/toold/config.toml`; `None` when
@@ -359,9 +408,10 @@ pub fn default_path_in(xdg_config_home: Option<&OsStr>, home: Option<&OsStr>) ->
 }
 
 /// Why a config file was refused, shown on one line as `PATH:LINE:COLUMN: KEY: REASON` (the
-/// line, column and key when they are known).
+/// line, column and key when they are known): the first fault in file order, then one line for
+/// each of the others in `more`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{}", self.one_line())]
+#[error("{}", self.lines())]
 pub struct ConfigError {
     pub path: PathBuf,
     /// The key at fault, as `hooks.pre_tool_use[1].matcher`; `None` when the file as a whole
@@ -370,6 +420,9 @@ pub struct ConfigError {
     pub reason: String,
     /// 1-based line and column of the key or value at fault.
     pub line_column: Option<(usize, usize)>,
+    /// The file's other faults, in file order after this one (each with an empty `more`): the
+    /// whole file is checked, so that one edit can fix every mistake.
+    pub more: Vec<ConfigError>,
 }
 
 impl ConfigError {
@@ -388,10 +441,23 @@ impl ConfigError {
             key: None,
             reason,
             line_column: None,
+            more: Vec::new(),
         }
     }
 
-    fn one_line(&self) -> String {
+    /// This fault and the file's others, in file order.
+    pub fn all(&self) -> impl Iterator<Item = &ConfigError> {
+        std::iter::once(self).chain(&self.more)
+    }
+
+    /// One line per fault.
+    fn lines(&self) -> String {
+        let lines: Vec<String> = self.all().map(Self::one_line).collect();
+        lines.join("\n")
+    }
+
+    /// This fault alone, as `PATH:LINE:COLUMN: KEY: REASON`.
+    pub fn one_line(&self) -> String {
         let mut line = self.path.display().to_string();
         if let Some((row, column)) = self.line_column {
             line.push_str(&format!(":{row}:{column}"));

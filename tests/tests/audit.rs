@@ -1,9 +1,10 @@
 //! The audit log, end to end on the real daemon: exactly one `call` record per call across
 //! sessions and batches with the right decider for each kind (rule, grant, mode, hook, and an
 //! approver's identity from a real second connection); the chain verified by `toold audit
-//! verify` across rotations and broken by one edited, removed or moved line; SIGKILLs during a
-//! flood lose no record of a call whose response the client got; digest, full and off; and a
-//! failing disk that stops no call and is reported by `toold status`.
+//! verify` (and its `--json` report) across rotations and broken by one edited, removed or
+//! moved line; SIGKILLs during a flood lose no record of a call whose response the client got;
+//! digest, full and off; and a failing disk that stops no call and is reported by `toold
+//! status`.
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -323,11 +324,49 @@ async fn verify_names_the_one_line_edited_removed_or_moved() {
             text.contains(&format!("BROKEN at {}:{line}:", copy.display())),
             "{what}: {text}"
         );
+        // `--json` names the same line, and counts the records walked before the break was seen.
+        let (code, text) = toold_audit(
+            &daemon,
+            &["verify", "--json", "--log", copy.to_str().unwrap()],
+        );
+        assert_eq!(code, Some(1), "{what}: {text}");
+        let report: Value = serde_json::from_str(&text).expect("one JSON object");
+        assert_eq!(report["holds"], false, "{what}: {report}");
+        assert_eq!(report["files"], json!([copy.display().to_string()]));
+        let broken = &report["broken"];
+        assert_eq!(broken["file"], copy.display().to_string(), "{what}");
+        assert_eq!(broken["line"], line, "{what}: {report}");
+        assert!(
+            broken["reason"]
+                .as_str()
+                .is_some_and(|reason| !reason.is_empty())
+        );
+        let records = report["records"].as_u64().expect("a count");
+        assert!(records <= line as u64, "{what}: {report}");
     }
     let dir = tempfile::tempdir().expect("a directory");
     let untouched = tampered_copy(&log, dir.path(), |_| {});
     let (code, text) = toold_audit(&daemon, &["verify", "--log", untouched.to_str().unwrap()]);
     assert_eq!(code, Some(0), "{text}");
+    let (code, text) = toold_audit(
+        &daemon,
+        &["verify", "--log", untouched.to_str().unwrap(), "--json"],
+    );
+    assert_eq!(code, Some(0), "{text}");
+    let report: Value = serde_json::from_str(&text).expect("one JSON object");
+    let lines = records(&untouched).len();
+    assert_eq!(
+        report,
+        json!({
+            "log": untouched.display().to_string(),
+            "files": [untouched.display().to_string()],
+            "records": lines,
+            "recovered": 0,
+            "holds": true,
+            "broken": null,
+            "notes": [],
+        })
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,5 +1,7 @@
 //! The configuration file: defaults, every key read, each kind of bad value refused naming its
-//! key, and the example files in `config/` loading as they are.
+//! key, every fault of a file reported in file order (and as `check-config --json` gives
+//! them), and the example files in `config/` and the TOML examples of README.md checking
+//! without an error or a warning.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -687,9 +689,111 @@ fn bad_mcp_servers_are_refused_naming_the_key() {
 }
 
 #[test]
-fn the_first_problem_in_the_file_is_the_one_reported() {
-    let message = refusal("timeout_ms = 0\nmax_parallel = 0\nbogus = 1");
-    assert!(message.contains("timeout_ms"), "{message}");
+fn every_problem_in_the_file_is_reported_in_file_order() {
+    let text = "timeout_ms = 0\nmax_parallel = 0\nbogus = 1\n\n[sandbox]\nmode = \"nope\"\n\n\
+                [permissions]\nallow = [\"run_command(\", \"read_file\", 3]\n";
+    let error = parse(text).unwrap_err();
+    let shown: Vec<String> = error
+        .all()
+        .map(|fault| {
+            let (line, column) = fault.line_column.expect("a place");
+            format!(
+                "{line}:{column} {}: {}",
+                fault.key.as_deref().unwrap_or("-"),
+                fault.reason
+            )
+        })
+        .collect();
+    assert_eq!(
+        shown,
+        [
+            "1:14 timeout_ms: must be at least 1, got 0",
+            "2:16 max_parallel: must be at least 1, got 0",
+            "3:1 bogus: unknown key; the keys here are socket, max_message_bytes, \
+             max_connections, max_parallel, max_stream_bytes, timeout_ms, \
+             max_command_timeout_ms, max_output_bytes, max_read_bytes, session_idle_ttl, \
+             approval_timeout_ms, hook_timeout_ms, frame_timeout_ms, allow_bypass, audit, \
+             audit_max_bytes, audit_keep, permissions, hooks, sandbox, index, mcp",
+            "6:8 sandbox.mode: unknown mode \"nope\": expected \"workspace_write\", \
+             \"read_only\" or \"off\"",
+            "9:10 permissions.allow[0]: invalid rule: rule \"run_command(\" does not end with ')'",
+            "9:39 permissions.allow[2]: expected a string, found an integer",
+        ]
+    );
+    // The message has one line per fault, the first as a single fault was always shown.
+    let message = error.to_string();
+    assert_eq!(message.lines().count(), 6, "{message}");
+    assert!(
+        message.starts_with(&format!("{PATH}:1:14: timeout_ms: ")),
+        "{message}"
+    );
+    // A key refused is reported as itself, not again as missing.
+    let error = parse("[[hooks.pre_tool_use]]\ncommand = []\n").unwrap_err();
+    assert_eq!(error.all().count(), 1, "{error}");
+    let error = parse("[mcp.servers.fs]\ncommand = 3\n").unwrap_err();
+    assert_eq!(error.all().count(), 1, "{error}");
+}
+
+#[test]
+fn check_config_json_reports_every_error_or_the_summary() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(
+        &bad,
+        "timeout_ms = 0\nbogus = 1\n[sandbox]\nnetwork = \"yes\"\n",
+    )
+    .unwrap();
+    let report = toold::config::check_config_json(Some(&bad));
+    assert_eq!(report["file"], bad.display().to_string());
+    assert_eq!(report["valid"], false);
+    assert_eq!(report["warnings"], serde_json::json!([]));
+    assert_eq!(report["summary"], serde_json::Value::Null);
+    let errors = report["errors"].as_array().expect("errors");
+    let places: Vec<(u64, u64, &str)> = errors
+        .iter()
+        .map(|error| {
+            assert!(error["reason"].as_str().is_some_and(|r| !r.is_empty()));
+            (
+                error["line"].as_u64().unwrap(),
+                error["column"].as_u64().unwrap(),
+                error["key"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        places,
+        [
+            (1, 14, "timeout_ms"),
+            (2, 1, "bogus"),
+            (4, 11, "sandbox.network")
+        ]
+    );
+
+    let good = dir.path().join("good.toml");
+    std::fs::write(
+        &good,
+        "max_parallel = 4\n[permissions]\nallow = [\"bogus_tool\"]\n",
+    )
+    .unwrap();
+    let report = toold::config::check_config_json(Some(&good));
+    assert_eq!(report["valid"], true);
+    assert_eq!(report["errors"], serde_json::json!([]));
+    assert_eq!(report["warnings"][0]["key"], "permissions.allow[0]");
+    assert_eq!(report["warnings"][0]["line"], 3);
+    assert!(
+        report["summary"]
+            .as_str()
+            .is_some_and(|summary| summary.contains("max_parallel = 4")),
+        "{report}"
+    );
+
+    // A file that is not there: the whole file at fault, no line, column or key.
+    let report = toold::config::check_config_json(Some(&dir.path().join("nope.toml")));
+    assert_eq!(report["valid"], false);
+    assert_eq!(
+        report["errors"],
+        serde_json::json!([{"line": null, "column": null, "key": null, "reason": "no such file"}])
+    );
 }
 
 #[test]
@@ -857,6 +961,71 @@ fn every_example_config_loads() {
         }
     }
     assert!(checked > 0, "no .toml file in {}", dir.display());
+}
+
+/// The line that marks a TOML block of README.md that is not a toold config (another
+/// program's), put on the line before its fence.
+const NOT_TOOLD_CONFIG: &str = "<!-- not toold's config";
+
+/// README.md's ```toml blocks with the line each starts on, those marked `NOT_TOOLD_CONFIG`
+/// left out.
+fn readme_toml_blocks() -> Vec<(usize, String)> {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
+            .unwrap();
+    let lines: Vec<&str> = readme.lines().collect();
+    let mut blocks = Vec::new();
+    let mut at = 0;
+    while at < lines.len() {
+        let fence = lines[at].trim_start();
+        if fence != "```toml" {
+            at += 1;
+            continue;
+        }
+        let indent = lines[at].len() - fence.len();
+        let marked = at > 0 && lines[at - 1].trim_start().starts_with(NOT_TOOLD_CONFIG);
+        let start = at + 1;
+        let mut end = start;
+        while end < lines.len() && lines[end].trim() != "```" {
+            end += 1;
+        }
+        assert!(
+            end < lines.len(),
+            "README.md:{start}: a ```toml block is not closed"
+        );
+        if !marked {
+            let text: Vec<&str> = lines[start..end]
+                .iter()
+                .map(|line| line.get(indent..).unwrap_or(""))
+                .collect();
+            blocks.push((start + 1, text.join("\n")));
+        }
+        at = end + 1;
+    }
+    blocks
+}
+
+#[test]
+fn the_readme_and_shipped_configs_check_without_error_or_warning() {
+    let blocks = readme_toml_blocks();
+    assert!(
+        blocks.len() >= 2,
+        "README.md has its MCP and hooks examples"
+    );
+    for (line, text) in blocks {
+        let path = PathBuf::from(format!("README.md block at line {line}"));
+        match Config::from_toml(&text, &path) {
+            Ok(config) => assert!(
+                config.warnings.is_empty(),
+                "README.md:{line}: warnings: {:?}",
+                config.warnings
+            ),
+            Err(error) => panic!("README.md:{line}: {error}"),
+        }
+    }
+    let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("../config/toold.toml");
+    let report = check_config(Some(&shipped)).unwrap_or_else(|error| panic!("{error}"));
+    assert!(!report.contains("warning:"), "{report}");
 }
 
 #[test]

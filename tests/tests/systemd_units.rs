@@ -1,6 +1,7 @@
 //! The systemd user units in `systemd/` carry the settings the daemon relies on: the socket's
 //! path, modes and descriptor name, and the service's notify type, reload command, watchdog,
-//! kill mode and restart policy.
+//! kill mode and restart policy; the hardening a per-user executor allows, and none of the
+//! options that would break its sandbox or the commands it runs.
 
 use std::path::PathBuf;
 
@@ -72,7 +73,20 @@ fn the_socket_unit_listens_privately_on_the_default_path() {
     );
     assert_eq!(value(&unit, "Install", "WantedBy"), "sockets.target");
     assert!(!value(&unit, "Unit", "Description").is_empty());
-    assert!(!value(&unit, "Unit", "Documentation").is_empty());
+    no_invented_documentation(&unit);
+}
+
+/// `Documentation=` may only point at something installed (a manual page, a local file): toold
+/// has no web address to give.
+fn no_invented_documentation(unit: &[(String, String, String)]) {
+    for (_, key, value) in unit.iter().filter(|(_, key, _)| key == "Documentation") {
+        assert!(
+            value
+                .split_whitespace()
+                .all(|uri| uri.starts_with("man:") || uri.starts_with("file:")),
+            "{key}={value}"
+        );
+    }
 }
 
 #[test]
@@ -93,7 +107,7 @@ fn the_service_unit_notifies_is_watched_and_drains() {
     assert_eq!(value(&unit, "Service", "NotifyAccess"), "main");
     assert_eq!(value(&unit, "Unit", "Requires"), "toold.socket");
     assert!(!value(&unit, "Unit", "Description").is_empty());
-    assert!(!value(&unit, "Unit", "Documentation").is_empty());
+    no_invented_documentation(&unit);
 
     let stop_timeout: u64 = value(&unit, "Service", "TimeoutStopSec")
         .parse()
@@ -102,4 +116,59 @@ fn the_service_unit_notifies_is_watched_and_drains() {
         stop_timeout >= 60,
         "TimeoutStopSec={stop_timeout} leaves too little room above the drain grace"
     );
+}
+
+#[test]
+fn the_service_is_hardened_as_far_as_its_sandbox_and_commands_allow() {
+    let unit = parse_unit("toold.service");
+    for (key, expected) in [
+        ("NoNewPrivileges", "yes"),
+        ("RestrictSUIDSGID", "yes"),
+        ("LockPersonality", "yes"),
+        ("RestrictRealtime", "yes"),
+        ("SystemCallArchitectures", "native"),
+    ] {
+        assert_eq!(value(&unit, "Service", key), expected, "{key}=");
+    }
+    // Each of these would break the sandbox (its namespaces, its own /proc) or the commands
+    // it runs (the user's home, the network, JITs, the modes of the files they make); the
+    // unit's comments say why for each.
+    let text = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../systemd/toold.service"),
+    )
+    .expect("the service unit");
+    for key in [
+        "UMask",
+        "ProtectHome",
+        "ProtectSystem",
+        "ReadOnlyPaths",
+        "PrivateUsers",
+        "ProtectKernelTunables",
+        "ProtectKernelModules",
+        "ProtectKernelLogs",
+        "ProtectClock",
+        "ProtectHostname",
+        "ProtectControlGroups",
+        "PrivateDevices",
+        "PrivateTmp",
+        "RestrictNamespaces",
+        "PrivateNetwork",
+        "RestrictAddressFamilies",
+        "IPAddressDeny",
+        "MemoryDenyWriteExecute",
+        "SystemCallFilter",
+        "CapabilityBoundingSet",
+    ] {
+        assert!(
+            unit.iter().all(|(_, set, _)| set != key),
+            "{key}= would break the sandbox or the commands it runs"
+        );
+        assert!(
+            text.contains(&format!("# - {key}="))
+                || text
+                    .lines()
+                    .any(|line| line.starts_with('#') && line.contains(&format!("{key}="))),
+            "the unit does not say why {key}= cannot apply"
+        );
+    }
 }

@@ -99,6 +99,10 @@ pub struct Verified {
 pub struct Broken {
     /// `FILE:LINE` of the line at fault.
     pub place: String,
+    /// The file of the line at fault, and its line (1-based); no line when the log could not
+    /// be read.
+    pub file: PathBuf,
+    pub line: Option<usize>,
     pub why: String,
 }
 
@@ -139,17 +143,34 @@ fn parse(line: Line) -> Parsed {
 /// covered by the `recovered` record right after it (or, the very last line of the log, one
 /// still being written). The first problem is named by its line.
 pub fn verify(path: &Path) -> Result<Verified, Broken> {
-    let files = files(path);
-    let oldest_is_rotated = files.first().is_some_and(|file| file != path);
+    let (verified, broken) = check(path);
+    match broken {
+        Some(broken) => Err(broken),
+        None => Ok(verified),
+    }
+}
+
+/// [`verify`]'s walk, with what it found before the break when there is one: the records
+/// walked until the break was seen, and the notes (`toold audit verify --json` shows both).
+pub fn check(path: &Path) -> (Verified, Option<Broken>) {
     let mut verified = Verified {
-        files: files.len(),
+        files: files(path).len(),
         records: 0,
         recovered: 0,
         notes: Vec::new(),
     };
+    let broken = walk(path, &mut verified).err();
+    (verified, broken)
+}
+
+fn walk(path: &Path, verified: &mut Verified) -> Result<(), Broken> {
+    let files = files(path);
+    let oldest_is_rotated = files.first().is_some_and(|file| file != path);
     let mut lines = lines(path).map(|line| {
         line.map(parse).map_err(|err| Broken {
             place: path.display().to_string(),
+            file: path.to_owned(),
+            line: None,
             why: format!("cannot read the log: {err}"),
         })
     });
@@ -264,7 +285,7 @@ pub fn verify(path: &Path) -> Result<Verified, Broken> {
         verified.records += 1;
         previous = Some(current);
     }
-    Ok(verified)
+    Ok(())
 }
 
 /// `current.seq` follows `previous.seq`; a gap is lines removed, unless the missing records
@@ -332,6 +353,8 @@ where
 fn broken(line: &Line, why: &str) -> Broken {
     Broken {
         place: line.place(),
+        file: line.file.clone(),
+        line: Some(line.number),
         why: why.to_owned(),
     }
 }

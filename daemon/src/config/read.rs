@@ -128,49 +128,79 @@ const TOP_LEVEL_KEYS: [&str; 22] = [
     "mcp",
 ];
 
-/// The settings a parsed file gives, every key checked; the first fault in file order. The
-/// warnings are values that are valid but most likely not what was meant.
-pub(super) fn read_document(document: &DeTable<'_>) -> Result<(Config, Vec<Fault>), Fault> {
+/// What the walk finds besides the settings: the faults, which refuse the file, and the
+/// warnings, values that are valid but most likely not what was meant.
+#[derive(Default)]
+pub(super) struct Findings {
+    pub(super) faults: Vec<Fault>,
+    pub(super) warnings: Vec<Fault>,
+}
+
+impl Findings {
+    /// Runs the check of one key (or one item of a list); its fault is kept and the walk goes
+    /// on to the next, so that one run reports every mistake in the file, not one per edit.
+    fn check(&mut self, check: impl FnOnce(&mut Self) -> Result<(), Fault>) {
+        if let Err(fault) = check(self) {
+            self.faults.push(fault);
+        }
+    }
+}
+
+/// The settings a parsed file gives, every key checked, and the warnings; or every fault, in
+/// file order. A key at fault is left at its default and the walk goes on past it.
+pub(super) fn read_document(document: &DeTable<'_>) -> Result<(Config, Vec<Fault>), Vec<Fault>> {
     let mut config = Config::default();
-    let mut warnings = Vec::new();
+    let mut found = Findings::default();
     // Every `[mcp.servers.NAME]`, enabled or not: the servers rules may name.
     let mut mcp_names = Vec::new();
     for field in fields(document, None) {
-        match field.name {
-            "socket" => config.socket = Some(socket(&field)?),
-            "max_message_bytes" => config.max_message_bytes = field.size(MESSAGE_BYTES)?,
-            "max_connections" => config.max_connections = field.size(CONNECTIONS)?,
-            "max_parallel" => config.max_parallel = field.size(PARALLEL)?,
-            "max_stream_bytes" => config.max_stream_bytes = field.size(STREAM_BYTES)?,
-            "timeout_ms" => config.timeout_ms = field.integer(TIMEOUT_MS)?,
-            "max_command_timeout_ms" => {
-                config.max_command_timeout_ms = field.integer(TIMEOUT_MS)?
+        found.check(|found| {
+            match field.name {
+                "socket" => config.socket = Some(socket(&field)?),
+                "max_message_bytes" => config.max_message_bytes = field.size(MESSAGE_BYTES)?,
+                "max_connections" => config.max_connections = field.size(CONNECTIONS)?,
+                "max_parallel" => config.max_parallel = field.size(PARALLEL)?,
+                "max_stream_bytes" => config.max_stream_bytes = field.size(STREAM_BYTES)?,
+                "timeout_ms" => config.timeout_ms = field.integer(TIMEOUT_MS)?,
+                "max_command_timeout_ms" => {
+                    config.max_command_timeout_ms = field.integer(TIMEOUT_MS)?
+                }
+                "max_output_bytes" => config.max_output_bytes = field.size(OUTPUT_BYTES)?,
+                "max_read_bytes" => config.max_read_bytes = field.size(OUTPUT_BYTES)?,
+                "session_idle_ttl" => config.session_idle_ttl = idle_ttl(&field)?,
+                "approval_timeout_ms" => config.approval_timeout_ms = field.integer(TIMEOUT_MS)?,
+                "hook_timeout_ms" => config.hook_timeout_ms = field.integer(TIMEOUT_MS)?,
+                "frame_timeout_ms" => config.frame_timeout_ms = field.integer(TIMEOUT_MS)?,
+                "allow_bypass" => config.allow_bypass = field.boolean()?,
+                "audit" => config.audit.mode = audit_mode(&field)?,
+                "audit_max_bytes" => {
+                    config.audit.max_bytes = field.size(AUDIT_BYTES)? as u64;
+                }
+                "audit_keep" => config.audit.keep = field.size(AUDIT_KEEP)?,
+                "permissions" => config.rules = permissions(&field, found)?,
+                "hooks" => config.hooks = hooks(&field, found)?,
+                "sandbox" => config.sandbox = sandbox(&field, found)?,
+                "index" => config.index = index(&field, found)?,
+                "mcp" => config.mcp_servers = mcp::mcp(&field, &mut mcp_names, found)?,
+                _ => return Err(field.unknown(&TOP_LEVEL_KEYS)),
             }
-            "max_output_bytes" => config.max_output_bytes = field.size(OUTPUT_BYTES)?,
-            "max_read_bytes" => config.max_read_bytes = field.size(OUTPUT_BYTES)?,
-            "session_idle_ttl" => config.session_idle_ttl = idle_ttl(&field)?,
-            "approval_timeout_ms" => config.approval_timeout_ms = field.integer(TIMEOUT_MS)?,
-            "hook_timeout_ms" => config.hook_timeout_ms = field.integer(TIMEOUT_MS)?,
-            "frame_timeout_ms" => config.frame_timeout_ms = field.integer(TIMEOUT_MS)?,
-            "allow_bypass" => config.allow_bypass = field.boolean()?,
-            "audit" => config.audit.mode = audit_mode(&field)?,
-            "audit_max_bytes" => config.audit.max_bytes = field.size(AUDIT_BYTES)? as u64,
-            "audit_keep" => config.audit.keep = field.size(AUDIT_KEEP)?,
-            "permissions" => config.rules = permissions(&field, &mut warnings)?,
-            "hooks" => config.hooks = hooks(&field)?,
-            "sandbox" => config.sandbox = sandbox(&field, &mut warnings)?,
-            "index" => config.index = index(&field)?,
-            "mcp" => config.mcp_servers = mcp::mcp(&field, &mut mcp_names)?,
-            _ => return Err(field.unknown(&TOP_LEVEL_KEYS)),
-        }
+            Ok(())
+        });
     }
-    rules_name_configured_servers(&config.rules, &mcp_names)?;
-    Ok((config, warnings))
+    rules_name_configured_servers(&config.rules, &mcp_names, &mut found.faults);
+    if found.faults.is_empty() {
+        Ok((config, found.warnings))
+    } else {
+        // Each table's own faults (a missing `command`) come after its keys': file order is
+        // the order of the key or value each points at.
+        found.faults.sort_by_key(|fault| fault.span.start);
+        Err(found.faults)
+    }
 }
 
 /// A rule about an MCP server's tools (`mcp__S`, `mcp__S__T`) names a server of this file,
 /// enabled or not: no other server registers such tools, so it would never match.
-fn rules_name_configured_servers(rules: &ConfigRules, servers: &[String]) -> Result<(), Fault> {
+fn rules_name_configured_servers(rules: &ConfigRules, servers: &[String], faults: &mut Vec<Fault>) {
     let home = home_dir();
     let servers: Vec<&str> = servers.iter().map(String::as_str).collect();
     let tables = std::iter::once(("permissions", &rules.rules, &rules.lines)).chain(
@@ -191,7 +221,7 @@ fn rules_name_configured_servers(rules: &ConfigRules, servers: &[String]) -> Res
             for (at, (text, offset)) in texts.iter().zip(&lines[index]).enumerate() {
                 if let Some(reason) = lint::names_an_unknown_server(text, &servers, &home) {
                     let start = *offset as usize;
-                    return Err(Fault {
+                    faults.push(Fault {
                         key: format!("{table}.{key}[{at}]"),
                         span: start..start + 1,
                         reason: format!("{text:?} can never match: {reason}"),
@@ -200,7 +230,6 @@ fn rules_name_configured_servers(rules: &ConfigRules, servers: &[String]) -> Res
             }
         }
     }
-    Ok(())
 }
 
 fn socket(field: &Field<'_, '_>) -> Result<PathBuf, Fault> {
@@ -256,27 +285,30 @@ const INDEX_WATCHES: Bounds = Bounds {
 };
 
 /// `[index]`: the warm index of the roots searched (EXTENSIONS.md section E).
-fn index(field: &Field<'_, '_>) -> Result<IndexConfig, Fault> {
+fn index(field: &Field<'_, '_>, found: &mut Findings) -> Result<IndexConfig, Fault> {
     let mut index = IndexConfig::default();
     for entry in field.entries()? {
-        match entry.name {
-            "enabled" => index.enabled = entry.boolean()?,
-            "max_memory_mib" => {
-                index.max_memory_bytes = entry.size(INDEX_MEMORY_MIB)? * MIB as usize;
+        found.check(|_| {
+            match entry.name {
+                "enabled" => index.enabled = entry.boolean()?,
+                "max_memory_mib" => {
+                    index.max_memory_bytes = entry.size(INDEX_MEMORY_MIB)? * MIB as usize;
+                }
+                "idle_evict" => index.idle_evict = positive_duration(&entry)?,
+                "retry_after" => index.retry_after = positive_duration(&entry)?,
+                "max_watches" => index.max_watches = entry.size(INDEX_WATCHES)?,
+                _ => {
+                    return Err(entry.unknown(&[
+                        "enabled",
+                        "max_memory_mib",
+                        "idle_evict",
+                        "retry_after",
+                        "max_watches",
+                    ]));
+                }
             }
-            "idle_evict" => index.idle_evict = positive_duration(&entry)?,
-            "retry_after" => index.retry_after = positive_duration(&entry)?,
-            "max_watches" => index.max_watches = entry.size(INDEX_WATCHES)?,
-            _ => {
-                return Err(entry.unknown(&[
-                    "enabled",
-                    "max_memory_mib",
-                    "idle_evict",
-                    "retry_after",
-                    "max_watches",
-                ]));
-            }
-        }
+            Ok(())
+        });
     }
     Ok(index)
 }
@@ -329,7 +361,7 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
 /// tool, is a warning: the config is read before any client registers its tools.
 /// Each rule's line is left as its byte offset in `lines`, which the caller, holding the text,
 /// turns into a line number.
-fn permissions(field: &Field<'_, '_>, warnings: &mut Vec<Fault>) -> Result<ConfigRules, Fault> {
+fn permissions(field: &Field<'_, '_>, found: &mut Findings) -> Result<ConfigRules, Fault> {
     let home = home_dir();
     let builtins: Vec<_> = crate::tools::builtins()
         .iter()
@@ -337,51 +369,56 @@ fn permissions(field: &Field<'_, '_>, warnings: &mut Vec<Fault>) -> Result<Confi
         .collect();
     let mut rules = ConfigRules::default();
     for list in field.entries()? {
-        let (target, lines) = match list.name {
-            "allow" => (&mut rules.rules.allow, &mut rules.lines[0]),
-            "ask" => (&mut rules.rules.ask, &mut rules.lines[1]),
-            "deny" => (&mut rules.rules.deny, &mut rules.lines[2]),
-            "sandboxed_commands" => {
-                rules.sandboxed_commands = match list.string()? {
-                    "allow" => SandboxedCommands::Allow,
-                    "ask" => SandboxedCommands::Ask,
-                    other => {
-                        return Err(list.fault(format!(
-                            "unknown value {other:?}: expected \"allow\" or \"ask\""
-                        )));
-                    }
-                };
-                continue;
-            }
-            "project" => {
-                for table in list.elements("an array of tables ([[permissions.project]])")? {
-                    rules
-                        .projects
-                        .push(project_rules(&table, &builtins, &home, warnings)?);
+        found.check(|found| {
+            let (target, lines) = match list.name {
+                "allow" => (&mut rules.rules.allow, &mut rules.lines[0]),
+                "ask" => (&mut rules.rules.ask, &mut rules.lines[1]),
+                "deny" => (&mut rules.rules.deny, &mut rules.lines[2]),
+                "sandboxed_commands" => {
+                    rules.sandboxed_commands = match list.string()? {
+                        "allow" => SandboxedCommands::Allow,
+                        "ask" => SandboxedCommands::Ask,
+                        other => {
+                            return Err(list.fault(format!(
+                                "unknown value {other:?}: expected \"allow\" or \"ask\""
+                            )));
+                        }
+                    };
+                    return Ok(());
                 }
-                continue;
+                "project" => {
+                    for table in list.elements("an array of tables ([[permissions.project]])")? {
+                        found.check(|found| {
+                            let project = project_rules(&table, &builtins, &home, found)?;
+                            rules.projects.push(project);
+                            Ok(())
+                        });
+                    }
+                    return Ok(());
+                }
+                _ => {
+                    return Err(list.unknown(&[
+                        "allow",
+                        "ask",
+                        "deny",
+                        "sandboxed_commands",
+                        "project",
+                    ]));
+                }
+            };
+            rule_list(&list, target, lines, &builtins, &home, found)?;
+            for (index, (text, offset)) in target.iter().zip(lines.iter()).enumerate() {
+                if let Some(warning) = lint::relative_to_its_file(text, &home) {
+                    let start = *offset as usize;
+                    found.warnings.push(Fault {
+                        key: format!("permissions.{}[{index}]", list.name),
+                        span: start..start + 1,
+                        reason: warning,
+                    });
+                }
             }
-            _ => {
-                return Err(list.unknown(&[
-                    "allow",
-                    "ask",
-                    "deny",
-                    "sandboxed_commands",
-                    "project",
-                ]));
-            }
-        };
-        rule_list(&list, target, lines, &builtins, &home, warnings)?;
-        for (index, (text, offset)) in target.iter().zip(lines.iter()).enumerate() {
-            if let Some(warning) = lint::relative_to_its_file(text, &home) {
-                let start = *offset as usize;
-                warnings.push(Fault {
-                    key: format!("permissions.{}[{index}]", list.name),
-                    span: start..start + 1,
-                    reason: warning,
-                });
-            }
-        }
+            Ok(())
+        });
     }
     Ok(rules)
 }
@@ -391,61 +428,73 @@ fn project_rules(
     table: &Field<'_, '_>,
     builtins: &[toold_protocol::ToolDefinition],
     home: &Path,
-    warnings: &mut Vec<Fault>,
+    found: &mut Findings,
 ) -> Result<ProjectRules, Fault> {
     let mut project = ProjectRules::default();
     let mut path = None;
+    // A `path` given but refused is reported as itself, not again as missing.
+    let mut path_given = false;
     for list in table.entries()? {
-        let (target, lines) = match list.name {
-            "path" => {
-                let text = list.string()?;
-                let absolute = match text.strip_prefix("~/") {
-                    Some(in_home) => home.join(in_home),
-                    None => PathBuf::from(text),
-                };
-                if !absolute.is_absolute() {
-                    return Err(list.fault(format!(
-                        "must be an absolute path or start with ~/, got {text:?}"
-                    )));
+        found.check(|found| {
+            let (target, lines) = match list.name {
+                "path" => {
+                    path_given = true;
+                    let text = list.string()?;
+                    let absolute = match text.strip_prefix("~/") {
+                        Some(in_home) => home.join(in_home),
+                        None => PathBuf::from(text),
+                    };
+                    if !absolute.is_absolute() {
+                        return Err(list.fault(format!(
+                            "must be an absolute path or start with ~/, got {text:?}"
+                        )));
+                    }
+                    path = Some(crate::paths::normalize_lexically(&absolute));
+                    return Ok(());
                 }
-                path = Some(crate::paths::normalize_lexically(&absolute));
-                continue;
-            }
-            "allow" => (&mut project.rules.allow, &mut project.lines[0]),
-            "ask" => (&mut project.rules.ask, &mut project.lines[1]),
-            "deny" => (&mut project.rules.deny, &mut project.lines[2]),
-            _ => return Err(list.unknown(&["path", "allow", "ask", "deny"])),
-        };
-        rule_list(&list, target, lines, builtins, home, warnings)?;
+                "allow" => (&mut project.rules.allow, &mut project.lines[0]),
+                "ask" => (&mut project.rules.ask, &mut project.lines[1]),
+                "deny" => (&mut project.rules.deny, &mut project.lines[2]),
+                _ => return Err(list.unknown(&["path", "allow", "ask", "deny"])),
+            };
+            rule_list(&list, target, lines, builtins, home, found)
+        });
     }
-    project.path =
-        path.ok_or_else(|| table.fault("a [[permissions.project]] needs its path".to_owned()))?;
+    match path {
+        Some(path) => project.path = path,
+        None if path_given => {}
+        None => return Err(table.fault("a [[permissions.project]] needs its path".to_owned())),
+    }
     Ok(project)
 }
 
-/// A list of rule strings, each checked, with its byte offset kept in `lines`.
+/// A list of rule strings, each checked, with its byte offset kept in `lines`. A rule refused
+/// is left out and the next one checked.
 fn rule_list(
     list: &Field<'_, '_>,
     target: &mut Vec<String>,
     lines: &mut Vec<u32>,
     builtins: &[toold_protocol::ToolDefinition],
     home: &Path,
-    warnings: &mut Vec<Fault>,
+    found: &mut Findings,
 ) -> Result<(), Fault> {
     for item in list.elements("an array of rule strings")? {
-        let text = item.string()?;
-        // Syntax errors do not depend on the cwd or the file's directory: rules are compiled
-        // again per session.
-        Rule::parse_all(text, Path::new("/"), home, Some(Path::new("/")))
-            .map_err(|error| item.fault(format!("invalid rule: {error}")))?;
-        if let Some(reason) = lint::never_matches(text, builtins, None, home)
-            .map(|reason| format!("{text:?} can never match: {reason}"))
-            .or_else(|| lint::names_an_unknown_tool(text, builtins, home))
-        {
-            warnings.push(item.fault(reason));
-        }
-        target.push(text.to_owned());
-        lines.push(u32::try_from(item.value.span().start).unwrap_or(u32::MAX));
+        found.check(|found| {
+            let text = item.string()?;
+            // Syntax errors do not depend on the cwd or the file's directory: rules are
+            // compiled again per session.
+            Rule::parse_all(text, Path::new("/"), home, Some(Path::new("/")))
+                .map_err(|error| item.fault(format!("invalid rule: {error}")))?;
+            if let Some(reason) = lint::never_matches(text, builtins, None, home)
+                .map(|reason| format!("{text:?} can never match: {reason}"))
+                .or_else(|| lint::names_an_unknown_tool(text, builtins, home))
+            {
+                found.warnings.push(item.fault(reason));
+            }
+            target.push(text.to_owned());
+            lines.push(u32::try_from(item.value.span().start).unwrap_or(u32::MAX));
+            Ok(())
+        });
     }
     Ok(())
 }
@@ -464,9 +513,10 @@ fn audit_mode(field: &Field<'_, '_>) -> Result<AuditMode, Fault> {
 
 /// `[sandbox]`: the mode and network of every session's commands unless a session tightens
 /// them, the extra writable directories, and what to do where the kernel cannot enforce them.
-fn sandbox(field: &Field<'_, '_>, warnings: &mut Vec<Fault>) -> Result<SandboxConfig, Fault> {
+fn sandbox(field: &Field<'_, '_>, found: &mut Findings) -> Result<SandboxConfig, Fault> {
     let mut sandbox = SandboxConfig::default();
     for entry in field.entries()? {
+        found.check(|found| {
         match entry.name {
             "mode" => {
                 sandbox.settings.mode = match entry.string()? {
@@ -483,9 +533,10 @@ fn sandbox(field: &Field<'_, '_>, warnings: &mut Vec<Fault>) -> Result<SandboxCo
             "network" => sandbox.settings.network = entry.boolean()?,
             "writable" => {
                 for item in entry.elements("an array of directory paths")? {
+                    found.check(|found| {
                     let path = item.absolute_path()?;
                     if !path.is_dir() {
-                        warnings.push(item.fault(format!(
+                        found.warnings.push(item.fault(format!(
                             "{} is not an existing directory: commands cannot write there until it is",
                             path.display()
                         )));
@@ -494,10 +545,13 @@ fn sandbox(field: &Field<'_, '_>, warnings: &mut Vec<Fault>) -> Result<SandboxCo
                     sandbox
                         .writable
                         .push(std::fs::canonicalize(&path).unwrap_or(path));
+                    Ok(())
+                    });
                 }
             }
             "unix_sockets" => {
                 for item in entry.elements("an array of socket paths or $VARIABLES")? {
+                    found.check(|_| {
                     let text = item.string()?;
                     sandbox.unix_sockets.push(match text.strip_prefix('$') {
                         Some(name) if is_variable_name(name) => {
@@ -510,13 +564,18 @@ fn sandbox(field: &Field<'_, '_>, warnings: &mut Vec<Fault>) -> Result<SandboxCo
                         }
                         None => AllowedSocket::Path(item.absolute_path()?),
                     });
+                    Ok(())
+                    });
                 }
             }
             "hidden" => {
                 // The list replaces the default one: `hidden = []` hides nothing.
                 sandbox.hidden.clear();
                 for item in entry.elements("an array of paths")? {
-                    sandbox.hidden.push(item.absolute_path()?);
+                    found.check(|_| {
+                        sandbox.hidden.push(item.absolute_path()?);
+                        Ok(())
+                    });
                 }
             }
             "on_unsupported" => {
@@ -543,43 +602,63 @@ fn sandbox(field: &Field<'_, '_>, warnings: &mut Vec<Fault>) -> Result<SandboxCo
                 ]));
             }
         }
+        Ok(())
+        });
     }
     Ok(sandbox)
 }
 
-fn hooks(field: &Field<'_, '_>) -> Result<Vec<ConfiguredHook>, Fault> {
+fn hooks(field: &Field<'_, '_>, found: &mut Findings) -> Result<Vec<ConfiguredHook>, Fault> {
     let mut hooks = Vec::new();
     for list in field.entries()? {
-        let event = match list.name {
-            "pre_tool_use" => HookEvent::PreToolUse,
-            "post_tool_use" => HookEvent::PostToolUse,
-            _ => return Err(list.unknown(&["pre_tool_use", "post_tool_use"])),
-        };
-        for item in list.elements("an array of hook tables ([[hooks.pre_tool_use]])")? {
-            hooks.push(hook(event, &item)?);
-        }
+        found.check(|found| {
+            let event = match list.name {
+                "pre_tool_use" => HookEvent::PreToolUse,
+                "post_tool_use" => HookEvent::PostToolUse,
+                _ => return Err(list.unknown(&["pre_tool_use", "post_tool_use"])),
+            };
+            for item in list.elements("an array of hook tables ([[hooks.pre_tool_use]])")? {
+                found.check(|found| {
+                    hooks.push(hook(event, &item, found)?);
+                    Ok(())
+                });
+            }
+            Ok(())
+        });
     }
     Ok(hooks)
 }
 
-fn hook(event: HookEvent, field: &Field<'_, '_>) -> Result<ConfiguredHook, Fault> {
+fn hook(
+    event: HookEvent,
+    field: &Field<'_, '_>,
+    found: &mut Findings,
+) -> Result<ConfiguredHook, Fault> {
     let mut hook = ConfiguredHook {
         event,
         matcher: None,
         command: Vec::new(),
         timeout: None,
     };
+    // A `command` given but refused is reported as itself, not again as missing.
+    let mut command_given = false;
     for entry in field.entries()? {
-        match entry.name {
-            "matcher" => hook.matcher = Some(matcher(&entry)?),
-            "command" => hook.command = command(&entry)?,
-            "timeout_ms" => {
-                hook.timeout = Some(Duration::from_millis(entry.integer(TIMEOUT_MS)?));
+        found.check(|_| {
+            match entry.name {
+                "matcher" => hook.matcher = Some(matcher(&entry)?),
+                "command" => {
+                    command_given = true;
+                    hook.command = command(&entry)?;
+                }
+                "timeout_ms" => {
+                    hook.timeout = Some(Duration::from_millis(entry.integer(TIMEOUT_MS)?));
+                }
+                _ => return Err(entry.unknown(&["matcher", "command", "timeout_ms"])),
             }
-            _ => return Err(entry.unknown(&["matcher", "command", "timeout_ms"])),
-        }
+            Ok(())
+        });
     }
-    if hook.command.is_empty() {
+    if !command_given {
         return Err(field.fault(
             "missing `command`, the program to run and its arguments, as in \
              command = [\"/path/to/program\", \"--flag\"]"

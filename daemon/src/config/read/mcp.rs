@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use toml::de::DeValue;
 
-use super::{Fault, Field, TIMEOUT_MS};
+use super::{Fault, Field, Findings, TIMEOUT_MS};
 use crate::mcp::names::is_valid_server_name;
 use crate::mcp::{
     DEFAULT_STARTUP_TIMEOUT, DEFAULT_TOOL_TIMEOUT, McpServerConfig, McpTransport, Start,
@@ -42,20 +42,27 @@ const HTTP_KEYS: [&str; 2] = ["headers", "bearer_token_env"];
 pub(super) fn mcp(
     field: &Field<'_, '_>,
     names: &mut Vec<String>,
+    found: &mut Findings,
 ) -> Result<Vec<McpServerConfig>, Fault> {
     let mut servers = Vec::new();
     for entry in field.entries()? {
-        match entry.name {
-            "servers" => {
-                for server_field in entry.entries()? {
-                    names.push(server_field.name.to_owned());
-                    if let Some(server) = server(&server_field)? {
-                        servers.push(server);
+        found.check(|found| {
+            match entry.name {
+                "servers" => {
+                    for server_field in entry.entries()? {
+                        names.push(server_field.name.to_owned());
+                        found.check(|found| {
+                            if let Some(server) = server(&server_field, found)? {
+                                servers.push(server);
+                            }
+                            Ok(())
+                        });
                     }
                 }
+                _ => return Err(entry.unknown(&["servers"])),
             }
-            _ => return Err(entry.unknown(&["servers"])),
-        }
+            Ok(())
+        });
     }
     Ok(servers)
 }
@@ -74,7 +81,9 @@ struct Given {
     placed: Vec<(&'static str, Fault)>,
 }
 
-fn server(field: &Field<'_, '_>) -> Result<Option<McpServerConfig>, Fault> {
+/// A server's table, each key checked; the checks of the table as a whole (the tool globs,
+/// the transport) only when its keys passed, since a key refused would make them misfire.
+fn server(field: &Field<'_, '_>, found: &mut Findings) -> Result<Option<McpServerConfig>, Fault> {
     if !is_valid_server_name(field.name) {
         return Err(field.key_fault(format!(
             "{:?} is not a valid server name: lowercase letters, digits and `-`, starting with \
@@ -91,83 +100,92 @@ fn server(field: &Field<'_, '_>) -> Result<Option<McpServerConfig>, Fault> {
     let mut disabled_tools = Vec::new();
     let mut tool_lists: Vec<Field<'_, '_>> = Vec::new();
     let mut enabled = true;
+    let faults_before = found.faults.len();
     for entry in field.entries()? {
-        let name = match SERVER_KEYS.iter().find(|key| **key == entry.name) {
-            Some(name) => *name,
-            None => return Err(entry.unknown(&SERVER_KEYS)),
-        };
-        if STDIO_KEYS.contains(&name) || HTTP_KEYS.contains(&name) {
-            given.placed.push((name, entry.key_fault(String::new())));
-        }
-        match name {
-            "command" => {
-                let command = entry.string()?;
-                if command.is_empty() {
-                    return Err(entry.fault("is empty; it names the program to run".to_owned()));
+        found.check(|_| {
+            let name = match SERVER_KEYS.iter().find(|key| **key == entry.name) {
+                Some(name) => *name,
+                None => return Err(entry.unknown(&SERVER_KEYS)),
+            };
+            if STDIO_KEYS.contains(&name) || HTTP_KEYS.contains(&name) {
+                given.placed.push((name, entry.key_fault(String::new())));
+            }
+            match name {
+                "command" => {
+                    let command = entry.string()?;
+                    if command.is_empty() {
+                        return Err(entry.fault("is empty; it names the program to run".to_owned()));
+                    }
+                    given.command = Some(command.to_owned());
                 }
-                given.command = Some(command.to_owned());
-            }
-            "args" => {
-                given.args = entry
-                    .elements("an array of strings")?
-                    .map(|item| item.string().map(str::to_owned))
-                    .collect::<Result<_, _>>()?;
-            }
-            "env" => given.env = string_table(&entry, "environment variable")?,
-            "cwd" => given.cwd = Some(entry.absolute_path()?),
-            "url" => given.url = Some(url(&entry)?),
-            "headers" => given.headers = string_table(&entry, "header")?,
-            "bearer_token_env" => {
-                let variable = entry.string()?;
-                if !is_variable_name(variable) {
-                    return Err(entry.fault(format!(
-                        "{variable:?} is not an environment variable name (letters, digits \
+                "args" => {
+                    given.args = entry
+                        .elements("an array of strings")?
+                        .map(|item| item.string().map(str::to_owned))
+                        .collect::<Result<_, _>>()?;
+                }
+                "env" => given.env = string_table(&entry, "environment variable")?,
+                "cwd" => given.cwd = Some(entry.absolute_path()?),
+                "url" => given.url = Some(url(&entry)?),
+                "headers" => given.headers = string_table(&entry, "header")?,
+                "bearer_token_env" => {
+                    let variable = entry.string()?;
+                    if !is_variable_name(variable) {
+                        return Err(entry.fault(format!(
+                            "{variable:?} is not an environment variable name (letters, digits \
                          and `_`, not starting with a digit)"
-                    )));
-                }
-                given.bearer_token_env = Some(variable.to_owned());
-            }
-            "trust" => {
-                trust = match entry.string()? {
-                    "untrusted" => Trust::Untrusted,
-                    "trusted" => Trust::Trusted,
-                    other => {
-                        return Err(entry.fault(format!(
-                            "unknown value {other:?}: expected \"untrusted\" or \"trusted\""
                         )));
                     }
+                    given.bearer_token_env = Some(variable.to_owned());
                 }
-            }
-            "start" => {
-                start = match entry.string()? {
-                    "eager" => Start::Eager,
-                    "lazy" => Start::Lazy,
-                    other => {
-                        return Err(entry.fault(format!(
-                            "unknown value {other:?}: expected \"eager\" or \"lazy\""
-                        )));
+                "trust" => {
+                    trust = match entry.string()? {
+                        "untrusted" => Trust::Untrusted,
+                        "trusted" => Trust::Trusted,
+                        other => {
+                            return Err(entry.fault(format!(
+                                "unknown value {other:?}: expected \"untrusted\" or \"trusted\""
+                            )));
+                        }
                     }
                 }
-            }
-            "startup_timeout_ms" => {
-                startup_timeout = Duration::from_millis(entry.integer(TIMEOUT_MS)?);
-            }
-            "tool_timeout_ms" => tool_timeout = Duration::from_millis(entry.integer(TIMEOUT_MS)?),
-            "enabled_tools" | "disabled_tools" => {
-                let globs = entry
-                    .elements("an array of globs on the server's tool names")?
-                    .map(|item| item.string().map(str::to_owned))
-                    .collect::<Result<Vec<_>, _>>()?;
-                if name == "enabled_tools" {
-                    enabled_tools = globs;
-                } else {
-                    disabled_tools = globs;
+                "start" => {
+                    start = match entry.string()? {
+                        "eager" => Start::Eager,
+                        "lazy" => Start::Lazy,
+                        other => {
+                            return Err(entry.fault(format!(
+                                "unknown value {other:?}: expected \"eager\" or \"lazy\""
+                            )));
+                        }
+                    }
                 }
-                tool_lists.push(entry);
+                "startup_timeout_ms" => {
+                    startup_timeout = Duration::from_millis(entry.integer(TIMEOUT_MS)?);
+                }
+                "tool_timeout_ms" => {
+                    tool_timeout = Duration::from_millis(entry.integer(TIMEOUT_MS)?)
+                }
+                "enabled_tools" | "disabled_tools" => {
+                    let globs = entry
+                        .elements("an array of globs on the server's tool names")?
+                        .map(|item| item.string().map(str::to_owned))
+                        .collect::<Result<Vec<_>, _>>()?;
+                    if name == "enabled_tools" {
+                        enabled_tools = globs;
+                    } else {
+                        disabled_tools = globs;
+                    }
+                    tool_lists.push(entry);
+                }
+                "enabled" => enabled = entry.boolean()?,
+                _ => unreachable!("every key of SERVER_KEYS is matched above"),
             }
-            "enabled" => enabled = entry.boolean()?,
-            _ => unreachable!("every key of SERVER_KEYS is matched above"),
-        }
+            Ok(())
+        });
+    }
+    if found.faults.len() > faults_before {
+        return Ok(None);
     }
     let tools = ToolFilter::new(&enabled_tools, &disabled_tools).map_err(
         |(in_enabled, index, reason)| {
