@@ -1,4 +1,4 @@
-//! toold's benchmark harness: every figure of DESIGN.md's "Performance", measured against the
+//! toold's benchmark harness: every performance goal of the project, measured against the
 //! floor or the best tool for the job on the same machine in the same run, as ratios, and
 //! written to `docs/benchmarks.md`.
 //!

@@ -60,7 +60,7 @@ pub fn render(sections: &[Section], quick: bool, rounds: usize, versions: &[Stri
     let mut out = String::new();
     out.push_str("# Benchmarks\n\n");
     out.push_str(
-        "Written by `cargo run --release -p toold-bench` (DESIGN.md, \"Performance\"): the release \
+        "Written by `cargo run --release -p toold-bench` (its targets are the project's performance goals, listed in each table's \"target\" column): the release \
          daemon on a private socket, every pair measured on the same machine in the same run, \
          interleaved, as ratios. Set up first with `bash bench/setup.sh` (ripgrep and fd from \
          Debian). `--quick` runs every figure on small inputs (what CI checks: that each figure \

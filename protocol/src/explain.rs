@@ -1,4 +1,4 @@
-//! `permissions/explain` (EXTENSIONS.md section D): a call decided as the pipeline would
+//! `permissions/explain` (docs/protocol.md section 11.11): a call decided as the pipeline would
 //! decide it, with why, and nothing run.
 
 use serde::{Deserialize, Serialize};

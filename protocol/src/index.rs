@@ -1,4 +1,4 @@
-//! The warm index on the wire (EXTENSIONS.md section E): `index/status`, each root's index
+//! The warm index on the wire (docs/protocol.md section 11.13): `index/status`, each root's index
 //! and how often a search fell back to a cold walk, by reason.
 
 use std::collections::BTreeMap;

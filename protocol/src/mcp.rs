@@ -1,4 +1,4 @@
-//! The daemon's MCP servers as clients see them (EXTENSIONS.md section A): `mcp/status` and
+//! The daemon's MCP servers as clients see them (docs/protocol.md section 11.9): `mcp/status` and
 //! `mcp/restart`.
 
 use serde::{Deserialize, Serialize};

@@ -1,4 +1,4 @@
-//! The command sandbox on the wire (EXTENSIONS.md section C): the modes, what a session asks
+//! The command sandbox on the wire (docs/protocol.md section 11.8): the modes, what a session asks
 //! for, what it gets (its snapshot), and what the kernel enforces (`initialize`'s report).
 
 use std::collections::BTreeMap;

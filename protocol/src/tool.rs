@@ -24,7 +24,7 @@ pub enum ToolSource {
     Builtin,
     /// Registered by a connection and executed through `tool/invoke`.
     Client,
-    /// A tool of the MCP server the config names so: `{"mcp": "fs"}` (EXTENSIONS.md section A).
+    /// A tool of the MCP server the config names so: `{"mcp": "fs"}` (docs/protocol.md section 11.9).
     Mcp(String),
 }
 

@@ -568,7 +568,7 @@ enabled = false
             bearer_token_env: Some("REMOTE_TOKEN".into()),
         }
     );
-    // The defaults of section A.
+    // The defaults docs/protocol.md section 11.9 gives.
     assert_eq!(remote.trust, Trust::Untrusted);
     assert_eq!(remote.start, Start::Eager);
     assert_eq!(remote.startup_timeout, Duration::from_secs(30));

@@ -1,4 +1,4 @@
-//! The warm index end to end (EXTENSIONS.md section E): a daemon that indexes and one that
+//! The warm index end to end (docs/protocol.md section 11.13): a daemon that indexes and one that
 //! does not (`[index] enabled = false`, the cold walk) answer every `find_files` on the same
 //! tree identically, through a random churn with a query right after each change (no sleep),
 //! ignore edits at every level (a parent of the root, `.git/info/exclude`, the global excludes

@@ -1,7 +1,7 @@
 //! `toold mcp serve` driven by a real MCP host: the Python `mcp` client library (installed by
 //! `tests/mcp_servers/install.sh`, which `.ci/run` runs) running `tests/mcp_servers/host.py`
 //! against the real daemon: the handshake on two protocol versions, the tool list and its
-//! annotations, results and failures as section B shapes them, live output as progress, a
+//! annotations, results and failures as docs/protocol.md section 11.10 shapes them, live output as progress, a
 //! cancel that leaves nothing running and gets no result, approvals by elicitation, and the
 //! denial that names the rule to add when nobody can be asked.
 

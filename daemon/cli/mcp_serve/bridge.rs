@@ -1,6 +1,6 @@
 //! The bridge between an MCP host and the daemon: `tools/list` and `tools/call` as the
 //! daemon's `tools/list` and one-call batches (a batch on a task of its own, so that a call
-//! asking its host by round trip outlives the request), results in section B's shapes, the
+//! asking its host by round trip outlives the request), results in the shapes of docs/protocol.md section 11.10, the
 //! daemon's events to the host (output and progress, `tools/list_changed`), cancel.
 
 use std::borrow::Cow;
@@ -353,7 +353,7 @@ impl Bridge {
     }
 }
 
-/// A failed result of this bridge's own making, in section B's shape.
+/// A failed result of this bridge's own making, in the shape of docs/protocol.md section 11.10.
 fn failure(tool: &str, error_type: ErrorType, error: &str) -> CallToolResult {
     to_mcp_result(ToolResult {
         ok: false,

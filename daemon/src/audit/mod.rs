@@ -1,4 +1,4 @@
-//! The audit log (EXTENSIONS.md section D): every call's decision and outcome, who decided,
+//! The audit log (docs/protocol.md section 11.12): every call's decision and outcome, who decided,
 //! and every session change, one JSON object a line in `$XDG_STATE_HOME/toold/audit.jsonl`,
 //! each line carrying the SHA-256 of the one before it (`prev`) and its record number (`seq`).
 //!

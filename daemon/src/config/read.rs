@@ -284,7 +284,7 @@ const INDEX_WATCHES: Bounds = Bounds {
     unit: Unit::Count,
 };
 
-/// `[index]`: the warm index of the roots searched (EXTENSIONS.md section E).
+/// `[index]`: the warm index of the roots searched (docs/protocol.md section 11.13).
 fn index(field: &Field<'_, '_>, found: &mut Findings) -> Result<IndexConfig, Fault> {
     let mut index = IndexConfig::default();
     for entry in field.entries()? {

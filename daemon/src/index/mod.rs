@@ -1,4 +1,4 @@
-//! The warm index (EXTENSIONS.md section E): what lets a repeated `find_files` skip the walk
+//! The warm index (docs/protocol.md section 11.13): what lets a repeated `find_files` skip the walk
 //! and a repeated `search_code` read only the files that can match, with the answers of a cold
 //! walk. [`roots`]: the daemon's indexes, one per directory searched, synced at every query;
 //! [`files`]: a root's file list, kept current from [`watch`] (a root's inotify watches and

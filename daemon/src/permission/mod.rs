@@ -849,8 +849,8 @@ pub struct SessionFacts<'a> {
     pub confined: bool,
 }
 
-/// The step of docs/protocol.md section 7 that decided a call, by the names of EXTENSIONS.md
-/// section D (`permissions/explain`'s `step`), with the few asks section 7 states apart from
+/// The step of docs/protocol.md section 7 that decided a call, by the names of section 11.11
+/// (`permissions/explain`'s `step`), with the few asks section 7 states apart from
 /// its numbered steps named on their own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Step {

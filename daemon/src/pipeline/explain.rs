@@ -1,4 +1,4 @@
-//! `permissions/explain` (EXTENSIONS.md section D): a call judged as steps 2 and 4 of the
+//! `permissions/explain` (docs/protocol.md section 11.11): a call judged as steps 2 and 4 of the
 //! pipeline judge it, on a session's state as it is, with nothing run, nobody asked, no event
 //! and no hook: the same resolution and the same `permission::evaluate`, read out.
 

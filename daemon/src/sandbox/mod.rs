@@ -1,4 +1,4 @@
-//! The command sandbox (EXTENSIONS.md section C): what a `run_command` call's processes may
+//! The command sandbox (docs/protocol.md section 11.8): what a `run_command` call's processes may
 //! write, whether they may use IP networking, and that they cannot reach the daemon.
 //!
 //! Everything is decided and built in the daemon before the child exists
