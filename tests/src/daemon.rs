@@ -68,6 +68,10 @@ fn with_directories_in(command: &mut Command, root: &Path) {
         .env("HOME", root.join("home"))
         .env("TOOLD_LOG", "info,toold=debug,rmcp=warn")
         .env_remove("TOOLD_SOCKET")
+        // A developer's own build directory (set for `cargo test` itself) would send the
+        // builds the tests' commands run outside their session's root, where the sandbox
+        // forbids writing.
+        .env_remove("CARGO_TARGET_DIR")
         .env_remove("NOTIFY_SOCKET")
         .env_remove("LISTEN_FDS")
         .env_remove("LISTEN_PID")
