@@ -387,6 +387,32 @@ async fn a_killed_server_comes_back_with_its_tools() {
         "echo: again",
         "{response}"
     );
+
+    // A crash during a call: once the call has failed, the status never says `ready` with
+    // the dead process's pid.
+    let crashed = server_pid(&daemon, "malformed.py").expect("the server's process");
+    let session = client
+        .create_session(
+            &daemon.work(),
+            json!({"rules": {"allow": ["mcp__bad__crash"]}}),
+        )
+        .await;
+    let response = client
+        .execute(
+            &session,
+            json!([{"id": "c2", "name": "mcp__bad__crash", "arguments": {}}]),
+        )
+        .await;
+    assert_eq!(outcome(results(&response)[0]), "internal_error", "{response}");
+    let status = client
+        .request("mcp/status", json!({}))
+        .await
+        .expect("mcp/status");
+    let server = &status["servers"][0];
+    assert!(
+        !(server["state"] == "ready" && server["pid"] == crashed),
+        "ready with the crashed process's pid: {status}"
+    );
 }
 
 /// Waits until the server's log holds `count` lines containing `text`.

@@ -126,12 +126,20 @@ impl McpServer {
     /// The server as `mcp/status` shows it.
     pub fn status(&self) -> McpServerStatus {
         let live = self.live();
-        let state = live.state.clone().unwrap_or(ServerState::Stopped);
+        let mut state = live.state.clone().unwrap_or(ServerState::Stopped);
         let running = matches!(state, ServerState::Starting | ServerState::Ready);
+        let mut pid = live.pid.filter(|_| running);
+        // Between its process's death (a crash during a call) and the supervisor's noticing,
+        // the server is not ready, whatever was last recorded: it is being started again.
+        if let Some(dead) = pid.filter(|pid| !process_alive(*pid)) {
+            tracing::debug!(server = %self.config.name, pid = dead, "status of a server whose process has ended");
+            pid = None;
+            state = ServerState::Starting;
+        }
         McpServerStatus {
             name: self.config.name.clone(),
             state: state.name().to_owned(),
-            pid: live.pid.filter(|_| running),
+            pid,
             transport: self.config.transport.kind().to_owned(),
             protocol_version: live
                 .session
@@ -591,6 +599,17 @@ pub struct McpChanges {
     pub started: Vec<String>,
     pub stopped: Vec<String>,
     pub restarted: Vec<String>,
+}
+
+/// Whether process `pid` (a server this daemon started, so never reused before it is reaped)
+/// is alive: it exists and is not a zombie waiting to be reaped.
+fn process_alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        // The state follows the command's closing parenthesis (the command may hold any).
+        stat.rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| !matches!(state, "Z" | "X"))
+    })
 }
 
 /// A server and its supervisor task (none for a lazy server not yet used).
