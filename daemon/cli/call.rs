@@ -45,8 +45,17 @@ pub async fn call(args: CallArgs) -> anyhow::Result<Outcome> {
     let json = args.batch.json;
     let mut streamed = Streamed::default();
     let result = run_batch(&args.batch, "toold call", calls, |event| {
-        if let (Event::Output(output), false) = (event, json) {
-            write_live(&mut streamed, output.body.stream, &output.body.data);
+        match (event, json) {
+            (Event::Output(output), false) => {
+                write_live(&mut streamed, output.body.stream, &output.body.data);
+            }
+            // An MCP server's progress, as `toold exec` shows it: one line on stderr each.
+            (Event::Progress(_), false) => {
+                if let Some(line) = render::event_line(event) {
+                    let _ = writeln!(std::io::stderr(), "{}", line.trim_start());
+                }
+            }
+            _ => {}
         }
     })
     .await?;

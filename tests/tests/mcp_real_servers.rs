@@ -680,3 +680,34 @@ async fn the_first_list_holds_the_eager_servers_tools() {
         );
     }
 }
+
+/// `toold call` of an MCP tool shows the server's progress as it comes, as `toold exec` does.
+#[tokio::test]
+async fn toold_call_shows_an_mcp_servers_progress() {
+    let test = "mcp_real_servers::call_progress";
+    if !servers_installed(test) {
+        return;
+    }
+    let daemon = TestDaemon::start_with_config(Some(&everything_config()));
+    let work = daemon.work();
+    let called = toold(
+        &daemon,
+        &[
+            "call",
+            "--yes",
+            "--cwd",
+            work.to_str().unwrap(),
+            "mcp__everything__trigger-long-running-operation",
+            r#"{"duration": 1, "steps": 3}"#,
+        ],
+    )
+    .await;
+    let said = String::from_utf8_lossy(&called.stderr);
+    assert!(called.status.success(), "{said}");
+    let progress: Vec<&str> = said
+        .lines()
+        .filter(|line| line.contains(" progress "))
+        .collect();
+    assert_eq!(progress.len(), 3, "{said}");
+    assert!(progress[2].contains("3/3"), "{said}");
+}

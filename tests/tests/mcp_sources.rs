@@ -403,7 +403,11 @@ async fn a_killed_server_comes_back_with_its_tools() {
             json!([{"id": "c2", "name": "mcp__bad__crash", "arguments": {}}]),
         )
         .await;
-    assert_eq!(outcome(results(&response)[0]), "internal_error", "{response}");
+    assert_eq!(
+        outcome(results(&response)[0]),
+        "internal_error",
+        "{response}"
+    );
     let status = client
         .request("mcp/status", json!({}))
         .await

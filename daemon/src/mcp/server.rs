@@ -687,16 +687,18 @@ impl McpServers {
         futures_util::future::join_all(waits).await;
     }
 
-    /// Waits for each eager server's first start to end, ready or failed, up to its
-    /// `startup_timeout_ms`: a client that lists the tools once, right after the daemon
-    /// started (as several MCP hosts do), sees their tools. Once they have settled, this
-    /// returns at once.
-    pub async fn eager_settled(&self) {
+    /// Waits for each eager server `wanted` picks (by name) to end its first start, ready or
+    /// failed, up to its `startup_timeout_ms`: a client that lists the tools once, or calls one,
+    /// right after the daemon started (as several MCP hosts do), finds their tools. Once they
+    /// have settled, this returns at once.
+    pub async fn eager_settled(&self, wanted: impl Fn(&str) -> bool) {
         let eager: Vec<Arc<McpServer>> = self
             .running
             .lock_unpoisoned()
             .iter()
-            .filter(|running| running.server.config.start == Start::Eager)
+            .filter(|running| {
+                running.server.config.start == Start::Eager && wanted(&running.server.config.name)
+            })
             .map(|running| Arc::clone(&running.server))
             .collect();
         let waits = eager

@@ -240,7 +240,10 @@ pub(crate) async fn tools_list(daemon: &Daemon, params: ToolsListParams) -> Repl
     // The first listing is a lazy MCP server's first use: its tools are in this one; and an
     // eager server still on its first start is waited for, so that its tools are too.
     if let Some(servers) = daemon.mcp.get() {
-        futures_util::join!(servers.start_lazy(|_| true), servers.eager_settled());
+        futures_util::join!(
+            servers.start_lazy(|_| true),
+            servers.eager_settled(|_| true)
+        );
     }
     let session = match &params.session_id {
         Some(session_id) => Some(daemon.sessions.get(session_id)?.session.state()),
@@ -379,7 +382,8 @@ pub(crate) async fn tools_execute(
             "the daemon is shutting down; no new batches start",
         ));
     }
-    // A call naming a tool of a lazy MCP server not started yet starts it, and waits for it.
+    // A call naming a tool of a lazy MCP server not started yet starts it, and waits for it;
+    // one naming an eager server's still on its first start waits for it too.
     if let Some(servers) = daemon.mcp.get() {
         let named: Vec<&str> = params
             .calls
@@ -387,7 +391,10 @@ pub(crate) async fn tools_execute(
             .filter_map(|call| crate::mcp::names::server_of(&call.name))
             .collect();
         if !named.is_empty() {
-            servers.start_lazy(|server| named.contains(&server)).await;
+            futures_util::join!(
+                servers.start_lazy(|server| named.contains(&server)),
+                servers.eager_settled(|server| named.contains(&server)),
+            );
         }
     }
     let batch_id = format!("b_{}", daemon.next_batch.fetch_add(1, Ordering::Relaxed));
