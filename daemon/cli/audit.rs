@@ -60,9 +60,20 @@ pub fn audit(args: AuditArgs) -> anyhow::Result<Outcome> {
     }
 }
 
+/// The error for a log that has no file here. The log is read from this machine's files, so
+/// over a forwarded socket (`ssh -L`) the daemon's log is on the other machine; a silent empty
+/// listing would read as "nothing ran".
+fn no_log(path: &std::path::Path) -> anyhow::Error {
+    anyhow::anyhow!(
+        "no audit log at {} on this machine; the daemon you reach may run elsewhere: run \
+         `toold audit` there",
+        path.display()
+    )
+}
+
 fn verify(path: &std::path::Path) -> anyhow::Result<Outcome> {
     if toold::audit::read::files(path).is_empty() {
-        bail!("no audit log at {}", path.display());
+        return Err(no_log(path));
     }
     match toold::audit::read::verify(path) {
         Ok(verified) => {
@@ -97,7 +108,7 @@ fn verify(path: &std::path::Path) -> anyhow::Result<Outcome> {
 fn verify_json(path: &std::path::Path) -> anyhow::Result<Outcome> {
     let files = toold::audit::read::files(path);
     if files.is_empty() {
-        bail!("no audit log at {}", path.display());
+        return Err(no_log(path));
     }
     let (verified, broken) = toold::audit::read::check(path);
     let report = serde_json::json!({
@@ -123,6 +134,9 @@ fn verify_json(path: &std::path::Path) -> anyhow::Result<Outcome> {
 
 fn list(path: &std::path::Path, args: &AuditArgs) -> anyhow::Result<Outcome> {
     let since = args.since.as_deref().map(since).transpose()?;
+    if toold::audit::read::files(path).is_empty() {
+        return Err(no_log(path));
+    }
     let mut out = String::new();
     for line in toold::audit::read::lines(path) {
         let line = line.with_context(|| format!("cannot read {}", path.display()))?;

@@ -42,9 +42,10 @@ pub fn connect(args: &ConnectArgs) -> anyhow::Result<()> {
     bridge(connect_or_start(args)?)
 }
 
-/// A connection to the daemon's socket, starting the daemon first when none answers.
+/// A connection to the daemon's socket, starting the daemon first when none answers. A socket
+/// that is the fallback for a missing `XDG_RUNTIME_DIR` is named on stderr.
 pub fn connect_or_start(args: &ConnectArgs) -> anyhow::Result<UnixStream> {
-    let socket = args.address.socket_path()?;
+    let socket = args.address.socket_path_noting_fallback()?;
     match UnixStream::connect(&socket) {
         Ok(stream) => Ok(stream),
         Err(error) if nobody_listens(&error) => start_daemon_and_connect(args, &socket),
