@@ -537,7 +537,7 @@ async fn the_running_daemon_tells_verify_its_last_record_and_reopens_a_log_repla
             .as_str()
             .is_some_and(
                 |reason| reason.contains("did not end with the daemon's last record")
-                    && reason.contains("(1 records missing)")
+                    && reason.contains("(1 record missing)")
             ),
         "{report:#}"
     );

@@ -366,6 +366,14 @@ fn walk(path: &Path, verified: &mut Verified, head: Option<&AuditHead>) -> Resul
     }
 }
 
+/// ` (N records missing)`.
+fn records_missing(count: u64) -> String {
+    format!(
+        " ({count} record{} missing)",
+        if count == 1 { "" } else { "s" }
+    )
+}
+
 /// What a `log_replaced` record says the daemon found at the log's path.
 fn found_text(found: Option<&str>) -> &'static str {
     match found {
@@ -379,10 +387,8 @@ fn found_text(found: Option<&str>) -> &'static str {
 fn replaced(record: &Parsed, previous: Option<&Parsed>) -> Broken {
     let daemon_last = record.seq.map_or(0, |seq| seq.saturating_sub(1));
     let missing = match previous.and_then(|previous| previous.seq) {
-        Some(seq) if seq < daemon_last => format!(" ({} records missing)", daemon_last - seq),
-        _ if previous.is_none() && daemon_last > 0 => {
-            format!(" ({daemon_last} records missing)")
-        }
+        Some(seq) if seq < daemon_last => records_missing(daemon_last - seq),
+        _ if previous.is_none() && daemon_last > 0 => records_missing(daemon_last),
         _ => String::new(),
     };
     broken(

@@ -457,7 +457,7 @@ fn a_log_replaced_under_the_daemon_is_reopened_and_said_so() {
     record_some(&log, 1);
     let broken = verify(&path).expect_err("a line lost");
     assert_eq!(broken.line, Some(8), "{broken}");
-    assert!(broken.why.contains("(1 records missing)"), "{broken}");
+    assert!(broken.why.contains("(1 record missing)"), "{broken}");
     assert_eq!(log.status().replaced.map(|noted| noted.count), Some(2));
 
     // Removed: a new file, starting with the record that says so.
