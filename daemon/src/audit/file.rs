@@ -136,9 +136,6 @@ impl AuditFile {
                 Some(hash) => *hash == self.last_hash,
                 None => self.next_seq == 1,
             };
-        self.file = file;
-        self.identity = (metadata.dev(), metadata.ino());
-        self.size = size;
         let ts = record::now();
         let body = serde_json::json!({
             "kind": "log_replaced",
@@ -149,10 +146,25 @@ impl AuditFile {
         });
         let body = serde_json::to_string(&body).map_err(io::Error::other)?;
         let seq = self.next_seq;
+        // The old file is kept until the record is written: a failed write leaves it held,
+        // so the next write finds the replacement again and says so then.
+        let identity = (metadata.dev(), metadata.ino());
+        let old_file = std::mem::replace(&mut self.file, file);
+        let old_identity = std::mem::replace(&mut self.identity, identity);
+        let old_size = std::mem::replace(&mut self.size, size);
         // A file found ending without a newline gets one first, so that the record is a line
         // of its own (the torn bytes stay, before it).
         let prefix: &[u8] = if tail.torn.is_some() { b"\n" } else { b"" };
-        self.append_after(prefix, &[body])?;
+        if let Err(err) = self.append_after(prefix, &[body]) {
+            if self.identity == identity && !self.reopen {
+                // (Unless a rotation came first: the file found is then `.1`, the log a new
+                // file.)
+                self.file = old_file;
+                self.identity = old_identity;
+                self.size = old_size;
+            }
+            return Err(err);
+        }
         Ok(Some(Replaced {
             found,
             ends_with_last_record,
