@@ -1,16 +1,23 @@
 //! `toold audit`: the audit log read back (what ran, and who allowed it), newest last, and
 //! `toold audit verify`, the check of its hash chain. Reads the files directly: no daemon is
-//! needed.
+//! needed; `verify` also asks a running daemon for the last record it wrote, since lines
+//! removed from the end of the file break no link.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
 use serde_json::Value;
+use toold_client::protocol::AuditHead;
 use toold_client::protocol::time::parse_rfc3339;
+use toold_client::{Client, ClientError, ClientOptions};
 
+use super::address::DaemonAddress;
 use super::{Outcome, render, visible};
+
+/// How long `verify` waits for a daemon to answer before checking the file alone.
+const DAEMON_WAIT: Duration = Duration::from_secs(3);
 
 #[derive(Args, Debug)]
 pub struct AuditArgs {
@@ -37,14 +44,26 @@ pub enum AuditCommand {
     /// Check the hash chain over every file of the log and name the first line that was
     /// changed, removed or moved.
     ///
+    /// When a daemon answers on the socket and writes this log, the log must also hold the
+    /// last record the daemon wrote, as it wrote it: a log that ends before it lost lines at
+    /// its end (a break). Without one, only the file's own chain is checked (a note says so).
+    ///
     /// With --json, one JSON object goes to stdout: {"log": PATH, "files": [PATH, oldest
     /// first], "records": N (those walked; with a break, until it was seen), "recovered": N (torn lines
     /// covered by `recovered` records), "holds": BOOL, "broken": null or {"file", "line",
-    /// "reason"}, "notes": [TEXT] (what is not a break: the chain starting after rotated-away
-    /// files, the newest line still being written)}.
+    /// "reason"}, "daemon": null or {"socket", "head": null or {"seq", "hash"}} (the
+    /// daemon whose last record was checked), "notes": [TEXT] (what is not a break: the
+    /// chain starting after rotated-away files, the newest line still being written, the
+    /// log found replaced with nothing lost, no daemon to check the end against)}.
     ///
     /// Exit code: 0 when the chain holds, 1 when it is broken.
-    Verify,
+    Verify(VerifyArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct VerifyArgs {
+    #[command(flatten)]
+    pub address: DaemonAddress,
 }
 
 pub fn audit(args: AuditArgs) -> anyhow::Result<Outcome> {
@@ -54,8 +73,19 @@ pub fn audit(args: AuditArgs) -> anyhow::Result<Outcome> {
             .context("no audit log: neither XDG_STATE_HOME nor HOME gives a state directory")?,
     };
     match args.command {
-        Some(AuditCommand::Verify) if args.json => verify_json(&path),
-        Some(AuditCommand::Verify) => verify(&path),
+        Some(AuditCommand::Verify(verify_args)) => {
+            if toold::audit::read::files(&path).is_empty() {
+                return Err(no_log(&path));
+            }
+            // The daemon first, the file after: records the daemon writes meanwhile come
+            // after the head it reported, and the head is in the file however late it is read.
+            let daemon = daemon_head(&path, &verify_args.address);
+            if args.json {
+                verify_json(&path, &daemon)
+            } else {
+                verify(&path, &daemon)
+            }
+        }
         None => list(&path, &args),
     }
 }
@@ -71,46 +101,171 @@ fn no_log(path: &std::path::Path) -> anyhow::Error {
     )
 }
 
-fn verify(path: &std::path::Path) -> anyhow::Result<Outcome> {
-    if toold::audit::read::files(path).is_empty() {
-        return Err(no_log(path));
-    }
-    match toold::audit::read::verify(path) {
-        Ok(verified) => {
-            let mut text = format!(
-                "the audit log's chain holds: {} records in {} files",
-                verified.records, verified.files
-            );
-            if verified.recovered > 0 {
-                text.push_str(&format!(
-                    ", {} torn lines covered by `recovered` records",
-                    verified.recovered
-                ));
-            }
-            text.push('\n');
-            for note in &verified.notes {
-                text.push_str(&format!("  note: {note}\n"));
-            }
-            render::print_out(&visible::block(&text));
-            Ok(Outcome::Success)
+/// What the running daemon says about the log being verified.
+enum Daemon {
+    /// A daemon writing this log answered on `socket`; its last record, when it has one.
+    Writing {
+        socket: PathBuf,
+        head: Option<AuditHead>,
+    },
+    /// No daemon to check the end against, and why (a note).
+    Unchecked(String),
+}
+
+impl Daemon {
+    fn head(&self) -> Option<&AuditHead> {
+        match self {
+            Daemon::Writing { head, .. } => head.as_ref(),
+            Daemon::Unchecked(_) => None,
         }
-        Err(broken) => {
-            render::print_out(&visible::block(&format!(
-                "the audit log's chain is BROKEN at {}: {}\n",
-                broken.place, broken.why
-            )));
-            Ok(Outcome::Failed)
+    }
+
+    /// The note to add, when the end could not be checked against the daemon.
+    fn note(&self) -> Option<String> {
+        match self {
+            Daemon::Writing { socket, head: None } => Some(format!(
+                "the daemon on {} reports no last record (it has written none to this log, or \
+                 it is older than this toold): only the file's own chain was checked",
+                socket.display()
+            )),
+            Daemon::Writing { .. } => None,
+            Daemon::Unchecked(why) => Some(format!(
+                "{why}: only the file's own chain was checked (lines removed from its end \
+                 cannot be seen without the running daemon's last record)"
+            )),
         }
     }
 }
 
-/// `verify --json`: the same check, as one object for a program.
-fn verify_json(path: &std::path::Path) -> anyhow::Result<Outcome> {
-    let files = toold::audit::read::files(path);
-    if files.is_empty() {
-        return Err(no_log(path));
+/// Asks the daemon on the socket for its audit log's state: its last record, when it writes
+/// the log at `path`.
+fn daemon_head(path: &Path, address: &DaemonAddress) -> Daemon {
+    let socket = match address.socket_path() {
+        Ok(socket) => socket,
+        Err(err) => return Daemon::Unchecked(format!("no daemon socket: {err:#}")),
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => return Daemon::Unchecked(format!("cannot ask the daemon: {err}")),
+    };
+    let options = ClientOptions::new("toold audit verify")
+        .with_version(env!("CARGO_PKG_VERSION"))
+        .with_socket(&socket);
+    let connected = runtime.block_on(async {
+        let connected = tokio::time::timeout(DAEMON_WAIT, Client::connect(options)).await;
+        connected.map(|connected| {
+            connected.map(|(client, _events)| {
+                let initialized = client.initialized();
+                client.close();
+                initialized
+            })
+        })
+    });
+    runtime.shutdown_background();
+    let initialized = match connected {
+        Ok(Ok(initialized)) => initialized,
+        Ok(Err(ClientError::Connect { source, .. })) => {
+            return Daemon::Unchecked(format!(
+                "no daemon answered on {} ({source})",
+                socket.display()
+            ));
+        }
+        Ok(Err(err)) => {
+            return Daemon::Unchecked(format!(
+                "the daemon on {} did not answer: {err}",
+                socket.display()
+            ));
+        }
+        Err(_) => {
+            return Daemon::Unchecked(format!(
+                "the daemon on {} did not answer within {} s",
+                socket.display(),
+                DAEMON_WAIT.as_secs()
+            ));
+        }
+    };
+    let Some(audit) = initialized.audit else {
+        return Daemon::Unchecked(format!(
+            "the daemon on {} does not report its audit log (older than this toold)",
+            socket.display()
+        ));
+    };
+    let writes = audit.path.as_deref().filter(|_| audit.mode != "off");
+    match writes {
+        Some(written) if same_file(Path::new(written), path) => Daemon::Writing {
+            socket,
+            head: audit.head,
+        },
+        Some(written) => Daemon::Unchecked(format!(
+            "the daemon on {} writes {written}, not this log",
+            socket.display()
+        )),
+        None => Daemon::Unchecked(format!(
+            "the daemon on {} keeps no audit log (audit = \"off\")",
+            socket.display()
+        )),
     }
-    let (verified, broken) = toold::audit::read::check(path);
+}
+
+/// Whether two paths name the same log: by their directories resolved (the file itself may
+/// be missing, or replaced, while the daemon runs) and their names.
+fn same_file(a: &Path, b: &Path) -> bool {
+    let resolved = |path: &Path| {
+        let dir = path.parent().filter(|dir| !dir.as_os_str().is_empty());
+        let dir = dir.unwrap_or(Path::new("."));
+        Some((
+            std::fs::canonicalize(dir).ok()?,
+            path.file_name()?.to_owned(),
+        ))
+    };
+    match (resolved(a), resolved(b)) {
+        (Some(a), Some(b)) => a == b,
+        _ => a == b,
+    }
+}
+
+fn verify(path: &Path, daemon: &Daemon) -> anyhow::Result<Outcome> {
+    let (verified, broken) = toold::audit::read::check_against(path, daemon.head());
+    let Some(broken) = broken else {
+        let mut text = format!(
+            "the audit log's chain holds: {} records in {} files",
+            verified.records, verified.files
+        );
+        if verified.recovered > 0 {
+            text.push_str(&format!(
+                ", {} torn lines covered by `recovered` records",
+                verified.recovered
+            ));
+        }
+        if let Some(head) = daemon.head() {
+            text.push_str(&format!(
+                "; it holds the last record the running daemon wrote (record {})",
+                head.seq
+            ));
+        }
+        text.push('\n');
+        for note in verified.notes.iter().cloned().chain(daemon.note()) {
+            text.push_str(&format!("  note: {note}\n"));
+        }
+        render::print_out(&visible::block(&text));
+        return Ok(Outcome::Success);
+    };
+    render::print_out(&visible::block(&format!(
+        "the audit log's chain is BROKEN at {}: {}\n",
+        broken.place, broken.why
+    )));
+    Ok(Outcome::Failed)
+}
+
+/// `verify --json`: the same check, as one object for a program.
+fn verify_json(path: &Path, daemon: &Daemon) -> anyhow::Result<Outcome> {
+    let files = toold::audit::read::files(path);
+    let (verified, broken) = toold::audit::read::check_against(path, daemon.head());
+    let mut notes = verified.notes.clone();
+    notes.extend(daemon.note());
     let report = serde_json::json!({
         "log": path.display().to_string(),
         "files": files.iter().map(|file| file.display().to_string()).collect::<Vec<_>>(),
@@ -122,7 +277,14 @@ fn verify_json(path: &std::path::Path) -> anyhow::Result<Outcome> {
             "line": broken.line,
             "reason": broken.why,
         })),
-        "notes": verified.notes,
+        "daemon": match daemon {
+            Daemon::Writing { socket, head } => serde_json::json!({
+                "socket": socket.display().to_string(),
+                "head": head,
+            }),
+            Daemon::Unchecked(_) => Value::Null,
+        },
+        "notes": notes,
     });
     render::print_out(&format!("{report:#}\n"));
     Ok(if broken.is_none() {
@@ -132,7 +294,7 @@ fn verify_json(path: &std::path::Path) -> anyhow::Result<Outcome> {
     })
 }
 
-fn list(path: &std::path::Path, args: &AuditArgs) -> anyhow::Result<Outcome> {
+fn list(path: &Path, args: &AuditArgs) -> anyhow::Result<Outcome> {
     let since = args.since.as_deref().map(since).transpose()?;
     if toold::audit::read::files(path).is_empty() {
         return Err(no_log(path));

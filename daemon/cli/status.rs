@@ -192,6 +192,25 @@ fn describe_audit(audit: Option<&toold_protocol::AuditStatus>) -> String {
         "{path} ({}), {} records written since the start",
         audit.mode, audit.written
     );
+    if let Some(replaced) = &audit.replaced {
+        let found = match replaced.found.as_str() {
+            "no_file" => "removed or moved away",
+            _ => "replaced by another file",
+        };
+        let lost = if replaced.ends_with_last_record {
+            "it still ended with the daemon's last record"
+        } else {
+            "it did NOT end with the daemon's last record: lines were removed or changed"
+        };
+        text.push_str(&format!(
+            "\n             REPLACED: the log file was {found} while the daemon ran ({} time{}, \
+             last at {}; {lost}); reopened, see record {} (`toold audit verify`)",
+            replaced.count,
+            if replaced.count == 1 { "" } else { "s" },
+            replaced.ts,
+            replaced.seq
+        ));
+    }
     if audit.lost > 0 {
         text.push_str(&format!(
             "\n             FAILING: {} records lost; last error: {}",

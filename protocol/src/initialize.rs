@@ -106,6 +106,43 @@ pub struct AuditStatus {
     pub lost: u64,
     /// The last failure, while the log is failing or once it has.
     pub last_error: Option<String>,
+    /// The last record the daemon wrote (or, before its first, the one its log ended with at
+    /// start): what `toold audit verify` checks the file's end against, since a line removed
+    /// from the end of the file breaks no link. Absent while the log holds no record, and
+    /// from a daemon older than this field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub head: Option<AuditHead>,
+    /// The last time the daemon found that the path no longer named the file it was
+    /// appending to (replaced, removed or moved) and reopened it; absent when it never did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replaced: Option<AuditReplaced>,
+}
+
+/// A record of the audit log, as its chain names it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditHead {
+    /// Its `seq`.
+    pub seq: u64,
+    /// The SHA-256 of its line (without the newline), 64 lowercase hex digits: the `prev` of
+    /// the record after it.
+    pub hash: String,
+}
+
+/// The daemon's log file replaced under it, as `log_replaced` records say.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditReplaced {
+    /// How many times since the daemon started.
+    pub count: u64,
+    /// When it was last found, RFC 3339 in UTC.
+    pub ts: String,
+    /// `another_file` (the path named a file other than the one being appended to) or
+    /// `no_file` (nothing at the path: removed or moved away; a new file was started).
+    pub found: String,
+    /// Whether the file found ended with the daemon's last record (so that nothing written
+    /// before was lost with the old file).
+    pub ends_with_last_record: bool,
+    /// The `seq` of the `log_replaced` record that says so.
+    pub seq: u64,
 }
 
 /// The `data` of the `-32602` error for an unsupported `protocol_version`.

@@ -58,8 +58,8 @@ pub use hooks::{
     PreToolUseDecision, PreToolUseParams,
 };
 pub use initialize::{
-    AuditStatus, ClientCapabilities, InitializeParams, InitializeResult, PROTOCOL_VERSION,
-    PeerInfo, ServerCapabilities, UnsupportedVersionData,
+    AuditHead, AuditReplaced, AuditStatus, ClientCapabilities, InitializeParams, InitializeResult,
+    PROTOCOL_VERSION, PeerInfo, ServerCapabilities, UnsupportedVersionData,
 };
 pub use invoke::{InvokeEnv, InvokeParams};
 pub use mcp::{

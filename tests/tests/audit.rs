@@ -2,9 +2,10 @@
 //! sessions and batches with the right decider for each kind (rule, grant, mode, hook, and an
 //! approver's identity from a real second connection); the chain verified by `toold audit
 //! verify` (and its `--json` report) across rotations and broken by one edited, removed or
-//! moved line; SIGKILLs during a flood lose no record of a call whose response the client got;
-//! digest, full and off; and a failing disk that stops no call and is reported by `toold
-//! status`.
+//! moved line, and (with the daemon answering) by a last line removed; a log replaced by
+//! `sed -i` under the running daemon, reopened with a `log_replaced` record; SIGKILLs during
+//! a flood lose no record of a call whose response the client got; digest, full and off; and
+//! a failing disk that stops no call and is reported by `toold status`.
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -355,6 +356,13 @@ async fn verify_names_the_one_line_edited_removed_or_moved() {
     assert_eq!(code, Some(0), "{text}");
     let report: Value = serde_json::from_str(&text).expect("one JSON object");
     let lines = records(&untouched).len();
+    // The daemon answers, but writes another log: the copy's end is not checked against it.
+    let note = format!(
+        "the daemon on {} writes {}, not this log: only the file's own chain was checked \
+         (lines removed from its end cannot be seen without the running daemon's last record)",
+        daemon.socket().display(),
+        log.display()
+    );
     assert_eq!(
         report,
         json!({
@@ -364,8 +372,174 @@ async fn verify_names_the_one_line_edited_removed_or_moved() {
             "recovered": 0,
             "holds": true,
             "broken": null,
-            "notes": [],
+            "daemon": null,
+            "notes": [note],
         })
+    );
+}
+
+fn verify_json(daemon: &TestDaemon, args: &[&str]) -> (Option<i32>, Value) {
+    let (code, text) = toold_audit(daemon, &[&["verify", "--json"], args].concat());
+    (code, serde_json::from_str(&text).expect("one JSON object"))
+}
+
+#[tokio::test]
+async fn the_running_daemon_tells_verify_its_last_record_and_reopens_a_log_replaced_under_it() {
+    let daemon = TestDaemon::start();
+    let work = daemon.work();
+    let client =
+        TestClient::connect(&daemon.socket(), Framing::Ndjson, json!({}), no_answers()).await;
+    let session = client.create_session(&work, json!({})).await;
+    let find = |id: &str| json!([{"id": id, "name": "find_files", "arguments": {"pattern": "*"}}]);
+    for n in 0..10 {
+        client.execute(&session, find(&format!("f{n}"))).await;
+    }
+    let log = audit_path(&daemon);
+    let written = records(&log).len();
+    assert_eq!(written, 11, "a session_create and ten calls");
+    let (code, text) = toold_audit(&daemon, &["verify"]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.contains(&format!(
+            "it holds the last record the running daemon wrote (record {written})"
+        )),
+        "{text}"
+    );
+    let (code, report) = verify_json(&daemon, &[]);
+    assert_eq!(code, Some(0), "{report:#}");
+    assert_eq!(report["daemon"]["head"]["seq"], written, "{report:#}");
+    assert_eq!(report["notes"], json!([]), "{report:#}");
+
+    // The last line cut off the file in place: every link left holds, but the daemon knows it
+    // wrote one more.
+    let bytes = std::fs::read(&log).expect("the log");
+    let last_starts = bytes[..bytes.len() - 1]
+        .iter()
+        .rposition(|&byte| byte == b'\n')
+        .expect("two lines")
+        + 1;
+    let removed = bytes[last_starts..].to_vec();
+    let in_place = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&log)
+        .expect("the log");
+    in_place.set_len(last_starts as u64).expect("cut");
+    let (code, text) = toold_audit(&daemon, &["verify"]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains(&format!(
+            "BROKEN at {}:{}: the log ends before the last record the daemon wrote (1 record \
+             missing at the end",
+            log.display(),
+            written - 1
+        )),
+        "{text}"
+    );
+    let (code, report) = verify_json(&daemon, &[]);
+    assert_eq!(code, Some(1), "{report:#}");
+    assert_eq!(report["holds"], false);
+    assert_eq!(report["broken"]["line"], written - 1, "{report:#}");
+    assert!(
+        report["broken"]["reason"]
+            .as_str()
+            .is_some_and(|reason| reason.contains("1 record missing at the end")),
+        "{report:#}"
+    );
+    // With no daemon to ask, the file alone holds, and verify says what it could not check.
+    let (code, text) = toold_audit(&daemon, &["verify", "--socket", "/nonexistent/toold.sock"]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.contains("note: no daemon answered on /nonexistent/toold.sock")
+            && text.contains("only the file's own chain was checked"),
+        "{text}"
+    );
+    // The line put back.
+    use std::io::Write;
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&log)
+        .expect("the log")
+        .write_all(&removed)
+        .expect("put back");
+    let (code, text) = toold_audit(&daemon, &["verify"]);
+    assert_eq!(code, Some(0), "{text}");
+
+    // `sed -i` writes a new file and renames it over the log: the daemon's next records go to
+    // the file at the path, after a `log_replaced` record.
+    let sed = std::process::Command::new("sed")
+        .args(["-i", "s/x/x/"])
+        .arg(&log)
+        .status()
+        .expect("sed");
+    assert!(sed.success());
+    for n in 0..3 {
+        client.execute(&session, find(&format!("after{n}"))).await;
+    }
+    let all = records(&log);
+    assert_eq!(all.len(), written + 4, "{all:#?}");
+    let replaced = &all[written];
+    assert_eq!(replaced["kind"], "log_replaced", "{replaced}");
+    assert_eq!(replaced["found"], "another_file");
+    assert_eq!(replaced["ends_with_last_record"], true);
+    assert_eq!(replaced["seq"], written + 1);
+    let after: Vec<&Value> = all[written + 1..]
+        .iter()
+        .map(|record| &record["call_id"])
+        .collect();
+    assert_eq!(
+        after,
+        [&json!("after0"), &json!("after1"), &json!("after2")]
+    );
+    let (code, text) = toold_audit(&daemon, &["verify"]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.contains(&format!(
+            "note: {}:{}: the daemon found the log's path naming another file",
+            log.display(),
+            written + 1
+        )) && text.contains("the chain holds through it"),
+        "{text}"
+    );
+    let output = daemon
+        .command()
+        .args(["status", "--json"])
+        .output()
+        .expect("toold status");
+    let status: Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    assert_eq!(status["audit"]["replaced"]["count"], 1, "{status:#}");
+    assert_eq!(status["audit"]["replaced"]["seq"], written + 1);
+    assert_eq!(status["audit"]["head"]["seq"], written + 4);
+    let output = daemon.command().arg("status").output().expect("status");
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        text.contains("REPLACED: the log file was replaced by another file"),
+        "{text}"
+    );
+
+    // `sed -i '$d'` drops the last line as it replaces the file: the daemon's next record
+    // says the file it found did not end with its last record, and verify breaks there.
+    let sed = std::process::Command::new("sed")
+        .args(["-i", "$d"])
+        .arg(&log)
+        .status()
+        .expect("sed");
+    assert!(sed.success());
+    client.execute(&session, find("last")).await;
+    let all = records(&log);
+    let replaced = &all[all.len() - 2];
+    assert_eq!(replaced["kind"], "log_replaced", "{replaced}");
+    assert_eq!(replaced["ends_with_last_record"], false);
+    let (code, report) = verify_json(&daemon, &[]);
+    assert_eq!(code, Some(1), "{report:#}");
+    assert_eq!(report["broken"]["line"], all.len() - 1, "{report:#}");
+    assert!(
+        report["broken"]["reason"]
+            .as_str()
+            .is_some_and(
+                |reason| reason.contains("did not end with the daemon's last record")
+                    && reason.contains("(1 record missing)")
+            ),
+        "{report:#}"
     );
 }
 

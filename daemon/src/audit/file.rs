@@ -1,10 +1,11 @@
 //! The audit log's file: opened (or created, mode 0600) with the chain picked up where the
 //! last line left it, a torn last line covered, lines appended with their `seq` and `prev`,
-//! and rotation to `audit.jsonl.1` … `.N` with the chain carried across.
+//! rotation to `audit.jsonl.1` … `.N` with the chain carried across, and the file reopened
+//! when the path no longer names it (replaced, removed or moved by another program).
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
@@ -21,6 +22,9 @@ const TAIL_CHUNK: u64 = 64 * 1024;
 pub(super) struct AuditFile {
     path: PathBuf,
     file: File,
+    /// The open file's (device, inode): what the path must still name for appends to reach
+    /// the file a reader opens.
+    identity: (u64, u64),
     size: u64,
     /// SHA-256 of the last line written (its bytes without the newline), as hex.
     last_hash: String,
@@ -43,7 +47,8 @@ impl AuditFile {
             std::fs::create_dir_all(dir)?;
         }
         let mut file = open_for_append(path)?;
-        let size = file.metadata()?.len();
+        let metadata = file.metadata()?;
+        let size = metadata.len();
         let tail = last_line(&mut file, size)?;
         // The chain goes on from the last whole line: this file's, or (a file just rotated,
         // or torn in its first line) the newest rotated file's.
@@ -61,6 +66,7 @@ impl AuditFile {
         let mut log = Self {
             path: path.to_owned(),
             file,
+            identity: (metadata.dev(), metadata.ino()),
             size,
             last_hash: GENESIS.to_owned(),
             next_seq: 1,
@@ -88,6 +94,83 @@ impl AuditFile {
         log.last_hash = record::sha256_hex(&torn);
         log.append_after(b"\n", &[body])?;
         Ok((log, Some(torn.len() as u64)))
+    }
+
+    /// The last record written (or found at the open), when there is one: the chain's head.
+    pub(super) fn head(&self) -> Option<toold_protocol::AuditHead> {
+        (self.next_seq > 1).then(|| toold_protocol::AuditHead {
+            seq: self.next_seq - 1,
+            hash: self.last_hash.clone(),
+        })
+    }
+
+    /// Before an append: when the path no longer names the open file (another program
+    /// replaced it, as `sed -i` and editors do, or removed or moved it), appends would go
+    /// where no reader looks. The file at the path is opened (created when there is none)
+    /// and a `log_replaced` record says what was found. One `stat` of the path.
+    ///
+    /// The record is chained from the daemon's own last record (its `prev`, its `seq` the
+    /// next), not from whatever the file found ends with: that content is another program's,
+    /// and the daemon's chain is what it can vouch for. When the file ends with the daemon's
+    /// last record the link holds; otherwise `verify` breaks there, naming the replacement.
+    pub(super) fn reopen_if_replaced(&mut self) -> io::Result<Option<Replaced>> {
+        if self.reopen {
+            // Our own rotation left the path to a file not opened yet: not a replacement.
+            return Ok(None);
+        }
+        let found = match std::fs::symlink_metadata(&self.path) {
+            Ok(metadata) if (metadata.dev(), metadata.ino()) == self.identity => return Ok(None),
+            Ok(_) => "another_file",
+            Err(err) if err.kind() == io::ErrorKind::NotFound => "no_file",
+            // The path cannot be looked at (its directory's permissions changed): appends go
+            // on into the file held, the only one known to be the log.
+            Err(_) => return Ok(None),
+        };
+        let mut file = open_for_append(&self.path)?;
+        let metadata = file.metadata()?;
+        let size = metadata.len();
+        let tail = last_line(&mut file, size)?;
+        let last_line = tail.complete.as_deref().map(record::sha256_hex);
+        let ends_with_last_record = tail.torn.is_none()
+            && match &last_line {
+                Some(hash) => *hash == self.last_hash,
+                None => self.next_seq == 1,
+            };
+        let ts = record::now();
+        let body = serde_json::json!({
+            "kind": "log_replaced",
+            "ts": ts,
+            "found": found,
+            "ends_with_last_record": ends_with_last_record,
+            "last_line": tail.torn.as_deref().map(record::sha256_hex).or(last_line),
+        });
+        let body = serde_json::to_string(&body).map_err(io::Error::other)?;
+        let seq = self.next_seq;
+        // The old file is kept until the record is written: a failed write leaves it held,
+        // so the next write finds the replacement again and says so then.
+        let identity = (metadata.dev(), metadata.ino());
+        let old_file = std::mem::replace(&mut self.file, file);
+        let old_identity = std::mem::replace(&mut self.identity, identity);
+        let old_size = std::mem::replace(&mut self.size, size);
+        // A file found ending without a newline gets one first, so that the record is a line
+        // of its own (the torn bytes stay, before it).
+        let prefix: &[u8] = if tail.torn.is_some() { b"\n" } else { b"" };
+        if let Err(err) = self.append_after(prefix, &[body]) {
+            if self.identity == identity && !self.reopen {
+                // (Unless a rotation came first: the file found is then `.1`, the log a new
+                // file.)
+                self.file = old_file;
+                self.identity = old_identity;
+                self.size = old_size;
+            }
+            return Err(err);
+        }
+        Ok(Some(Replaced {
+            found,
+            ends_with_last_record,
+            seq,
+            ts,
+        }))
     }
 
     /// Appends `bodies` (rendered records without `seq` and `prev`) as lines, in one write,
@@ -161,6 +244,9 @@ impl AuditFile {
     fn open_successor(&mut self) {
         match open_for_append(&self.path) {
             Ok(file) => {
+                if let Ok(metadata) = file.metadata() {
+                    self.identity = (metadata.dev(), metadata.ino());
+                }
                 self.file = file;
                 self.size = 0;
                 self.reopen = false;
@@ -172,6 +258,16 @@ impl AuditFile {
             ),
         }
     }
+}
+
+/// What [`AuditFile::reopen_if_replaced`] found, and the record that says so.
+pub(super) struct Replaced {
+    /// `another_file` or `no_file`.
+    pub(super) found: &'static str,
+    pub(super) ends_with_last_record: bool,
+    /// The `log_replaced` record's.
+    pub(super) seq: u64,
+    pub(super) ts: String,
 }
 
 fn remove_if_there(path: &Path) -> io::Result<()> {

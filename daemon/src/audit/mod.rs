@@ -10,6 +10,11 @@
 //! client that saw a result can find it in the log. A failing disk fails the write, not the
 //! calls: the records are counted as lost and the daemon says so (its log, `toold status`).
 //!
+//! The daemon reports its chain's head (the last record it wrote) so that `toold audit
+//! verify` can tell a file that ends early, and before each write it checks that the path
+//! still names the file it appends to, reopening it (with a `log_replaced` record) when
+//! another program replaced, removed or moved it.
+//!
 //! - [`file`]: the file itself: opening, the torn last line a kill left, the chain, rotation.
 //! - [`record`]: what a record holds, and arguments digested.
 //! - [`read`]: reading the files back, `toold audit` and `toold audit verify`.
@@ -23,8 +28,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use tokio::sync::Notify;
-use toold_protocol::AuditStatus;
 use toold_protocol::sync::LockUnpoisoned;
+use toold_protocol::{AuditHead, AuditReplaced, AuditStatus};
 
 pub use record::{ApproverIdentity, CallRecord, DecisionRecord, SessionChange};
 
@@ -94,6 +99,11 @@ pub struct AuditLog {
     written: AtomicU64,
     lost: AtomicU64,
     last_error: Mutex<Option<String>>,
+    /// The last record written: kept apart from the file so that a status never waits on a
+    /// write.
+    head: Mutex<Option<AuditHead>>,
+    /// The last time the path was found no longer naming the open file.
+    replaced: Mutex<Option<AuditReplaced>>,
     /// Told when the queue stops being empty: what wakes [`flush_in_background`], so that an
     /// idle daemon is not woken to find nothing to write.
     queued: Arc<Notify>,
@@ -141,10 +151,13 @@ impl AuditLog {
     }
 
     fn with_file(mode: AuditMode, path: Option<PathBuf>, file: Option<file::AuditFile>) -> Self {
+        let head = file.as_ref().and_then(file::AuditFile::head);
         Self {
             mode,
             path,
             queue: Mutex::new(Queue::default()),
+            head: Mutex::new(head),
+            replaced: Mutex::new(None),
             file: Mutex::new(file),
             written: AtomicU64::new(0),
             lost: AtomicU64::new(0),
@@ -215,20 +228,63 @@ impl AuditLog {
         }
         let count = records.len() as u64;
         match file.as_mut() {
-            Some(open) => match open.append(&records) {
-                Ok(()) => {
-                    self.written.fetch_add(count, Ordering::Relaxed);
+            Some(open) => {
+                let reopened = open.reopen_if_replaced();
+                *self.head.lock_unpoisoned() = open.head();
+                match reopened {
+                    Ok(Some(replaced)) => self.note_replaced(replaced),
+                    Ok(None) => {}
+                    Err(err) => {
+                        drop(file);
+                        self.lose(
+                            count,
+                            format!(
+                                "the audit log's path no longer names the file being written, \
+                                 and cannot be reopened: {err}"
+                            ),
+                        );
+                        return;
+                    }
                 }
-                Err(err) => {
-                    drop(file);
-                    self.lose(count, format!("cannot write the audit log: {err}"));
+                let appended = open.append(&records);
+                *self.head.lock_unpoisoned() = open.head();
+                match appended {
+                    Ok(()) => {
+                        self.written.fetch_add(count, Ordering::Relaxed);
+                    }
+                    Err(err) => {
+                        drop(file);
+                        self.lose(count, format!("cannot write the audit log: {err}"));
+                    }
                 }
-            },
+            }
             None => {
                 drop(file);
                 self.lose(count, "the audit log is not open".to_owned());
             }
         }
+    }
+
+    /// A `log_replaced` record written: counted, logged, and kept for the status.
+    fn note_replaced(&self, replaced: file::Replaced) {
+        self.written.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(
+            found = replaced.found,
+            ends_with_last_record = replaced.ends_with_last_record,
+            seq = replaced.seq,
+            path = ?self.path,
+            "the audit log's path no longer named the file being written (another program \
+             replaced, removed or moved it): reopened, with a `log_replaced` record"
+        );
+        let mut last = self.replaced.lock_unpoisoned();
+        let count = last.as_ref().map_or(0, |last| last.count) + 1;
+        *last = Some(AuditReplaced {
+            count,
+            ts: replaced.ts,
+            found: replaced.found.to_owned(),
+            ends_with_last_record: replaced.ends_with_last_record,
+            seq: replaced.seq,
+        });
     }
 
     fn lose(&self, count: u64, why: String) {
@@ -245,6 +301,8 @@ impl AuditLog {
             written: self.written.load(Ordering::Relaxed),
             lost: self.lost.load(Ordering::Relaxed),
             last_error: self.last_error.lock_unpoisoned().clone(),
+            head: self.head.lock_unpoisoned().clone(),
+            replaced: self.replaced.lock_unpoisoned().clone(),
         }
     }
 }

@@ -1,6 +1,7 @@
 //! Reading the audit log back, oldest line first across its rotated files: the lines for
 //! `toold audit`, and `toold audit verify`'s check of the chain, which names the first line
-//! that was changed, removed or moved.
+//! that was changed, removed or moved, and, given the running daemon's chain head, a log
+//! that ends before the last record the daemon wrote.
 
 use std::collections::VecDeque;
 use std::fs::File;
@@ -8,6 +9,7 @@ use std::io::{self, BufRead, BufReader};
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
+use toold_protocol::AuditHead;
 
 use super::file::{GENESIS, rotated, rotated_numbers};
 use super::record::sha256_hex;
@@ -113,6 +115,8 @@ struct Parsed {
     prev: Option<String>,
     kind: Option<String>,
     covers: Option<String>,
+    /// A `log_replaced` record's `found`.
+    found: Option<String>,
     hash: String,
 }
 
@@ -133,6 +137,7 @@ fn parse(line: Line) -> Parsed {
         prev: text("prev"),
         kind: text("kind"),
         covers: text("covers"),
+        found: text("found"),
         hash: sha256_hex(&line.bytes),
         line,
     }
@@ -153,17 +158,25 @@ pub fn verify(path: &Path) -> Result<Verified, Broken> {
 /// [`verify`]'s walk, with what it found before the break when there is one: the records
 /// walked until the break was seen, and the notes (`toold audit verify --json` shows both).
 pub fn check(path: &Path) -> (Verified, Option<Broken>) {
+    check_against(path, None)
+}
+
+/// [`check`], and, given the chain head a running daemon reports (the last record it
+/// wrote), that the log holds that record as the daemon wrote it: a log that ends before it
+/// lost lines at its end, which no link shows (the last line's hash is recorded nowhere in
+/// the file). Records after the head are ones written since the daemon reported it.
+pub fn check_against(path: &Path, head: Option<&AuditHead>) -> (Verified, Option<Broken>) {
     let mut verified = Verified {
         files: files(path).len(),
         records: 0,
         recovered: 0,
         notes: Vec::new(),
     };
-    let broken = walk(path, &mut verified).err();
+    let broken = walk(path, &mut verified, head).err();
     (verified, broken)
 }
 
-fn walk(path: &Path, verified: &mut Verified) -> Result<(), Broken> {
+fn walk(path: &Path, verified: &mut Verified, head: Option<&AuditHead>) -> Result<(), Broken> {
     let files = files(path);
     let oldest_is_rotated = files.first().is_some_and(|file| file != path);
     let mut lines = lines(path).map(|line| {
@@ -184,6 +197,8 @@ fn walk(path: &Path, verified: &mut Verified) -> Result<(), Broken> {
     // Before the first line: the chain's start (64 zeros, record 0), unless older files were
     // rotated away, when the first record starts it whatever its `prev` and `seq`.
     let mut previous: Option<Parsed> = None;
+    // The log's record of the head's `seq`, when the log holds it: its hash and line.
+    let mut at_head: Option<(String, Line)> = None;
     while let Some(current) = next(&mut rest)? {
         let previous_hash = previous
             .as_ref()
@@ -207,6 +222,10 @@ fn walk(path: &Path, verified: &mut Verified) -> Result<(), Broken> {
                 ));
                 break;
             };
+            if after.kind.as_deref() == Some("log_replaced") {
+                // The file the daemon found ended in a torn line: not its last record.
+                return Err(replaced(&after, previous.as_ref()));
+            }
             let covered = current.line.ended
                 && after.kind.as_deref() == Some("recovered")
                 && after.prev.as_deref() == Some(current.hash.as_str())
@@ -225,6 +244,26 @@ fn walk(path: &Path, verified: &mut Verified) -> Result<(), Broken> {
             }
             after
         } else {
+            if current.kind.as_deref() == Some("log_replaced")
+                && !(previous.is_none() && oldest_is_rotated)
+            {
+                // The daemon chained it from its own last record: the link holds when the file
+                // it found ended with that record.
+                let (expected_seq, expected_prev) = match &previous {
+                    Some(previous) => (previous.seq.map(|seq| seq + 1), previous.hash.as_str()),
+                    None => (Some(1), GENESIS),
+                };
+                if current.seq != expected_seq || current.prev.as_deref() != Some(expected_prev) {
+                    return Err(replaced(&current, previous.as_ref()));
+                }
+                verified.notes.push(format!(
+                    "{}: the daemon found the log's path {}, reopened it and said so in a \
+                     `log_replaced` record; the file ended with the daemon's last record, so \
+                     the chain holds through it",
+                    current.line.place(),
+                    found_text(current.found.as_deref()),
+                ));
+            }
             // A record out of sequence says more (removed, moved) than the broken link it also
             // makes: checked first.
             if let Some(previous) = &previous {
@@ -283,9 +322,84 @@ fn walk(path: &Path, verified: &mut Verified) -> Result<(), Broken> {
             None => {}
         }
         verified.records += 1;
+        if head.is_some_and(|head| current.seq == Some(head.seq)) {
+            at_head = Some((current.hash.clone(), current.line.clone()));
+        }
         previous = Some(current);
     }
-    Ok(())
+    let Some(head) = head else {
+        return Ok(());
+    };
+    match (at_head, &previous) {
+        (Some((hash, _)), _) if hash == head.hash => Ok(()),
+        (Some((_, line)), _) => Err(broken(
+            &line,
+            &format!(
+                "record {} is not the one the daemon wrote (its hash is not the one the running \
+                 daemon reports for it): the log was rewritten",
+                head.seq
+            ),
+        )),
+        (None, Some(last)) if last.seq.is_some_and(|seq| seq < head.seq) => {
+            let missing = head.seq - last.seq.unwrap_or(0);
+            Err(broken(
+                &last.line,
+                &format!(
+                    "the log ends before the last record the daemon wrote ({missing} record{} \
+                     missing at the end: the daemon's last is record {}, this line is record {})",
+                    if missing == 1 { "" } else { "s" },
+                    head.seq,
+                    last.seq.unwrap_or(0)
+                ),
+            ))
+        }
+        (None, Some(_)) => Ok(()),
+        (None, None) => Err(Broken {
+            place: path.display().to_string(),
+            file: path.to_owned(),
+            line: None,
+            why: format!(
+                "the log holds no record, but the daemon wrote {} ({} records missing)",
+                head.seq, head.seq
+            ),
+        }),
+    }
+}
+
+/// ` (N records missing)`.
+fn records_missing(count: u64) -> String {
+    format!(
+        " ({count} record{} missing)",
+        if count == 1 { "" } else { "s" }
+    )
+}
+
+/// What a `log_replaced` record says the daemon found at the log's path.
+fn found_text(found: Option<&str>) -> &'static str {
+    match found {
+        Some("no_file") => "naming no file (removed or moved away while the daemon ran)",
+        _ => "naming another file (replaced while the daemon ran, as `sed -i` or an editor does)",
+    }
+}
+
+/// The break at a `log_replaced` record whose link does not hold: the file the daemon found
+/// did not end with its last record.
+fn replaced(record: &Parsed, previous: Option<&Parsed>) -> Broken {
+    let daemon_last = record.seq.map_or(0, |seq| seq.saturating_sub(1));
+    let missing = match previous.and_then(|previous| previous.seq) {
+        Some(seq) if seq < daemon_last => records_missing(daemon_last - seq),
+        _ if previous.is_none() && daemon_last > 0 => records_missing(daemon_last),
+        _ => String::new(),
+    };
+    broken(
+        &record.line,
+        &format!(
+            "the daemon found the log's path {}, and what it found did not end with the daemon's \
+             last record (record {daemon_last}){missing}: lines were removed or changed; the \
+             daemon went on here, in a `log_replaced` record chained from its own last record",
+            found_text(record.found.as_deref()),
+        ),
+    )
 }
 
 /// `current.seq` follows `previous.seq`; a gap is lines removed, unless the missing records

@@ -355,3 +355,139 @@ fn lowering_audit_keep_removes_the_files_past_it() {
     assert_eq!(read::files(&path).len(), 4, "{:?}", read::files(&path));
     verify(&path).expect("the kept files verify");
 }
+
+/// What `sed -i` does: the file's content, changed by `edit`, written to a new file renamed
+/// over the log.
+fn replace_as_sed_does(path: &Path, edit: impl FnOnce(&mut Vec<String>)) {
+    let mut lines = all_lines(path);
+    edit(&mut lines);
+    let new = path.with_extension("sed-tmp");
+    let mut text = lines.join("\n");
+    if !lines.is_empty() {
+        text.push('\n');
+    }
+    std::fs::write(&new, text).unwrap();
+    std::fs::rename(&new, path).unwrap();
+}
+
+fn kinds(path: &Path) -> Vec<String> {
+    all_lines(path)
+        .iter()
+        .map(|line| {
+            serde_json::from_str::<Value>(line).unwrap()["kind"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect()
+}
+
+#[test]
+fn the_head_is_the_last_record_written_and_a_log_ending_before_it_is_broken() {
+    let (_dir, path) = temp_log();
+    let log = AuditLog::open(&path, &config(1 << 30));
+    assert_eq!(log.status().head, None, "an empty log has no head");
+    record_some(&log, 10);
+    let head = log.status().head.expect("a head");
+    let lines = all_lines(&path);
+    assert_eq!(head.seq, 10);
+    assert_eq!(head.hash, super::record::sha256_hex(lines[9].as_bytes()));
+    let (verified, broken) = read::check_against(&path, Some(&head));
+    assert_eq!((verified.records, broken), (10, None));
+
+    // The last two lines cut off in place: the file's own chain holds, the head says not.
+    let keep: usize = lines[..8].iter().map(|line| line.len() + 1).sum();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(keep as u64)
+        .unwrap();
+    verify(&path).expect("the file alone cannot tell");
+    let (_, broken) = read::check_against(&path, Some(&head));
+    let broken = broken.expect("a break");
+    assert_eq!(broken.line, Some(8), "{broken}");
+    assert!(
+        broken
+            .why
+            .contains("ends before the last record the daemon wrote (2 records missing"),
+        "{broken}"
+    );
+
+    // A head from a reopened log is the file's last record.
+    drop(log);
+    let reopened = AuditLog::open(&path, &config(1 << 30));
+    assert_eq!(reopened.status().head.map(|head| head.seq), Some(8));
+}
+
+#[test]
+fn a_log_replaced_under_the_daemon_is_reopened_and_said_so() {
+    let (_dir, path) = temp_log();
+    let log = AuditLog::open(&path, &config(1 << 30));
+    record_some(&log, 5);
+    // Replaced with the same content: nothing lost, the chain holds through it.
+    replace_as_sed_does(&path, |_| {});
+    record_some(&log, 2);
+    assert_eq!(
+        kinds(&path),
+        [
+            vec!["session_update"; 5],
+            vec!["log_replaced"],
+            vec!["session_update"; 2]
+        ]
+        .concat()
+    );
+    let replaced: Value = serde_json::from_str(&all_lines(&path)[5]).unwrap();
+    assert_eq!(replaced["found"], "another_file");
+    assert_eq!(replaced["ends_with_last_record"], true);
+    assert_eq!(replaced["seq"], 6);
+    let verified = verify(&path).expect("nothing lost");
+    assert_eq!(verified.records, 8);
+    assert!(verified.notes[0].contains("log_replaced"), "{verified:?}");
+    let status = log.status();
+    let noted = status.replaced.expect("the status says so");
+    assert_eq!((noted.count, noted.seq), (1, 6));
+    assert_eq!(status.head.map(|head| head.seq), Some(8));
+    assert_eq!(status.written, 8);
+
+    // Replaced without its last line: broken at the `log_replaced` record.
+    replace_as_sed_does(&path, |lines| {
+        lines.pop();
+    });
+    record_some(&log, 1);
+    let broken = verify(&path).expect_err("a line lost");
+    assert_eq!(broken.line, Some(8), "{broken}");
+    assert!(broken.why.contains("(1 record missing)"), "{broken}");
+    assert_eq!(log.status().replaced.map(|noted| noted.count), Some(2));
+
+    // Removed: a new file, starting with the record that says so.
+    std::fs::remove_file(&path).unwrap();
+    record_some(&log, 1);
+    assert_eq!(kinds(&path), ["log_replaced", "session_update"]);
+    let replaced: Value = serde_json::from_str(&all_lines(&path)[0]).unwrap();
+    assert_eq!(replaced["found"], "no_file");
+    assert_eq!(replaced["ends_with_last_record"], false);
+    let broken = verify(&path).expect_err("records gone");
+    assert_eq!(broken.line, Some(1), "{broken}");
+    assert!(broken.why.contains("naming no file"), "{broken}");
+}
+
+#[test]
+fn a_replaced_file_ending_in_a_torn_line_gets_its_newline() {
+    let (_dir, path) = temp_log();
+    let log = AuditLog::open(&path, &config(1 << 30));
+    record_some(&log, 3);
+    let new = path.with_extension("tmp");
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes.extend_from_slice(b"{\"half");
+    std::fs::write(&new, bytes).unwrap();
+    std::fs::rename(&new, &path).unwrap();
+    record_some(&log, 1);
+    let lines = all_lines(&path);
+    assert_eq!(lines[3], "{\"half");
+    let replaced: Value = serde_json::from_str(&lines[4]).unwrap();
+    assert_eq!(replaced["kind"], "log_replaced");
+    assert_eq!(replaced["ends_with_last_record"], false);
+    let broken = verify(&path).expect_err("not the daemon's end");
+    assert_eq!(broken.line, Some(5), "{broken}");
+}
