@@ -329,6 +329,11 @@ impl McpSession {
         self.closed.cancelled().await;
     }
 
+    /// Whether the transport has closed (its supervisor may not have noticed yet).
+    pub fn is_closed(&self) -> bool {
+        self.closed.is_cancelled()
+    }
+
     /// The protocol version the server agreed, when it said.
     pub fn protocol_version(&self) -> Option<String> {
         self.service

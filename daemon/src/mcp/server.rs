@@ -129,9 +129,15 @@ impl McpServer {
         let mut state = live.state.clone().unwrap_or(ServerState::Stopped);
         let running = matches!(state, ServerState::Starting | ServerState::Ready);
         let mut pid = live.pid.filter(|_| running);
-        // Between its process's death (a crash during a call) and the supervisor's noticing,
+        // Between its process's end (a crash during a call: its transport closed, its exit
+        // told the calls in flight, or its death seen in /proc) and the supervisor's noticing,
         // the server is not ready, whatever was last recorded: it is being started again.
-        if let Some(dead) = pid.filter(|pid| !process_alive(*pid)) {
+        let gone = live.ended.is_cancelled()
+            || live
+                .session
+                .as_ref()
+                .is_some_and(|session| session.is_closed());
+        if let Some(dead) = pid.filter(|pid| gone || !process_alive(*pid)) {
             tracing::debug!(server = %self.config.name, pid = dead, "status of a server whose process has ended");
             pid = None;
             state = ServerState::Starting;
