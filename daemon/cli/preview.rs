@@ -57,7 +57,8 @@ pub fn describe(preview: &Preview, drawing: Drawing) -> String {
             } else {
                 String::new()
             };
-            let (shown, cut_here) = cut_at_line(diff, drawing.diff_max_bytes);
+            let (shown, cut_here) =
+                toold::tools::preview::whole_lines(diff, drawing.diff_max_bytes);
             let mut text = format!("  change:    the diff of {path}{cut_by_daemon}:\n");
             text.push_str(&diff_lines(&visible::block(shown), drawing.colour));
             if cut_here > 0 {
@@ -136,18 +137,6 @@ fn diff_lines(diff: &str, colour: bool) -> String {
         }
     }
     text
-}
-
-/// `diff` cut to at most `max_bytes`, after a whole line; and how many bytes were left out.
-fn cut_at_line(diff: &str, max_bytes: usize) -> (&str, usize) {
-    if diff.len() <= max_bytes {
-        return (diff, 0);
-    }
-    let end = diff.as_bytes()[..max_bytes]
-        .iter()
-        .rposition(|&byte| byte == b'\n')
-        .map_or(0, |newline| newline + 1);
-    (&diff[..end], diff.len() - end)
 }
 
 #[cfg(test)]

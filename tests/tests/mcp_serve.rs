@@ -746,18 +746,14 @@ async fn toold_watch_follows_the_newest_session_as_json() {
     );
 }
 
-/// An MCP server's progress (`tool/progress`) reaches the host as its progress notifications,
-/// and its structured content as the result's `structuredContent`.
-#[tokio::test]
-async fn an_mcp_servers_progress_reaches_the_host() {
-    let test = "mcp_serve::mcp_progress";
-    let Some(python) = host_python(test) else {
-        return;
-    };
+/// The host's Python and a daemon whose MCP server `everything` (server-everything) has listed
+/// its tools; `None` when either is not installed (the test is skipped, saying so).
+async fn host_and_everything(test: &str) -> Option<(PathBuf, TestDaemon)> {
+    let python = host_python(test)?;
     let everything = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("mcp_servers/installed/node/node_modules/.bin/mcp-server-everything");
     if !require::file(test, &everything, "run tests/mcp_servers/install.sh") {
-        return;
+        return None;
     }
     let config = format!(
         "[mcp.servers.everything]\ncommand = {:?}\n",
@@ -766,6 +762,17 @@ async fn an_mcp_servers_progress_reaches_the_host() {
     let daemon = TestDaemon::start_with_config(Some(&config));
     let client = daemon.connect(json!({}), no_answers()).await;
     toold_tests::mcp::tools_when(&client, "mcp__everything__", |count| count > 0).await;
+    Some((python, daemon))
+}
+
+/// An MCP server's progress (`tool/progress`) reaches the host as its progress notifications,
+/// and its structured content as the result's `structuredContent`.
+#[tokio::test]
+async fn an_mcp_servers_progress_reaches_the_host() {
+    let test = "mcp_serve::mcp_progress";
+    let Some((python, daemon)) = host_and_everything(test).await else {
+        return;
+    };
     let lines = host(
         &python,
         &daemon,
@@ -817,21 +824,9 @@ async fn an_mcp_servers_progress_reaches_the_host() {
 #[tokio::test]
 async fn a_failed_call_reaches_the_host_with_its_output_and_images_pass_through() {
     let test = "mcp_serve::failed_output";
-    let Some(python) = host_python(test) else {
+    let Some((python, daemon)) = host_and_everything(test).await else {
         return;
     };
-    let everything = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("mcp_servers/installed/node/node_modules/.bin/mcp-server-everything");
-    if !require::file(test, &everything, "run tests/mcp_servers/install.sh") {
-        return;
-    }
-    let config = format!(
-        "[mcp.servers.everything]\ncommand = {:?}\n",
-        everything.display().to_string()
-    );
-    let daemon = TestDaemon::start_with_config(Some(&config));
-    let client = daemon.connect(json!({}), no_answers()).await;
-    toold_tests::mcp::tools_when(&client, "mcp__everything__", |count| count > 0).await;
     let allowed = ["--allow", "run_command", "--allow", "mcp__everything"];
     let call = |tool: &'static str, arguments: &'static str| ["call", tool, arguments];
 

@@ -38,17 +38,27 @@ pub(crate) fn unified_diff(
 /// left out and `then` (what to do to see it); and how many bytes that was (0 when nothing was
 /// cut).
 pub(crate) fn cut_at_line(mut diff: String, max_bytes: usize, then: &str) -> (String, usize) {
-    if diff.len() <= max_bytes {
+    let (kept, cut) = whole_lines(&diff, max_bytes);
+    if cut == 0 {
         return (diff, 0);
     }
-    let end = diff.as_bytes()[..max_bytes]
+    diff.truncate(kept.len());
+    diff.push_str(&format!("[… {cut} more bytes of the diff cut{then}]\n"));
+    (diff, cut)
+}
+
+/// The longest start of `text` of at most `max_bytes` that ends after a whole line (all of it
+/// when it fits), and how many bytes are left out: a cut that never splits a line or a
+/// character.
+pub fn whole_lines(text: &str, max_bytes: usize) -> (&str, usize) {
+    if text.len() <= max_bytes {
+        return (text, 0);
+    }
+    let end = text.as_bytes()[..max_bytes]
         .iter()
         .rposition(|&byte| byte == b'\n')
         .map_or(0, |newline| newline + 1);
-    let cut = diff.len() - end;
-    diff.truncate(end);
-    diff.push_str(&format!("[… {cut} more bytes of the diff cut{then}]\n"));
-    (diff, cut)
+    (&text[..end], text.len() - end)
 }
 
 /// The preview of writing `after` to `target`: its current text diffed against `after`, or a
