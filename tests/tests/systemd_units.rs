@@ -5,6 +5,8 @@
 
 use std::path::PathBuf;
 
+use toold_tests::daemon::TestDaemon;
+
 /// A unit file as (section, key, value) triples, in order; comments and blank lines dropped.
 fn parse_unit(name: &str) -> Vec<(String, String, String)> {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -171,4 +173,48 @@ fn the_service_is_hardened_as_far_as_its_sandbox_and_commands_allow() {
             "the unit does not say why {key}= cannot apply"
         );
     }
+}
+
+/// Why the unit leaves `ProtectKernelTunables=` (and the other options that mount over parts
+/// of /proc) out, shown rather than told: a daemon started where /proc has a read-only mount
+/// over /proc/sys, as that option makes, cannot give its commands a PID namespace of their
+/// own (a user namespace may not mount a fresh /proc over a /proc with locked mounts on it),
+/// and says so.
+#[test]
+fn a_locked_mount_over_proc_costs_the_commands_their_pid_namespace() {
+    let test = "a_locked_mount_over_proc_costs_the_commands_their_pid_namespace";
+    if !toold_tests::require::root(test)
+        || toold_tests::require::program(test, "unshare", &[], "util-linux").is_none()
+    {
+        return;
+    }
+    let status = |daemon: &TestDaemon| -> serde_json::Value {
+        let output = daemon
+            .command()
+            .args(["status", "--json"])
+            .output()
+            .expect("toold status");
+        serde_json::from_slice(&output.stdout).expect("status --json")
+    };
+    let plain = TestDaemon::start();
+    assert_eq!(status(&plain)["sandbox"]["processes"], "pid_namespace");
+
+    // What ProtectKernelTunables= does to the service's mount namespace.
+    let wrapper = [
+        "unshare",
+        "--mount",
+        "/bin/sh",
+        "-c",
+        "mount --bind /proc/sys /proc/sys && mount -o remount,bind,ro /proc/sys && exec \"$0\" \"$@\"",
+    ]
+    .map(str::to_owned);
+    let hardened = TestDaemon::start_under(&wrapper, &[]);
+    let status = status(&hardened);
+    assert_ne!(status["sandbox"]["processes"], "pid_namespace", "{status}");
+    assert!(
+        status["sandbox"]["degraded"]
+            .as_array()
+            .is_some_and(|degraded| degraded.contains(&"pid_namespace".into())),
+        "{status}"
+    );
 }
