@@ -10,7 +10,7 @@ use serde_json::json;
 use std::sync::Arc;
 
 use toold::permission::facts::{AnalysedLine, command_facts};
-use toold::permission::{CallFacts, HookVerdict, Policy, SessionFacts, evaluate};
+use toold::permission::{CallFacts, Decision, HookVerdict, Policy, SessionFacts, evaluate};
 use toold::shell::isolated::{DEFAULT_DEADLINE, ShellParser};
 use toold::{Env, shell};
 use toold_protocol::{Rules, Safety, SessionMode};
@@ -74,7 +74,12 @@ pub fn permission_section(rounds: usize) -> anyhow::Result<Section> {
         Some(&AnalysedLine::here(LINE)),
     )
     .ok_or_else(|| anyhow::anyhow!("no command facts"))?;
-    let decision = judge(&parsed);
+    let decision = match judge(&parsed) {
+        Decision::Allow => "allow".to_owned(),
+        Decision::Ask { reason, .. } => format!("ask, \"{reason}\""),
+        Decision::Deny(reason) => format!("deny, \"{reason}\""),
+        Decision::NotAllowed(reason) => format!("not allowed, \"{reason}\""),
+    };
     // The daemon's own path: the line goes to a worker process (the release `toold`) and back.
     let parser = ShellParser::new(crate::daemon::release_toold()?, DEFAULT_DEADLINE);
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -128,7 +133,7 @@ pub fn permission_section(rounds: usize) -> anyhow::Result<Section> {
     let mut markdown = String::from("## The permission engine\n\n");
     let _ = write!(
         markdown,
-        "A 10-rule policy (5 allow, 2 ask, 3 deny) against `{LINE}` (decided: {decision:?}), per \
+        "A 10-rule policy (5 allow, 2 ask, 3 deny) against `{LINE}` (decided: {decision}), per \
          call ({PER_ROUND} calls a round, {rounds} rounds):\n\n\
          | step | µs per call, median (IQR) |\n|---|---|\n"
     );

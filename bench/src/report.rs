@@ -64,7 +64,9 @@ pub fn render(sections: &[Section], quick: bool, rounds: usize, versions: &[Stri
          daemon on a private socket, every pair measured on the same machine in the same run, \
          interleaved, as ratios. Set up first with `bash bench/setup.sh` (ripgrep and fd from \
          Debian). `--quick` runs every figure on small inputs (what CI checks: that each figure \
-         is produced, not its target).\n\n",
+         is produced, not its target). This file is generated whole by each run; why the \
+         figures are what they are, the floors of this machine and what would move them are \
+         written by hand in `docs/benchmark-notes.md`.\n\n",
     );
     let _ = writeln!(out, "- Date: {}", today());
     let _ = writeln!(out, "- Machine: {}", machine());
