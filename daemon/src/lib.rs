@@ -33,6 +33,7 @@ pub mod pipeline;
 pub mod process_tree;
 pub(crate) mod rpc;
 pub(crate) mod sandbox;
+pub(crate) mod secrets;
 pub mod serve;
 pub mod server;
 pub mod session;

@@ -55,9 +55,13 @@ pub const RUN_TAG_VAR: &str = "TOOLD_RUN_TAG";
 
 /// The daemon's environment as the processes it spawns inherit it: without the socket
 /// activation and watchdog handshakes meant for the daemon (`LISTEN_*`, `NOTIFY_SOCKET`,
-/// `WATCHDOG_*`) and without the daemon's own settings (`TOOLD_*`).
+/// `WATCHDOG_*`), without the daemon's own settings (`TOOLD_*`) and without the secrets the
+/// config names ([`crate::secrets`]: an MCP server's `bearer_token_env`, or any variable
+/// holding a configured secret's value).
 pub fn inherited_env() -> impl Iterator<Item = (OsString, OsString)> {
-    std::env::vars_os().filter(|(name, _)| is_inherited(name))
+    let secrets = crate::secrets::current();
+    std::env::vars_os()
+        .filter(move |(name, value)| is_inherited(name) && !secrets.withhold(name, value))
 }
 
 fn is_inherited(name: &OsStr) -> bool {

@@ -33,6 +33,7 @@ use tokio::process::{ChildStdin, ChildStdout};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use super::listing;
 use super::stdio::{CallNews, StdioCalls, StdioTransport};
 use crate::tools::{Progress, ToolContext};
 
@@ -119,12 +120,15 @@ fn request_envelope(agreed: Option<&ProtocolVersion>) -> Map<String, Value> {
     }
 }
 
-/// Reports the server's progress `update` as the call's.
+/// Reports the server's progress `update` as the call's, its message cut and any configured
+/// secret in it redacted.
 async fn report_progress(ctx: &ToolContext, update: ProgressNotificationParam) {
     ctx.report_progress(Progress {
         progress: update.progress,
         total: update.total,
-        message: update.message.map(cut_message),
+        message: update
+            .message
+            .map(|message| cut_message(crate::secrets::redact(&message))),
     })
     .await;
 }
@@ -342,10 +346,14 @@ impl McpSession {
             .map(|info| info.protocol_version.to_string())
     }
 
-    /// Every tool the server lists, as raw JSON objects, every page in order.
-    pub async fn list_tools(&self) -> Result<Vec<Value>, String> {
+    /// Every tool the server lists, as raw JSON objects, every page in order; and whether its
+    /// later pages were left unread, once those read took twice [`listing::MAX_LISTING_BYTES`]
+    /// (the registry keeps at most that much of them; what was read beyond it is quarantined
+    /// by name, saying so).
+    pub async fn list_tools(&self) -> Result<(Vec<Value>, bool), String> {
         let peer = self.service.peer();
         let mut tools = Vec::new();
+        let mut listed_bytes = 0;
         let mut cursor: Option<String> = None;
         for _ in 0..MAX_LIST_PAGES {
             let params = PaginatedRequestParams::default().with_cursor(cursor.take());
@@ -362,17 +370,26 @@ impl McpSession {
                 other => serde_json::to_value(other),
             }
             .map_err(|err| format!("tools/list gave an unreadable answer: {err}"))?;
-            match page.get("tools") {
-                Some(Value::Array(page_tools)) => tools.extend(page_tools.iter().cloned()),
-                _ => return Err("tools/list gave no `tools` array".to_owned()),
-            }
             cursor = page
                 .get("nextCursor")
                 .and_then(Value::as_str)
                 .filter(|next| !next.is_empty())
                 .map(str::to_owned);
+            match page {
+                Value::Object(mut page) => match page.remove("tools") {
+                    Some(Value::Array(page_tools)) => {
+                        listed_bytes += page_tools.iter().map(listing::json_bytes).sum::<usize>();
+                        tools.extend(page_tools);
+                    }
+                    _ => return Err("tools/list gave no `tools` array".to_owned()),
+                },
+                _ => return Err("tools/list gave no `tools` array".to_owned()),
+            }
             if cursor.is_none() {
-                return Ok(tools);
+                return Ok((tools, false));
+            }
+            if listed_bytes > 2 * listing::MAX_LISTING_BYTES {
+                return Ok((tools, true));
             }
         }
         Err(format!(

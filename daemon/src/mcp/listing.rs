@@ -35,11 +35,42 @@ pub struct Listing {
     pub not_enabled: Vec<String>,
 }
 
+/// The most one tool's definition may take, as the server sent it (its name, description and
+/// schemas): the largest tools of real servers take a few KiB.
+pub const MAX_TOOL_BYTES: usize = 64 * 1024;
+/// The most one server's tools may take together: what every client's `tools/list` carries
+/// and the daemon keeps. The pages of a listing past it are not read.
+pub const MAX_LISTING_BYTES: usize = 2 * 1024 * 1024;
+/// The most tools one server may register.
+pub const MAX_TOOLS: usize = 512;
+/// The most quarantined tools listed one by one; the rest are counted in one more entry.
+const MAX_QUARANTINED_SHOWN: usize = 100;
+
+/// How many bytes `value` takes as compact JSON, without writing it anywhere.
+pub fn json_bytes(value: &Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
+}
+
 /// Reads the `tools` of a `tools/list` result (every page's, in order) for `server`. A schema
 /// that is an object schema but does not compile is quarantined when it is registered (the
-/// registry compiles it).
-pub fn list(server: &McpServerConfig, tools: &[Value]) -> Listing {
+/// registry compiles it). Bounded: a tool over [`MAX_TOOL_BYTES`], and every tool past
+/// [`MAX_TOOLS`] or past [`MAX_LISTING_BYTES`] in all, is quarantined with the bound it
+/// exceeded; `cut_short` says the listing's later pages were left unread (that bound again).
+pub fn list(server: &McpServerConfig, tools: &[Value], cut_short: bool) -> Listing {
     let mut listing = Listing::default();
+    let mut listed_bytes = 0;
     for (index, tool) in tools.iter().enumerate() {
         let Some(fields) = tool.as_object() else {
             listing.quarantined.push(Quarantined {
@@ -62,13 +93,57 @@ pub fn list(server: &McpServerConfig, tools: &[Value]) -> Listing {
             listing.not_enabled.push(name);
             continue;
         }
+        let bytes = json_bytes(tool);
+        let over = if bytes > MAX_TOOL_BYTES {
+            Some(format!(
+                "its definition takes {} KiB, over the {} KiB one tool may take",
+                bytes.div_ceil(1024),
+                MAX_TOOL_BYTES / 1024
+            ))
+        } else if listing.tools.len() == MAX_TOOLS {
+            Some(format!(
+                "the server lists more than the {MAX_TOOLS} tools one server may have"
+            ))
+        } else if listed_bytes + bytes > MAX_LISTING_BYTES {
+            Some(format!(
+                "the server's tools take more than the {} MiB one server's may take in all",
+                MAX_LISTING_BYTES >> 20
+            ))
+        } else {
+            None
+        };
+        if let Some(reason) = over {
+            listing.quarantined.push(Quarantined { tool: name, reason });
+            continue;
+        }
         match definition(server, &name, fields, &listing.tools) {
-            Ok(definition) => listing.tools.push(ListedTool {
-                server_name: name,
-                definition,
-            }),
+            Ok(definition) => {
+                listed_bytes += bytes;
+                listing.tools.push(ListedTool {
+                    server_name: name,
+                    definition,
+                });
+            }
             Err(reason) => listing.quarantined.push(Quarantined { tool: name, reason }),
         }
+    }
+    if cut_short {
+        listing.quarantined.push(Quarantined {
+            tool: "the rest of the listing".to_owned(),
+            reason: format!(
+                "its pages went on past the {} MiB one server's tools may take in all, and were \
+                 not read",
+                MAX_LISTING_BYTES >> 20
+            ),
+        });
+    }
+    if listing.quarantined.len() > MAX_QUARANTINED_SHOWN {
+        let more = listing.quarantined.len() - MAX_QUARANTINED_SHOWN;
+        listing.quarantined.truncate(MAX_QUARANTINED_SHOWN);
+        listing.quarantined.push(Quarantined {
+            tool: format!("{more} more tools"),
+            reason: "quarantined too; only the first are listed one by one".to_owned(),
+        });
     }
     listing
 }
@@ -174,6 +249,7 @@ mod tests {
             &[
                 json!({"name": "read_file", "description": "Reads a file", "inputSchema": object_schema()}),
             ],
+            false,
         );
         assert_eq!(listing.quarantined, []);
         let [tool] = &listing.tools[..] else {
@@ -210,6 +286,7 @@ mod tests {
                 json!({"name": "a.b", "inputSchema": object_schema()}),
                 json!({"name": "a/b", "inputSchema": object_schema()}),
             ],
+            false,
         );
         let quarantined: Vec<(&str, &str)> = listing
             .quarantined
@@ -260,7 +337,7 @@ mod tests {
             json!({"name": "odd", "inputSchema": object_schema(), "annotations": {"readOnlyHint": "true"}}),
         ];
         let safeties = |trust| -> Vec<Safety> {
-            list(&server(trust, ToolFilter::default()), &tools)
+            list(&server(trust, ToolFilter::default()), &tools, false)
                 .tools
                 .iter()
                 .map(|tool| tool.definition.safety)
@@ -288,6 +365,7 @@ mod tests {
                 json!({"name": "read_secret", "inputSchema": object_schema()}),
                 json!({"name": "write_file", "inputSchema": {"type": "array"}}),
             ],
+            false,
         );
         assert_eq!(listing.tools.len(), 1);
         assert_eq!(listing.not_enabled, ["read_secret", "write_file"]);
@@ -295,6 +373,50 @@ mod tests {
             listing.quarantined,
             [],
             "a tool not enabled is not looked at"
+        );
+    }
+
+    #[test]
+    fn a_listing_is_bounded_per_tool_in_count_and_in_all() {
+        let tool = |name: String, description_bytes: usize| json!({"name": name, "description": "d".repeat(description_bytes), "inputSchema": object_schema()});
+        let fs = server(Trust::Untrusted, ToolFilter::default());
+        // One tool over its bound: quarantined, the others kept.
+        let listing = list(
+            &fs,
+            &[tool("big".into(), MAX_TOOL_BYTES), tool("small".into(), 10)],
+            false,
+        );
+        assert_eq!(listing.tools.len(), 1);
+        assert_eq!(listing.quarantined[0].tool, "big");
+        assert!(listing.quarantined[0].reason.contains("over the 64 KiB"));
+        // More tools than a server may have: the first MAX_TOOLS kept.
+        let many: Vec<Value> = (0..MAX_TOOLS + 3)
+            .map(|i| tool(format!("t{i}"), 1))
+            .collect();
+        let listing = list(&fs, &many, false);
+        assert_eq!(listing.tools.len(), MAX_TOOLS);
+        assert_eq!(listing.quarantined.len(), 3);
+        // More bytes in all than a server may take: kept until the budget, and the quarantine
+        // itself listed to a bound, the rest counted.
+        let heavy: Vec<Value> = (0..400).map(|i| tool(format!("h{i}"), 60 * 1024)).collect();
+        let listing = list(&fs, &heavy, true);
+        let kept: usize = listing
+            .tools
+            .iter()
+            .map(|tool| tool.definition.description.len())
+            .sum();
+        assert!(kept <= MAX_LISTING_BYTES, "{kept}");
+        let fit = MAX_LISTING_BYTES / (60 * 1024 + 400)..=MAX_LISTING_BYTES / (60 * 1024);
+        assert!(
+            fit.contains(&listing.tools.len()),
+            "{}",
+            listing.tools.len()
+        );
+        assert_eq!(listing.quarantined.len(), MAX_QUARANTINED_SHOWN + 1);
+        assert!(
+            listing.quarantined[MAX_QUARANTINED_SHOWN]
+                .tool
+                .ends_with("more tools")
         );
     }
 }

@@ -47,7 +47,7 @@ impl McpServerConfig {
     pub fn summary(&self) -> String {
         let reached = match &self.transport {
             McpTransport::Stdio { command, .. } => format!("stdio ({command})"),
-            McpTransport::Http { url, .. } => format!("http ({url})"),
+            McpTransport::Http { url, .. } => format!("http ({})", shown_url(url)),
         };
         let trust = match self.trust {
             Trust::Untrusted => "untrusted",
@@ -98,6 +98,93 @@ impl McpTransport {
             McpTransport::Http { .. } => "http",
         }
     }
+}
+
+/// The secrets of these servers' tables ([`crate::secrets`]): each HTTP server's
+/// `bearer_token_env` (withheld; its value redacted), its headers' values and its URL's user,
+/// password and query values; each value of a stdio server's `env` whose name says it is a
+/// secret ([`crate::secrets::names_a_secret`]) or that is shaped like a token
+/// ([`looks_like_a_token`]), and the same of a header.
+pub(crate) fn secrets_of(configs: &[McpServerConfig]) -> crate::secrets::Secrets {
+    let is_secret =
+        |name: &str, value: &str| crate::secrets::names_a_secret(name) || looks_like_a_token(value);
+    let mut withheld = Vec::new();
+    let mut values = Vec::new();
+    for config in configs {
+        match &config.transport {
+            McpTransport::Stdio { env, .. } => values.extend(
+                env.iter()
+                    .filter(|(name, value)| is_secret(name, value))
+                    .map(|(_, value)| value.clone()),
+            ),
+            McpTransport::Http {
+                url,
+                headers,
+                bearer_token_env,
+            } => {
+                for (_, value) in headers
+                    .iter()
+                    .filter(|(name, value)| is_secret(name, value))
+                {
+                    values.push(value.clone());
+                    // `Authorization: Bearer TOKEN`: the token alone is secret too.
+                    if let Some((_, token)) = value.split_once(' ') {
+                        values.push(token.to_owned());
+                    }
+                }
+                withheld.extend(bearer_token_env.iter().cloned());
+                values.extend(url_secrets(url));
+            }
+        }
+    }
+    crate::secrets::Secrets::new(withheld, values)
+}
+
+/// Whether `value` is shaped like a key or a token whatever its name: 16 bytes or more, no
+/// whitespace, no `/` (a path or a URL is not), letters and digits both. `NODE_ENV=production`
+/// and `ROOT=/home/me/project` are settings; `ghp_…`, `sk-…` and a UUID are not.
+fn looks_like_a_token(value: &str) -> bool {
+    value.len() >= 16
+        && !value.contains(|c: char| c.is_whitespace() || c == '/')
+        && value.contains(|c: char| c.is_ascii_alphabetic())
+        && value.contains(|c: char| c.is_ascii_digit())
+}
+
+/// The user, the password and every query value of `url`, where secrets are put.
+fn url_secrets(url: &str) -> Vec<String> {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let userinfo = authority.rsplit_once('@').map(|(userinfo, _)| userinfo);
+    let query = rest
+        .split_once('?')
+        .map(|(_, query)| query.split('#').next().unwrap_or_default());
+    userinfo
+        .into_iter()
+        .flat_map(|userinfo| userinfo.split(':'))
+        .chain(
+            query
+                .into_iter()
+                .flat_map(|query| query.split('&'))
+                .filter_map(|pair| pair.split_once('=').map(|(_, value)| value)),
+        )
+        .filter(|secret| !secret.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// `url` as errors, `mcp/status` and `check-config` show it (to clients, models and logs):
+/// without a user and password before its host, a query or a fragment, where secrets are put.
+pub fn shown_url(url: &str) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
+    let rest = rest.split(['?', '#']).next().unwrap_or_default();
+    let (authority, path) = match rest.split_once('/') {
+        Some((authority, path)) => (authority, format!("/{path}")),
+        None => (rest, String::new()),
+    };
+    let host = authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, host)| host);
+    format!("{scheme}://{host}{path}")
 }
 
 /// Whether a server's annotations may lower the risk of its tools.
@@ -192,6 +279,38 @@ mod tests {
         assert!(!filter.admits("listing"));
         let none = ToolFilter::new(&[], &[]).unwrap();
         assert!(!none.admits("read_file"), "no enabled glob: no tool");
+    }
+
+    #[test]
+    fn a_shown_url_has_no_secrets() {
+        assert_eq!(
+            shown_url("http://user:pw@127.0.0.1:3001/mcp?key=s#f"),
+            "http://127.0.0.1:3001/mcp"
+        );
+        assert_eq!(shown_url("http://host"), "http://host");
+        assert_eq!(shown_url("https://a@b/c/d"), "https://b/c/d");
+    }
+
+    #[test]
+    fn the_secrets_of_a_url_are_its_user_password_and_query_values() {
+        assert_eq!(
+            url_secrets("http://user:pw@127.0.0.1:3001/mcp?api_key=k1&x=&y=v#f"),
+            ["user", "pw", "k1", "v"]
+        );
+        assert!(url_secrets("http://host/p").is_empty());
+    }
+
+    #[test]
+    fn a_value_is_a_secret_by_its_name_or_its_shape() {
+        assert!(looks_like_a_token("ghp_0123456789abcdefABCDEF"));
+        assert!(looks_like_a_token("123e4567-e89b-12d3-a456-426614174000"));
+        for setting in [
+            "production",
+            "/home/me/project/src/1",
+            "a long sentence of 2 words",
+        ] {
+            assert!(!looks_like_a_token(setting), "{setting}");
+        }
     }
 
     #[test]

@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, ChildStdin, ChildStdout};
+use tokio::io::AsyncReadExt;
+use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use toold_protocol::sync::LockUnpoisoned;
@@ -89,10 +89,7 @@ impl ServerProcess {
         let stderr = child.stderr.take().map(|stderr| {
             let log = Arc::clone(&log);
             tokio::spawn(async move {
-                let mut lines = BufReader::new(stderr).lines();
-                while let Ok(Some(line)) = lines.next_line().await {
-                    log.record(&line);
-                }
+                drain(stderr, &log).await;
                 log.read_to_end.cancel();
             })
         });
@@ -195,6 +192,73 @@ fn die_with_the_daemon(command: &mut tokio::process::Command) {
     }
 }
 
+/// Reads a server's stderr to its end, whatever it writes: bytes, not text (a byte that is not
+/// UTF-8 is shown as U+FFFD), each line kept up to [`MAX_LINE_BYTES`] and the rest of a longer
+/// one counted and dropped, so that a server writing without newlines never grows the daemon
+/// and never blocks on a full pipe.
+async fn drain(mut stderr: ChildStderr, log: &StderrLog) {
+    let mut buffer = vec![0; 8192];
+    let mut line = Line::default();
+    loop {
+        let read = match stderr.read(&mut buffer).await {
+            Ok(0) => break,
+            Ok(read) => read,
+            Err(err) if err.kind() == io::ErrorKind::Interrupted => continue,
+            Err(err) => {
+                tracing::warn!(path = %log.path.display(), %err, "cannot read an MCP server's stderr any more");
+                break;
+            }
+        };
+        let mut chunk = &buffer[..read];
+        while let Some(end) = memchr::memchr(b'\n', chunk) {
+            line.push(&chunk[..end]);
+            log.record(&line.take());
+            chunk = &chunk[end + 1..];
+        }
+        line.push(chunk);
+    }
+    if !line.is_empty() {
+        log.record(&line.take());
+    }
+}
+
+/// How much of one line of a server's stderr is kept.
+const MAX_LINE_BYTES: usize = 16 * 1024;
+
+/// A line of stderr being read: its first [`MAX_LINE_BYTES`] and how many more it had.
+#[derive(Default)]
+struct Line {
+    kept: Vec<u8>,
+    dropped: u64,
+}
+
+impl Line {
+    fn push(&mut self, bytes: &[u8]) {
+        let room = MAX_LINE_BYTES - self.kept.len();
+        let taken = room.min(bytes.len());
+        self.kept.extend_from_slice(&bytes[..taken]);
+        self.dropped += (bytes.len() - taken) as u64;
+    }
+
+    fn is_empty(&self) -> bool {
+        self.kept.is_empty() && self.dropped == 0
+    }
+
+    /// The line as text (lossily decoded, its cut said), emptied for the next.
+    fn take(&mut self) -> String {
+        let mut text = String::from_utf8_lossy(&self.kept).into_owned();
+        if self.dropped > 0 {
+            text.push_str(&format!(
+                " … ({} more bytes of this line not kept)",
+                self.dropped
+            ));
+        }
+        self.kept.clear();
+        self.dropped = 0;
+        text
+    }
+}
+
 fn inherited_variables() -> impl Iterator<Item = (OsString, OsString)> {
     crate::process_tree::inherited_env().filter(|(name, _)| {
         name.to_str()
@@ -242,7 +306,11 @@ impl StderrLog {
         &self.path
     }
 
+    /// Appends one line, every configured secret in it redacted ([`crate::secrets`]), to the
+    /// file and the tail.
     fn record(&self, line: &str) {
+        let line = crate::secrets::current().redact(line).into_owned();
+        let line = line.as_str();
         let mut state = self.state.lock_unpoisoned();
         let bytes = line.len() as u64 + 1;
         if state.written + bytes > MAX_LOG_BYTES {

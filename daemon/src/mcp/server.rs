@@ -17,6 +17,7 @@ use toold_protocol::{McpServerStatus, QuarantinedTool};
 use super::client::{Connect, McpSession, Reachable, ServerNotices};
 use super::listing::{self, Quarantined};
 use super::process::{Launch, ServerProcess, StderrLog};
+use super::shown_url;
 use super::tool::{McpTool, ToolServer};
 use super::{McpServerConfig, McpTransport, Start};
 use crate::tools::registry::RegisterError;
@@ -212,7 +213,9 @@ impl McpServer {
         let mut backoff = FIRST_BACKOFF;
         loop {
             self.set_state(ServerState::Starting);
-            let ended_by = self.run_once().await;
+            // What a server said of itself may quote a configured secret (its stderr, an
+            // error naming its URL): it goes to the log, `mcp/status` and calls' errors.
+            let ended_by = crate::secrets::redact(&self.run_once().await);
             self.withdraw_tools();
             if self.stop.is_cancelled() {
                 self.set_state(ServerState::Stopped);
@@ -308,6 +311,7 @@ impl McpServer {
                         () = self.stop.cancelled() => break Ended::Stopped,
                     };
                     if let Err(reason) = relisted {
+                        let reason = crate::secrets::redact(&reason);
                         tracing::warn!(server = %self.config.name, %reason, "cannot list an MCP server's tools again");
                     }
                 }
@@ -446,8 +450,8 @@ impl McpServer {
 
     /// Lists the server's tools and makes the registry hold exactly them.
     async fn register_tools(self: &Arc<Self>, session: &McpSession) -> Result<(), String> {
-        let tools = session.list_tools().await?;
-        let listed = listing::list(&self.config, &tools);
+        let (tools, cut_short) = session.list_tools().await?;
+        let listed = listing::list(&self.config, &tools, cut_short);
         let mut quarantined = listed.quarantined;
         let mut registered = Vec::new();
         for tool in listed.tools {
@@ -549,21 +553,6 @@ impl ToolServer for McpServer {
     }
 }
 
-/// `url` as errors and `mcp/status` show it (to clients, models and logs): without a user and
-/// password before its host, a query or a fragment, where secrets are put.
-fn shown_url(url: &str) -> String {
-    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
-    let rest = rest.split(['?', '#']).next().unwrap_or_default();
-    let (authority, path) = match rest.split_once('/') {
-        Some((authority, path)) => (authority, format!("/{path}")),
-        None => (rest, String::new()),
-    };
-    let host = authority
-        .rsplit_once('@')
-        .map_or(authority, |(_, host)| host);
-    format!("{scheme}://{host}{path}")
-}
-
 /// Resolves when the server's process exits; never for a server without one (HTTP).
 async fn exited(process: &mut Option<ServerProcess>) -> std::io::Result<std::process::ExitStatus> {
     match process {
@@ -632,6 +621,7 @@ impl McpServers {
         registry: &Arc<Registry>,
         tools_changed: ToolsChanged,
     ) -> Self {
+        crate::secrets::configure(super::secrets_of(configs));
         let servers = Self {
             log_dir,
             registry: Arc::clone(registry),
@@ -759,6 +749,7 @@ impl McpServers {
         if self.closed.load(Ordering::Acquire) {
             return McpChanges::default();
         }
+        crate::secrets::configure(super::secrets_of(configs));
         // A `failed` server starts again too, its table changed or not.
         let retired = self.take(|server| {
             !configs.contains(&server.config) || matches!(server.state(), ServerState::Failed(_))
@@ -869,20 +860,5 @@ async fn stop(servers: Vec<Running>) {
             server.withdraw_tools();
             server.set_state(ServerState::Stopped);
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_shown_url_has_no_secrets() {
-        assert_eq!(
-            shown_url("http://user:pw@127.0.0.1:3001/mcp?key=s#f"),
-            "http://127.0.0.1:3001/mcp"
-        );
-        assert_eq!(shown_url("http://host"), "http://host");
-        assert_eq!(shown_url("https://a@b/c/d"), "https://b/c/d");
     }
 }

@@ -15,6 +15,7 @@ use toold_protocol::{ErrorType, ToolDefinition};
 
 use super::client::{CallError, Reachable};
 use super::listing::ListedTool;
+use crate::secrets::Secrets;
 use crate::tools::{Tool, ToolContext, ToolFailure, ToolFuture, ToolOutput};
 
 /// What a tool needs of its server; the server's supervisor provides it.
@@ -65,16 +66,17 @@ impl Tool for McpTool {
                     ErrorType::Canceled,
                     "the call was stopped; the MCP server was told",
                 )),
-                Err(CallError::Server(message)) => {
-                    Err(ToolFailure::new(ErrorType::ToolError, message))
-                }
+                Err(CallError::Server(message)) => Err(ToolFailure::new(
+                    ErrorType::ToolError,
+                    crate::secrets::redact(&message),
+                )),
                 Err(CallError::Closed(why)) => Err(ToolFailure::new(
                     ErrorType::InternalError,
-                    format!(
+                    crate::secrets::redact(&format!(
                         "the MCP server {:?} ended during the call ({why}); {}",
                         server.name(),
                         server.stderr_tail().await
-                    ),
+                    )),
                 )),
             }
         })
@@ -85,10 +87,38 @@ impl Tool for McpTool {
 /// are text parts alone, and are read as such without building a tree of the answer; any
 /// other shape (another kind of part, a member of an unexpected type) is read as a whole
 /// `Value` and mapped leniently.
+///
+/// Every configured secret in the answer's text (its parts, its structured content, any
+/// string in it, read unescaped) is redacted ([`crate::secrets`]).
 fn output(result: &RawValue) -> Result<ToolOutput, ToolFailure> {
+    let secrets = crate::secrets::current();
     match serde_json::from_str::<TextAnswer<'_>>(result.get()) {
-        Ok(answer) if answer.content.iter().all(|part| part.kind == "text") => text_output(answer),
-        _ => output_of_value(&readable(result)?),
+        Ok(answer) if answer.content.iter().all(|part| part.kind == "text") => {
+            text_output(answer, &secrets)
+        }
+        _ => {
+            let mut answer = readable(result)?;
+            redact_strings(&mut answer, &secrets);
+            output_of_value(&answer)
+        }
+    }
+}
+
+/// Every string in `value` (not its object keys) with the secrets redacted.
+fn redact_strings(value: &mut Value, secrets: &Secrets) {
+    match value {
+        Value::String(text) => {
+            if let Cow::Owned(redacted) = secrets.redact(text) {
+                *text = redacted;
+            }
+        }
+        Value::Array(items) => items
+            .iter_mut()
+            .for_each(|item| redact_strings(item, secrets)),
+        Value::Object(members) => members
+            .values_mut()
+            .for_each(|member| redact_strings(member, secrets)),
+        Value::Null | Value::Bool(_) | Value::Number(_) => {}
     }
 }
 
@@ -134,7 +164,7 @@ fn present<'de, D: Deserializer<'de>>(member: D) -> Result<Option<&'de RawValue>
 }
 
 /// [`output_of_value`] for an answer of text parts alone.
-fn text_output(answer: TextAnswer<'_>) -> Result<ToolOutput, ToolFailure> {
+fn text_output(answer: TextAnswer<'_>, secrets: &Secrets) -> Result<ToolOutput, ToolFailure> {
     let content = match <[TextPart<'_>; 1]>::try_from(answer.content) {
         Ok([part]) => part.text.into_owned(),
         Err(parts) => parts
@@ -143,12 +173,18 @@ fn text_output(answer: TextAnswer<'_>) -> Result<ToolOutput, ToolFailure> {
             .collect::<Vec<_>>()
             .join("\n"),
     };
+    let content = match secrets.redact(&content) {
+        Cow::Borrowed(_) => content,
+        Cow::Owned(redacted) => redacted,
+    };
     if answer.is_error == Some(true) {
         return Err(failed(content));
     }
     let mut output = ToolOutput::new(content);
     if let Some(structured) = answer.structured {
-        output = output.with_meta("structured", readable(structured)?);
+        let mut structured = readable(structured)?;
+        redact_strings(&mut structured, secrets);
+        output = output.with_meta("structured", structured);
     }
     Ok(output)
 }

@@ -1095,7 +1095,7 @@ fn decide_without_deny(call: &CallFacts<'_>, session: &SessionFacts<'_>) -> Judg
     // What an `allow_session` answer would grant, as the approval shows it; the exact form is
     // what an exact grant is looked up by.
     let suggestion = grant_shown(&session_grant(call)).to_owned();
-    let exact = canonical_form(call);
+    let exact = grant_form(call);
     if let Some(rule) = session
         .policy
         .ask
@@ -1237,7 +1237,7 @@ fn decide_without_deny(call: &CallFacts<'_>, session: &SessionFacts<'_>) -> Judg
             "the command line writes to a file outside the session roots".to_owned()
         }
         (_, Safety::ReadOnly) => "the path is outside the session roots".to_owned(),
-        _ => format!("no allow rule matches {exact}"),
+        _ => format!("no allow rule matches {}", canonical_form(call)),
     };
     Judgment::new(Decision::Ask { reason, suggestion }, Step::DefaultAsk)
 }
@@ -1365,6 +1365,50 @@ pub fn canonical_form(call: &CallFacts<'_>) -> String {
     }
 }
 
+/// The form an exact grant records and is looked up by: [`canonical_form`] for a tool whose
+/// path or command line the engine judges; for any other (an MCP server's tool, a client's),
+/// the tool and its arguments as canonical JSON (object keys sorted, no spaces), so that a
+/// grant covers the call the approval showed and not the tool's every call. Arguments over
+/// [`MAX_SHOWN_ARGUMENTS`] bytes as JSON are recorded by their SHA-256 instead.
+pub fn grant_form(call: &CallFacts<'_>) -> String {
+    if judged_arguments(call.tool) != JudgedArguments::ByName {
+        return canonical_form(call);
+    }
+    let arguments = canonical_json(&Value::Object(call.arguments.clone()));
+    if arguments.len() <= MAX_SHOWN_ARGUMENTS {
+        format!("{} {arguments}", call.tool)
+    } else {
+        use sha2::Digest;
+        let digest = sha2::Sha256::digest(arguments.as_bytes());
+        let hex: String = digest.iter().map(|byte| format!("{byte:02x}")).collect();
+        format!("{} with arguments of sha256 {hex}", call.tool)
+    }
+}
+
+/// The most bytes of a call's arguments an exact grant records as they are.
+const MAX_SHOWN_ARGUMENTS: usize = 1024;
+
+/// `value` as compact JSON with every object's keys sorted: one text for equal arguments
+/// whatever order they were sent in.
+fn canonical_json(value: &Value) -> String {
+    fn sorted(value: &Value) -> Value {
+        match value {
+            Value::Object(members) => {
+                let mut keys: Vec<&String> = members.keys().collect();
+                keys.sort();
+                Value::Object(
+                    keys.into_iter()
+                        .map(|key| (key.clone(), sorted(&members[key])))
+                        .collect(),
+                )
+            }
+            Value::Array(items) => Value::Array(items.iter().map(sorted).collect()),
+            other => other.clone(),
+        }
+    }
+    serde_json::to_string(&sorted(value)).unwrap_or_default()
+}
+
 /// What marks a grant as a pattern, read as a rule, rather than a call's exact form (which
 /// always starts with its tool's name, never with a space).
 const PATTERN_GRANT: &str = "pattern ";
@@ -1376,7 +1420,7 @@ const PATTERN_GRANT: &str = "pattern ";
 pub fn session_grant(call: &CallFacts<'_>) -> String {
     match pattern_grant(call) {
         Some(rule) => format!("{PATTERN_GRANT}{rule}"),
-        None => canonical_form(call),
+        None => grant_form(call),
     }
 }
 

@@ -88,7 +88,7 @@ impl AsyncRead for ReadHalf {
 
 /// Reads from `socket` into `buf`'s unfilled part, which need not be initialized: the caller's
 /// buffer is a frame decoder's spare capacity, 8 KiB or more, and zeroing it before every read
-/// cost about a twentieth of a call's instructions (docs/benchmarks.md, the MCP section).
+/// cost about a twentieth of a call's instructions (perf of the one-call round trip).
 #[allow(unsafe_code)]
 fn read_into(socket: &UnixStream, buf: &mut ReadBuf<'_>) -> io::Result<usize> {
     // SAFETY: `read(2)` writes only into the `unfilled.len()` bytes it is given and reports how
