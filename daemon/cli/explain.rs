@@ -160,6 +160,13 @@ fn for_people(tool: &str, explained: &Explanation) -> String {
     if let Some(sandbox) = &explained.sandbox {
         text.push_str(&format!("  sandbox: {sandbox}\n"));
     }
+    if let Some(server) = &explained.starts_server {
+        text.push_str(&format!(
+            "  starts: the MCP server {} (lazy, not running yet; explain started nothing, so \
+             the tool's arguments were not checked against its schema)\n",
+            server
+        ));
+    }
     let quoted: Vec<String> = explained
         .suggestions
         .iter()

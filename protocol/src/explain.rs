@@ -60,6 +60,12 @@ pub struct Explanation {
     /// The sandbox mode the call's command would run under; `null` for a tool that runs
     /// none.
     pub sandbox: Option<String>,
+    /// The lazy MCP server that a call of this tool would start (explain starts nothing): the
+    /// call is judged as a call of one of its tools, on what its table says (its arguments
+    /// are checked against the tool's schema only once the server lists it); `null`
+    /// otherwise.
+    #[serde(default)]
+    pub starts_server: Option<String>,
 }
 
 /// Where a rule came from.

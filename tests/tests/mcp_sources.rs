@@ -613,8 +613,47 @@ async fn a_lazy_server_starts_at_its_first_use() {
         .expect("mcp/status");
     assert_eq!(status["servers"][0]["state"], "stopped", "{status}");
     let session = client
-        .create_session(&daemon.work(), json!({"rules": {"allow": ["mcp__bad__*"]}}))
+        .create_session(
+            &daemon.work(),
+            json!({"rules": {"allow": ["mcp__bad__*"], "deny": ["mcp__bad__fail"]}}),
+        )
         .await;
+    // Explain judges a call of its tools as a call would be judged once it started, says it
+    // would start, and starts nothing.
+    for (tool, decision, step) in [
+        ("mcp__bad__echo", "allow", "allow_rule"),
+        ("mcp__bad__fail", "deny", "deny_rule"),
+    ] {
+        let explained = client
+            .request(
+                "permissions/explain",
+                json!({"session_id": session, "call": {"name": tool, "arguments": {"text": "x"}}}),
+            )
+            .await
+            .expect("permissions/explain");
+        assert_eq!(explained["decision"], decision, "{explained}");
+        assert_eq!(explained["step"], step, "{explained}");
+        assert_eq!(explained["starts_server"], "bad", "{explained}");
+    }
+    let explained = client
+        .request(
+            "permissions/explain",
+            json!({"session_id": session, "call": {"name": "mcp__elsewhere__echo"}}),
+        )
+        .await
+        .expect("permissions/explain");
+    assert_eq!(explained["decision"], "unknown_tool", "{explained}");
+    assert_eq!(explained["starts_server"], Value::Null, "{explained}");
+    let shown = toold(&daemon, &["explain", "mcp__bad__echo", "{}"]).await;
+    assert!(
+        String::from_utf8_lossy(&shown.stdout).contains("starts: the MCP server bad"),
+        "{shown:?}"
+    );
+    assert_eq!(
+        server_pid(&daemon, "malformed.py"),
+        None,
+        "explain started nothing"
+    );
     let response = client
         .execute(
             &session,

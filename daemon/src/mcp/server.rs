@@ -18,7 +18,7 @@ use super::client::{Connect, McpSession, Reachable, ServerNotices};
 use super::listing::{self, Quarantined};
 use super::process::{Launch, ServerProcess, StderrLog};
 use super::shown_url;
-use super::tool::{McpTool, ToolServer};
+use super::tool::{McpTool, NotStarted, ToolServer};
 use super::{McpServerConfig, McpTransport, Start};
 use crate::tools::registry::RegisterError;
 use crate::tools::{Registry, Tool};
@@ -701,6 +701,28 @@ impl McpServers {
             .iter()
             .map(|server| server.settled(server.config.startup_timeout + STARTUP_SLACK));
         futures_util::future::join_all(waits).await;
+    }
+
+    /// For `permissions/explain`: a stand-in for `tool` when it names a tool of a lazy server
+    /// not started yet (which a call of it would start) that the server's `enabled_tools` and
+    /// `disabled_tools` let through; with the server's name. Nothing is started.
+    pub fn unstarted_tool(&self, tool: &str) -> Option<(String, Arc<dyn Tool>)> {
+        let server = super::names::server_of(tool)?;
+        let own_name = tool.strip_prefix(&format!("{}{server}__", super::names::PREFIX))?;
+        let running = self.running.lock_unpoisoned();
+        let config = &running
+            .iter()
+            .find(|running| {
+                running.server.config.name == server
+                    && running.server.config.start == Start::Lazy
+                    && running.supervisor.is_none()
+            })?
+            .server
+            .config;
+        config.tools.admits(own_name).then(|| {
+            let stand_in: Arc<dyn Tool> = Arc::new(NotStarted::new(config, tool));
+            (server.to_owned(), stand_in)
+        })
     }
 
     /// Every server as `mcp/status` shows it, in the config's order.

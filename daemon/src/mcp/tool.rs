@@ -83,6 +83,48 @@ impl Tool for McpTool {
     }
 }
 
+/// A tool of a lazy server that has not started, as `permissions/explain` judges a call of it
+/// without starting the server: named as the call names it, of the server's source, changing
+/// things (the annotations that could say otherwise come with the listing), taking any object.
+pub struct NotStarted {
+    definition: ToolDefinition,
+}
+
+impl NotStarted {
+    pub fn new(server: &super::McpServerConfig, tool: &str) -> Self {
+        Self {
+            definition: ToolDefinition {
+                name: tool.to_owned(),
+                description: String::new(),
+                input_schema: serde_json::json!({"type": "object"}),
+                safety: toold_protocol::Safety::SideEffect,
+                system: false,
+                timeout_ms: u64::try_from(server.tool_timeout.as_millis()).ok(),
+                source: toold_protocol::ToolSource::Mcp(server.name.clone()),
+            },
+        }
+    }
+}
+
+impl Tool for NotStarted {
+    fn definition(&self) -> ToolDefinition {
+        self.definition.clone()
+    }
+
+    fn run(&self, _args: Map<String, Value>, _ctx: ToolContext) -> ToolFuture {
+        let server = match &self.definition.source {
+            toold_protocol::ToolSource::Mcp(server) => server.clone(),
+            _ => String::new(),
+        };
+        Box::pin(async move {
+            Err(ToolFailure::new(
+                ErrorType::InternalError,
+                format!("the MCP server {server:?} has not started"),
+            ))
+        })
+    }
+}
+
 /// The server's `CallToolResult` (as JSON text) as toold's output or failure. Most answers
 /// are text parts alone, and are read as such without building a tree of the answer; any
 /// other shape (another kind of part, a member of an unexpected type) is read as a whole

@@ -12,23 +12,45 @@ use super::session::{Hidden, SessionState};
 use crate::hooks::ClientHooks;
 use crate::paths::{self, ResolvedPath};
 use crate::permission::{self, Decision, HookVerdict, Judgment, Step};
-use crate::tools::{JudgedArguments, judged_arguments};
+use crate::tools::{JudgedArguments, Registry, Tool, judged_arguments};
 
 /// Explains `call` in a session whose state is `state` and whose connections' hooks are
-/// `client_hooks`; `session_id` names it to the parser workers.
+/// `client_hooks`; `session_id` names it to the parser workers. `unstarted`: when the call
+/// names a tool of a lazy MCP server that has not started, the server's name and a stand-in
+/// for the tool ([`crate::mcp::server::McpServers::unstarted_tool`]), judged in its place.
 pub async fn explain(
     executor: &Executor,
     state: &SessionState,
     client_hooks: &[Arc<dyn ClientHooks>],
     session_id: &str,
     call: &ToolCall,
+    unstarted: Option<(String, Arc<dyn Tool>)>,
+) -> Explanation {
+    let (starts_server, stand_in) = unstarted.unzip();
+    let mut explanation =
+        explain_resolved(executor, state, client_hooks, session_id, call, stand_in).await;
+    explanation.starts_server = starts_server;
+    explanation
+}
+
+async fn explain_resolved(
+    executor: &Executor,
+    state: &SessionState,
+    client_hooks: &[Arc<dyn ClientHooks>],
+    session_id: &str,
+    call: &ToolCall,
+    stand_in: Option<Arc<dyn Tool>>,
 ) -> Explanation {
     let settings = executor.settings();
     let hooks = settings
         .hook_set(client_hooks, &state.env.cwd)
         .names_for(&call.name);
     // Step 2, as the pipeline's `step_resolve`.
-    let resolved = match executor.registry.resolve(call) {
+    let resolved = match stand_in {
+        Some(tool) => Registry::resolve_unregistered(call, tool),
+        None => executor.registry.resolve(call),
+    };
+    let resolved = match resolved {
         Ok(resolved) => resolved,
         Err(failure) => {
             let decision = match failure.error_type {
@@ -146,6 +168,7 @@ pub async fn explain(
         unreadable,
         hooks,
         sandbox,
+        starts_server: None,
     }
 }
 
@@ -189,6 +212,7 @@ fn unjudged(decision: &str, step: Option<&str>, reason: String, hooks: Vec<Strin
         unreadable: None,
         hooks,
         sandbox: None,
+        starts_server: None,
     }
 }
 

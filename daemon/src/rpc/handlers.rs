@@ -226,12 +226,21 @@ pub(crate) async fn permissions_explain(
         .arguments
         .unwrap_or_else(|| Value::Object(serde_json::Map::new()));
     let call = toold_protocol::ToolCall::new("explain", params.call.name, arguments);
+    // A lazy server's tool is judged as `tools/execute` would judge it once the server started,
+    // without starting it.
+    let unstarted = match daemon.mcp.get() {
+        Some(servers) if daemon.executor.registry.get(&call.name).is_none() => {
+            servers.unstarted_tool(&call.name)
+        }
+        _ => None,
+    };
     Ok(crate::pipeline::explain::explain(
         &daemon.executor,
         &state,
         &client_hooks,
         &session_id,
         &call,
+        unstarted,
     )
     .await)
 }

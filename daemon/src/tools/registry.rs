@@ -225,6 +225,21 @@ impl Registry {
             .collect()
     }
 
+    /// [`Self::resolve`] against `tool`, which is not registered (a lazy MCP server's tool,
+    /// judged by `permissions/explain` before the server starts): its schema checks the
+    /// arguments as a registered tool's would.
+    pub fn resolve_unregistered(
+        call: &ToolCall,
+        tool: Arc<dyn Tool>,
+    ) -> Result<ResolvedCall, ToolResult> {
+        let entry = Arc::new(Entry {
+            definition: Arc::new(tool.definition()),
+            validator: OnceLock::new(),
+            tool,
+        });
+        Self::resolve_entry(call, entry)
+    }
+
     /// Step "resolve": the tool exists and the arguments are a JSON object valid for its schema.
     /// The error is the call's final result.
     pub fn resolve(&self, call: &ToolCall) -> Result<ResolvedCall, ToolResult> {
@@ -239,6 +254,10 @@ impl Registry {
             );
             return Err(stamp(failure, &call.id));
         };
+        Self::resolve_entry(call, entry)
+    }
+
+    fn resolve_entry(call: &ToolCall, entry: Arc<Entry>) -> Result<ResolvedCall, ToolResult> {
         let tool = &entry.definition.name;
         let arguments = call.arguments_object().map_err(|reason| {
             stamp(
