@@ -50,7 +50,8 @@ pub enum AuditCommand {
     ///
     /// With --json, one JSON object goes to stdout: {"log": PATH, "files": [PATH, oldest
     /// first], "records": N (those walked; with a break, until it was seen), "recovered": N (torn lines
-    /// covered by `recovered` records), "holds": BOOL, "broken": null or {"file", "line",
+    /// covered by `recovered` records), "lost": N (records the daemon could not write, as its
+    /// `records_lost` records say), "holds": BOOL, "broken": null or {"file", "line",
     /// "reason"}, "daemon": null or {"socket", "head": null or {"seq", "hash"}} (the
     /// daemon whose last record was checked), "notes": [TEXT] (what is not a break: the
     /// chain starting after rotated-away files, the newest line still being written, the
@@ -240,6 +241,12 @@ fn verify(path: &Path, daemon: &Daemon) -> anyhow::Result<Outcome> {
                 verified.recovered
             ));
         }
+        if verified.lost > 0 {
+            text.push_str(&format!(
+                "; {} records were lost (the daemon could not write them: see the notes)",
+                verified.lost
+            ));
+        }
         if let Some(head) = daemon.head() {
             text.push_str(&format!(
                 "; it holds the last record the running daemon wrote (record {})",
@@ -271,6 +278,7 @@ fn verify_json(path: &Path, daemon: &Daemon) -> anyhow::Result<Outcome> {
         "files": files.iter().map(|file| file.display().to_string()).collect::<Vec<_>>(),
         "records": verified.records,
         "recovered": verified.recovered,
+        "lost": verified.lost,
         "holds": broken.is_none(),
         "broken": broken.as_ref().map(|broken| serde_json::json!({
             "file": broken.file.display().to_string(),

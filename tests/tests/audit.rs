@@ -370,6 +370,7 @@ async fn verify_names_the_one_line_edited_removed_or_moved() {
             "files": [untouched.display().to_string()],
             "records": lines,
             "recovered": 0,
+            "lost": 0,
             "holds": true,
             "broken": null,
             "daemon": null,
@@ -686,7 +687,8 @@ async fn a_full_disk_stops_no_call_and_status_says_how_many_records_were_lost() 
         "sh".to_owned(),
         "-c".to_owned(),
         format!(
-            "mount -t tmpfs -o size=64k tmpfs {0} && mkdir -p {0}/toold && exec \"$@\"",
+            "mount -t tmpfs -o size=64k tmpfs {0} && mkdir -p {0}/toold \
+             && head -c 16384 /dev/zero > {0}/ballast && exec \"$@\"",
             state.path().display()
         ),
         "sh".to_owned(),
@@ -733,6 +735,53 @@ async fn a_full_disk_stops_no_call_and_status_says_how_many_records_were_lost() 
     assert!(
         text.contains("FAILING:") && text.contains("records lost"),
         "{text}"
+    );
+
+    // Room again: the next write says, in the log itself, how many records were lost and
+    // since when, and `verify` reports the gap (the chain holds around it).
+    let lost = audit["lost"].as_u64().unwrap_or(0);
+    let inside = PathBuf::from(format!("/proc/{}/root", daemon.pid())).join(
+        state
+            .path()
+            .strip_prefix("/")
+            .expect("an absolute temporary directory"),
+    );
+    std::fs::remove_file(inside.join("ballast")).expect("the ballast, through the daemon's root");
+    let response = client
+        .execute(
+            &session,
+            json!([{"id": "after", "name": "read_file", "arguments": {"path": "a.txt"}}]),
+        )
+        .await;
+    assert_eq!(outcome(results(&response)[0]), "ok", "{response}");
+    let log = inside.join("toold/audit.jsonl");
+    let gaps: Vec<Value> = records(&log)
+        .into_iter()
+        .filter(|record| record["kind"] == "records_lost")
+        .collect();
+    assert_eq!(gaps.len(), 1, "{gaps:?}");
+    assert_eq!(gaps[0]["count"].as_u64(), Some(lost), "{gaps:?}");
+    assert!(
+        gaps[0]["since"].is_string()
+            && gaps[0]["why"]
+                .as_str()
+                .is_some_and(|why| why.contains("No space left"))
+    );
+    assert!(
+        calls(&log).iter().any(|call| call["call_id"] == "after"),
+        "the call after the gap is recorded"
+    );
+    let log_arg = log.display().to_string();
+    let (code, verified) = verify_json(&daemon, &["--log", &log_arg]);
+    assert_eq!(code, Some(0), "{verified:#}");
+    assert_eq!(verified["lost"].as_u64(), Some(lost), "{verified:#}");
+    assert!(
+        verified["notes"]
+            .as_array()
+            .is_some_and(|notes| notes.iter().any(|note| note
+                .as_str()
+                .is_some_and(|note| note.contains("lost since")))),
+        "{verified:#}"
     );
 }
 

@@ -107,6 +107,31 @@ pub struct AuditLog {
     /// Told when the queue stops being empty: what wakes [`flush_in_background`], so that an
     /// idle daemon is not woken to find nothing to write.
     queued: Arc<Notify>,
+    /// Records lost since the last write that succeeded: the next write starts with a
+    /// `records_lost` record saying so, so that the file itself shows the gap.
+    gap: Mutex<Option<Gap>>,
+}
+
+/// Records lost in a row: how many, since when, and the last reason.
+#[derive(Debug, Clone)]
+struct Gap {
+    count: u64,
+    since: String,
+    why: String,
+}
+
+impl Gap {
+    /// The `records_lost` record: `{"kind":"records_lost","ts","count","since","why"}`.
+    fn render(&self) -> String {
+        serde_json::json!({
+            "kind": "records_lost",
+            "ts": record::now(),
+            "count": self.count,
+            "since": self.since,
+            "why": self.why,
+        })
+        .to_string()
+    }
 }
 
 #[derive(Default)]
@@ -163,6 +188,7 @@ impl AuditLog {
             lost: AtomicU64::new(0),
             last_error: Mutex::new(None),
             queued: Arc::new(Notify::new()),
+            gap: Mutex::new(None),
         }
     }
 
@@ -246,14 +272,23 @@ impl AuditLog {
                         return;
                     }
                 }
+                // Records lost before these are said first, in the same append.
+                let gap = self.gap.lock_unpoisoned().take();
+                let mut records = records;
+                if let Some(gap) = &gap {
+                    records.insert(0, gap.render());
+                }
                 let appended = open.append(&records);
                 *self.head.lock_unpoisoned() = open.head();
                 match appended {
                     Ok(()) => {
-                        self.written.fetch_add(count, Ordering::Relaxed);
+                        let gap_record = u64::from(gap.is_some());
+                        self.written
+                            .fetch_add(count + gap_record, Ordering::Relaxed);
                     }
                     Err(err) => {
                         drop(file);
+                        *self.gap.lock_unpoisoned() = gap;
                         self.lose(count, format!("cannot write the audit log: {err}"));
                     }
                 }
@@ -290,6 +325,16 @@ impl AuditLog {
     fn lose(&self, count: u64, why: String) {
         let lost = self.lost.fetch_add(count, Ordering::Relaxed) + count;
         tracing::error!(lost_now = count, lost_in_all = lost, %why, "audit records lost");
+        {
+            let mut gap = self.gap.lock_unpoisoned();
+            let gap = gap.get_or_insert_with(|| Gap {
+                count: 0,
+                since: record::now(),
+                why: String::new(),
+            });
+            gap.count += count;
+            gap.why.clone_from(&why);
+        }
         *self.last_error.lock_unpoisoned() = Some(why);
     }
 

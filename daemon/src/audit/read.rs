@@ -90,6 +90,10 @@ pub struct Verified {
     pub records: u64,
     /// Torn lines a restart covered with a `recovered` record.
     pub recovered: u64,
+    /// Records the daemon could not write (a full or failing disk), as the `records_lost`
+    /// records it wrote once writing resumed say: gaps in what the log holds, not breaks in
+    /// its chain.
+    pub lost: u64,
     /// Notes that are not breaks: the chain starts after rotated-away files, the newest line
     /// is still being written.
     pub notes: Vec<String>,
@@ -117,6 +121,8 @@ struct Parsed {
     covers: Option<String>,
     /// A `log_replaced` record's `found`.
     found: Option<String>,
+    /// A `records_lost` record's `count`, `since` and `why`.
+    lost: Option<(u64, String, String)>,
     hash: String,
 }
 
@@ -138,6 +144,18 @@ fn parse(line: Line) -> Parsed {
         kind: text("kind"),
         covers: text("covers"),
         found: text("found"),
+        lost: value
+            .as_ref()
+            .and_then(|value| value.get("count"))
+            .and_then(Value::as_u64)
+            .filter(|_| text("kind").as_deref() == Some("records_lost"))
+            .map(|count| {
+                (
+                    count,
+                    text("since").unwrap_or_default(),
+                    text("why").unwrap_or_default(),
+                )
+            }),
         hash: sha256_hex(&line.bytes),
         line,
     }
@@ -170,6 +188,7 @@ pub fn check_against(path: &Path, head: Option<&AuditHead>) -> (Verified, Option
         files: files(path).len(),
         records: 0,
         recovered: 0,
+        lost: 0,
         notes: Vec::new(),
     };
     let broken = walk(path, &mut verified, head).err();
@@ -322,6 +341,15 @@ fn walk(path: &Path, verified: &mut Verified, head: Option<&AuditHead>) -> Resul
             None => {}
         }
         verified.records += 1;
+        if let Some((count, since, why)) = &current.lost {
+            verified.lost += count;
+            verified.notes.push(format!(
+                "{}: {count} record{} lost since {since}, which the daemon could not write ({why}); \
+                 the log does not hold them, and its chain holds around the gap",
+                current.line.place(),
+                if *count == 1 { " was" } else { "s were" },
+            ));
+        }
         if head.is_some_and(|head| current.seq == Some(head.seq)) {
             at_head = Some((current.hash.clone(), current.line.clone()));
         }
