@@ -374,31 +374,15 @@ fn for_people(record: &Value) -> String {
     let ts = text("ts");
     let session = text("session");
     match record["kind"].as_str() {
+        Some("call_decided") => format!(
+            "{ts}  {session}  {} {} {}  → runs  [{}]",
+            text("call_id"),
+            text("tool"),
+            render::compact_json(&record["arguments"]),
+            decided_by(&record["decision"])
+        ),
         Some("call") => {
-            let decision = &record["decision"];
-            let by = match decision["by"].as_str() {
-                Some("approver") => {
-                    let approver = &decision["approver"];
-                    format!(
-                        "{} by {} (pid {}, uid {})",
-                        decision["answer"].as_str().unwrap_or("answered"),
-                        approver["client_name"].as_str().unwrap_or("an approver"),
-                        approver["pid"],
-                        approver["uid"]
-                    )
-                }
-                Some(by) => {
-                    let mut by = format!("{by}: {}", decision["step"].as_str().unwrap_or(""));
-                    if let Some(rule) = decision["rule"].as_str() {
-                        by.push_str(&format!(" {rule}"));
-                    }
-                    if let Some(answer) = decision["answer"].as_str() {
-                        by.push_str(&format!(" ({answer})"));
-                    }
-                    by
-                }
-                None => "not judged".to_owned(),
-            };
+            let by = decided_by(&record["decision"]);
             let exit = match record["exit_code"].as_i64() {
                 Some(code) => format!(", exit {code}"),
                 None => String::new(),
@@ -425,5 +409,33 @@ fn for_people(record: &Value) -> String {
             )
         }
         None => render::compact_json(record),
+    }
+}
+
+/// Who decided a call, from its record's `decision`: an approver's answer and identity, or the
+/// decider and step (with the rule and the answer given).
+fn decided_by(decision: &Value) -> String {
+    match decision["by"].as_str() {
+        Some("approver") => {
+            let approver = &decision["approver"];
+            format!(
+                "{} by {} (pid {}, uid {})",
+                decision["answer"].as_str().unwrap_or("answered"),
+                approver["client_name"].as_str().unwrap_or("an approver"),
+                approver["pid"],
+                approver["uid"]
+            )
+        }
+        Some(by) => {
+            let mut by = format!("{by}: {}", decision["step"].as_str().unwrap_or(""));
+            if let Some(rule) = decision["rule"].as_str() {
+                by.push_str(&format!(" {rule}"));
+            }
+            if let Some(answer) = decision["answer"].as_str() {
+                by.push_str(&format!(" ({answer})"));
+            }
+            by
+        }
+        None => "not judged".to_owned(),
     }
 }

@@ -56,6 +56,26 @@ impl CallRecord<'_> {
     pub const KIND: &'static str = "call";
 }
 
+/// A call about to run, as decided: written before a call that may change something runs,
+/// so that what ran, and who allowed it, is on disk even when the daemon dies during the call.
+/// The call's [`CallRecord`] follows when it ends.
+#[derive(Debug, Serialize)]
+pub struct DecidedRecord<'a> {
+    pub kind: &'static str,
+    pub ts: String,
+    pub session: &'a str,
+    pub batch: &'a str,
+    pub call_id: &'a str,
+    pub tool: &'a str,
+    /// The arguments the call runs with.
+    pub arguments: RecordedArguments<'a>,
+    pub decision: Option<&'a DecisionRecord>,
+}
+
+impl DecidedRecord<'_> {
+    pub const KIND: &'static str = "call_decided";
+}
+
 /// A session created, updated or closed, or a grant recorded.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SessionChange {

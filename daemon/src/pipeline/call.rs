@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use toold_protocol::{
     AlwaysRule, ApprovalDecision, ApprovalRequestParams, ApprovalResolved, ArgumentsReplaced,
     CallEnded, CallOutcome, CallStart, ErrorType, Escalation, PostToolUseParams,
-    PreToolUseDecision, PreToolUseParams, ReplacedBy, ResolvedBy, ToolCall,
+    PreToolUseDecision, PreToolUseParams, ReplacedBy, ResolvedBy, Safety, ToolCall,
     ToolOutput as OutputEvent, ToolProgress, ToolResult,
 };
 
@@ -20,7 +20,7 @@ use super::preview;
 use super::session::{Session, SessionState};
 use crate::approval::{ApprovalReply, ApproverIdentity};
 use crate::audit::record::{Arguments, RecordedArguments};
-use crate::audit::{self, CallRecord, DecisionRecord, SessionChange};
+use crate::audit::{self, CallRecord, DecidedRecord, DecisionRecord, SessionChange};
 use crate::env::Env;
 use crate::events::EventBody;
 use crate::paths::ResolvedPath;
@@ -243,7 +243,29 @@ async fn pipeline(
     if let Err(result) = step_recheck(scope, call, &resolved) {
         return result;
     }
+    // A call that may change something is on disk, with who allowed it, before it runs.
+    if resolved.definition().safety != Safety::ReadOnly {
+        record_decided(scope, call, &resolved, trail);
+    }
     step_execute(scope, resolved, env, judged, cancel).await
+}
+
+/// The call's `call_decided` record, written before it runs.
+fn record_decided(scope: &CallScope, call: &ToolCall, resolved: &ResolvedCall, trail: &Trail) {
+    let audit = &scope.executor.audit;
+    if !audit.is_on() {
+        return;
+    }
+    audit.decided(&DecidedRecord {
+        kind: DecidedRecord::KIND,
+        ts: audit::record::now(),
+        session: scope.session.id(),
+        batch: &scope.batch_id,
+        call_id: &call.id,
+        tool: &call.name,
+        arguments: RecordedArguments::new(Arguments::Replaced(&resolved.arguments), audit.mode()),
+        decision: trail.decision.as_ref(),
+    });
 }
 
 /// Step 2: registered, visible to the session, arguments valid for the schema.
