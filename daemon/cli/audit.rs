@@ -78,13 +78,11 @@ pub fn audit(args: AuditArgs) -> anyhow::Result<Outcome> {
             if toold::audit::read::files(&path).is_empty() {
                 return Err(no_log(&path));
             }
-            // The daemon first, the file after: records the daemon writes meanwhile come
-            // after the head it reported, and the head is in the file however late it is read.
-            let daemon = daemon_head(&path, &verify_args.address);
+            let (daemon, verified, broken) = checked(&path, &verify_args.address);
             if args.json {
-                verify_json(&path, &daemon)
+                verify_json(&path, &daemon, &verified, broken.as_ref())
             } else {
-                verify(&path, &daemon)
+                verify(&daemon, &verified, broken.as_ref())
             }
         }
         None => list(&path, &args),
@@ -100,6 +98,29 @@ fn no_log(path: &std::path::Path) -> anyhow::Error {
          `toold audit` there",
         path.display()
     )
+}
+
+/// `verify`'s check: the file's chain, its seal, and against the running daemon. The daemon
+/// is asked first and the file read after: records the daemon writes meanwhile come after the
+/// head it reported, and that head is in the file however late it is read. Then it is asked
+/// again: a record past its new head is one the daemon never wrote (another program appended
+/// it, chained or not).
+fn checked(
+    path: &Path,
+    address: &DaemonAddress,
+) -> (
+    Daemon,
+    toold::audit::read::Verified,
+    Option<toold::audit::read::Broken>,
+) {
+    let daemon = daemon_head(path, address);
+    let (verified, broken) = toold::audit::read::check_against(path, daemon.head());
+    let broken = broken.or_else(|| {
+        let later = daemon_head(path, address);
+        let head = later.head()?;
+        toold::audit::read::written_after(path, head).err()
+    });
+    (daemon, verified, broken)
 }
 
 /// What the running daemon says about the log being verified.
@@ -228,8 +249,11 @@ fn same_file(a: &Path, b: &Path) -> bool {
     }
 }
 
-fn verify(path: &Path, daemon: &Daemon) -> anyhow::Result<Outcome> {
-    let (verified, broken) = toold::audit::read::check_against(path, daemon.head());
+fn verify(
+    daemon: &Daemon,
+    verified: &toold::audit::read::Verified,
+    broken: Option<&toold::audit::read::Broken>,
+) -> anyhow::Result<Outcome> {
     let Some(broken) = broken else {
         let mut text = format!(
             "the audit log's chain holds: {} records in {} files",
@@ -268,9 +292,13 @@ fn verify(path: &Path, daemon: &Daemon) -> anyhow::Result<Outcome> {
 }
 
 /// `verify --json`: the same check, as one object for a program.
-fn verify_json(path: &Path, daemon: &Daemon) -> anyhow::Result<Outcome> {
+fn verify_json(
+    path: &Path,
+    daemon: &Daemon,
+    verified: &toold::audit::read::Verified,
+    broken: Option<&toold::audit::read::Broken>,
+) -> anyhow::Result<Outcome> {
     let files = toold::audit::read::files(path);
-    let (verified, broken) = toold::audit::read::check_against(path, daemon.head());
     let mut notes = verified.notes.clone();
     notes.extend(daemon.note());
     let report = serde_json::json!({
@@ -280,7 +308,7 @@ fn verify_json(path: &Path, daemon: &Daemon) -> anyhow::Result<Outcome> {
         "recovered": verified.recovered,
         "lost": verified.lost,
         "holds": broken.is_none(),
-        "broken": broken.as_ref().map(|broken| serde_json::json!({
+        "broken": broken.map(|broken| serde_json::json!({
             "file": broken.file.display().to_string(),
             "line": broken.line,
             "reason": broken.why,

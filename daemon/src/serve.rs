@@ -195,7 +195,7 @@ pub fn serve(args: ServeArgs) -> Result<(), ServeError> {
         let _ = systemd::notify_status(&format!("serving on {place}"));
         let _ = systemd::notify_ready();
         run(listener, daemon, options, shutdown).await;
-        audit.flush();
+        audit.seal_at_stop();
         mcp.stop_all().await;
         if let Some(bound) = bound {
             bound.remove();

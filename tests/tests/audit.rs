@@ -465,6 +465,42 @@ async fn the_running_daemon_tells_verify_its_last_record_and_reopens_a_log_repla
     let (code, text) = toold_audit(&daemon, &["verify"]);
     assert_eq!(code, Some(0), "{text}");
 
+    // A record forged after the daemon's last, chained as the daemon would chain it: the
+    // chain holds, but the daemon never wrote it.
+    let whole = std::fs::read(&log).expect("the log");
+    let last_line = whole[..whole.len() - 1]
+        .rsplit(|&byte| byte == b'\n')
+        .next()
+        .expect("a last line");
+    let forged = format!(
+        "{{\"seq\":{},\"kind\":\"call\",\"ts\":\"2026-01-01T00:00:00.000Z\",\"session\":\"s_x\",\"prev\":\"{}\"}}\n",
+        written + 1,
+        toold::audit::record::sha256_hex(last_line)
+    );
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&log)
+        .expect("the log")
+        .write_all(forged.as_bytes())
+        .expect("forge");
+    let (code, text) = toold_audit(&daemon, &["verify"]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains(&format!(
+            "record {} was not written by the running daemon",
+            written + 1
+        )),
+        "{text}"
+    );
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&log)
+        .expect("the log")
+        .set_len(whole.len() as u64)
+        .expect("the forged line cut");
+    let (code, text) = toold_audit(&daemon, &["verify"]);
+    assert_eq!(code, Some(0), "{text}");
+
     // `sed -i` writes a new file and renames it over the log: the daemon's next records go to
     // the file at the path, after a `log_replaced` record.
     let sed = std::process::Command::new("sed")
@@ -936,4 +972,54 @@ async fn a_call_is_recorded_as_decided_before_it_runs() {
     daemon.start_again();
     let (code, text) = toold_audit(&daemon, &["verify"]);
     assert_eq!(code, Some(0), "{text}");
+}
+
+/// The newest records cut while the daemon is stopped: its seal, written at its stop, shows
+/// the cut to `verify` with no daemon running, and the next start records it.
+#[tokio::test]
+async fn records_cut_while_the_daemon_is_stopped_are_seen_by_its_seal() {
+    let mut daemon = TestDaemon::start();
+    let work = daemon.work();
+    let client =
+        TestClient::connect(&daemon.socket(), Framing::Ndjson, json!({}), no_answers()).await;
+    let session = client.create_session(&work, json!({})).await;
+    for n in 0..5 {
+        client
+            .execute(
+                &session,
+                json!([{"id": format!("f{n}"), "name": "find_files", "arguments": {"pattern": "*"}}]),
+            )
+            .await;
+    }
+    drop(client);
+    daemon.stop();
+    let log = audit_path(&daemon);
+    let seal: Value = serde_json::from_slice(
+        &std::fs::read(toold::audit::seal_path(&log)).expect("the seal written at the stop"),
+    )
+    .expect("JSON");
+    assert_eq!(seal["at"], "stop", "{seal}");
+    let (code, text) = toold_audit(&daemon, &["verify"]);
+    assert_eq!(code, Some(0), "{text}");
+
+    let lines = records(&log);
+    let text = std::fs::read_to_string(&log).expect("the log");
+    let kept: Vec<&str> = text.lines().take(lines.len() - 2).collect();
+    std::fs::write(&log, kept.join("\n") + "\n").expect("cut");
+    let (code, text) = toold_audit(&daemon, &["verify"]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("sealed at the daemon's stop") && text.contains("2 records missing"),
+        "{text}"
+    );
+    daemon.start_again();
+    let (code, text) = toold_audit(&daemon, &["verify"]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("no longer held record"), "{text}");
+    assert!(
+        records(&log)
+            .iter()
+            .any(|record| record["kind"] == "seal_broken"),
+        "the start recorded it"
+    );
 }

@@ -78,8 +78,16 @@ impl AuditFile {
             log.last_hash = record::sha256_hex(line);
             log.next_seq = seq_of(line).map_or(1, |seq| seq + 1);
         }
-        let Some(torn) = tail.torn else {
-            return Ok((log, None));
+        let recovered = log.recover(tail.torn)?;
+        log.check_seal()?;
+        log.seal("start");
+        Ok((log, recovered))
+    }
+
+    /// Covers a torn last line (a kill in the middle of an append) with a `recovered` record.
+    fn recover(&mut self, torn: Option<Vec<u8>>) -> io::Result<Option<u64>> {
+        let Some(torn) = torn else {
+            return Ok(None);
         };
         // The torn bytes stay; a newline ends them, and a `recovered` record covers them: its
         // `prev` is their hash, its `covers` the hash of the last whole line before them. One
@@ -88,12 +96,83 @@ impl AuditFile {
             "kind": "recovered",
             "ts": record::now(),
             "torn_bytes": torn.len(),
-            "covers": log.last_hash,
+            "covers": self.last_hash,
         });
         let body = serde_json::to_string(&recovered).map_err(io::Error::other)?;
-        log.last_hash = record::sha256_hex(&torn);
-        log.append_after(b"\n", &[body])?;
-        Ok((log, Some(torn.len() as u64)))
+        self.last_hash = record::sha256_hex(&torn);
+        self.append_after(b"\n", &[body])?;
+        Ok(Some(torn.len() as u64))
+    }
+
+    /// At the open: whether the log still holds the record the daemon sealed last (when it
+    /// stopped, rotated or started). When it does not (its newest records were cut, or
+    /// rewritten, while no daemon ran), a `seal_broken` record says so, chained from what the
+    /// log ends with now, and the daemon logs it: `verify` reports the break there.
+    fn check_seal(&mut self) -> io::Result<()> {
+        let Some(seal) = read_seal(&self.path) else {
+            return Ok(());
+        };
+        let holds = self.next_seq > seal.seq
+            && (self.next_seq - 1 == seal.seq && self.last_hash == seal.hash
+                || record_hash(&self.path, seal.seq).as_deref() == Some(seal.hash.as_str()));
+        if holds {
+            return Ok(());
+        }
+        let last = self.next_seq.saturating_sub(1);
+        tracing::error!(
+            sealed_seq = seal.seq,
+            sealed_at = %seal.at,
+            last_seq = last,
+            path = %self.path.display(),
+            "the audit log does not hold the record sealed when the daemon last started, rotated \
+             or stopped: its newest records were cut or rewritten while no daemon ran"
+        );
+        let body = serde_json::json!({
+            "kind": "seal_broken",
+            "ts": record::now(),
+            "sealed": seal,
+            "last_seq": last,
+        });
+        let body = serde_json::to_string(&body).map_err(io::Error::other)?;
+        self.append(&[body])
+    }
+
+    /// Writes the seal of the log's head now (`at`: `start`, `rotation` or `stop`): to a
+    /// temporary file renamed over `audit.jsonl.head`, so that a reader finds the old seal or
+    /// the new one whole; and to the daemon's log (the journal, under systemd), where a
+    /// program of the same user cannot change it afterwards. A seal that cannot be written is
+    /// logged and the log goes on.
+    pub(super) fn seal(&self, at: &str) {
+        let Some(head) = self.head() else {
+            return;
+        };
+        let seal = Seal {
+            seq: head.seq,
+            hash: head.hash,
+            ts: record::now(),
+            at: at.to_owned(),
+        };
+        tracing::info!(seq = seal.seq, hash = %seal.hash, at, "audit log sealed");
+        let path = seal_path(&self.path);
+        let mut temporary = path.as_os_str().to_owned();
+        temporary.push(".tmp");
+        let written = serde_json::to_vec(&seal)
+            .map_err(io::Error::other)
+            .and_then(|bytes| {
+                let mut file = OpenOptions::new()
+                    .write(true)
+                    .create(true)
+                    .truncate(true)
+                    .mode(0o600)
+                    .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
+                    .open(&temporary)?;
+                file.write_all(&bytes)?;
+                file.sync_data()?;
+                std::fs::rename(&temporary, &path)
+            });
+        if let Err(err) = written {
+            tracing::error!(%err, path = %path.display(), "cannot write the audit log's seal");
+        }
     }
 
     /// The last record written (or found at the open), when there is one: the chain's head.
@@ -236,6 +315,7 @@ impl AuditFile {
         std::fs::rename(&self.path, rotated(&self.path, 1))?;
         self.reopen = true;
         self.open_successor();
+        self.seal("rotation");
         Ok(())
     }
 
@@ -310,6 +390,31 @@ pub(super) fn rotated(path: &Path, n: usize) -> PathBuf {
     PathBuf::from(name)
 }
 
+/// Where the log's seal is: `audit.jsonl.head`, beside it.
+pub fn seal_path(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".head");
+    PathBuf::from(name)
+}
+
+/// The head the daemon last sealed: the record the log held last when the daemon started,
+/// rotated it or stopped, kept outside the log so that cutting the log's newest records, or
+/// rewriting them, while the daemon is stopped shows at its next start and in `verify`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Seal {
+    pub seq: u64,
+    pub hash: String,
+    pub ts: String,
+    /// `start`, `rotation` or `stop`.
+    pub at: String,
+}
+
+/// The seal of the log at `path`, when there is one that can be read.
+pub fn read_seal(path: &Path) -> Option<Seal> {
+    let text = std::fs::read(seal_path(path)).ok()?;
+    serde_json::from_slice(&text).ok()
+}
+
 fn open_for_append(path: &Path) -> io::Result<File> {
     // Never through a symlink, and only a regular file: the log is toold's own.
     let file = OpenOptions::new()
@@ -377,4 +482,39 @@ fn last_line(file: &mut File, size: u64) -> io::Result<Tail> {
 pub(super) fn seq_of(line: &[u8]) -> Option<u64> {
     let value: Value = serde_json::from_slice(line).ok()?;
     value.get("seq")?.as_u64()
+}
+
+/// The hash of record `seq` in the log at `path`, when it is there: looked for in the file
+/// that holds it (the newest whose first record is not after it), by the `{"seq":N,` each
+/// line starts with.
+fn record_hash(path: &Path, seq: u64) -> Option<String> {
+    let prefix = format!("{{\"seq\":{seq},");
+    let mut numbers = rotated_numbers(path);
+    numbers.reverse();
+    let newest_first =
+        std::iter::once(path.to_owned()).chain(numbers.into_iter().map(|n| rotated(path, n)));
+    for file in newest_first {
+        let Ok(file) = File::open(&file) else {
+            continue;
+        };
+        let mut lines = io::BufRead::split(io::BufReader::new(file), b'\n').map_while(Result::ok);
+        let Some(first) = lines.next() else {
+            continue;
+        };
+        let first_seq = seq_of(&first);
+        if first_seq.is_some_and(|first| first > seq) {
+            continue;
+        }
+        let found = std::iter::once(first)
+            .chain(lines)
+            .find(|line| line.starts_with(prefix.as_bytes()));
+        match found {
+            Some(line) => return Some(record::sha256_hex(&line)),
+            // A file that starts before the record and does not hold it: nothing older does.
+            None if first_seq.is_some() => return None,
+            // A file torn in its first line (a rotation a kill cut short): the older ones.
+            None => {}
+        }
+    }
+    None
 }

@@ -21,6 +21,8 @@
 
 mod file;
 pub mod read;
+
+pub use file::{Seal, read_seal, seal_path};
 pub mod record;
 
 use std::path::{Path, PathBuf};
@@ -345,6 +347,15 @@ impl AuditLog {
             gap.why.clone_from(&why);
         }
         *self.last_error.lock_unpoisoned() = Some(why);
+    }
+
+    /// At the daemon's stop: everything queued written, and the head sealed
+    /// ([`file::AuditFile::seal`]).
+    pub fn seal_at_stop(&self) {
+        self.flush();
+        if let Some(file) = self.file.lock_unpoisoned().as_ref() {
+            file.seal("stop");
+        }
     }
 
     /// The log's state as `initialize` reports it (and `toold status` shows it).

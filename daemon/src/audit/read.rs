@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 use toold_protocol::AuditHead;
 
-use super::file::{GENESIS, rotated, rotated_numbers};
+use super::file::{GENESIS, Seal, read_seal, rotated, rotated_numbers};
 use super::record::sha256_hex;
 
 /// One line of the log and where it is.
@@ -123,6 +123,8 @@ struct Parsed {
     found: Option<String>,
     /// A `records_lost` record's `count`, `since` and `why`.
     lost: Option<(u64, String, String)>,
+    /// A `seal_broken` record's `sealed` seal.
+    sealed: Option<Seal>,
     hash: String,
 }
 
@@ -156,6 +158,10 @@ fn parse(line: Line) -> Parsed {
                     text("why").unwrap_or_default(),
                 )
             }),
+        sealed: value
+            .as_ref()
+            .filter(|_| text("kind").as_deref() == Some("seal_broken"))
+            .and_then(|value| serde_json::from_value(value.get("sealed")?.clone()).ok()),
         hash: sha256_hex(&line.bytes),
         line,
     }
@@ -218,6 +224,9 @@ fn walk(path: &Path, verified: &mut Verified, head: Option<&AuditHead>) -> Resul
     let mut previous: Option<Parsed> = None;
     // The log's record of the head's `seq`, when the log holds it: its hash and line.
     let mut at_head: Option<(String, Line)> = None;
+    // The same for the seal the daemon last wrote (at its start, a rotation or its stop).
+    let seal = read_seal(path);
+    let mut at_seal: Option<(String, Line)> = None;
     while let Some(current) = next(&mut rest)? {
         let previous_hash = previous
             .as_ref()
@@ -340,6 +349,23 @@ fn walk(path: &Path, verified: &mut Verified, head: Option<&AuditHead>) -> Resul
             }
             None => {}
         }
+        if let Some(sealed) = &current.sealed {
+            return Err(broken(
+                &current.line,
+                &format!(
+                    "at its start the daemon found that the log no longer held record {} \
+                     (sealed at its {} at {}): the log's newest records were cut or rewritten \
+                     while no daemon ran{}",
+                    sealed.seq, sealed.at, sealed.ts, ON_PURPOSE
+                ),
+            ));
+        }
+        if seal
+            .as_ref()
+            .is_some_and(|seal| current.seq == Some(seal.seq))
+        {
+            at_seal = Some((current.hash.clone(), current.line.clone()));
+        }
         verified.records += 1;
         if let Some((count, since, why)) = &current.lost {
             verified.lost += count;
@@ -354,6 +380,9 @@ fn walk(path: &Path, verified: &mut Verified, head: Option<&AuditHead>) -> Resul
             at_head = Some((current.hash.clone(), current.line.clone()));
         }
         previous = Some(current);
+    }
+    if let Some(seal) = &seal {
+        check_seal(path, seal, at_seal, previous.as_ref())?;
     }
     let Some(head) = head else {
         return Ok(());
@@ -389,6 +418,76 @@ fn walk(path: &Path, verified: &mut Verified, head: Option<&AuditHead>) -> Resul
             why: format!(
                 "the log holds no record, but the daemon wrote {} ({} records missing)",
                 head.seq, head.seq
+            ),
+        }),
+    }
+}
+
+/// That the log holds no record past `head`, the last one the running daemon wrote when it
+/// was asked after the log was read: such a record is one the daemon never wrote, appended by
+/// another program (its chain may well hold).
+pub fn written_after(path: &Path, head: &AuditHead) -> Result<(), Broken> {
+    for line in lines(path) {
+        let Ok(line) = line else {
+            continue;
+        };
+        let parsed = parse(line);
+        if let Some(seq) = parsed.seq.filter(|seq| *seq > head.seq) {
+            return Err(broken(
+                &parsed.line,
+                &format!(
+                    "record {seq} was not written by the running daemon (the last record it \
+                     wrote is record {}): another program appended it",
+                    head.seq
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// What to do when the log was removed or cut on purpose, said with a broken seal.
+const ON_PURPOSE: &str = " (if you removed or cut the log on purpose, remove its seal, \
+     audit.jsonl.head, with it)";
+
+/// The log holds the record its seal names, as sealed: a log that ends before it, or holds
+/// another record in its place, was cut or rewritten after the seal was written (while the
+/// daemon was stopped, when the seal is its stop's).
+fn check_seal(
+    path: &Path,
+    seal: &Seal,
+    at_seal: Option<(String, Line)>,
+    last: Option<&Parsed>,
+) -> Result<(), Broken> {
+    let sealed = format!("sealed at the daemon's {} at {}", seal.at, seal.ts);
+    match (at_seal, last) {
+        (Some((hash, _)), _) if hash == seal.hash => Ok(()),
+        (Some((_, line)), _) => Err(broken(
+            &line,
+            &format!(
+                "record {} is not the record {sealed}: the log was rewritten{ON_PURPOSE}",
+                seal.seq
+            ),
+        )),
+        (None, Some(last)) if last.seq.is_some_and(|seq| seq < seal.seq) => {
+            let missing = seal.seq - last.seq.unwrap_or(0);
+            Err(broken(
+                &last.line,
+                &format!(
+                    "the log ends before record {}, {sealed}{}: its newest records were cut{ON_PURPOSE}",
+                    seal.seq,
+                    records_missing(missing)
+                ),
+            ))
+        }
+        (None, Some(_)) => Ok(()),
+        (None, None) => Err(Broken {
+            place: path.display().to_string(),
+            file: path.to_owned(),
+            line: None,
+            why: format!(
+                "the log holds no record, but its seal names record {}, {sealed}{ON_PURPOSE}",
+                seal.seq
             ),
         }),
     }

@@ -491,3 +491,49 @@ fn a_replaced_file_ending_in_a_torn_line_gets_its_newline() {
     let broken = verify(&path).expect_err("not the daemon's end");
     assert_eq!(broken.line, Some(5), "{broken}");
 }
+
+/// The newest records cut while no daemon ran: the seal written at the stop shows it, to
+/// `verify` at once and to the next start, which says so in a `seal_broken` record.
+#[test]
+fn records_cut_while_the_daemon_was_stopped_break_the_seal() {
+    let (_dir, path) = temp_log();
+    let log = AuditLog::open(&path, &config(1 << 20));
+    record_some(&log, 10);
+    log.seal_at_stop();
+    drop(log);
+    let seal = super::read_seal(&path).expect("a seal");
+    assert_eq!((seal.seq, seal.at.as_str()), (10, "stop"));
+    verify(&path).expect("an untouched log verifies against its seal");
+    // A stop and a start with nothing cut: still whole.
+    let log = AuditLog::open(&path, &config(1 << 20));
+    record_some(&log, 2);
+    log.seal_at_stop();
+    drop(log);
+    verify(&path).expect("stopped and started again");
+
+    // The last three lines cut, each line's chain still whole.
+    let lines = all_lines(&path);
+    let kept = lines[..lines.len() - 3].join("\n") + "\n";
+    std::fs::write(&path, kept).unwrap();
+    let broken = verify(&path).expect_err("cut below the seal");
+    assert!(
+        broken.why.contains("ends before record 12") && broken.why.contains("3 records missing"),
+        "{broken}"
+    );
+    // A well-chained record appended in place of the cut ones does not stand in for record 12.
+    let log = AuditLog::open(&path, &config(1 << 20));
+    record_some(&log, 1);
+    drop(log);
+    let records: Vec<Value> = all_lines(&path)
+        .iter()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let sealed = records
+        .iter()
+        .find(|record| record["kind"] == "seal_broken")
+        .expect("a seal_broken record at the next start");
+    assert_eq!(sealed["sealed"]["seq"], 12, "{sealed}");
+    assert_eq!(sealed["last_seq"], 9, "{sealed}");
+    let broken = verify(&path).expect_err("the start found the seal broken");
+    assert!(broken.why.contains("no longer held record 12"), "{broken}");
+}
