@@ -863,3 +863,77 @@ async fn status_shows_every_root() {
     assert!(text.contains(&pair.root.display().to_string()), "{text}");
     assert!(text.contains("ready"), "{text}");
 }
+
+/// A filesystem mounted inside a root brings files no watch of the root sees, and a mount or
+/// unmount changes a directory without an inotify event: a root with a mount inside is
+/// answered cold (`mount_inside`), never stale, from the first query after the mount; once the
+/// mount is gone the index is built again. The daemon runs in a mount namespace of its own,
+/// where the test mounts a tmpfs (through `nsenter`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mount_inside_a_root_is_answered_cold_never_stale() {
+    let test = "a_mount_inside_a_root_is_answered_cold_never_stale";
+    let (Some(_), Some(_)) = (
+        require::program(test, "unshare", &[], "apt-get install util-linux"),
+        require::program(test, "nsenter", &[], "apt-get install util-linux"),
+    ) else {
+        return;
+    };
+    if !require::root(test) {
+        return;
+    }
+    let wrapper = ["unshare", "--mount", "--propagation", "private"].map(str::to_owned);
+    let daemon = TestDaemon::start_under(&wrapper, &[]);
+    let root = daemon.work().join("tree");
+    write(&root.join("top.rs"), "t");
+    write(&root.join("sub/below.rs"), "b");
+    let client = daemon.connect(json!({}), no_answers()).await;
+    let session = client.create_session(&root, json!({})).await;
+    let find = || async {
+        let response = client
+            .execute(
+                &session,
+                json!([{"id": "f", "name": "find_files", "arguments": {"pattern": "**/*.rs"}}]),
+            )
+            .await;
+        results(&response)[0].clone()
+    };
+    let in_daemon_namespace = |script: &str| {
+        let status = Command::new("nsenter")
+            .args(["-t", &daemon.pid().to_string(), "-m", "sh", "-c", script])
+            .status()
+            .expect("nsenter");
+        assert!(status.success(), "{script}");
+    };
+    let started = Instant::now();
+    while find().await["metadata"]["index"] != "warm" {
+        assert!(started.elapsed() < Duration::from_secs(30), "never warm");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let sub = root.join("sub");
+    in_daemon_namespace(&format!(
+        "mount -t tmpfs tmpfs '{0}' && echo i > '{0}/inside.rs'",
+        sub.display()
+    ));
+    // The first query after the mount, and every one while it stays.
+    for _ in 0..3 {
+        let found = find().await;
+        assert_eq!(text(&found), "sub/inside.rs\ntop.rs", "{found}");
+        assert_eq!(found["metadata"]["index"], "cold", "{found}");
+        assert_eq!(found["metadata"]["index_reason"], "mount_inside", "{found}");
+    }
+    // Unmounted: the directory's own file again, and warm once rebuilt.
+    in_daemon_namespace(&format!("umount '{}'", sub.display()));
+    let started = Instant::now();
+    loop {
+        let found = find().await;
+        assert_eq!(text(&found), "sub/below.rs\ntop.rs", "{found}");
+        if found["metadata"]["index"] == "warm" {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "never warm again: {found}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

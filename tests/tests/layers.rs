@@ -19,6 +19,7 @@ const DAEMON_LAYERS: &[&[&str]] = &[
         "git_config",
         "confined",
         "process_tree",
+        "secrets",
         "sandbox",
         "spawn",
         "shell",

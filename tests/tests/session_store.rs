@@ -69,7 +69,7 @@ async fn a_reader_follows_a_real_batch_through_the_log() {
         calls: vec![ToolCall::new("call_a", "run_command", json!({"command": command})).into()],
     };
     let results = executor
-        .run_batch(&session, batch, &BatchControl::new(1))
+        .run_batch(&session, batch, &BatchControl::new(1), "test")
         .await;
     assert!(results[0].result.ok, "{:?}", results[0].result);
 
@@ -152,7 +152,7 @@ async fn a_slow_reader_gets_every_byte_of_a_command_that_ends_while_it_lags() {
         calls: vec![ToolCall::new("call_a", "run_command", json!({"command": command})).into()],
     };
     let results = executor
-        .run_batch(&session, batch, &BatchControl::new(1))
+        .run_batch(&session, batch, &BatchControl::new(1), "test")
         .await;
     assert!(results[0].result.ok, "{:?}", results[0].result);
     let stdout = tokio::time::timeout(PATIENCE, follower)

@@ -485,10 +485,12 @@ fn rule_list(
             // compiled again per session.
             Rule::parse_all(text, Path::new("/"), home, Some(Path::new("/")))
                 .map_err(|error| item.fault(format!("invalid rule: {error}")))?;
-            if let Some(reason) = lint::never_matches(text, builtins, None, home)
-                .map(|reason| format!("{text:?} can never match: {reason}"))
-                .or_else(|| lint::names_an_unknown_tool(text, builtins, home))
-            {
+            // A rule that can never match is refused, as in a session: a deny rule that reads
+            // as protecting something and protects nothing is worse than none.
+            if let Some(reason) = lint::never_matches(text, builtins, None, home) {
+                return Err(item.fault(format!("{text:?} can never match: {reason}")));
+            }
+            if let Some(reason) = lint::names_an_unknown_tool(text, builtins, home) {
                 found.warnings.push(item.fault(reason));
             }
             target.push(text.to_owned());
@@ -677,6 +679,17 @@ fn matcher(field: &Field<'_, '_>) -> Result<Regex, Fault> {
             "is empty, which matches no tool; leave `matcher` out to match every tool".to_owned(),
         ));
     }
+    // `mcp__fs__*` written as a rule's tool pattern reads, as a regex, "names ending in
+    // underscores": a hook that would never run. A `*` after a name's character is refused,
+    // with the regex meant.
+    if let Some(at) = glob_star(pattern) {
+        let meant = format!("{}.*{}", &pattern[..at], &pattern[at + 1..]);
+        return Err(field.fault(format!(
+            "{pattern:?} is a regular expression matched against the whole tool name, where \
+             `*` repeats the character before it (so it matches no tool of that name's \
+             prefix): write {meant:?} to match every tool whose name starts so"
+        )));
+    }
     Regex::new(&format!("^(?:{pattern})$")).map_err(|error| {
         let hint = if pattern == "*" {
             "; leave `matcher` out to match every tool"
@@ -684,6 +697,17 @@ fn matcher(field: &Field<'_, '_>) -> Result<Regex, Fault> {
             ""
         };
         field.fault(format!("invalid regex: {}{hint}", regex_reason(&error)))
+    })
+}
+
+/// Where `pattern` has a `*` right after a character of a tool name (a letter, digit, `_`
+/// or `-`, unescaped): a glob's star in a regex.
+fn glob_star(pattern: &str) -> Option<usize> {
+    let bytes = pattern.as_bytes();
+    (1..bytes.len()).find(|&at| {
+        bytes[at] == b'*'
+            && (bytes[at - 1].is_ascii_alphanumeric() || matches!(bytes[at - 1], b'_' | b'-'))
+            && (at < 2 || bytes[at - 2] != b'\\')
     })
 }
 

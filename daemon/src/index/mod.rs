@@ -2,12 +2,13 @@
 //! and a repeated `search_code` read only the files that can match, with the answers of a cold
 //! walk. [`roots`]: the daemon's indexes, one per directory searched, synced at every query;
 //! [`files`]: a root's file list, kept current from [`watch`] (a root's inotify watches and
-//! the barrier that says what changed); [`contents`]: the trigram index of a root's files
+//! the barrier that says what changed, and [`mounts`], the mount points inside it); [`contents`]: the trigram index of a root's files
 //! ([`trigrams`]) with the overlay of files changed since, queried by [`plan`] (a regex turned
 //! into the trigrams every match must contain).
 
 pub mod contents;
 pub mod files;
+pub mod mounts;
 pub mod plan;
 pub mod roots;
 pub mod trigrams;

@@ -22,6 +22,7 @@ use toold_protocol::sync::LockUnpoisoned;
 
 use super::contents::{Contents, Selector};
 use super::files::{FileList, Limits, Listing, Stopped};
+use super::mounts::MountTable;
 use super::plan::Query;
 use super::watch::{Rebuild, RootWatch};
 
@@ -85,6 +86,9 @@ pub enum ColdReason {
     MemoryBudget,
     /// The root is on a network or FUSE filesystem, whose changes inotify does not report.
     NetworkFilesystem,
+    /// A filesystem is mounted inside the root (or was mounted or unmounted there since the
+    /// index was built): its files are not the ones the root's watches see.
+    MountInside,
     /// The glob names `.git`, whose directories the index does not hold.
     GitDirectories,
     /// The index failed (an inotify instance refused, a thread not started).
@@ -103,6 +107,7 @@ impl ColdReason {
             Self::WatchLimit => "watch_limit",
             Self::MemoryBudget => "memory_budget",
             Self::NetworkFilesystem => "network_filesystem",
+            Self::MountInside => "mount_inside",
             Self::GitDirectories => "git_directories",
             Self::Error => "error",
         }
@@ -176,6 +181,8 @@ struct Warm {
     watch: Arc<Mutex<RootWatch>>,
     list: FileList,
     outside: Outside,
+    /// The mount table, none inside the root when it was built.
+    mounts: MountTable,
     contents: ContentState,
 }
 
@@ -364,7 +371,13 @@ impl Indexes {
             State::Building => Err(ColdReason::Building),
             State::Cold { reason, retry_at } => {
                 let reason = *reason;
-                if Instant::now() >= *retry_at {
+                // A mount inside the root is not waited out: once it is gone (a read of the
+                // mount table, beside the cold walk this query makes anyway) the root is
+                // built again.
+                let unmounted = reason == ColdReason::MountInside
+                    && MountTable::open()
+                        .is_ok_and(|mut mounts| mounts.inside(&index.root).is_empty());
+                if unmounted || Instant::now() >= *retry_at {
                     index.start_build(&mut inner, config);
                 }
                 Err(reason)
@@ -623,6 +636,15 @@ impl Warm {
         if on_network_filesystem(root) {
             return Err(ColdReason::NetworkFilesystem);
         }
+        // Opened before the walk: a mount made while it runs shows at the first barrier.
+        let mut mounts = MountTable::open().map_err(|err| {
+            tracing::warn!(%err, "cannot read the mount table to index a root");
+            ColdReason::Error
+        })?;
+        if let Some(point) = mounts.inside(root).first() {
+            tracing::debug!(root = %root.display(), mount = %point.display(), "a root with a mount inside is answered cold");
+            return Err(ColdReason::MountInside);
+        }
         let watch = RootWatch::new(root, max_watches).map_err(|err| {
             tracing::warn!(root = %root.display(), %err, "cannot watch a root to index it");
             ColdReason::Error
@@ -648,6 +670,7 @@ impl Warm {
             watch,
             list,
             outside,
+            mounts,
             contents: ContentState::default(),
         })
     }
@@ -677,6 +700,11 @@ impl Warm {
         }
         if self.outside.changed() {
             return Err(ColdReason::IgnoreFilesChanged);
+        }
+        // Built with no mount inside: any mount or unmount there since changed files no watch
+        // reported.
+        if self.mounts.changed() && !self.mounts.inside(self.list.root()).is_empty() {
+            return Err(ColdReason::MountInside);
         }
         if !changes.paths.is_empty() {
             // A changed path names a file or a directory: either way, a file there may hold

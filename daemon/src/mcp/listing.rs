@@ -89,7 +89,7 @@ pub fn list(server: &McpServerConfig, tools: &[Value], cut_short: bool) -> Listi
                 continue;
             }
         };
-        if !server.tools.admits(&name) {
+        if !server.tools.admits(&server.name, &name) {
             listing.not_enabled.push(name);
             continue;
         }

@@ -239,9 +239,13 @@ impl ToolFilter {
         })
     }
 
-    /// Whether the server's tool `name` is registered.
-    pub fn admits(&self, name: &str) -> bool {
-        self.enabled.is_match(name) && !self.disabled.is_match(name)
+    /// Whether the tool `name` of server `server` is registered. A glob matches the name as
+    /// the server lists it or as toold lists it (`mcp__S__NAME`): `disabled_tools =
+    /// ["mcp__fs__delete_file"]`, written as `tools/list` shows the tool, leaves it out too.
+    pub fn admits(&self, server: &str, name: &str) -> bool {
+        let listed = names::qualified_tool_name(server, name);
+        let matched = |set: &GlobSet| set.is_match(name) || set.is_match(&listed);
+        matched(&self.enabled) && !matched(&self.disabled)
     }
 }
 
@@ -266,19 +270,27 @@ mod tests {
 
     #[test]
     fn the_default_filter_admits_every_tool_and_disabled_globs_win() {
-        assert!(ToolFilter::default().admits("anything"));
+        assert!(ToolFilter::default().admits("fs", "anything"));
         let filter = ToolFilter::new(
             &["read_*".to_owned(), "list".to_owned()],
             &["read_secret*".to_owned()],
         )
         .unwrap();
-        assert!(filter.admits("read_file"));
-        assert!(filter.admits("list"));
-        assert!(!filter.admits("read_secrets"));
-        assert!(!filter.admits("write_file"));
-        assert!(!filter.admits("listing"));
+        assert!(filter.admits("fs", "read_file"));
+        assert!(filter.admits("fs", "list"));
+        assert!(!filter.admits("fs", "read_secrets"));
+        assert!(!filter.admits("fs", "write_file"));
+        assert!(!filter.admits("fs", "listing"));
         let none = ToolFilter::new(&[], &[]).unwrap();
-        assert!(!none.admits("read_file"), "no enabled glob: no tool");
+        assert!(!none.admits("fs", "read_file"), "no enabled glob: no tool");
+        // Written as toold lists the tool.
+        let listed = ToolFilter::new(&["*".to_owned()], &["mcp__fs__delete_*".to_owned()]).unwrap();
+        assert!(!listed.admits("fs", "delete_file"));
+        assert!(listed.admits("fs", "read_file"));
+        assert!(
+            listed.admits("other", "delete_file"),
+            "another server's name is not this one's"
+        );
     }
 
     #[test]

@@ -719,7 +719,7 @@ impl McpServers {
             })?
             .server
             .config;
-        config.tools.admits(own_name).then(|| {
+        config.tools.admits(server, own_name).then(|| {
             let stand_in: Arc<dyn Tool> = Arc::new(NotStarted::new(config, tool));
             (server.to_owned(), stand_in)
         })

@@ -12,6 +12,7 @@ use serde_json::Value;
 use toold_protocol::ToolDefinition;
 
 use super::{Rule, Specifier};
+use crate::tools::JudgedArguments;
 use crate::tools::registry::is_valid_tool_name;
 
 /// Why the rule `text` (already parsed) can never match, if it cannot. `known_tools` are the
@@ -72,6 +73,14 @@ fn rule_never_matches(rule: &Rule, tools: &[ToolDefinition]) -> Option<String> {
                      is matched as its words joined by single spaces"
                 ));
             }
+            if pattern.contains("  ") || pattern.contains(|c: char| c.is_whitespace() && c != ' ') {
+                let single: Vec<&str> = pattern.split_whitespace().collect();
+                return Some(format!(
+                    "{pattern:?} has two blanks in a row or a tab, and a command is matched as \
+                     its words joined by single spaces: write {:?}",
+                    single.join(" ")
+                ));
+            }
             return None;
         }
         _ => {}
@@ -79,7 +88,18 @@ fn rule_never_matches(rule: &Rule, tools: &[ToolDefinition]) -> Option<String> {
     if !rule.judged.takes_a_path() {
         return None;
     }
-    not_normalized(path_pattern(rule)?)
+    let pattern = path_pattern(rule)?;
+    if let JudgedArguments::Path { argument, .. } = rule.judged
+        && let Some((name, rest)) = pattern.split_once('=')
+        && name != argument
+        && name.eq_ignore_ascii_case(argument)
+    {
+        return Some(format!(
+            "{name:?} is read as part of the path, not as the argument {argument:?} (argument \
+             names are matched exactly): write {argument}={rest}"
+        ));
+    }
+    not_normalized(pattern)
 }
 
 /// The text between a rule's parentheses, as read.

@@ -283,10 +283,13 @@ impl Rule {
         let Some(inner) = trimmed[open + 1..].strip_suffix(')') else {
             return Err(RuleError::Unclosed(text.to_owned()));
         };
-        let argument = inner
-            .split_once('=')
-            .filter(|(name, _)| is_argument_name(name));
         let judged = judged_of_rule(tool);
+        // A client's or a server's tool names its arguments as its schema spells them
+        // (`filePath`, `file-name`); a builtin's are lowercase, so that `run_command(FOO=1 make)`
+        // stays a command.
+        let argument = inner.split_once('=').filter(|(name, _)| {
+            is_argument_name(name) || judged == JudgedArguments::ByName && is_property_name(name)
+        });
         let specifier = match (argument, judged) {
             (Some((name, pattern)), JudgedArguments::CommandLine { line, .. }) if name == line => {
                 Specifier::Command(Wildcard::new(pattern))
@@ -417,6 +420,16 @@ fn is_argument_name(name: &str) -> bool {
         .next()
         .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
         && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+}
+
+/// An argument name of a client's or a server's tool in `tool(arg=glob)`: a letter or `_`, then
+/// letters, digits, `_` and `-`, in any case.
+fn is_property_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
 }
 
 /// A glob where only `*` is special and matches anything, `/` and spaces included. A trailing

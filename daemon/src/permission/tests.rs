@@ -1582,3 +1582,162 @@ fn session_grants_widen_to_program_and_subcommand_only_where_nothing_else_can_ru
         );
     }
 }
+
+/// No accepted rule is inert: for every form a rule can be written in (toold's and Claude
+/// Code's; commands, paths, arguments by any spelling, tool patterns), generated, a deny rule
+/// the lint accepts denies each call it reads as covering, and none it reads as not covering.
+mod no_rule_is_inert {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// A rule and calls (tool, arguments) it must and must not match.
+    #[derive(Debug, Clone)]
+    struct Case {
+        rule: String,
+        matching: Vec<(String, Value)>,
+        other: Vec<(String, Value)>,
+    }
+
+    fn run(line: &str) -> (String, Value) {
+        ("run_command".to_owned(), json!({ "command": line }))
+    }
+
+    fn read(path: &str) -> (String, Value) {
+        ("read_file".to_owned(), json!({ "path": path }))
+    }
+
+    fn word() -> impl Strategy<Value = String> {
+        "[a-z][a-z0-9]{0,5}"
+    }
+
+    fn cases() -> impl Strategy<Value = Case> {
+        let prefix = (word(), word(), word(), any::<bool>()).prop_map(|(a, b, c, claude)| Case {
+            rule: if claude {
+                format!("Bash({a} {b}:*)")
+            } else {
+                format!("run_command({a} {b} *)")
+            },
+            matching: vec![
+                run(&format!("{a} {b}")),
+                run(&format!("{a} {b} {c}")),
+                run(&format!("cd . && {a} {b} -x {c}")),
+            ],
+            other: vec![run(&format!("{a}x {b}")), run(&format!("{a} {b}x {c}"))],
+        });
+        let exact = (word(), word()).prop_map(|(a, b)| Case {
+            rule: format!("run_command({a} {b})"),
+            matching: vec![run(&format!("{a} {b}")), run(&format!("{a}  '{b}'"))],
+            other: vec![run(&format!("{a} {b} more")), run(&a)],
+        });
+        let directory = (word(), word(), 0..4usize).prop_map(|(dir, file, form)| {
+            let rule = match form {
+                0 => format!("read_file(./{dir}/**)"),
+                1 => format!("Read(./{dir}/**)"),
+                2 => format!("read_file({dir})"),
+                _ => format!("read_file(path={dir}/)"),
+            };
+            Case {
+                rule,
+                matching: vec![
+                    read(&format!("{dir}/{file}")),
+                    read(&format!("./{dir}/sub/{file}.txt")),
+                ],
+                other: vec![
+                    read(&format!("{dir}x/{file}")),
+                    read(&format!("x{dir}/{file}")),
+                ],
+            }
+        });
+        let argument = (
+            prop_oneof![
+                Just("name".to_owned()),
+                Just("fileName".to_owned()),
+                Just("file-name".to_owned()),
+                Just("URL".to_owned())
+            ],
+            word(),
+            word(),
+        )
+            .prop_map(|(name, value, rest)| Case {
+                rule: format!("lookup({name}={value}*)"),
+                matching: vec![
+                    ("lookup".to_owned(), json!({ name.clone(): value.clone() })),
+                    (
+                        "lookup".to_owned(),
+                        json!({ name.clone(): format!("{value}{rest}"), "other": 1 }),
+                    ),
+                ],
+                other: vec![
+                    (
+                        "lookup".to_owned(),
+                        json!({ name.clone(): format!("x{value}") }),
+                    ),
+                    ("lookup".to_owned(), json!({ "else": value.clone() })),
+                    ("other_tool".to_owned(), json!({ name: value })),
+                ],
+            });
+        let server = (word(), word(), any::<bool>()).prop_map(|(server, tool, claude)| {
+            let server = format!("s{server}");
+            Case {
+                rule: if claude {
+                    format!("mcp__{server}")
+                } else {
+                    format!("mcp__{server}__*")
+                },
+                matching: vec![(format!("mcp__{server}__{tool}"), json!({}))],
+                other: vec![
+                    (format!("mcp__{server}x__{tool}"), json!({})),
+                    (format!("mcp__x{server}__{tool}"), json!({})),
+                ],
+            }
+        });
+        prop_oneof![prefix, exact, directory, argument, server]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+        #[test]
+        fn an_accepted_rule_matches_what_it_reads_as(case in cases()) {
+            let world = World::new();
+            let home = Path::new("/home/user");
+            let accepted = lint::never_matches(&case.rule, &[], Some(&world.root), home);
+            prop_assert!(accepted.is_none(), "{} refused: {accepted:?}", case.rule);
+            let deny = [case.rule.as_str()];
+            let check = Check::new(&world, CaseRules { deny: &deny, ..Default::default() });
+            for (tool, arguments) in &case.matching {
+                prop_assert_eq!(
+                    check.outcome(tool, arguments.clone()), "deny",
+                    "{} must deny {} {}", case.rule, tool, arguments
+                );
+            }
+            for (tool, arguments) in &case.other {
+                prop_assert_ne!(
+                    check.outcome(tool, arguments.clone()), "deny",
+                    "{} must not deny {} {}", case.rule, tool, arguments
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn forms_that_would_match_nothing_are_refused() {
+        let home = Path::new("/home/user");
+        let builtins: Vec<ToolDefinition> = crate::tools::builtins()
+            .iter()
+            .map(|tool| tool.definition())
+            .collect();
+        for rule in [
+            "run_command(rm  *)",
+            "run_command(rm\t*)",
+            "Bash(git  push:*)",
+            "read_file(Path=secrets/**)",
+            "Read(PATH=secrets)",
+        ] {
+            assert!(
+                lint::never_matches(rule, &builtins, None, home).is_some(),
+                "{rule} is accepted"
+            );
+        }
+    }
+}

@@ -67,12 +67,14 @@ impl BatchControl {
 
 impl Executor {
     /// Runs a batch to its end: `batch/start`, every call in plan order, `batch/done`; one
-    /// outcome per call, in call order.
+    /// outcome per call, in call order. `parser_owner` names who sent it to the parser
+    /// workers, whose share it draws on ([`crate::shell::isolated`]).
     pub async fn run_batch(
         self: &Arc<Self>,
         session: &Arc<Session>,
         batch: Batch,
         control: &BatchControl,
+        parser_owner: &str,
     ) -> Vec<CallOutcome> {
         let Batch {
             id,
@@ -97,6 +99,7 @@ impl Executor {
             batch_id: Arc::from(id.as_str()),
             iteration,
             abort: control.batch.clone(),
+            parser_owner: Arc::from(parser_owner),
         };
         scope.emit(EventBody::BatchStart(BatchStart {
             iteration,

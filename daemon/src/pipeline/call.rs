@@ -47,6 +47,8 @@ pub struct CallScope {
     pub iteration: u64,
     /// Cancels the whole batch: an approver's `abort`.
     pub abort: CancellationToken,
+    /// Who sent the batch, as the parser workers share themselves out: the client's process.
+    pub parser_owner: Arc<str>,
 }
 
 /// Runs one call to its end: the events, the pipeline, the outcome.
@@ -396,7 +398,7 @@ async fn analyse_command(scope: &CallScope, resolved: &ResolvedCall) -> Option<A
     let tool = &resolved.definition().name;
     analyse(
         &scope.executor,
-        scope.session.id(),
+        &scope.parser_owner,
         &resolved.arguments,
         tool,
     )
@@ -407,12 +409,12 @@ async fn analyse_command(scope: &CallScope, resolved: &ResolvedCall) -> Option<A
 /// judging and `permissions/explain` read); `None` for other tools.
 pub(super) async fn analyse(
     executor: &Executor,
-    session_id: &str,
+    parser_owner: &str,
     arguments: &Map<String, Value>,
     tool: &str,
 ) -> Option<AnalysedLine> {
     let line = command_line(tool, arguments)?;
-    let analysis = executor.shell.analyze(session_id, line).await;
+    let analysis = executor.shell.analyze(parser_owner, line).await;
     Some(AnalysedLine {
         line: line.to_owned(),
         analysis: Arc::new(analysis),

@@ -15,20 +15,21 @@ use crate::permission::{self, Decision, HookVerdict, Judgment, Step};
 use crate::tools::{JudgedArguments, Registry, Tool, judged_arguments};
 
 /// Explains `call` in a session whose state is `state` and whose connections' hooks are
-/// `client_hooks`; `session_id` names it to the parser workers. `unstarted`: when the call
+/// `client_hooks`; `parser_owner` names who asks to the parser workers (whose share it draws
+/// on). `unstarted`: when the call
 /// names a tool of a lazy MCP server that has not started, the server's name and a stand-in
 /// for the tool ([`crate::mcp::server::McpServers::unstarted_tool`]), judged in its place.
 pub async fn explain(
     executor: &Executor,
     state: &SessionState,
     client_hooks: &[Arc<dyn ClientHooks>],
-    session_id: &str,
+    parser_owner: &str,
     call: &ToolCall,
     unstarted: Option<(String, Arc<dyn Tool>)>,
 ) -> Explanation {
     let (starts_server, stand_in) = unstarted.unzip();
     let mut explanation =
-        explain_resolved(executor, state, client_hooks, session_id, call, stand_in).await;
+        explain_resolved(executor, state, client_hooks, parser_owner, call, stand_in).await;
     explanation.starts_server = starts_server;
     explanation
 }
@@ -37,7 +38,7 @@ async fn explain_resolved(
     executor: &Executor,
     state: &SessionState,
     client_hooks: &[Arc<dyn ClientHooks>],
-    session_id: &str,
+    parser_owner: &str,
     call: &ToolCall,
     stand_in: Option<Arc<dyn Tool>>,
 ) -> Explanation {
@@ -72,7 +73,7 @@ async fn explain_resolved(
         };
         return unjudged("tool_not_allowed", Some(hidden.step()), reason, hooks);
     }
-    let analysed = analyse(executor, session_id, &resolved.arguments, &call.name).await;
+    let analysed = analyse(executor, parser_owner, &resolved.arguments, &call.name).await;
     let ((judgment, (commands, redirections, allow_rules)), judged) = state.judge_and_inspect(
         &resolved,
         analysed.as_ref(),

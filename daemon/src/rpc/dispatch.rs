@@ -196,8 +196,8 @@ pub(crate) fn method_table(daemon: Arc<Daemon>) -> Methods {
     method!(module, IndexStatus, |daemon, _request, _params| {
         handlers::index_status(&daemon)
     });
-    method!(module, PermissionsExplain, |daemon, _request, params| {
-        handlers::permissions_explain(&daemon, params).await
+    method!(module, PermissionsExplain, |daemon, request, params| {
+        handlers::permissions_explain(&daemon, &request.connection, params).await
     });
     method!(module, ConfigReload, |daemon, _request, _params| {
         daemon.reload().await.map_err(|reason| {

@@ -202,17 +202,18 @@ pub(crate) fn session_close(
 /// as `session/create` would take it (`session`), which is checked and not created.
 pub(crate) async fn permissions_explain(
     daemon: &Daemon,
+    connection: &Arc<Connection>,
     params: ExplainParams,
 ) -> Reply<Explanation> {
-    let (state, client_hooks, session_id) = match (&params.session_id, &params.session) {
+    let (state, client_hooks) = match (&params.session_id, &params.session) {
         (Some(session_id), None) => {
             let managed = daemon.sessions.get(session_id)?;
             let hooks = managed.session.peers().hooks;
-            (managed.session.state(), hooks, session_id.clone())
+            (managed.session.state(), hooks)
         }
         (None, Some(described)) => {
             let state = daemon.sessions.draft(described, &known_tools(daemon))?;
-            (Arc::new(state), Vec::new(), "explain".to_owned())
+            (Arc::new(state), Vec::new())
         }
         _ => {
             return Err(ErrorObject::invalid_params(
@@ -238,7 +239,7 @@ pub(crate) async fn permissions_explain(
         &daemon.executor,
         &state,
         &client_hooks,
-        &session_id,
+        &connection.client().parser_owner(),
         &call,
         unstarted,
     )

@@ -99,6 +99,16 @@ impl Client {
         }
     }
 
+    /// Whose command lines share the parser workers ([`crate::shell::isolated`]): the
+    /// client's process, whatever its connections and sessions, so that a client cannot take
+    /// more of them by opening more; its connection when the kernel named no process.
+    pub fn parser_owner(&self) -> String {
+        match self.process.pid {
+            Some(pid) => format!("process {pid}"),
+            None => format!("connection {}", self.id),
+        }
+    }
+
     pub fn id(&self) -> u64 {
         self.id
     }

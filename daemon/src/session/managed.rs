@@ -105,7 +105,9 @@ impl ManagedSession {
         if submitter.outbound().is_closed() && self.on_disconnect() == OnDisconnect::Cancel {
             control.batch.cancel();
         }
-        let outcomes = executor.run_batch(&self.session, batch, control).await;
+        let outcomes = executor
+            .run_batch(&self.session, batch, control, &submitter.parser_owner())
+            .await;
         self.end_batch(&batch_id);
         self.flushed(submitter.id(), self.log.last_seq()).await;
         outcomes

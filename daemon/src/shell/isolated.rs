@@ -11,8 +11,9 @@
 //!
 //! Workers are kept between lines (a round trip costs tens of microseconds more than the parse
 //! itself, mostly wake-ups; starting a worker costs milliseconds), at most [`MAX_WORKERS`] at a
-//! time, and at most [`MAX_WORKERS_PER_OWNER`] for one owner (a session): a session whose lines
-//! each hold a worker for the whole deadline slows itself, not the others. A line that missed
+//! time, and at most [`MAX_WORKERS_PER_OWNER`] for one owner (a client's process, however many
+//! connections and sessions it opens): a client whose lines each hold a worker for the whole
+//! deadline slows itself, not the others. A line that missed
 //! its deadline, or killed its worker, is remembered (by a keyed hash) and answered unreadable
 //! at once when it comes again, without a worker. A worker is the daemon's child but no command's: it is registered with
 //! `process_tree`, so that the fast end of a command still applies.
@@ -44,8 +45,8 @@ pub const WORKER_ARGUMENT: &str = "__shell-parser-worker";
 /// How many workers may parse at once; more lines wait for one.
 pub const MAX_WORKERS: usize = 4;
 
-/// How many workers one owner (a session) may hold at once; its other lines wait for one of
-/// its own, not in the queue every session shares.
+/// How many workers one owner (a client's process) may hold at once; its other lines wait for
+/// one of its own, not in the queue every client shares.
 pub const MAX_WORKERS_PER_OWNER: usize = MAX_WORKERS / 2;
 
 /// How many unreadable lines (deadline missed, worker killed) are remembered; the oldest is
@@ -147,7 +148,7 @@ impl ShellParser {
         Self::new("/proc/self/exe", DEFAULT_DEADLINE)
     }
 
-    /// Analyses a line for `owner` (a session id); a line the worker cannot analyse in time,
+    /// Analyses a line for `owner` (a client's process); a line the worker cannot analyse in time,
     /// or at all, is unreadable, and is remembered as such.
     pub async fn analyze(&self, owner: &str, line: &str) -> CommandLine {
         if line.len() > MAX_LINE_BYTES {

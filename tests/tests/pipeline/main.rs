@@ -230,7 +230,7 @@ impl Harness {
             calls: calls.into_iter().map(Into::into).collect(),
         };
         self.executor
-            .run_batch(&self.session, batch, &control)
+            .run_batch(&self.session, batch, &control, "test")
             .await
     }
 

@@ -147,7 +147,7 @@ async fn failed_silent_and_vanished_approvers_cancel_the_permission() {
         calls: calls.into_iter().map(Into::into).collect(),
     };
     let results = executor
-        .run_batch(&harness.session, batch, &BatchControl::new(3))
+        .run_batch(&harness.session, batch, &BatchControl::new(3), "test")
         .await;
     assert_eq!(outcomes(&results), ["permission_canceled"; 3]);
     assert!(

@@ -169,7 +169,22 @@ fn server(field: &Field<'_, '_>, found: &mut Findings) -> Result<Option<McpServe
                 "enabled_tools" | "disabled_tools" => {
                     let globs = entry
                         .elements("an array of globs on the server's tool names")?
-                        .map(|item| item.string().map(str::to_owned))
+                        .map(|item| {
+                            let glob = item.string()?;
+                            // Written as toold lists the tools (`mcp__S__T`), a glob must name
+                            // this server's, or it would leave out nothing.
+                            match crate::mcp::names::server_of(glob) {
+                                Some(other) if other != field.name && !other.contains('*') => {
+                                    Err(item.fault(format!(
+                                        "{glob:?} names the tools of the server {other:?}, not \
+                                         of this one ({:?}): write the tool's name as this \
+                                         server lists it, or as mcp__{}__NAME",
+                                        field.name, field.name
+                                    )))
+                                }
+                                _ => Ok(glob.to_owned()),
+                            }
+                        })
                         .collect::<Result<Vec<_>, _>>()?;
                     if name == "enabled_tools" {
                         enabled_tools = globs;
