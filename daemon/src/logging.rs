@@ -129,12 +129,16 @@ impl Write for Stderr {
 }
 
 /// Writes each event it is given (the formatter writes one whole event, ending in its
-/// newline, per call) with control characters escaped, the final newline kept.
+/// newline, per call) with control characters escaped, the final newline kept, and every
+/// configured secret redacted ([`crate::secrets`]: a library's own log line may quote an MCP
+/// server's URL or answer).
 struct SafeLines<W>(W);
 
 impl<W: Write> Write for SafeLines<W> {
     fn write(&mut self, event: &[u8]) -> io::Result<usize> {
-        self.0.write_all(escaped(event).as_bytes())?;
+        let line = escaped(event);
+        self.0
+            .write_all(crate::secrets::current().redact(&line).as_bytes())?;
         Ok(event.len())
     }
 

@@ -133,6 +133,15 @@ impl TestDaemon {
         Self::start_with_wrapper(Some(config), &[], wrapper.to_vec())
     }
 
+    /// Starts a daemon with `config` and these variables, run by `wrapper`.
+    pub fn start_under_with_config_and_env(
+        wrapper: &[String],
+        config: &str,
+        env: &[(&str, &str)],
+    ) -> Self {
+        Self::start_with_wrapper(Some(config), env, wrapper.to_vec())
+    }
+
     fn start_with(config: Option<&str>, env: &[(&str, &str)]) -> Self {
         Self::start_with_wrapper(config, env, Vec::new())
     }

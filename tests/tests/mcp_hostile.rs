@@ -123,9 +123,22 @@ async fn configured_secrets_reach_no_command_result_event_status_or_log() {
     ) else {
         return;
     };
-    let daemon = TestDaemon::start_with_config_and_env(
+    // The daemon's own log, at its most verbose, into a file the test reads.
+    let logs = tempfile::tempdir().unwrap();
+    let log_file = logs.path().join("daemon.log");
+    let wrapper = [
+        "/bin/sh".to_owned(),
+        "-c".to_owned(),
+        format!("exec \"$0\" \"$@\" --log-file '{}'", log_file.display()),
+    ];
+    let daemon = TestDaemon::start_under_with_config_and_env(
+        &wrapper,
         &config,
-        &[("MY_MCP_TOKEN", TOKEN), ("OTHER_COPY", KEY)],
+        &[
+            ("MY_MCP_TOKEN", TOKEN),
+            ("OTHER_COPY", KEY),
+            ("TOOLD_LOG", "debug"),
+        ],
     );
     let mut client = daemon.connect(json!({}), no_answers()).await;
     tools_when(&client, "mcp__h__", |count| count >= 5).await;
@@ -199,6 +212,9 @@ async fn configured_secrets_reach_no_command_result_event_status_or_log() {
         "toold check-config",
         &String::from_utf8_lossy(&checked.stdout),
     );
+    let logged = std::fs::read_to_string(&log_file).unwrap_or_default();
+    assert!(logged.contains("MCP server"), "the daemon logged: {logged}");
+    holds_no_secret("the daemon's log", &logged);
 }
 
 #[tokio::test]
