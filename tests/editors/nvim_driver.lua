@@ -1,6 +1,7 @@
 -- Drives toold.nvim in a headless Neovim for tests/tests/editor_nvim.rs: watches the session
 -- TOOLD_TEST_SESSION, answers each approval with the next label of TOOLD_TEST_ANSWERS (comma
--- separated) in place of a person at `vim.ui.select`, records every prompt (its labels and its
+-- separated) in place of a person at `vim.ui.select` (after TOOLD_TEST_ANSWER_DELAY_MS, when
+-- set, recording the status line then in DIR/answers.jsonl), records every prompt (its labels and its
 -- preview buffer) in DIR/prompts.jsonl, and once DIR/done exists writes the session's buffer
 -- to DIR/buffer.txt and quits. DIR is TOOLD_TEST_DIR.
 local dir = vim.env.TOOLD_TEST_DIR
@@ -28,17 +29,26 @@ vim.ui.select = function(items, opts, on_choice)
   append('prompts.jsonl', vim.json.encode({
     prompt = opts.prompt,
     labels = labels,
-    preview = preview,
-    filetype = vim.bo.filetype,
-    statusline = require('toold').statusline(),
+    preview = table.concat(preview, '\n'),
+    diff = vim.bo.filetype == 'diff',
+    pending = require('toold').statusline(),
     answered = wanted or vim.NIL,
   }))
+  local chosen, at = nil, nil
   for index, label in ipairs(labels) do
     if label == wanted then
-      return on_choice(items[index], index)
+      chosen, at = items[index], index
     end
   end
-  on_choice(nil, nil)
+  local delay = tonumber(vim.env.TOOLD_TEST_ANSWER_DELAY_MS or '')
+  if not delay then
+    return on_choice(chosen, at)
+  end
+  -- A person who takes a while: what waits meanwhile, and what was settled elsewhere.
+  vim.defer_fn(function()
+    append('answers.jsonl', vim.json.encode({ pending = require('toold').statusline() }))
+    on_choice(chosen, at)
+  end, delay)
 end
 
 vim.cmd.runtime('plugin/toold.lua')

@@ -4,6 +4,7 @@
 
 pub mod bash_trace;
 pub mod daemon;
+pub mod editor;
 pub mod mcp;
 pub mod require;
 pub mod terminal;
