@@ -14,8 +14,8 @@ use serde_json::{Value, json};
 
 use crate::daemon::{TestClient, TestDaemon, no_answers, outcome, results};
 
-/// The labels the editor answers with, in order: the scenario's four approvals.
-pub const ANSWERS: &str = "Allow once,Deny,Allow for this session,Allow once";
+/// The labels the editor answers with, in order: the scenario's five approvals.
+pub const ANSWERS: &str = "Allow once,Deny,Allow for this session,Allow once,Allow once";
 
 /// The repository's root.
 pub fn repository() -> PathBuf {
@@ -35,6 +35,26 @@ pub fn wait_for_file(path: &Path) {
             path.display()
         );
         std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// An editor started by a test, killed when dropped (a failing test leaves none behind).
+pub struct Running(pub Child);
+
+impl Running {
+    /// Waits for the editor to end, successfully.
+    pub fn finished(mut self) {
+        let status = self.0.wait().expect("the editor ends");
+        assert!(status.success(), "{status}");
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
     }
 }
 
@@ -60,8 +80,9 @@ async fn write(agent: &TestClient, session: &str, id: &str, path: &str, content:
 /// The scenario: `start(daemon, session, dir)` starts the editor watching `session`. An agent
 /// writes files through approvals the editor answers (allow once: the file with the previewed
 /// content; deny: nothing; allow for this session: the identical call again unasked), runs a
-/// command whose output reaches the session's buffer, and, after the daemon restarts, is
-/// answered by the editor again.
+/// command whose output reaches the session's buffer, has a command approved from its preview
+/// (directory, commands, sandbox), and, after the daemon restarts, is answered by the editor
+/// again.
 pub async fn approve_from_the_editor(start: impl Fn(&TestDaemon, &str, &Path) -> Child) {
     let mut daemon = TestDaemon::start();
     let work = daemon.work();
@@ -69,7 +90,7 @@ pub async fn approve_from_the_editor(start: impl Fn(&TestDaemon, &str, &Path) ->
     let session = agent.create_session(&work, json!({})).await;
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path();
-    let mut editor = start(&daemon, &session, dir);
+    let editor = Running(start(&daemon, &session, dir));
     wait_for_file(&dir.join("attached"));
     let picked = std::fs::read_to_string(dir.join("picked")).unwrap();
     assert!(picked.starts_with(&session), "the session picker: {picked}");
@@ -136,6 +157,31 @@ pub async fn approve_from_the_editor(start: impl Fn(&TestDaemon, &str, &Path) ->
         .await;
     assert_eq!(outcome(results(&response)[0]), "ok", "{response}");
 
+    // A command that asks to leave its sandbox asks: its approval shows where it runs, what
+    // it runs and the sandbox it would run in.
+    let response = agent
+        .execute(
+            &session,
+            json!([{"id": "r2", "name": "run_command", "arguments": {
+                "command": "touch made.txt",
+                "escalate": {"network": true},
+                "justification": "the test asks"
+            }}]),
+        )
+        .await;
+    assert_eq!(outcome(results(&response)[0]), "ok", "{response}");
+    assert!(work.join("made.txt").exists());
+    let asked = prompts(dir);
+    let preview = asked[3]["preview"].as_str().unwrap();
+    for shown in [
+        format!("cwd: {}", work.display()),
+        "  touch made.txt".to_owned(),
+        "sandbox: workspace_write, network open".to_owned(),
+    ] {
+        assert!(preview.contains(&shown), "{shown:?} not in {preview}");
+    }
+    assert_eq!(asked[3]["diff"], false, "{}", asked[3]);
+
     // The daemon restarts: the editor reconnects, attaches again, and answers.
     drop(agent);
     daemon.stop();
@@ -158,11 +204,10 @@ pub async fn approve_from_the_editor(start: impl Fn(&TestDaemon, &str, &Path) ->
     }
     let result = write(&agent, &session, "w5", "d.txt", "after the restart\n").await;
     assert_eq!(outcome(&result), "ok", "{result}");
-    assert_eq!(prompts(dir).len(), 4);
+    assert_eq!(prompts(dir).len(), 5);
 
     std::fs::write(dir.join("done"), "").unwrap();
-    let status = editor.wait().expect("the editor ends");
-    assert!(status.success(), "{status}");
+    editor.finished();
     let buffer = std::fs::read_to_string(dir.join("buffer.txt")).unwrap();
     for shown in [
         "▶ w1 write_file",

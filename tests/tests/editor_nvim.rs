@@ -78,21 +78,23 @@ async fn neovim_approves_an_mcp_hosts_call() {
         .create_session(&daemon.work(), serde_json::json!({}))
         .await;
     let dir = tempfile::tempdir().unwrap();
-    let mut editor = Command::new(&nvim)
-        .args(["--headless", "-u", "NONE", "-i", "NONE", "-n", "--cmd"])
-        .arg(format!(
-            "set runtimepath^={}",
-            repository().join("client/nvim").display()
-        ))
-        .arg("-l")
-        .arg(repository().join("tests/editors/nvim_driver.lua"))
-        .env("TOOLD_SOCKET", daemon.socket())
-        .env("TOOLD_TEST_SESSION", &session)
-        .env("TOOLD_TEST_DIR", dir.path())
-        .env("TOOLD_TEST_ANSWERS", "Allow once")
-        .stdin(Stdio::null())
-        .spawn()
-        .expect("start nvim");
+    let editor = toold_tests::editor::Running(
+        Command::new(&nvim)
+            .args(["--headless", "-u", "NONE", "-i", "NONE", "-n", "--cmd"])
+            .arg(format!(
+                "set runtimepath^={}",
+                repository().join("client/nvim").display()
+            ))
+            .arg("-l")
+            .arg(repository().join("tests/editors/nvim_driver.lua"))
+            .env("TOOLD_SOCKET", daemon.socket())
+            .env("TOOLD_TEST_SESSION", &session)
+            .env("TOOLD_TEST_DIR", dir.path())
+            .env("TOOLD_TEST_ANSWERS", "Allow once")
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("start nvim"),
+    );
     toold_tests::editor::wait_for_file(&dir.path().join("attached"));
 
     let server = serde_json::json!([
@@ -136,7 +138,7 @@ async fn neovim_approves_an_mcp_hosts_call() {
         asked[0]
     );
     std::fs::write(dir.path().join("done"), "").unwrap();
-    assert!(editor.wait().unwrap().success());
+    editor.finished();
 }
 
 /// Several approvals at once wait their turn, and one settled elsewhere (another approver
@@ -163,22 +165,24 @@ async fn approvals_queue_and_one_settled_elsewhere_closes_its_prompt() {
         .await
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let mut editor = Command::new(&nvim)
-        .args(["--headless", "-u", "NONE", "-i", "NONE", "-n", "--cmd"])
-        .arg(format!(
-            "set runtimepath^={}",
-            repository().join("client/nvim").display()
-        ))
-        .arg("-l")
-        .arg(repository().join("tests/editors/nvim_driver.lua"))
-        .env("TOOLD_SOCKET", daemon.socket())
-        .env("TOOLD_TEST_SESSION", &session)
-        .env("TOOLD_TEST_DIR", dir.path())
-        .env("TOOLD_TEST_ANSWERS", "Allow once,Allow once,Allow once")
-        .env("TOOLD_TEST_ANSWER_DELAY_MS", "700")
-        .stdin(Stdio::null())
-        .spawn()
-        .expect("start nvim");
+    let editor = toold_tests::editor::Running(
+        Command::new(&nvim)
+            .args(["--headless", "-u", "NONE", "-i", "NONE", "-n", "--cmd"])
+            .arg(format!(
+                "set runtimepath^={}",
+                repository().join("client/nvim").display()
+            ))
+            .arg("-l")
+            .arg(repository().join("tests/editors/nvim_driver.lua"))
+            .env("TOOLD_SOCKET", daemon.socket())
+            .env("TOOLD_TEST_SESSION", &session)
+            .env("TOOLD_TEST_DIR", dir.path())
+            .env("TOOLD_TEST_ANSWERS", "Allow once,Allow once,Allow once")
+            .env("TOOLD_TEST_ANSWER_DELAY_MS", "700")
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("start nvim"),
+    );
     toold_tests::editor::wait_for_file(&dir.path().join("attached"));
     let write = |id: &str, path: &str| json!([{"id": id, "name": "write_file", "arguments": {"path": path, "content": "x\n"}}]);
     // Two agents' calls ask at once: the second waits behind the first.
@@ -199,14 +203,15 @@ async fn approvals_queue_and_one_settled_elsewhere_closes_its_prompt() {
 
     // Another approver answers first: the editor's prompt is settled, and its late answer
     // counts for nothing.
-    let approver = daemon
-        .connect(
-            json!({"approvals": true}),
-            toold_tests::daemon::answer_with(Default::default(), |_| {
-                toold_protocol::peer::Reply::result(json!({"decision": "deny"}))
-            }),
-        )
-        .await;
+    // It answers 300 ms after it is asked: the editor has shown its prompt by then, and
+    // answers 700 ms after showing it.
+    let answerer: toold_tests::daemon::Answerer = std::sync::Arc::new(|_request| {
+        Box::pin(async {
+            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+            toold_protocol::peer::Reply::result(json!({"decision": "deny"}))
+        })
+    });
+    let approver = daemon.connect(json!({"approvals": true}), answerer).await;
     approver
         .request("session/attach", json!({"session_id": session}))
         .await
@@ -234,5 +239,5 @@ async fn approvals_queue_and_one_settled_elsewhere_closes_its_prompt() {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     std::fs::write(dir.path().join("done"), "").unwrap();
-    assert!(editor.wait().unwrap().success());
+    editor.finished();
 }
