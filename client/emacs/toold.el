@@ -303,8 +303,21 @@ Unless it was settled elsewhere meanwhile."
   (let ((sessions (append (plist-get (jsonrpc-request (toold--connect) 'session/list nil)
                                      :sessions)
                           nil)))
-    (sort sessions (lambda (a b) (string> (or (plist-get a :created_at) "")
-                                          (or (plist-get b :created_at) ""))))))
+    ;; Creation times are to the second; the daemon numbers its sessions as it creates them.
+    (sort sessions
+          (lambda (a b)
+            (let ((at-a (or (plist-get a :created_at) ""))
+                  (at-b (or (plist-get b :created_at) "")))
+              (if (string= at-a at-b)
+                  (> (toold--session-number a) (toold--session-number b))
+                (string> at-a at-b)))))))
+
+(defun toold--session-number (session)
+  "The number the daemon gave SESSION (`s_N_…'), 0 when it has none."
+  (let ((id (or (plist-get session :session_id) "")))
+    (if (string-match "\\`s_\\([0-9]+\\)_" id)
+        (string-to-number (match-string 1 id))
+      0)))
 
 ;;;###autoload
 (defun toold-watch (&optional session-id)

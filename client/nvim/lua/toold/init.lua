@@ -19,6 +19,8 @@ local state = {
   last_seq = nil,
   --- Following the newest session (no session named).
   following = false,
+  --- The sessions seen while following: a session not among them is new.
+  known = {},
   reconnecting = nil,
 }
 
@@ -161,15 +163,61 @@ function M.sessions()
     return nil, failure and failure.message
   end
   local sessions = listed.sessions or {}
+  -- Creation times are to the second; the daemon numbers its sessions as it creates them.
+  local function number(session)
+    return tonumber((session.session_id or ''):match('^s_(%d+)_')) or 0
+  end
   table.sort(sessions, function(a, b)
-    return (a.created_at or '') > (b.created_at or '')
+    if (a.created_at or '') ~= (b.created_at or '') then
+      return (a.created_at or '') > (b.created_at or '')
+    end
+    return number(a) > number(b)
   end)
   return sessions
 end
 
---- Watches `session_id` (the newest session when nil) in `toold://SESSION`.
-function M.watch(session_id)
+local follow_timer = nil
+
+--- While following (`:TooldWatch` with no session): a session created after the watched one
+--- is watched instead, as `toold watch` does; looked for every second.
+local function follow()
+  if follow_timer then
+    return
+  end
+  follow_timer = vim.uv.new_timer()
+  follow_timer:start(1000, 1000, vim.schedule_wrap(function()
+    if not state.following or not state.connection then
+      return
+    end
+    local sessions = M.sessions()
+    if not sessions then
+      return
+    end
+    -- The newest of the sessions not seen before: created since the last look.
+    local newest = nil
+    for _, session in ipairs(sessions) do
+      if not state.known[session.session_id] then
+        newest = newest or session
+        state.known[session.session_id] = true
+      end
+    end
+    if newest and newest.session_id ~= state.session_id then
+      local previous = state.session_id
+      local shown = previous and vim.api.nvim_get_current_buf() == vim.fn.bufnr('toold://' .. previous)
+      M.watch(newest.session_id, { following = true, show = shown })
+      if previous then
+        watch.append(previous, '— now watching the newer session ' .. newest.session_id .. ' —')
+      end
+    end
+  end))
+end
+
+--- Watches `session_id` in `toold://SESSION`; with none, the newest session, and then each
+--- session created after it (`opts.following`, `opts.show`: internal).
+function M.watch(session_id, opts)
+  opts = opts or {}
   if not session_id or session_id == '' then
+    opts.following = true
     local sessions, err = M.sessions()
     if not sessions then
       return notify(err, vim.log.levels.ERROR)
@@ -188,10 +236,20 @@ function M.watch(session_id)
   end
   state.session_id = session_id
   state.last_seq = snapshot.last_seq
-  watch.open(
-    session_id,
-    'watching ' .. session_id .. ' (' .. (snapshot.title or 'untitled') .. ') in ' .. (snapshot.cwd or '?')
-  )
+  state.following = opts.following or false
+  local header = 'watching ' .. session_id .. ' (' .. (snapshot.title or 'untitled') .. ') in ' .. (snapshot.cwd or '?')
+  if opts.show == false then
+    watch.append(session_id, header)
+  else
+    watch.open(session_id, header)
+  end
+  if state.following then
+    -- Every session there is now is known: only one created later is followed.
+    for _, session in ipairs(M.sessions() or {}) do
+      state.known[session.session_id] = true
+    end
+    follow()
+  end
   return snapshot
 end
 
