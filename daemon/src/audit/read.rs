@@ -387,9 +387,9 @@ fn walk(path: &Path, verified: &mut Verified, head: Option<&AuditHead>) -> Resul
     let Some(head) = head else {
         return Ok(());
     };
-    match (at_head, &previous) {
-        (Some((hash, _)), _) if hash == head.hash => Ok(()),
-        (Some((_, line)), _) => Err(broken(
+    match how_it_lacks(head.seq, &head.hash, at_head, previous.as_ref()) {
+        None => Ok(()),
+        Some(Lacks::Rewritten(line)) => Err(broken(
             &line,
             &format!(
                 "record {} is not the one the daemon wrote (its hash is not the one the running \
@@ -397,21 +397,20 @@ fn walk(path: &Path, verified: &mut Verified, head: Option<&AuditHead>) -> Resul
                 head.seq
             ),
         )),
-        (None, Some(last)) if last.seq.is_some_and(|seq| seq < head.seq) => {
-            let missing = head.seq - last.seq.unwrap_or(0);
+        Some(Lacks::CutAfter(line, last_seq)) => {
+            let missing = head.seq - last_seq;
             Err(broken(
-                &last.line,
+                &line,
                 &format!(
                     "the log ends before the last record the daemon wrote ({missing} record{} \
-                     missing at the end: the daemon's last is record {}, this line is record {})",
+                     missing at the end: the daemon's last is record {}, this line is record \
+                     {last_seq})",
                     if missing == 1 { "" } else { "s" },
                     head.seq,
-                    last.seq.unwrap_or(0)
                 ),
             ))
         }
-        (None, Some(_)) => Ok(()),
-        (None, None) => Err(Broken {
+        Some(Lacks::Everything) => Err(Broken {
             place: path.display().to_string(),
             file: path.to_owned(),
             line: None,
@@ -420,6 +419,35 @@ fn walk(path: &Path, verified: &mut Verified, head: Option<&AuditHead>) -> Resul
                 head.seq, head.seq
             ),
         }),
+    }
+}
+
+/// How a log lacks record `seq` as it was written (its `hash`), given the log's record of that
+/// `seq` when it holds one (`found`: its hash and line) and its last record: `None` when it
+/// holds it, or its files were rotated away (the log's records start after it).
+enum Lacks {
+    /// Another record stands at its place.
+    Rewritten(Line),
+    /// The log ends before it: at this line, record N.
+    CutAfter(Line, u64),
+    /// The log holds no record at all.
+    Everything,
+}
+
+fn how_it_lacks(
+    seq: u64,
+    hash: &str,
+    found: Option<(String, Line)>,
+    last: Option<&Parsed>,
+) -> Option<Lacks> {
+    match (found, last) {
+        (Some((found, _)), _) if found == hash => None,
+        (Some((_, line)), _) => Some(Lacks::Rewritten(line)),
+        (None, Some(last)) => match last.seq {
+            Some(last_seq) if last_seq < seq => Some(Lacks::CutAfter(last.line.clone(), last_seq)),
+            _ => None,
+        },
+        (None, None) => Some(Lacks::Everything),
     }
 }
 
@@ -460,28 +488,24 @@ fn check_seal(
     last: Option<&Parsed>,
 ) -> Result<(), Broken> {
     let sealed = format!("sealed at the daemon's {} at {}", seal.at, seal.ts);
-    match (at_seal, last) {
-        (Some((hash, _)), _) if hash == seal.hash => Ok(()),
-        (Some((_, line)), _) => Err(broken(
+    match how_it_lacks(seal.seq, &seal.hash, at_seal, last) {
+        None => Ok(()),
+        Some(Lacks::Rewritten(line)) => Err(broken(
             &line,
             &format!(
                 "record {} is not the record {sealed}: the log was rewritten{ON_PURPOSE}",
                 seal.seq
             ),
         )),
-        (None, Some(last)) if last.seq.is_some_and(|seq| seq < seal.seq) => {
-            let missing = seal.seq - last.seq.unwrap_or(0);
-            Err(broken(
-                &last.line,
-                &format!(
-                    "the log ends before record {}, {sealed}{}: its newest records were cut{ON_PURPOSE}",
-                    seal.seq,
-                    records_missing(missing)
-                ),
-            ))
-        }
-        (None, Some(_)) => Ok(()),
-        (None, None) => Err(Broken {
+        Some(Lacks::CutAfter(line, last_seq)) => Err(broken(
+            &line,
+            &format!(
+                "the log ends before record {}, {sealed}{}: its newest records were cut{ON_PURPOSE}",
+                seal.seq,
+                records_missing(seal.seq - last_seq)
+            ),
+        )),
+        Some(Lacks::Everything) => Err(Broken {
             place: path.display().to_string(),
             file: path.to_owned(),
             line: None,

@@ -31,20 +31,35 @@ pub struct DecisionRecord {
     pub answer: Option<&'static str>,
 }
 
-/// One call, as it ended: borrowed from the call, rendered where it ends.
+/// A call as decided: what it is, with what arguments, and who allowed it (or why not). On
+/// its own (kind `call_decided`), written before a call that may change something runs, so
+/// that what ran, and who allowed it, is on disk even when the daemon dies during the call;
+/// within a [`CallRecord`] when the call ends.
 #[derive(Debug, Serialize)]
-pub struct CallRecord<'a> {
+pub struct CallDecided<'a> {
     pub kind: &'static str,
     pub ts: String,
     pub session: &'a str,
     pub batch: &'a str,
     pub call_id: &'a str,
     pub tool: &'a str,
-    /// The arguments the call ran with (after a hook or an approver replaced them).
+    /// The arguments the call runs with (after a hook or an approver replaced them).
     pub arguments: RecordedArguments<'a>,
     /// `null` for a call that ended before it was judged (an unknown tool, invalid
     /// arguments, a hook's block is `by: hook`).
     pub decision: Option<&'a DecisionRecord>,
+}
+
+impl CallDecided<'_> {
+    pub const KIND: &'static str = "call_decided";
+}
+
+/// One call, as it ended: borrowed from the call, rendered where it ends.
+#[derive(Debug, Serialize)]
+pub struct CallRecord<'a> {
+    /// Its `kind` is [`CallRecord::KIND`].
+    #[serde(flatten)]
+    pub call: CallDecided<'a>,
     /// `ok`, or the result's error_type.
     pub outcome: &'a str,
     pub elapsed_ms: u64,
@@ -54,26 +69,6 @@ pub struct CallRecord<'a> {
 
 impl CallRecord<'_> {
     pub const KIND: &'static str = "call";
-}
-
-/// A call about to run, as decided: written before a call that may change something runs,
-/// so that what ran, and who allowed it, is on disk even when the daemon dies during the call.
-/// The call's [`CallRecord`] follows when it ends.
-#[derive(Debug, Serialize)]
-pub struct DecidedRecord<'a> {
-    pub kind: &'static str,
-    pub ts: String,
-    pub session: &'a str,
-    pub batch: &'a str,
-    pub call_id: &'a str,
-    pub tool: &'a str,
-    /// The arguments the call runs with.
-    pub arguments: RecordedArguments<'a>,
-    pub decision: Option<&'a DecisionRecord>,
-}
-
-impl DecidedRecord<'_> {
-    pub const KIND: &'static str = "call_decided";
 }
 
 /// A session created, updated or closed, or a grant recorded.

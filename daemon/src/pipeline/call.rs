@@ -20,7 +20,7 @@ use super::preview;
 use super::session::{Session, SessionState};
 use crate::approval::{ApprovalReply, ApproverIdentity};
 use crate::audit::record::{Arguments, RecordedArguments};
-use crate::audit::{self, CallRecord, DecidedRecord, DecisionRecord, SessionChange};
+use crate::audit::{self, CallDecided, CallRecord, DecisionRecord, SessionChange};
 use crate::env::Env;
 use crate::events::EventBody;
 use crate::paths::ResolvedPath;
@@ -199,14 +199,7 @@ fn record(scope: &CallScope, call: &ToolCall, result: &ToolResult, elapsed_ms: u
         None => Arguments::Sent(&call.arguments),
     };
     audit.call(&CallRecord {
-        kind: CallRecord::KIND,
-        ts: audit::record::now(),
-        session: scope.session.id(),
-        batch: &scope.batch_id,
-        call_id: &call.id,
-        tool: &call.name,
-        arguments: RecordedArguments::new(arguments, audit.mode()),
-        decision: trail.decision.as_ref(),
+        call: call_decided(scope, call, arguments, trail, CallRecord::KIND),
         outcome: result
             .error_type
             .as_ref()
@@ -255,19 +248,37 @@ async fn pipeline(
 /// The call's `call_decided` record, written before it runs.
 fn record_decided(scope: &CallScope, call: &ToolCall, resolved: &ResolvedCall, trail: &Trail) {
     let audit = &scope.executor.audit;
-    if !audit.is_on() {
-        return;
+    if audit.is_on() {
+        let arguments = Arguments::Replaced(&resolved.arguments);
+        audit.decided(&call_decided(
+            scope,
+            call,
+            arguments,
+            trail,
+            CallDecided::KIND,
+        ));
     }
-    audit.decided(&DecidedRecord {
-        kind: DecidedRecord::KIND,
+}
+
+/// The call as decided, for its audit records (`kind`: which of them).
+fn call_decided<'a>(
+    scope: &'a CallScope,
+    call: &'a ToolCall,
+    arguments: Arguments<'a>,
+    trail: &'a Trail,
+    kind: &'static str,
+) -> CallDecided<'a> {
+    let audit = &scope.executor.audit;
+    CallDecided {
+        kind,
         ts: audit::record::now(),
         session: scope.session.id(),
         batch: &scope.batch_id,
         call_id: &call.id,
         tool: &call.name,
-        arguments: RecordedArguments::new(Arguments::Replaced(&resolved.arguments), audit.mode()),
+        arguments: RecordedArguments::new(arguments, audit.mode()),
         decision: trail.decision.as_ref(),
-    });
+    }
 }
 
 /// Step 2: registered, visible to the session, arguments valid for the schema.
