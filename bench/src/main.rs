@@ -13,7 +13,7 @@
 //! ```
 //!
 //! Options: `--rounds N` (at least 11; default 21, 11 with `--quick`), `--corpus DIR` (instead
-//! of building `../shared/bench/make-corpus.sh`'s), `--rg PROGRAM` (another ripgrep),
+//! of building `bench/make-corpus.sh`'s), `--rg PROGRAM` (another ripgrep),
 //! `--out FILE` (default `docs/benchmarks.md`; `target/benchmarks-quick.md` with `--quick`).
 //! A run that could not produce every figure exits non-zero.
 

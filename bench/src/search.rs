@@ -505,13 +505,13 @@ fn workspace() -> anyhow::Result<&'static Path> {
         .context("the bench crate lives inside the workspace")
 }
 
-/// The corpus of `../shared/bench/make-corpus.sh`, built once under `target/bench-corpus/`
+/// The corpus of `bench/make-corpus.sh`, built once under `target/bench-corpus/`
 /// (later runs find it).
 pub fn full_corpus() -> anyhow::Result<PathBuf> {
     let workspace = workspace()?;
     let script = std::env::var_os("TOOLD_BENCH_CORPUS_SCRIPT")
         .map(PathBuf::from)
-        .unwrap_or_else(|| workspace.join("../shared/bench/make-corpus.sh"));
+        .unwrap_or_else(|| workspace.join("bench/make-corpus.sh"));
     eprintln!("building the corpus with {}", script.display());
     let lines = command_lines(
         Command::new("sh")

@@ -113,7 +113,7 @@ fn imports(root: &Path) -> BTreeMap<String, BTreeSet<String>> {
             let parts: Vec<&str> = found[1].split("::").collect();
             targets.extend(longest(&parts));
         }
-        // `super` of `a/b.rs` and of `a/b/mod.rs` is `a`.
+        // `super` of module `a::b` is `a`, whether `b` is a file of its own or a directory's `mod.rs`.
         let parent: Vec<&str> = module[..module.len().saturating_sub(1)]
             .iter()
             .map(String::as_str)
