@@ -9,7 +9,7 @@ use std::time::Duration;
 use crate::audit::AuditLog;
 use crate::config::{Config, ConfigError};
 use crate::index::roots::Indexes;
-use crate::mcp::server::McpServers;
+use crate::mcp::servers::McpServers;
 use crate::pipeline::Executor;
 use crate::rpc::reload::session_defaults;
 use crate::rpc::{Daemon, Settings};

@@ -3,15 +3,16 @@
 //! the builtins. Here: what the config says of a server (`[mcp.servers.NAME]`, checked by
 //! `config`); the names its tools take (`names`); what its `tools/list` becomes in the registry
 //! (`listing`); its process (`process`), the framing of its stdio and the calls sent on it
-//! (`stdio`), its MCP session (`client`), its supervisor and the daemon's set of servers
-//! (`server`), and its tools as the registry runs them (`tool`).
+//! (`stdio`), its MCP session (`client`), its supervisor (`supervisor`), the daemon's set of
+//! servers (`servers`), and its tools as the registry runs them (`tool`).
 
 pub mod client;
 pub mod listing;
 pub mod names;
 pub mod process;
-pub mod server;
+pub mod servers;
 pub mod stdio;
+pub mod supervisor;
 pub mod tool;
 
 use std::collections::BTreeMap;

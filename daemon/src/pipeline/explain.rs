@@ -18,7 +18,7 @@ use crate::tools::{JudgedArguments, Registry, Tool, judged_arguments};
 /// `client_hooks`; `parser_owner` names who asks to the parser workers (whose share it draws
 /// on). `unstarted`: when the call
 /// names a tool of a lazy MCP server that has not started, the server's name and a stand-in
-/// for the tool ([`crate::mcp::server::McpServers::unstarted_tool`]), judged in its place.
+/// for the tool ([`crate::mcp::servers::McpServers::unstarted_tool`]), judged in its place.
 pub async fn explain(
     executor: &Executor,
     state: &SessionState,

@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 use toold_protocol::methods;
 
 use crate::config::Config;
-use crate::mcp::server::McpServers;
+use crate::mcp::servers::McpServers;
 use crate::pipeline::Executor;
 use crate::session::manager::SessionManager;
 use crate::tools::Registry;
