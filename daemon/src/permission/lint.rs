@@ -11,7 +11,7 @@ use std::path::Path;
 use serde_json::Value;
 use toold_protocol::ToolDefinition;
 
-use super::{Rule, Specifier};
+use super::rules::{Rule, Specifier};
 use crate::tools::JudgedArguments;
 use crate::tools::registry::is_valid_tool_name;
 

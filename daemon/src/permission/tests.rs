@@ -3,6 +3,7 @@
 
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde_json::{Value, json};
 use toold_protocol::{Rules as RuleStrings, Safety, SessionMode as Mode, ToolDefinition};

@@ -17,15 +17,15 @@
 //!
 //! The analysis runs in two parts: the guards (`guards.rs`), which keep from the parser the
 //! lines it would take exponential time or memory on and count a line's substitutions from its
-//! text alone, and the walk (`walk.rs`) over the parser's syntax tree.
+//! text alone, and the walk (`analysis/`) over the parser's syntax tree.
 
 use serde::{Deserialize, Serialize};
 
+mod analysis;
 mod braces;
 mod guards;
 pub mod isolated;
 mod programs;
-mod walk;
 mod wrappers;
 mod writers;
 
@@ -64,8 +64,9 @@ pub struct FoundCommand {
     /// Found inside a substitution, `sh -c` or `eval`: only deny and ask rules apply to it.
     pub nested: bool,
     /// The words of the command it runs (past wrappers), when every one is known as written
-    /// and means only itself to bash ([`walk`]'s `is_plain_word`), with no assignment or
-    /// privilege wrapper before them; empty otherwise. What the known-safe list judges.
+    /// and means only itself to bash (`is_plain_word` in `analysis/forms.rs`), with no
+    /// assignment or privilege wrapper before them; empty otherwise. What the known-safe list
+    /// judges.
     #[serde(default)]
     pub plain_words: Vec<String>,
 }
@@ -86,7 +87,7 @@ impl CommandLine {
 /// no commands found. The daemon calls this only inside its parser workers
 /// ([`isolated::ShellParser`]): on some lines the parser takes exponential time.
 pub fn analyze(line: &str) -> CommandLine {
-    let (mut analysis, seen) = walk::walk(line);
+    let (mut analysis, seen) = analysis::walk(line);
     // The parser has misread substitutions as text (`echo $(cho $((0 ? 2) 2))` came back as
     // plain words, found by fuzzing), and a substitution it does not see is one no rule looks
     // at: a line holding more than it saw cannot be checked.
