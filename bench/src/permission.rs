@@ -63,7 +63,7 @@ pub fn permission_section(rounds: usize) -> anyhow::Result<Section> {
             arguments: &arguments,
             paths: &[],
             command: Some(facts_parsed),
-            hook: HookVerdict::None,
+            hook: HookVerdict::Silent,
         };
         evaluate(&call, &session).decision
     };
@@ -203,7 +203,7 @@ An unasked command's decision, no rule, in-process (the line's facts gathered, t
                 arguments: &arguments,
                 paths: &[],
                 command: Some(&facts),
-                hook: HookVerdict::None,
+                hook: HookVerdict::Silent,
             };
             Some(evaluate(&call, &session).step)
         };

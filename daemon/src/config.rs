@@ -194,7 +194,7 @@ impl Config {
         Ok(config)
     }
 
-    /// The batch executor's limits.
+    /// The batch pipeline's limits.
     pub fn limits(&self) -> Limits {
         Limits {
             max_parallel: self.max_parallel,

@@ -8,7 +8,7 @@
 //! go through ([`events`]), the audit log ([`audit`]), its hooks ([`hooks`]), permission engine ([`permission`]),
 //! command-line analysis ([`shell`]) and approvals ([`approval`]), then the tool runtime
 //! ([`tools`]: the registry, its execution boundary and the six builtin tools) with what it
-//! runs on: the [`Env`] ([`env`](mod@env)), path arguments ([`paths`], `confined`), process trees
+//! runs on: the [`Env`] ([`env`](mod@env)), path arguments ([`paths`], `judged_files`), process trees
 //! ([`process_tree`]), the command sandbox (`sandbox`, `spawn`). Around it: the
 //! configuration ([`config`]) and the daemon's life ([`serve`]).
 
@@ -19,12 +19,12 @@
 pub mod approval;
 pub mod audit;
 pub mod config;
-pub(crate) mod confined;
 pub mod env;
 pub mod events;
 pub(crate) mod git_config;
 pub mod hooks;
 pub mod index;
+pub(crate) mod judged_files;
 pub mod logging;
 pub mod mcp;
 pub mod paths;
@@ -42,4 +42,4 @@ pub(crate) mod spawn;
 pub mod tools;
 
 pub use env::Env;
-pub use tools::{Registry, Tool, ToolContext, ToolFailure, ToolOutcome, ToolOutput};
+pub use tools::{Registry, Tool, ToolContext, ToolFailure, ToolOutcome, ToolSuccess};

@@ -10,13 +10,13 @@ use crate::audit::AuditLog;
 use crate::config::{Config, ConfigError};
 use crate::index::roots::Indexes;
 use crate::mcp::servers::McpServers;
-use crate::pipeline::Executor;
+use crate::pipeline::Pipeline;
 use crate::rpc::reload::session_defaults;
 use crate::rpc::{Daemon, Settings};
 use crate::server::run::{ServerOptions, run};
 use crate::server::socket::SocketError;
 use crate::server::{socket, systemd};
-use crate::session::manager::SessionManager;
+use crate::session::sessions::Sessions;
 use crate::session::store::SessionStore;
 use crate::shell::isolated::ShellParser;
 use crate::tools::write_journal;
@@ -151,7 +151,7 @@ pub fn serve(args: ServeArgs) -> Result<(), ServeError> {
         tokio::spawn(crate::audit::flush_in_background(Arc::downgrade(&audit)));
         let indexes = Arc::new(Indexes::new(config.index.clone()));
         tokio::spawn(evict_idle_indexes(Arc::downgrade(&indexes)));
-        let executor = Executor::with_settings(
+        let pipeline = Pipeline::with_settings(
             Arc::new(Registry::with_builtins_indexed(&indexes)),
             Arc::new(ShellParser::of_this_binary()),
             config.batch_settings(),
@@ -160,12 +160,12 @@ pub fn serve(args: ServeArgs) -> Result<(), ServeError> {
         // Beside the sessions: `$XDG_STATE_HOME/toold/mcp`, each server's stderr log.
         let mcp_log_dir = store.dir().parent().map_or_else(|| store.dir().join("mcp"), |toold| toold.join("mcp"));
 
-        let sessions = SessionManager::new(session_defaults(&config), Some(store));
+        let sessions = Sessions::new(session_defaults(&config), Some(store));
         let restored = sessions.restore();
         let settings = Settings { allow_bypass: config.allow_bypass, max_message_bytes: config.max_message_bytes };
-        let daemon = Arc::new(Daemon::new(Arc::new(executor), sessions, settings, config.clone(), config_path.clone(), indexes));
+        let daemon = Arc::new(Daemon::new(Arc::new(pipeline), sessions, settings, config.clone(), config_path.clone(), indexes));
         let rule_book: std::sync::Weak<dyn crate::pipeline::RuleBook> = Arc::downgrade(&daemon) as _;
-        daemon.executor.set_rule_book(rule_book);
+        daemon.pipeline.set_rule_book(rule_book);
         // Each server once, for every session; their tools' coming and going told to clients.
         let told = Arc::downgrade(&daemon);
         let mcp = Arc::new(McpServers::start(&config.mcp_servers, mcp_log_dir, &daemon.registry, Arc::new(move || {

@@ -17,7 +17,7 @@ const DAEMON_LAYERS: &[&[&str]] = &[
         "env",
         "paths",
         "git_config",
-        "confined",
+        "judged_files",
         "process_tree",
         "secrets",
         "sandbox",

@@ -9,7 +9,7 @@ use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
 use toold::tools::registry::ListFilter;
 use toold::tools::{RegisterError, ToolFuture};
-use toold::{Env, Registry, ToolContext, ToolOutput};
+use toold::{Env, Registry, ToolContext, ToolSuccess};
 use toold_protocol::{Safety, ToolCall, ToolDefinition, ToolResult};
 use toold_tests::test_tool::TestTool;
 use toold_tests::{Tree, outcome};
@@ -30,7 +30,7 @@ impl Behaviour {
     fn run(self, args: Map<String, Value>, ctx: ToolContext) -> ToolFuture {
         Box::pin(async move {
             match self {
-                Behaviour::Echo => Ok(ToolOutput::new(Value::Object(args).to_string())),
+                Behaviour::Echo => Ok(ToolSuccess::new(Value::Object(args).to_string())),
                 Behaviour::Panic => panic!("the tool broke on purpose"),
                 Behaviour::IgnoreCancel => std::future::pending().await,
                 Behaviour::StopOnCancel => {

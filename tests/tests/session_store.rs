@@ -9,9 +9,9 @@ use pretty_assertions::assert_eq;
 use serde_json::json;
 use toold::Registry;
 use toold::events::{EventBody, EventSink};
-use toold::pipeline::Executor;
+use toold::pipeline::Pipeline;
 use toold::pipeline::batch::{Batch, BatchControl};
-use toold::pipeline::session::{Session, SessionState};
+use toold::pipeline::session::{SessionState, SessionView};
 use toold::session::log::EventLog;
 use toold::session::store::{SessionRecord, SessionStore};
 use toold_protocol::{Event, OnDisconnect, OutputStream, Rules, SessionMode, ToolCall};
@@ -42,8 +42,8 @@ async fn a_reader_follows_a_real_batch_through_the_log() {
     )
     .unwrap();
     let log = Arc::new(EventLog::new(0));
-    let session = Arc::new(Session::new("s_log", state, log.clone(), 0));
-    let executor = Arc::new(Executor::new(
+    let session = Arc::new(SessionView::new("s_log", state, log.clone(), 0));
+    let pipeline = Arc::new(Pipeline::new(
         Arc::new(Registry::with_builtins()),
         shell_parser(),
     ));
@@ -68,7 +68,7 @@ async fn a_reader_follows_a_real_batch_through_the_log() {
         iteration: 1,
         calls: vec![ToolCall::new("call_a", "run_command", json!({"command": command})).into()],
     };
-    let results = executor
+    let results = pipeline
         .run_batch(&session, batch, &BatchControl::new(1), "test")
         .await;
     assert!(results[0].result.ok, "{:?}", results[0].result);
@@ -120,8 +120,8 @@ async fn a_slow_reader_gets_every_byte_of_a_command_that_ends_while_it_lags() {
     .unwrap();
     // A short allowed lag, so that a few kilobytes of output make the command wait.
     let log = Arc::new(EventLog::new(0).with_output_lag(2));
-    let session = Arc::new(Session::new("s_slow", state, log.clone(), 0));
-    let executor = Arc::new(Executor::new(
+    let session = Arc::new(SessionView::new("s_slow", state, log.clone(), 0));
+    let pipeline = Arc::new(Pipeline::new(
         Arc::new(Registry::with_builtins()),
         shell_parser(),
     ));
@@ -151,7 +151,7 @@ async fn a_slow_reader_gets_every_byte_of_a_command_that_ends_while_it_lags() {
         iteration: 1,
         calls: vec![ToolCall::new("call_a", "run_command", json!({"command": command})).into()],
     };
-    let results = executor
+    let results = pipeline
         .run_batch(&session, batch, &BatchControl::new(1), "test")
         .await;
     assert!(results[0].result.ok, "{:?}", results[0].result);

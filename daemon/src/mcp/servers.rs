@@ -10,7 +10,7 @@ use std::time::Duration;
 use toold_protocol::McpServerStatus;
 use toold_protocol::sync::LockUnpoisoned;
 
-use super::supervisor::{McpServer, ServerState, ToolsChanged};
+use super::supervisor::{ServerState, ServerSupervisor, ToolsChanged};
 use super::tool::NotStarted;
 use super::{McpServerConfig, Start};
 use crate::tools::{Registry, Tool};
@@ -41,7 +41,7 @@ pub struct McpChanges {
 }
 /// A server and its supervisor task (none for a lazy server not yet used).
 struct Running {
-    server: Arc<McpServer>,
+    server: Arc<ServerSupervisor>,
     supervisor: Option<tokio::task::JoinHandle<()>>,
 }
 
@@ -73,7 +73,7 @@ impl McpServers {
     /// A new server for `config`, its supervisor started unless it starts lazily.
     fn launch(&self, config: McpServerConfig) -> Running {
         let eager = config.start == Start::Eager;
-        let server = McpServer::new(
+        let server = ServerSupervisor::new(
             config,
             self.log_dir.clone(),
             Arc::clone(&self.registry),
@@ -92,7 +92,7 @@ impl McpServers {
         }
         // Every wanted lazy server is waited for, the one this use started and one another use
         // started a moment before alike.
-        let lazy: Vec<Arc<McpServer>> = {
+        let lazy: Vec<Arc<ServerSupervisor>> = {
             let mut running = self.running.lock_unpoisoned();
             running
                 .iter_mut()
@@ -120,7 +120,7 @@ impl McpServers {
     /// right after the daemon started (as several MCP hosts do), finds their tools. Once they
     /// have settled, this returns at once.
     pub async fn eager_settled(&self, wanted: impl Fn(&str) -> bool) {
-        let eager: Vec<Arc<McpServer>> = self
+        let eager: Vec<Arc<ServerSupervisor>> = self
             .running
             .lock_unpoisoned()
             .iter()
@@ -254,7 +254,7 @@ impl McpServers {
     }
 
     /// Takes the servers whose config `which` picks out of the set.
-    fn take(&self, which: impl Fn(&McpServer) -> bool) -> Vec<Running> {
+    fn take(&self, which: impl Fn(&ServerSupervisor) -> bool) -> Vec<Running> {
         let mut running = self.running.lock_unpoisoned();
         let (taken, kept) = std::mem::take(&mut *running)
             .into_iter()
@@ -279,7 +279,7 @@ impl McpServers {
 }
 
 /// Starts `server`'s supervisor; the server is `starting` from now on.
-fn supervise(server: &Arc<McpServer>) -> tokio::task::JoinHandle<()> {
+fn supervise(server: &Arc<ServerSupervisor>) -> tokio::task::JoinHandle<()> {
     server.set_state(ServerState::Starting);
     tokio::spawn(Arc::clone(server).supervise())
 }

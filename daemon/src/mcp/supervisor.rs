@@ -69,7 +69,7 @@ enum Ended {
 pub type ToolsChanged = Arc<dyn Fn() + Send + Sync>;
 
 /// One server, shared by its supervisor and its tools.
-pub struct McpServer {
+pub struct ServerSupervisor {
     pub config: McpServerConfig,
     log_dir: PathBuf,
     registry: Arc<Registry>,
@@ -97,7 +97,7 @@ struct Live {
     last_error: Option<String>,
 }
 
-impl McpServer {
+impl ServerSupervisor {
     pub fn new(
         config: McpServerConfig,
         log_dir: PathBuf,
@@ -505,7 +505,7 @@ impl McpServer {
     }
 }
 
-impl ToolServer for McpServer {
+impl ToolServer for ServerSupervisor {
     fn name(&self) -> &str {
         &self.config.name
     }

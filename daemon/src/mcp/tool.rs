@@ -16,7 +16,7 @@ use toold_protocol::{ErrorType, ToolDefinition};
 use super::client::{CallError, Reachable};
 use super::listing::ListedTool;
 use crate::secrets::Secrets;
-use crate::tools::{Tool, ToolContext, ToolFailure, ToolFuture, ToolOutput};
+use crate::tools::{Tool, ToolContext, ToolFailure, ToolFuture, ToolSuccess};
 
 /// What a tool needs of its server; the server's supervisor provides it.
 pub trait ToolServer: Send + Sync {
@@ -132,7 +132,7 @@ impl Tool for NotStarted {
 ///
 /// Every configured secret in the answer's text (its parts, its structured content, any
 /// string in it, read unescaped) is redacted ([`crate::secrets`]).
-fn output(result: &RawValue) -> Result<ToolOutput, ToolFailure> {
+fn output(result: &RawValue) -> Result<ToolSuccess, ToolFailure> {
     let secrets = crate::secrets::current();
     match serde_json::from_str::<TextAnswer<'_>>(result.get()) {
         Ok(answer) if answer.content.iter().all(|part| part.kind == "text") => {
@@ -206,7 +206,7 @@ fn present<'de, D: Deserializer<'de>>(member: D) -> Result<Option<&'de RawValue>
 }
 
 /// [`output_of_value`] for an answer of text parts alone.
-fn text_output(answer: TextAnswer<'_>, secrets: &Secrets) -> Result<ToolOutput, ToolFailure> {
+fn text_output(answer: TextAnswer<'_>, secrets: &Secrets) -> Result<ToolSuccess, ToolFailure> {
     let content = match <[TextPart<'_>; 1]>::try_from(answer.content) {
         Ok([part]) => part.text.into_owned(),
         Err(parts) => parts
@@ -222,7 +222,7 @@ fn text_output(answer: TextAnswer<'_>, secrets: &Secrets) -> Result<ToolOutput, 
     if answer.is_error == Some(true) {
         return Err(failed(content));
     }
-    let mut output = ToolOutput::new(content);
+    let mut output = ToolSuccess::new(content);
     if let Some(structured) = answer.structured {
         let mut structured = readable(structured)?;
         redact_strings(&mut structured, secrets);
@@ -243,7 +243,7 @@ fn failed(content: String) -> ToolFailure {
 }
 
 /// The server's `CallToolResult`, of any shape, as toold's output or failure.
-fn output_of_value(result: &Value) -> Result<ToolOutput, ToolFailure> {
+fn output_of_value(result: &Value) -> Result<ToolSuccess, ToolFailure> {
     let parts = result
         .get("content")
         .and_then(Value::as_array)
@@ -274,7 +274,7 @@ fn output_of_value(result: &Value) -> Result<ToolOutput, ToolFailure> {
             failure
         });
     }
-    let mut output = ToolOutput::new(content);
+    let mut output = ToolSuccess::new(content);
     if other_parts {
         output = output.with_meta("mcp_content", Value::Array(parts.to_vec()));
     }
@@ -311,7 +311,7 @@ mod tests {
     use super::*;
 
     /// The mapping of an answer, as the server would write it.
-    fn output(result: Value) -> Result<ToolOutput, ToolFailure> {
+    fn output(result: Value) -> Result<ToolSuccess, ToolFailure> {
         super::output(&serde_json::value::to_raw_value(&result).unwrap())
     }
 
@@ -382,7 +382,7 @@ mod tests {
         ];
         for answer in answers {
             let text = serde_json::value::to_raw_value(&answer).unwrap();
-            let read = |mapped: Result<ToolOutput, ToolFailure>| match mapped {
+            let read = |mapped: Result<ToolSuccess, ToolFailure>| match mapped {
                 Ok(output) => Ok((output.content, output.metadata)),
                 Err(failure) => Err((failure.error_type, failure.message, failure.content)),
             };

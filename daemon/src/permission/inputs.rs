@@ -17,9 +17,12 @@ use super::rules::Rule;
 /// What a PreToolUse hook said about permission, if anything.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum HookVerdict {
+    /// The hooks said nothing about permission (or none ran): the rules decide.
     #[default]
-    None,
+    Silent,
+    /// A hook allowed the call: no approval is asked, deny rules still apply.
     Allow,
+    /// A hook asked for an approval whatever the rules say.
     Ask,
 }
 

@@ -81,7 +81,7 @@ impl<'a> Check<'a> {
             rules,
             mode: Mode::Default,
             grants: Vec::new(),
-            hook: HookVerdict::None,
+            hook: HookVerdict::Silent,
             confined: false,
             sandboxed_commands: SandboxedCommands::Allow,
         }
@@ -1539,7 +1539,7 @@ fn session_grants_widen_to_program_and_subcommand_only_where_nothing_else_can_ru
             arguments: &arguments,
             paths: &[],
             command: Some(&facts),
-            hook: HookVerdict::None,
+            hook: HookVerdict::Silent,
         })
     };
     assert_eq!(grant_of("git log -1"), "pattern run_command(git log *)");

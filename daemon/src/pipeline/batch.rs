@@ -12,10 +12,10 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use toold_protocol::{BatchStart, CallOutcome, ErrorType, Safety, ToolCall};
 
-use super::Executor;
+use super::Pipeline;
 use super::call::{self, CallScope, failure};
 use super::plan;
-use super::session::{Session, SessionState};
+use super::session::{SessionState, SessionView};
 use crate::events::EventBody;
 use crate::permission::{Decision, HookVerdict};
 use crate::tools::registry::panic_message;
@@ -65,13 +65,13 @@ impl BatchControl {
     }
 }
 
-impl Executor {
+impl Pipeline {
     /// Runs a batch to its end: `batch/start`, every call in plan order, `batch/done`; one
     /// outcome per call, in call order. `parser_owner` names who sent it to the parser
     /// workers, whose share it draws on ([`crate::shell::isolated`]).
     pub async fn run_batch(
         self: &Arc<Self>,
-        session: &Arc<Session>,
+        session: &Arc<SessionView>,
         batch: Batch,
         control: &BatchControl,
         parser_owner: &str,
@@ -93,7 +93,7 @@ impl Executor {
         };
         let runs = plan::plan(&flags);
         let scope = CallScope {
-            executor: Arc::clone(self),
+            pipeline: Arc::clone(self),
             settings: self.settings(),
             session: Arc::clone(session),
             batch_id: Arc::from(id.as_str()),
@@ -174,7 +174,7 @@ impl Executor {
             return false;
         }
         // Read-only tools have no command line to analyse.
-        state.decide(&resolved, None, HookVerdict::None) == Decision::Allow
+        state.decide(&resolved, None, HookVerdict::Silent) == Decision::Allow
     }
 }
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use toold_protocol::{ErrorType, ExplainedCommand, ExplainedPath, Explanation, ToolCall};
 
-use super::Executor;
+use super::Pipeline;
 use super::call::analyse;
 use super::session::{Hidden, SessionState};
 use crate::hooks::ClientHooks;
@@ -20,7 +20,7 @@ use crate::tools::{JudgedArguments, Registry, Tool, judged_arguments};
 /// names a tool of a lazy MCP server that has not started, the server's name and a stand-in
 /// for the tool ([`crate::mcp::servers::McpServers::unstarted_tool`]), judged in its place.
 pub async fn explain(
-    executor: &Executor,
+    pipeline: &Pipeline,
     state: &SessionState,
     client_hooks: &[Arc<dyn ClientHooks>],
     parser_owner: &str,
@@ -29,27 +29,27 @@ pub async fn explain(
 ) -> Explanation {
     let (starts_server, stand_in) = unstarted.unzip();
     let mut explanation =
-        explain_resolved(executor, state, client_hooks, parser_owner, call, stand_in).await;
+        explain_resolved(pipeline, state, client_hooks, parser_owner, call, stand_in).await;
     explanation.starts_server = starts_server;
     explanation
 }
 
 async fn explain_resolved(
-    executor: &Executor,
+    pipeline: &Pipeline,
     state: &SessionState,
     client_hooks: &[Arc<dyn ClientHooks>],
     parser_owner: &str,
     call: &ToolCall,
     stand_in: Option<Arc<dyn Tool>>,
 ) -> Explanation {
-    let settings = executor.settings();
+    let settings = pipeline.settings();
     let hooks = settings
         .hook_set(client_hooks, &state.env.cwd)
         .names_for(&call.name);
     // Step 2, as the pipeline's `step_resolve`.
     let resolved = match stand_in {
         Some(tool) => Registry::resolve_unregistered(call, tool),
-        None => executor.registry.resolve(call),
+        None => pipeline.registry.resolve(call),
     };
     let resolved = match resolved {
         Ok(resolved) => resolved,
@@ -73,11 +73,11 @@ async fn explain_resolved(
         };
         return unjudged("tool_not_allowed", Some(hidden.step()), reason, hooks);
     }
-    let analysed = analyse(executor, parser_owner, &resolved.arguments, &call.name).await;
+    let analysed = analyse(pipeline, parser_owner, &resolved.arguments, &call.name).await;
     let ((judgment, (commands, redirections, allow_rules)), judged) = state.judge_and_inspect(
         &resolved,
         analysed.as_ref(),
-        HookVerdict::None,
+        HookVerdict::Silent,
         |facts, _| {
             let Some(command) = facts.command else {
                 let rule = permission::canonical_form(facts);

@@ -74,7 +74,7 @@ impl BatchSettings {
 }
 
 /// What runs batches: the registry, the shell parser, the settings of the config file.
-pub struct Executor {
+pub struct Pipeline {
     pub registry: Arc<Registry>,
     /// Where `run_command` lines are analysed before they are judged.
     pub shell: Arc<ShellParser>,
@@ -98,7 +98,7 @@ pub trait RuleBook: Send + Sync {
     ) -> futures_util::future::BoxFuture<'a, Result<std::path::PathBuf, String>>;
 }
 
-impl Executor {
+impl Pipeline {
     pub fn new(registry: Arc<Registry>, shell: Arc<ShellParser>) -> Self {
         Self::with_settings(registry, shell, BatchSettings::default())
     }

@@ -185,8 +185,10 @@ pub struct SessionPeers {
     pub hooks: Vec<Arc<dyn ClientHooks>>,
 }
 
-/// One session.
-pub struct Session {
+/// A session as the pipeline sees it: its id, its state (read afresh at each step), the peers
+/// that approve and hook its calls, and the sink its events go through. The session itself, as
+/// the daemon keeps it, is `session::LiveSession`, which holds one.
+pub struct SessionView {
     id: String,
     /// Shared with the calls that took it: a snapshot costs a reference count, and a change
     /// copies the state only while a snapshot of it is still held.
@@ -197,7 +199,7 @@ pub struct Session {
     grant_recorded: std::sync::OnceLock<Box<dyn Fn() + Send + Sync>>,
 }
 
-impl Session {
+impl SessionView {
     /// A session whose events are numbered after `last_seq` (0 for a new session; a restored
     /// one continues where it stopped).
     pub fn new(

@@ -9,7 +9,7 @@ use toold_protocol::{
 };
 
 use crate::session::client::{Client, OutboundError};
-use crate::tools::{Tool, ToolContext, ToolFailure, ToolFuture, ToolOutput};
+use crate::tools::{Tool, ToolContext, ToolFailure, ToolFuture, ToolSuccess};
 
 /// A tool registered by a connection and run by it through `tool/invoke`.
 pub(crate) struct ClientTool {
@@ -83,7 +83,7 @@ impl Tool for ClientTool {
 }
 
 /// A client's `tool/invoke` answer: a result object (docs/protocol.md section 6).
-fn outcome_of(name: &str, value: Value) -> Result<ToolOutput, ToolFailure> {
+fn outcome_of(name: &str, value: Value) -> Result<ToolSuccess, ToolFailure> {
     let result: ToolResult = serde_json::from_value(value).map_err(|err| {
         ToolFailure::new(
             ErrorType::InternalError,
@@ -94,7 +94,7 @@ fn outcome_of(name: &str, value: Value) -> Result<ToolOutput, ToolFailure> {
     // The registry stamps the call id itself; a client cannot claim another call's.
     metadata.remove("call_id");
     if result.ok {
-        return Ok(ToolOutput {
+        return Ok(ToolSuccess {
             content: result.content,
             metadata,
         });

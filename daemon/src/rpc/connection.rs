@@ -1,7 +1,7 @@
 //! One client connection as the daemon's handlers see it: the client as sessions reach it
 //! (`session::client`: its way out, what it declared), where it is in its handshake, and what
 //! it owns (registered tools, submitted batches). The sessions it is attached to are the
-//! sessions' to know (`session::managed`).
+//! sessions' to know (`session::live`).
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};

@@ -77,7 +77,7 @@ pub(crate) fn initialize(
             max_message_bytes: daemon.settings.max_message_bytes as u64,
         },
         sandbox: Some(crate::sandbox::kernel::probe().report()),
-        audit: Some(daemon.executor.audit.status()),
+        audit: Some(daemon.pipeline.audit.status()),
         pid: Some(std::process::id()),
         log_file: crate::logging::log_file().map(|path| path.display().to_string()),
     })
@@ -110,7 +110,7 @@ pub(crate) fn session_create(
 
 /// Records a session change in the audit log, written before the answer is sent.
 fn audit_session(daemon: &Daemon, kind: &'static str, session_id: &str, details: Value) {
-    let audit = &daemon.executor.audit;
+    let audit = &daemon.pipeline.audit;
     if audit.is_on() {
         audit.session(&crate::audit::SessionChange::new(kind, session_id, details));
         audit.flush();
@@ -230,13 +230,13 @@ pub(crate) async fn permissions_explain(
     // A lazy server's tool is judged as `tools/execute` would judge it once the server started,
     // without starting it.
     let unstarted = match daemon.mcp.get() {
-        Some(servers) if daemon.executor.registry.get(&call.name).is_none() => {
+        Some(servers) if daemon.pipeline.registry.get(&call.name).is_none() => {
             servers.unstarted_tool(&call.name)
         }
         _ => None,
     };
     Ok(crate::pipeline::explain::explain(
-        &daemon.executor,
+        &daemon.pipeline,
         &state,
         &client_hooks,
         &connection.client().parser_owner(),
@@ -417,11 +417,11 @@ pub(crate) async fn tools_execute(
         calls: params.calls.into_iter().map(Arc::new).collect(),
     };
     let results = managed
-        .run_batch(&daemon.executor, batch, &control, connection.client())
+        .run_batch(&daemon.pipeline, batch, &control, connection.client())
         .await;
     connection.end_execute(&request_id);
     // A result the client is answered with is in the audit log first.
-    daemon.executor.audit.flush();
+    daemon.pipeline.audit.flush();
     Ok(ExecuteResult { batch_id, results })
 }
 

@@ -18,8 +18,8 @@ use toold_protocol::methods;
 
 use crate::config::Config;
 use crate::mcp::servers::McpServers;
-use crate::pipeline::Executor;
-use crate::session::manager::SessionManager;
+use crate::pipeline::Pipeline;
+use crate::session::sessions::Sessions;
 use crate::tools::Registry;
 use connection::Connection;
 use toold_protocol::sync::LockUnpoisoned;
@@ -34,8 +34,8 @@ pub struct Settings {
 /// Everything the daemon shares between connections.
 pub struct Daemon {
     pub registry: Arc<Registry>,
-    pub executor: Arc<Executor>,
-    pub sessions: SessionManager,
+    pub pipeline: Arc<Pipeline>,
+    pub sessions: Sessions,
     pub settings: Settings,
     /// Changes with every daemon process: clients tell a restart by it.
     pub instance_id: String,
@@ -61,8 +61,8 @@ pub struct Daemon {
 
 impl Daemon {
     pub fn new(
-        executor: Arc<Executor>,
-        sessions: SessionManager,
+        pipeline: Arc<Pipeline>,
+        sessions: Sessions,
         settings: Settings,
         config: Config,
         config_path: Option<PathBuf>,
@@ -74,8 +74,8 @@ impl Daemon {
             .map(|elapsed| elapsed.as_nanos())
             .unwrap_or(0);
         Self {
-            registry: Arc::clone(&executor.registry),
-            executor,
+            registry: Arc::clone(&pipeline.registry),
+            pipeline,
             sessions,
             settings,
             instance_id: format!("{:x}-{}", started_nanos, std::process::id()),

@@ -11,7 +11,7 @@ use toold_protocol::ReloadResult;
 use super::Daemon;
 use crate::config::Config;
 use crate::permission;
-use crate::session::manager::SessionDefaults;
+use crate::session::sessions::SessionDefaults;
 
 /// Events each session retains for replay.
 const EVENT_LOG_CAPACITY: usize = 10_000;
@@ -105,7 +105,7 @@ impl Daemon {
         {
             result.changed.push("limits".to_owned());
         }
-        self.executor.set_settings(config.batch_settings());
+        self.pipeline.set_settings(config.batch_settings());
         for (session, why) in self.sessions.reload(session_defaults(&config)) {
             tracing::warn!(%session, %why, "a session keeps its rules: the new config rules do not compile with them");
             result.warnings.push(format!(

@@ -43,7 +43,7 @@ impl Forbidden {
         let (Some(dir_path), Some(name)) = (self.path.parent(), self.path.file_name()) else {
             return Ok(false);
         };
-        let dir = match crate::confined::open(dir_path, OFlag::O_RDONLY | OFlag::O_DIRECTORY) {
+        let dir = match crate::judged_files::open(dir_path, OFlag::O_RDONLY | OFlag::O_DIRECTORY) {
             Ok(dir) => dir,
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(false),
             Err(err) => return Err(err),
@@ -223,7 +223,7 @@ impl Found<'_> {
             if !self.may_write(&hooks) {
                 continue;
             }
-            if hooks.is_dir() || crate::confined::open_dir_creating(&hooks).is_ok() {
+            if hooks.is_dir() || crate::judged_files::open_dir_creating(&hooks).is_ok() {
                 self.protected.push(GitPath::ReadOnly(hooks));
             }
         }
@@ -264,7 +264,7 @@ fn unlink_other_names(path: &Path) {
         return;
     };
     let copied = (|| -> std::io::Result<()> {
-        let dir = crate::confined::open(dir, OFlag::O_RDONLY | OFlag::O_DIRECTORY)?;
+        let dir = crate::judged_files::open(dir, OFlag::O_RDONLY | OFlag::O_DIRECTORY)?;
         let source = nix::fcntl::openat(
             &dir,
             name,
@@ -300,7 +300,7 @@ fn unlink_other_names(path: &Path) {
 fn make_empty_dir(dir: &Path, name: &str) -> bool {
     use nix::fcntl::OFlag;
     use nix::sys::stat::Mode;
-    crate::confined::open(dir, OFlag::O_RDONLY | OFlag::O_DIRECTORY).is_ok_and(|dir| {
+    crate::judged_files::open(dir, OFlag::O_RDONLY | OFlag::O_DIRECTORY).is_ok_and(|dir| {
         nix::sys::stat::mkdirat(&dir, name, Mode::from_bits_truncate(0o755)).is_ok()
     })
 }

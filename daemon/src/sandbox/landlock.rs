@@ -142,7 +142,7 @@ pub(super) fn build_ahead(writable: &[PathBuf], network: bool) {
 fn identities(dirs: &[PathBuf]) -> Vec<Option<Identity>> {
     dirs.iter()
         .map(|dir| {
-            let fd = crate::confined::open(dir, nix::fcntl::OFlag::O_PATH).ok()?;
+            let fd = crate::judged_files::open(dir, nix::fcntl::OFlag::O_PATH).ok()?;
             let stat = nix::sys::stat::fstat(&fd).ok()?;
             Some((stat.st_dev, stat.st_ino))
         })
@@ -203,7 +203,7 @@ pub(super) fn ruleset(writable: &[PathBuf], network: bool) -> Result<OwnedFd, St
 /// write its parent (a command, with a root under `/tmp`) to send the next command's writes
 /// elsewhere. Rights a file cannot have (directory ones) are left out for one.
 fn beneath(path: &Path, rights: BitFlags<AccessFs>) -> Option<PathBeneath<OwnedFd>> {
-    let fd = crate::confined::open(path, nix::fcntl::OFlag::O_PATH).ok()?;
+    let fd = crate::judged_files::open(path, nix::fcntl::OFlag::O_PATH).ok()?;
     let is_dir = nix::sys::stat::fstat(&fd)
         .is_ok_and(|stat| stat.st_mode & nix::libc::S_IFMT == nix::libc::S_IFDIR);
     let rights = if is_dir {

@@ -633,7 +633,7 @@ fn make_missing_daemon_dirs(writable: &[PathBuf]) {
     for dir in crate::paths::daemon_dirs() {
         if writable.iter().any(|place| dir.starts_with(place))
             && !dir.exists()
-            && let Err(err) = crate::confined::open_dir_creating(dir)
+            && let Err(err) = crate::judged_files::open_dir_creating(dir)
         {
             tracing::warn!(dir = %dir.display(), %err, "cannot make toold's own directory to protect it");
         }

@@ -167,7 +167,7 @@ impl PlaceMount {
                 place.source.display()
             )
         };
-        let source = crate::confined::open(&place.source, OFlag::O_PATH).map_err(cannot)?;
+        let source = crate::judged_files::open(&place.source, OFlag::O_PATH).map_err(cannot)?;
         let stat = nix::sys::stat::fstat(&source).map_err(|errno| cannot(errno.into()))?;
         let invalid = || cannot(io::Error::from(io::ErrorKind::InvalidInput));
         Ok(Self {

@@ -96,7 +96,7 @@ impl PrivateDirs {
         let base = self.tmp.parent().unwrap_or(&self.tmp).join("covers");
         let skeleton = base.join(format!("{:016x}", hasher.finish()));
         if !skeleton.is_dir() {
-            crate::confined::open_dir_creating(&skeleton)?;
+            crate::judged_files::open_dir_creating(&skeleton)?;
             set_mode(&base, 0o700)?;
         }
         Ok(skeleton)
@@ -112,7 +112,7 @@ impl PrivateDirs {
             // World-writable with the sticky bit, as `/tmp` is: a command run as another
             // user inside the namespace (root) and the user's own programs share it.
             if !made.is_dir() {
-                crate::confined::open_dir_creating(made)?;
+                crate::judged_files::open_dir_creating(made)?;
                 set_mode(made, 0o1777)?;
             }
         }
@@ -125,12 +125,12 @@ fn make_private(dir: &Path) -> io::Result<()> {
     if dir.is_dir() {
         return Ok(());
     }
-    crate::confined::open_dir_creating(dir)?;
+    crate::judged_files::open_dir_creating(dir)?;
     set_mode(dir, 0o700)
 }
 
 fn set_mode(dir: &Path, mode: u32) -> io::Result<()> {
-    let fd = crate::confined::open(dir, OFlag::O_RDONLY | OFlag::O_DIRECTORY)?;
+    let fd = crate::judged_files::open(dir, OFlag::O_RDONLY | OFlag::O_DIRECTORY)?;
     nix::sys::stat::fchmod(&fd, nix::sys::stat::Mode::from_bits_truncate(mode))?;
     Ok(())
 }
@@ -206,13 +206,13 @@ pub(super) fn arrange(mut places: Vec<Place>) -> io::Result<Vec<Place>> {
                 let mount_point = outer.source.join(inside);
                 let a_file = std::fs::metadata(&place.source).is_ok_and(|meta| !meta.is_dir());
                 if !mount_point.exists() && !a_file {
-                    crate::confined::open_dir_creating(&mount_point)?;
+                    crate::judged_files::open_dir_creating(&mount_point)?;
                 } else if !mount_point.exists()
                     && let (Some(parent), Some(name)) =
                         (mount_point.parent(), mount_point.file_name())
                 {
                     // A file's (a socket's): an empty file to bind it over.
-                    let dir = crate::confined::open_dir_creating(parent)?;
+                    let dir = crate::judged_files::open_dir_creating(parent)?;
                     // Made new (`O_EXCL`), never opened: a FIFO put there would block the open.
                     match nix::fcntl::openat(
                         &dir,

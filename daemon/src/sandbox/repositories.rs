@@ -404,7 +404,7 @@ fn undo_new_code(git_dir: &Path, before: Option<&Code>, now: &Code) -> Vec<PathB
     if !now.settings.is_subset(&before.settings) {
         let config = git_dir.join("config");
         let put_back = match &before.config {
-            Some(content) => crate::confined::open(git_dir, nix::fcntl::OFlag::O_RDONLY)
+            Some(content) => crate::judged_files::open(git_dir, nix::fcntl::OFlag::O_RDONLY)
                 .and_then(|dir| write_in(&dir, "config", content))
                 .is_ok(),
             None => false,
@@ -432,7 +432,7 @@ fn undo_new_code(git_dir: &Path, before: Option<&Code>, now: &Code) -> Vec<PathB
 /// Renames `dir/name` to `dir/name.removed-by-toold` (replacing an earlier one), through a
 /// descriptor of `dir` opened without following a symlink.
 fn set_aside(dir: &Path, name: &str) -> std::io::Result<()> {
-    let dir = crate::confined::open(
+    let dir = crate::judged_files::open(
         dir,
         nix::fcntl::OFlag::O_RDONLY | nix::fcntl::OFlag::O_DIRECTORY,
     )?;

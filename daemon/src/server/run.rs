@@ -145,7 +145,7 @@ async fn expire_idle_sessions(daemon: Arc<Daemon>, ttl: Duration) {
     let every = (ttl / 10).clamp(Duration::from_millis(100), Duration::from_secs(60));
     loop {
         tokio::time::sleep(every).await;
-        let audit = &daemon.executor.audit;
+        let audit = &daemon.pipeline.audit;
         for session_id in daemon.sessions.expire_idle(ttl) {
             tracing::info!(session = %session_id, "session expired after its idle time");
             audit.session(&crate::audit::SessionChange::new(

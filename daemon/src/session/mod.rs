@@ -5,7 +5,7 @@
 pub mod approvals;
 pub mod client;
 pub mod forward;
+pub mod live;
 pub mod log;
-pub mod managed;
-pub mod manager;
+pub mod sessions;
 pub mod store;

@@ -15,7 +15,7 @@ use super::preview::{self, cut_at_line, unified_diff};
 use super::read_file::{MAX_EDIT_BYTES, read_text};
 use super::write_file::{stopped_unchanged, write_atomically};
 use super::{
-    JudgedArguments, Reads, Tool, ToolContext, ToolFailure, ToolFuture, ToolOutput, blocking,
+    JudgedArguments, Reads, Tool, ToolContext, ToolFailure, ToolFuture, ToolSuccess, blocking,
     builtin_definition, parse_args, resolve_judged,
 };
 use crate::env::Env;
@@ -88,7 +88,7 @@ impl Tool for EditFile {
                 write_atomically(&target.resolved, after.as_bytes(), Some(&stop))?;
                 let (diff, cut) =
                     cut_at_line(diff, max_diff_bytes, "; read the file to see the rest");
-                let mut output = ToolOutput::new(diff)
+                let mut output = ToolSuccess::new(diff)
                     .with_meta("path", shown)
                     .with_meta("replacements", matches);
                 if cut > 0 {

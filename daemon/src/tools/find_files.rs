@@ -31,7 +31,7 @@ use crate::index::roots::Indexes;
 
 use super::walk::{self, Budget, FileFilter, MAX_RESULTS, ThreadResults};
 use super::{
-    JudgedArguments, Reads, Tool, ToolContext, ToolFailure, ToolFuture, ToolOutcome, ToolOutput,
+    JudgedArguments, Reads, Tool, ToolContext, ToolFailure, ToolFuture, ToolOutcome, ToolSuccess,
     builtin_definition, parse_args,
 };
 
@@ -157,7 +157,7 @@ fn find_files(args: &FindArgs, ctx: &ToolContext, indexes: &Indexes) -> ToolOutc
         .filter_map(|(shown, exact)| Some((shown.clone(), Value::from(exact.clone()?))))
         .collect();
     let shown: Vec<String> = paths.into_iter().map(|(shown, _)| shown).collect();
-    let mut output = ToolOutput::new(shown.join("\n"))
+    let mut output = ToolSuccess::new(shown.join("\n"))
         .with_meta("count", shown.len())
         .with_meta("truncated", truncated);
     output = walk::with_index_metadata(output, cold);

@@ -33,7 +33,7 @@ pub use registry::{RegisterError, Registry, ResolvedCall, is_valid_tool_name};
 
 /// What a tool returns: its output, or why it failed. The registry turns either into a
 /// [`ToolResult`] carrying the tool's name and the call id.
-pub type ToolOutcome = Result<ToolOutput, ToolFailure>;
+pub type ToolOutcome = Result<ToolSuccess, ToolFailure>;
 
 /// The future a tool's `run` returns. Owned (`'static`) so that the registry can drop it at any
 /// point: that is how a tool that ignores cancellation is left behind.
@@ -286,12 +286,12 @@ pub struct OutputChunk {
 
 /// A tool's successful output.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct ToolOutput {
+pub struct ToolSuccess {
     pub content: String,
     pub metadata: Map<String, Value>,
 }
 
-impl ToolOutput {
+impl ToolSuccess {
     pub fn new(content: impl Into<String>) -> Self {
         Self {
             content: content.into(),
@@ -341,7 +341,7 @@ impl ToolFailure {
     /// An IO error on `path`, typed by its kind so that the model can react.
     pub fn io(path: &Path, action: &str, err: &io::Error) -> Self {
         let shown = path.display();
-        if crate::confined::is_changed_path(err) {
+        if crate::judged_files::is_changed_path(err) {
             return Self::new(
                 ErrorType::IoError,
                 format!(

@@ -20,7 +20,7 @@ use toold_protocol::{ErrorType, Safety, ToolDefinition};
 use crate::paths::ResolvedPath;
 
 use super::{
-    JudgedArguments, Reads, StopReading, Tool, ToolContext, ToolFailure, ToolFuture, ToolOutput,
+    JudgedArguments, Reads, StopReading, Tool, ToolContext, ToolFailure, ToolFuture, ToolSuccess,
     blocking, builtin_definition, parse_args,
 };
 
@@ -105,7 +105,7 @@ impl Tool for ReadFile {
 /// regular file. FIFOs, sockets and devices are refused: their reads may never end.
 fn open_regular_file(path: &Path) -> Result<(File, u64), ToolFailure> {
     let fail = |err: io::Error| ToolFailure::io(path, "read", &err);
-    let file = crate::confined::open_read(path).map_err(fail)?;
+    let file = crate::judged_files::open_read(path).map_err(fail)?;
     let meta = file.metadata().map_err(fail)?;
     if meta.is_dir() {
         return Err(fail(io::Error::from(io::ErrorKind::IsADirectory)));
@@ -124,7 +124,7 @@ fn read_output(
     file: impl Read,
     target: &ResolvedPath,
     window: &Window,
-) -> Result<ToolOutput, ToolFailure> {
+) -> Result<ToolSuccess, ToolFailure> {
     let read = read_window(file, &target.resolved, window)?;
     if read.total_lines > 0 && window.first_line > read.total_lines {
         return Err(ToolFailure::invalid_arguments(format!(
@@ -134,7 +134,7 @@ fn read_output(
             read.total_lines
         )));
     }
-    let mut output = ToolOutput::new(read.text)
+    let mut output = ToolSuccess::new(read.text)
         .with_meta("path", target.lexical.display().to_string())
         .with_meta("total_lines", read.total_lines)
         .with_meta("truncated", read.next_offset.is_some());

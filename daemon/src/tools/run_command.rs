@@ -60,7 +60,7 @@ use toold_protocol::{ErrorType, Safety, ToolDefinition};
 
 use self::pump::OutputPump;
 use super::{
-    JudgedArguments, Tool, ToolContext, ToolFailure, ToolFuture, ToolOutcome, ToolOutput,
+    JudgedArguments, Tool, ToolContext, ToolFailure, ToolFuture, ToolOutcome, ToolSuccess,
     builtin_definition, parse_args,
 };
 use crate::env::Env;
@@ -394,7 +394,7 @@ async fn run_command(mut args: Map<String, Value>, ctx: ToolContext) -> ToolOutc
         )),
     };
     match failure {
-        None => Ok(ToolOutput { content, metadata }),
+        None => Ok(ToolSuccess { content, metadata }),
         Some((error_type, message)) => Err(ToolFailure {
             error_type,
             message,

@@ -46,7 +46,7 @@ use crate::index::roots::Indexes;
 use super::walk::{self, Budget, CancelCheck, FileFilter, MAX_RESULTS, Start, ThreadResults};
 use super::{
     JudgedArguments, Reads, StopReading, Tool, ToolContext, ToolFailure, ToolFuture, ToolOutcome,
-    ToolOutput, builtin_definition, parse_args,
+    ToolSuccess, builtin_definition, parse_args,
 };
 
 /// How many matching lines a call returns when it does not say.
@@ -280,7 +280,7 @@ fn search_code(args: &SearchArgs, ctx: &ToolContext, indexes: &Indexes) -> ToolO
                 .with_meta("truncated", true),
         );
     }
-    let mut output = ToolOutput::new(assembled.content)
+    let mut output = ToolSuccess::new(assembled.content)
         .with_meta("matches", assembled.matches)
         .with_meta("files", assembled.files)
         .with_meta("truncated", assembled.truncated);

@@ -22,7 +22,7 @@ use ignore::{DirEntry, WalkState};
 use tokio_util::sync::CancellationToken;
 use toold_protocol::ErrorType;
 
-use super::{HiddenPaths, ToolContext, ToolFailure, ToolOutput};
+use super::{HiddenPaths, ToolContext, ToolFailure, ToolSuccess};
 use crate::index::files::{self, Listing};
 pub use crate::index::files::{ThreadResults, path_order, relative_to, walk_threads};
 use crate::index::roots::ColdReason;
@@ -310,7 +310,7 @@ pub fn visit_files<'s, B, V>(
 
 /// Says in `output`'s metadata how its files were found: `index` is `warm` when from the warm
 /// index, `cold` (with `index_reason`) when from a walk.
-pub fn with_index_metadata(output: ToolOutput, cold: Option<ColdReason>) -> ToolOutput {
+pub fn with_index_metadata(output: ToolSuccess, cold: Option<ColdReason>) -> ToolSuccess {
     match cold {
         None => output.with_meta("index", "warm"),
         Some(reason) => output

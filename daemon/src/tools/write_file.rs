@@ -4,7 +4,7 @@
 //! the directory fsynced: a reader, a crash or a `kill -9` sees the old file or the new one,
 //! never a torn or empty one. Writes go to the resolved path, so a symlink stays a symlink and
 //! its target is replaced. Everything happens relative to the target's directory opened as it
-//! was judged (`crate::confined`): a symlink swapped into the path after the check makes the
+//! was judged (`crate::judged_files`): a symlink swapped into the path after the check makes the
 //! write fail rather than land somewhere else.
 
 use std::fs::{self, File, Permissions};
@@ -26,12 +26,12 @@ use tokio_util::sync::CancellationToken;
 use toold_protocol::{ErrorType, Preview, Safety, ToolDefinition};
 
 use super::{
-    JudgedArguments, Reads, Tool, ToolContext, ToolFailure, ToolFuture, ToolOutput, blocking,
+    JudgedArguments, Reads, Tool, ToolContext, ToolFailure, ToolFuture, ToolSuccess, blocking,
     builtin_definition, parse_args, resolve_judged,
 };
 use super::{preview, write_journal};
-use crate::confined;
 use crate::env::Env;
+use crate::judged_files;
 use crate::paths::ResolvedPath;
 
 pub struct WriteFile;
@@ -83,7 +83,7 @@ impl Tool for WriteFile {
                     new_content(&args).as_bytes(),
                     Some(&stop),
                 )?;
-                Ok(ToolOutput::new(format!(
+                Ok(ToolSuccess::new(format!(
                     "{} {} ({} bytes)",
                     if created { "created" } else { "wrote" },
                     target.lexical.display(),
@@ -144,7 +144,7 @@ pub(crate) fn write_atomically(
             path.display()
         )));
     };
-    let dir = confined::open_dir_creating(parent)
+    let dir = judged_files::open_dir_creating(parent)
         .map_err(|err| ToolFailure::io(parent, "create directory", &err))?;
     let existing_mode = match fstatat(&dir, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
         Ok(stat) => match SFlag::from_bits_truncate(stat.st_mode) & SFlag::S_IFMT {

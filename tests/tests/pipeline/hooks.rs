@@ -8,7 +8,7 @@ use std::time::Duration;
 use pretty_assertions::assert_eq;
 use serde_json::json;
 use toold::hooks::{ClientHooks, ConfiguredHook, HookFuture};
-use toold::pipeline::{BatchSettings, Executor};
+use toold::pipeline::{BatchSettings, Pipeline};
 use toold_protocol::{
     CallOutcome, HookEvent, PostToolUseAnswer, PostToolUseParams, PreToolUseAnswer,
     PreToolUseDecision, PreToolUseParams, Rules, SessionMode,
@@ -165,8 +165,8 @@ async fn with_program(
         timeout_ms,
     );
     let harness = Harness {
-        executor: Arc::new(Executor::with_settings(
-            probe.executor.registry.clone(),
+        pipeline: Arc::new(Pipeline::with_settings(
+            probe.pipeline.registry.clone(),
             shell_parser(),
             BatchSettings {
                 hooks: vec![hook],
@@ -282,8 +282,8 @@ async fn a_missing_hook_program_blocks() {
         timeout: None,
     };
     let harness = Harness {
-        executor: Arc::new(Executor::with_settings(
-            harness.executor.registry.clone(),
+        pipeline: Arc::new(Pipeline::with_settings(
+            harness.pipeline.registry.clone(),
             shell_parser(),
             BatchSettings {
                 hooks: vec![hook],
@@ -324,8 +324,8 @@ async fn post_hook_programs_add_context_and_their_failures_change_nothing() {
         None,
     );
     let harness = Harness {
-        executor: Arc::new(Executor::with_settings(
-            probe.executor.registry.clone(),
+        pipeline: Arc::new(Pipeline::with_settings(
+            probe.pipeline.registry.clone(),
             shell_parser(),
             BatchSettings {
                 hooks: vec![good, bad],

@@ -14,10 +14,10 @@ use toold::approval::{ApprovalFuture, ApprovalReply, Approver};
 use toold::events::CollectingListener;
 use toold::hooks::{ClientHooks, ConfiguredHook};
 use toold::pipeline::batch::{Batch, BatchControl};
-use toold::pipeline::session::{Session, SessionPeers, SessionState};
-use toold::pipeline::{BatchSettings, Executor};
+use toold::pipeline::session::{SessionPeers, SessionState, SessionView};
+use toold::pipeline::{BatchSettings, Pipeline};
 use toold::tools::ToolFuture;
-use toold::{Registry, ToolOutput};
+use toold::{Registry, ToolSuccess};
 use toold_protocol::{
     ApprovalAnswer, ApprovalDecision, ApprovalRequestParams, CallOutcome, Event, Rules, Safety,
     SessionMode, ToolCall,
@@ -54,7 +54,7 @@ impl Act {
             match self {
                 Act::Rendezvous(barrier) => {
                     match tokio::time::timeout(Duration::from_secs(10), barrier.wait()).await {
-                        Ok(_) => Ok(ToolOutput::new("met")),
+                        Ok(_) => Ok(ToolSuccess::new("met")),
                         Err(_) => Err(toold::ToolFailure::new(
                             toold_protocol::ErrorType::Timeout,
                             "the other call never came",
@@ -66,12 +66,12 @@ impl Act {
                     most.fetch_max(now, Ordering::SeqCst);
                     tokio::time::sleep(Duration::from_millis(30)).await;
                     running.fetch_sub(1, Ordering::SeqCst);
-                    Ok(ToolOutput::new("done"))
+                    Ok(ToolSuccess::new("done"))
                 }
                 Act::Sleep => {
                     let ms = args.get("ms").and_then(Value::as_u64).unwrap_or(0);
                     tokio::time::sleep(Duration::from_millis(ms)).await;
-                    Ok(ToolOutput::new(
+                    Ok(ToolSuccess::new(
                         args.get("label")
                             .and_then(Value::as_str)
                             .unwrap_or_default()
@@ -146,8 +146,8 @@ fn answer(decision: ApprovalDecision) -> Option<ApprovalReply> {
 
 struct Harness {
     tree: Tree,
-    executor: Arc<Executor>,
-    session: Arc<Session>,
+    pipeline: Arc<Pipeline>,
+    session: Arc<SessionView>,
     events: Arc<CollectingListener>,
 }
 
@@ -173,7 +173,7 @@ impl Harness {
             ..BatchSettings::default()
         };
         settings.limits.approval_timeout = Duration::from_secs(20);
-        let executor = Executor::with_settings(Arc::new(registry), shell_parser(), settings);
+        let pipeline = Pipeline::with_settings(Arc::new(registry), shell_parser(), settings);
         // Commands the rules leave open ask, though the sandbox would confine them: these tests
         // are of the pipeline's asking, approving and hooks.
         let config = toold::permission::ConfigRules {
@@ -189,10 +189,10 @@ impl Harness {
         )
         .unwrap();
         let events = Arc::new(CollectingListener::default());
-        let session = Arc::new(Session::new("s_test", state, events.clone(), 0));
+        let session = Arc::new(SessionView::new("s_test", state, events.clone(), 0));
         Self {
             tree,
-            executor: Arc::new(executor),
+            pipeline: Arc::new(pipeline),
             session,
             events,
         }
@@ -229,7 +229,7 @@ impl Harness {
             iteration: 1,
             calls: calls.into_iter().map(Into::into).collect(),
         };
-        self.executor
+        self.pipeline
             .run_batch(&self.session, batch, &control, "test")
             .await
     }

@@ -8,7 +8,7 @@ use pretty_assertions::assert_eq;
 use serde_json::json;
 use toold::approval::ApprovalReply;
 use toold::pipeline::batch::{Batch, BatchControl};
-use toold::pipeline::{BatchSettings, Executor};
+use toold::pipeline::{BatchSettings, Pipeline};
 use toold_protocol::{
     ApprovalAnswer, ApprovalDecision, Event, Rules, Safety, SessionMode, ToolCall,
 };
@@ -133,8 +133,8 @@ async fn failed_silent_and_vanished_approvers_cancel_the_permission() {
     harness.approver(approver);
     let mut settings = BatchSettings::default();
     settings.limits.approval_timeout = Duration::from_millis(200);
-    let executor = Arc::new(Executor::with_settings(
-        harness.executor.registry.clone(),
+    let pipeline = Arc::new(Pipeline::with_settings(
+        harness.pipeline.registry.clone(),
         shell_parser(),
         settings,
     ));
@@ -146,7 +146,7 @@ async fn failed_silent_and_vanished_approvers_cancel_the_permission() {
         iteration: 0,
         calls: calls.into_iter().map(Into::into).collect(),
     };
-    let results = executor
+    let results = pipeline
         .run_batch(&harness.session, batch, &BatchControl::new(3), "test")
         .await;
     assert_eq!(outcomes(&results), ["permission_canceled"; 3]);

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use pretty_assertions::assert_eq;
 use serde_json::json;
-use toold::pipeline::{BatchSettings, Executor};
+use toold::pipeline::{BatchSettings, Pipeline};
 use toold_protocol::{Event, Rules, Safety, SessionMode};
 use toold_tests::daemon::shell_parser;
 
@@ -169,10 +169,10 @@ async fn command_output_streams_as_events_up_to_the_limit() {
     let probe = Harness::new(&[], rules(&["run_command"], &[], &[]), SessionMode::Default);
     let mut settings = BatchSettings::default();
     settings.limits.max_stream_bytes = 1000;
-    let executor =
-        Executor::with_settings(probe.executor.registry.clone(), shell_parser(), settings);
+    let pipeline =
+        Pipeline::with_settings(probe.pipeline.registry.clone(), shell_parser(), settings);
     let harness = Harness {
-        executor: Arc::new(executor),
+        pipeline: Arc::new(pipeline),
         ..probe
     };
     let results = harness

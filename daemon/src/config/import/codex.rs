@@ -436,7 +436,7 @@ pub fn decides(rule: &Rule, list: RuleList, line: &str, analysis: &CommandLine) 
         arguments: &arguments,
         paths: &[],
         command: Some(&command),
-        hook: HookVerdict::None,
+        hook: HookVerdict::Silent,
     };
     let session = SessionFacts {
         mode: SessionMode::Default,

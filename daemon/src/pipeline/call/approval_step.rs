@@ -183,7 +183,7 @@ pub(super) async fn step_approval(
                         .decision
                         .as_ref()
                         .and_then(|decision| decision.approver.clone());
-                    scope.executor.audit.session(&SessionChange::new(
+                    scope.pipeline.audit.session(&SessionChange::new(
                         "grant",
                         scope.session.id(),
                         serde_json::json!({"call_id": call.id, "grant": grant, "approver": approver}),
@@ -260,14 +260,14 @@ fn always_offered(
     resolved: &ResolvedCall,
     analysed: Option<&AnalysedLine>,
 ) -> Option<AlwaysRule> {
-    scope.executor.rule_book()?;
+    scope.pipeline.rule_book()?;
     let state = scope.session.state();
     let project = state.env.roots.first()?;
     let rule = with_facts(
         &state.env,
         resolved,
         analysed,
-        HookVerdict::None,
+        HookVerdict::Silent,
         permission::always_rule,
     )?;
     Some(AlwaysRule {
@@ -302,11 +302,11 @@ async fn keep_for_good(
     always: &AlwaysRule,
     list: RuleList,
 ) -> Option<String> {
-    let book = scope.executor.rule_book()?;
+    let book = scope.pipeline.rule_book()?;
     let project = std::path::Path::new(&always.project);
     match book.persist(project, list, &always.rule).await {
         Ok(file) => {
-            scope.executor.audit.session(&SessionChange::new(
+            scope.pipeline.audit.session(&SessionChange::new(
                 "rule_kept",
                 scope.session.id(),
                 serde_json::json!({"call_id": call.id, "list": list.key(), "rule": always.rule,
@@ -348,9 +348,13 @@ fn deny_reason(
     resolved: &ResolvedCall,
     analysed: Option<&AnalysedLine>,
 ) -> (Option<String>, Vec<ResolvedPath>) {
-    with_facts_and_paths(&state.env, resolved, analysed, HookVerdict::None, |facts| {
-        permission::denied(facts, &state.policy)
-    })
+    with_facts_and_paths(
+        &state.env,
+        resolved,
+        analysed,
+        HookVerdict::Silent,
+        |facts| permission::denied(facts, &state.policy),
+    )
 }
 
 /// What an `allow_session` answer records: a pattern grant or the call's exact form.
@@ -363,7 +367,7 @@ fn grant_for(
         &state.env,
         resolved,
         analysed,
-        HookVerdict::None,
+        HookVerdict::Silent,
         permission::session_grant,
     )
 }

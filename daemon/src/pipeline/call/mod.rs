@@ -24,13 +24,13 @@ use toold_protocol::{
 use self::approval_step::{Asking, step_approval};
 pub use self::trail::Trail;
 use self::trail::{decision_record, record, record_decided};
-use super::session::{Session, SessionState};
+use super::session::{SessionState, SessionView};
 use crate::env::Env;
 use crate::events::EventBody;
 use crate::paths::ResolvedPath;
 use crate::permission::facts::{AnalysedLine, call_escalation, command_line};
 use crate::permission::{Decision, HookVerdict, Step};
-use crate::pipeline::{BatchSettings, Executor};
+use crate::pipeline::{BatchSettings, Pipeline};
 use crate::tools::registry::run_resolved;
 use crate::tools::{CallOrigin, Judged, LiveUpdate, ResolvedCall};
 
@@ -40,10 +40,10 @@ const OUTPUT_QUEUE: usize = 64;
 /// Everything one call of a batch runs in. Cheap to clone: one per call task.
 #[derive(Clone)]
 pub struct CallScope {
-    pub executor: Arc<Executor>,
+    pub pipeline: Arc<Pipeline>,
     /// The config's hooks and limits, as they were when the batch started.
     pub settings: Arc<BatchSettings>,
-    pub session: Arc<Session>,
+    pub session: Arc<SessionView>,
     pub batch_id: Arc<str>,
     pub iteration: u64,
     /// Cancels the whole batch: an approver's `abort`.
@@ -180,7 +180,7 @@ fn step_resolve(
     call: &ToolCall,
     trail: &mut Trail,
 ) -> Result<ResolvedCall, ToolResult> {
-    let resolved = scope.executor.registry.resolve(call)?;
+    let resolved = scope.pipeline.registry.resolve(call)?;
     let state = scope.session.state();
     if let Some(hidden) = state.hidden_by(resolved.definition()) {
         trail.decided(hidden.decided_by(), hidden.step());
@@ -201,7 +201,7 @@ async fn step_pre_hooks(
     let peers = scope.session.peers();
     let hooks = scope.settings.hook_set(&peers.hooks, &state.env.cwd);
     if !hooks.any_for(toold_protocol::HookEvent::PreToolUse, &call.name) {
-        return Ok(HookVerdict::None);
+        return Ok(HookVerdict::Silent);
     }
     let params = PreToolUseParams {
         session_id: scope.session.id().to_owned(),
@@ -229,7 +229,7 @@ async fn step_pre_hooks(
     Ok(match verdict.decision {
         PreToolUseDecision::Allow => HookVerdict::Allow,
         PreToolUseDecision::Ask => HookVerdict::Ask,
-        PreToolUseDecision::Continue | PreToolUseDecision::Block => HookVerdict::None,
+        PreToolUseDecision::Continue | PreToolUseDecision::Block => HookVerdict::Silent,
     })
 }
 
@@ -303,7 +303,7 @@ fn judged_for(state: &SessionState, resolved: &ResolvedCall, paths: Vec<Resolved
 async fn analyse_command(scope: &CallScope, resolved: &ResolvedCall) -> Option<AnalysedLine> {
     let tool = &resolved.definition().name;
     analyse(
-        &scope.executor,
+        &scope.pipeline,
         &scope.parser_owner,
         &resolved.arguments,
         tool,
@@ -314,13 +314,13 @@ async fn analyse_command(scope: &CallScope, resolved: &ResolvedCall) -> Option<A
 /// The command line of a call whose tool takes one, analysed by the parser workers (what
 /// judging and `permissions/explain` read); `None` for other tools.
 pub(super) async fn analyse(
-    executor: &Executor,
+    pipeline: &Pipeline,
     parser_owner: &str,
     arguments: &Map<String, Value>,
     tool: &str,
 ) -> Option<AnalysedLine> {
     let line = command_line(tool, arguments)?;
-    let analysis = executor.shell.analyze(parser_owner, line).await;
+    let analysis = pipeline.shell.analyze(parser_owner, line).await;
     Some(AnalysedLine {
         line: line.to_owned(),
         analysis: Arc::new(analysis),
@@ -335,7 +335,7 @@ fn step_recheck(
     resolved: &ResolvedCall,
 ) -> Result<(), ToolResult> {
     let name = &resolved.definition().name;
-    let Some(definition) = scope.executor.registry.get(name) else {
+    let Some(definition) = scope.pipeline.registry.get(name) else {
         return Err(failure(
             call,
             ErrorType::ToolNotAllowed,

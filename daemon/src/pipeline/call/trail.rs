@@ -85,7 +85,7 @@ pub(super) fn record(
     elapsed_ms: u64,
     trail: &Trail,
 ) {
-    let audit = &scope.executor.audit;
+    let audit = &scope.pipeline.audit;
     if !audit.is_on() {
         return;
     }
@@ -111,7 +111,7 @@ pub(super) fn record_decided(
     resolved: &ResolvedCall,
     trail: &Trail,
 ) {
-    let audit = &scope.executor.audit;
+    let audit = &scope.pipeline.audit;
     if audit.is_on() {
         let arguments = Arguments::Replaced(&resolved.arguments);
         audit.decided(&call_decided(
@@ -132,7 +132,7 @@ fn call_decided<'a>(
     trail: &'a Trail,
     kind: &'static str,
 ) -> CallDecided<'a> {
-    let audit = &scope.executor.audit;
+    let audit = &scope.pipeline.audit;
     CallDecided {
         kind,
         ts: audit::record::now(),

@@ -16,9 +16,9 @@ use super::forward::{Forwarder, SessionEvents};
 use super::log::EventLog;
 use super::store::{SessionRecord, SessionStore};
 use crate::hooks::ClientHooks;
-use crate::pipeline::Executor;
+use crate::pipeline::Pipeline;
 use crate::pipeline::batch::{Batch, BatchControl};
-use crate::pipeline::session::{Session, SessionPeers};
+use crate::pipeline::session::{SessionPeers, SessionView};
 
 /// A batch running in a session.
 pub(super) struct RunningBatch {
@@ -45,8 +45,8 @@ pub(super) struct Meta {
 }
 
 /// One session, as the daemon manages it.
-pub struct ManagedSession {
-    pub session: Arc<Session>,
+pub struct LiveSession {
+    pub session: Arc<SessionView>,
     pub log: Arc<EventLog>,
     /// The log and the attached clients' forwarders: the session's event listener.
     pub(super) events: Arc<SessionEvents>,
@@ -65,7 +65,7 @@ pub(super) struct SaveState {
     closed: bool,
 }
 
-impl ManagedSession {
+impl LiveSession {
     /// Saves the session in `store` in the background; saves land in the order asked.
     pub fn save(self: &Arc<Self>, store: &SessionStore) {
         let (record, generation) = self.next_save();
@@ -92,7 +92,7 @@ impl ManagedSession {
     /// it has been sent to the submitter (a response follows its events).
     pub async fn run_batch(
         &self,
-        executor: &Arc<Executor>,
+        pipeline: &Arc<Pipeline>,
         batch: Batch,
         control: &BatchControl,
         submitter: &Client,
@@ -105,7 +105,7 @@ impl ManagedSession {
         if submitter.outbound().is_closed() && self.on_disconnect() == OnDisconnect::Cancel {
             control.batch.cancel();
         }
-        let outcomes = executor
+        let outcomes = pipeline
             .run_batch(&self.session, batch, control, &submitter.parser_owner())
             .await;
         self.end_batch(&batch_id);

@@ -17,12 +17,12 @@ use toold_protocol::{
 use super::approvals::ApprovalBoard;
 use super::client::Client;
 use super::forward::SessionEvents;
+use super::live::{LiveSession, Meta, SaveState};
 use super::log::EventLog;
-use super::managed::{ManagedSession, Meta, SaveState};
 use super::store::{MAX_REQUESTED_RECORD_BYTES, MAX_TITLE_BYTES, SessionRecord, SessionStore};
 use crate::env::Env;
 use crate::permission::{ConfigRules, lint};
-use crate::pipeline::session::{Session, SessionState};
+use crate::pipeline::session::{SessionState, SessionView};
 
 /// What new sessions get unless their creator says otherwise, and what bounds them.
 #[derive(Debug, Clone)]
@@ -41,7 +41,7 @@ pub struct SessionDefaults {
 }
 
 /// Every session of the daemon.
-pub struct SessionManager {
+pub struct Sessions {
     /// Replaced whole by a config reload.
     defaults: RwLock<Arc<SessionDefaults>>,
     /// Held for writing by a reload from its swap of the defaults to the last live session
@@ -49,11 +49,11 @@ pub struct SessionManager {
     /// their write of the session: no session is left with the config rules a reload replaced.
     config_epoch: RwLock<()>,
     store: Option<SessionStore>,
-    sessions: Mutex<HashMap<String, Arc<ManagedSession>>>,
+    sessions: Mutex<HashMap<String, Arc<LiveSession>>>,
     next_id: AtomicU64,
 }
 
-impl SessionManager {
+impl Sessions {
     /// A manager that persists sessions in `store` (none: sessions live only in memory).
     pub fn new(defaults: SessionDefaults, store: Option<SessionStore>) -> Self {
         Self {
@@ -89,20 +89,20 @@ impl SessionManager {
         refused
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, Arc<ManagedSession>>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Arc<LiveSession>>> {
         // Inserts and removes only: a poisoned lock stays consistent.
         self.sessions.lock_unpoisoned()
     }
 
-    pub fn get(&self, session_id: &str) -> Result<Arc<ManagedSession>, ErrorObject> {
+    pub fn get(&self, session_id: &str) -> Result<Arc<LiveSession>, ErrorObject> {
         self.lock()
             .get(session_id)
             .cloned()
             .ok_or_else(|| ErrorObject::unknown_session(session_id))
     }
 
-    pub fn all(&self) -> Vec<Arc<ManagedSession>> {
-        let mut sessions: Vec<Arc<ManagedSession>> = self.lock().values().cloned().collect();
+    pub fn all(&self) -> Vec<Arc<LiveSession>> {
+        let mut sessions: Vec<Arc<LiveSession>> = self.lock().values().cloned().collect();
         sessions.sort_by(|a, b| a.id().cmp(b.id()));
         sessions
     }
@@ -114,7 +114,7 @@ impl SessionManager {
         params: SessionCreateParams,
         creator: &Arc<Client>,
         known_tools: &[ToolDefinition],
-    ) -> Result<Arc<ManagedSession>, ErrorObject> {
+    ) -> Result<Arc<LiveSession>, ErrorObject> {
         // A session compiled with the config rules a reload is replacing would miss them.
         let _config = self.config_epoch.read_unpoisoned();
         let state = self.draft(&params, known_tools)?;
@@ -188,7 +188,7 @@ impl SessionManager {
         &self,
         params: SessionUpdateParams,
         known_tools: &[ToolDefinition],
-    ) -> Result<Arc<ManagedSession>, ErrorObject> {
+    ) -> Result<Arc<LiveSession>, ErrorObject> {
         // As for `create`: the state written back must hold the config rules of now.
         let _config = self.config_epoch.read_unpoisoned();
         let managed = self.get(&params.session_id)?;
@@ -295,7 +295,7 @@ impl SessionManager {
 
     /// Saves the session's state file on a blocking thread (it fsyncs). Saves of one session
     /// land in order: a save never overwrites a newer one, nor recreates a closed session's file.
-    pub fn persist(&self, managed: &Arc<ManagedSession>) {
+    pub fn persist(&self, managed: &Arc<LiveSession>) {
         if let Some(store) = &self.store {
             managed.save(store);
         }
@@ -429,7 +429,7 @@ impl SessionManager {
         mut state: SessionState,
         meta: Meta,
         last_seq: u64,
-    ) -> Arc<ManagedSession> {
+    ) -> Arc<LiveSession> {
         // Its commands' `/tmp`, kept across its calls (and restarts) and removed with it.
         let mut env = (*state.env).clone();
         env.sandbox.private_dir =
@@ -440,13 +440,13 @@ impl SessionManager {
             last_seq,
         ));
         let events = Arc::new(SessionEvents::new(Arc::clone(&log)));
-        let session = Arc::new(Session::new(
+        let session = Arc::new(SessionView::new(
             session_id.clone(),
             state,
             Arc::clone(&events) as _,
             last_seq,
         ));
-        let managed = Arc::new(ManagedSession {
+        let managed = Arc::new(LiveSession {
             session,
             log,
             events,
@@ -507,7 +507,7 @@ impl SessionManager {
     }
 }
 
-impl SessionManager {
+impl Sessions {
     /// A session rule that can never match what it names (`permission::lint`) is refused: a
     /// deny rule that protects nothing must not look as if it did.
     fn check_rules_can_match(
