@@ -172,7 +172,7 @@ fuzz_target!(|data: &[u8]| {
         arguments: &arguments,
         paths: &[],
         command: Some(&facts),
-        hook: HookVerdict::None,
+        hook: HookVerdict::Silent,
     };
     let judgment = evaluate(
         &call,

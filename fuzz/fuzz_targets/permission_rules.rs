@@ -88,7 +88,7 @@ fn decide(
         arguments,
         paths: &paths,
         command: command.as_ref(),
-        hook: HookVerdict::None,
+        hook: HookVerdict::Silent,
     };
     let judgment = evaluate(
         &call,

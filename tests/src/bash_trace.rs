@@ -184,7 +184,7 @@ pub fn judge(line: &str, scratch: &Scratch) -> Judged {
         arguments: &arguments,
         paths: &[],
         command: Some(&facts),
-        hook: HookVerdict::None,
+        hook: HookVerdict::Silent,
     };
     let decision = evaluate(
         &call,
