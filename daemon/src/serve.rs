@@ -12,7 +12,7 @@ use crate::index::roots::Indexes;
 use crate::mcp::servers::McpServers;
 use crate::pipeline::Pipeline;
 use crate::rpc::reload::session_defaults;
-use crate::rpc::{Daemon, Settings};
+use crate::rpc::{Daemon, DaemonParts, Settings};
 use crate::server::run::{ServerOptions, run};
 use crate::server::socket::SocketError;
 use crate::server::{socket, systemd};
@@ -163,7 +163,14 @@ pub fn serve(args: ServeArgs) -> Result<(), ServeError> {
         let sessions = Sessions::new(session_defaults(&config), Some(store));
         let restored = sessions.restore();
         let settings = Settings { allow_bypass: config.allow_bypass, max_message_bytes: config.max_message_bytes };
-        let daemon = Arc::new(Daemon::new(Arc::new(pipeline), sessions, settings, config.clone(), config_path.clone(), indexes));
+        let daemon = Arc::new(Daemon::new(DaemonParts {
+            pipeline: Arc::new(pipeline),
+            sessions,
+            settings,
+            config: config.clone(),
+            config_path: config_path.clone(),
+            indexes,
+        }));
         let rule_book: std::sync::Weak<dyn crate::pipeline::RuleBook> = Arc::downgrade(&daemon) as _;
         daemon.pipeline.set_rule_book(rule_book);
         // Each server once, for every session; their tools' coming and going told to clients.

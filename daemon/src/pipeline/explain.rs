@@ -14,34 +14,41 @@ use crate::paths::{self, ResolvedPath};
 use crate::permission::{self, Decision, HookVerdict, Judgment, Step};
 use crate::tools::{JudgedArguments, Registry, Tool, judged_arguments};
 
-/// Explains `call` in a session whose state is `state` and whose connections' hooks are
-/// `client_hooks`; `parser_owner` names who asks to the parser workers (whose share it draws
-/// on). `unstarted`: when the call
-/// names a tool of a lazy MCP server that has not started, the server's name and a stand-in
-/// for the tool ([`crate::mcp::servers::McpServers::unstarted_tool`]), judged in its place.
+/// The session a call is explained in: its state, its connections' hooks, and who asks the
+/// parser workers (`parser_owner`, whose share of them the analysis draws on).
+#[derive(Clone, Copy)]
+pub struct ExplainedIn<'a> {
+    pub state: &'a SessionState,
+    pub client_hooks: &'a [Arc<dyn ClientHooks>],
+    pub parser_owner: &'a str,
+}
+
+/// Explains `call` in `session`. `unstarted`: when the call names a tool of a lazy MCP server
+/// that has not started, the server's name and a stand-in for the tool
+/// ([`crate::mcp::servers::McpServers::unstarted_tool`]), judged in its place.
 pub async fn explain(
     pipeline: &Pipeline,
-    state: &SessionState,
-    client_hooks: &[Arc<dyn ClientHooks>],
-    parser_owner: &str,
+    session: ExplainedIn<'_>,
     call: &ToolCall,
     unstarted: Option<(String, Arc<dyn Tool>)>,
 ) -> Explanation {
     let (starts_server, stand_in) = unstarted.unzip();
-    let mut explanation =
-        explain_resolved(pipeline, state, client_hooks, parser_owner, call, stand_in).await;
+    let mut explanation = explain_resolved(pipeline, session, call, stand_in).await;
     explanation.starts_server = starts_server;
     explanation
 }
 
 async fn explain_resolved(
     pipeline: &Pipeline,
-    state: &SessionState,
-    client_hooks: &[Arc<dyn ClientHooks>],
-    parser_owner: &str,
+    session: ExplainedIn<'_>,
     call: &ToolCall,
     stand_in: Option<Arc<dyn Tool>>,
 ) -> Explanation {
+    let ExplainedIn {
+        state,
+        client_hooks,
+        parser_owner,
+    } = session;
     let settings = pipeline.settings();
     let hooks = settings
         .hook_set(client_hooks, &state.env.cwd)

@@ -18,17 +18,25 @@ use crate::permission::facts::{AnalysedLine, command_facts};
 use crate::tools::run_command::run_directory;
 use crate::tools::{JudgedArguments, ResolvedCall, blocking, judged_arguments};
 
-/// The preview of `resolved`, asked about in a session whose state is `state`, which runs in
-/// `env` (its escalation applied) on the paths `judged`; `escalation` is what the request says
-/// it loosens.
-pub(super) async fn preview(
-    state: &SessionState,
-    resolved: &ResolvedCall,
-    analysed: Option<&AnalysedLine>,
-    judged: &[ResolvedPath],
-    env: &Arc<Env>,
-    escalation: Option<&Escalation>,
-) -> Option<Preview> {
+/// A call as it would run if approved as it is: its command line's analysis, the paths as
+/// judged, the Env it runs in (its escalation applied), and what the request says it loosens.
+pub(super) struct AsItWouldRun<'a> {
+    pub(super) resolved: &'a ResolvedCall,
+    pub(super) analysed: Option<&'a AnalysedLine>,
+    pub(super) judged: &'a [ResolvedPath],
+    pub(super) env: &'a Arc<Env>,
+    pub(super) escalation: Option<&'a Escalation>,
+}
+
+/// The preview of a call asked about in a session whose state is `state`.
+pub(super) async fn preview(state: &SessionState, call: AsItWouldRun<'_>) -> Option<Preview> {
+    let AsItWouldRun {
+        resolved,
+        analysed,
+        judged,
+        env,
+        escalation,
+    } = call;
     let tool = &resolved.definition().name;
     match judged_arguments(tool) {
         JudgedArguments::CommandLine { cwd, .. } => {

@@ -20,6 +20,7 @@ use super::Daemon;
 use super::client_tools::ClientTool;
 use super::connection::Connection;
 use crate::pipeline::batch::{Batch, BatchControl};
+use crate::pipeline::explain::{ExplainedIn, explain};
 use crate::tools::registry::ListFilter;
 use crate::tools::{RegisterError, is_valid_tool_name};
 
@@ -235,15 +236,13 @@ pub(crate) async fn permissions_explain(
         }
         _ => None,
     };
-    Ok(crate::pipeline::explain::explain(
-        &daemon.pipeline,
-        &state,
-        &client_hooks,
-        &connection.client().parser_owner(),
-        &call,
-        unstarted,
-    )
-    .await)
+    let parser_owner = connection.client().parser_owner();
+    let session = ExplainedIn {
+        state: &state,
+        client_hooks: &client_hooks,
+        parser_owner: &parser_owner,
+    };
+    Ok(explain(&daemon.pipeline, session, &call, unstarted).await)
 }
 
 pub(crate) async fn tools_list(daemon: &Daemon, params: ToolsListParams) -> Reply<ToolsListResult> {

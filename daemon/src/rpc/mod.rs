@@ -59,15 +59,27 @@ pub struct Daemon {
     reloading: tokio::sync::Mutex<()>,
 }
 
+/// What [`Daemon::new`] puts together: the parts `serve` built.
+pub struct DaemonParts {
+    pub pipeline: Arc<Pipeline>,
+    pub sessions: Sessions,
+    pub settings: Settings,
+    /// The config read at start, and where from (`None`: the default file).
+    pub config: Config,
+    pub config_path: Option<PathBuf>,
+    pub indexes: Arc<crate::index::roots::Indexes>,
+}
+
 impl Daemon {
-    pub fn new(
-        pipeline: Arc<Pipeline>,
-        sessions: Sessions,
-        settings: Settings,
-        config: Config,
-        config_path: Option<PathBuf>,
-        indexes: Arc<crate::index::roots::Indexes>,
-    ) -> Self {
+    pub fn new(parts: DaemonParts) -> Self {
+        let DaemonParts {
+            pipeline,
+            sessions,
+            settings,
+            config,
+            config_path,
+            indexes,
+        } = parts;
         let started = std::time::SystemTime::now();
         let started_nanos = started
             .duration_since(std::time::UNIX_EPOCH)

@@ -290,7 +290,14 @@ impl Registry {
     ) -> ToolResult {
         match self.resolve(call) {
             Ok(resolved) => {
-                run_resolved(resolved, env, Judged::default(), cancel, live, None).await
+                let options = RunOptions {
+                    env,
+                    judged: Judged::default(),
+                    cancel,
+                    live,
+                    origin: None,
+                };
+                run_resolved(resolved, options).await
             }
             Err(failure) => failure,
         }
@@ -349,6 +356,17 @@ pub fn is_listed(definition: &ToolDefinition, allowed: &[String]) -> bool {
     definition.system || names.peek().is_none() || names.any(|name| name == definition.name)
 }
 
+/// How [`run_resolved`] runs a call: in which Env, on what the permission step judged, stopped
+/// by `cancel`, its live output sent to `live`, and where it came from (`None`: a call made
+/// outside a session, as `Registry::execute` makes).
+pub struct RunOptions {
+    pub env: Arc<Env>,
+    pub judged: Judged,
+    pub cancel: CancellationToken,
+    pub live: Option<mpsc::Sender<LiveUpdate>>,
+    pub origin: Option<CallOrigin>,
+}
+
 /// Why a running call was stopped from outside.
 #[derive(Clone, Copy)]
 enum StopReason {
@@ -361,14 +379,14 @@ enum StopReason {
 /// The timeout is the call's own request (capped at `max_command_timeout_ms`), else the tool
 /// definition's `timeout_ms`, else the Env's. Time spent before this point (hooks, approval)
 /// does not count.
-pub async fn run_resolved(
-    resolved: ResolvedCall,
-    env: Arc<Env>,
-    judged: Judged,
-    cancel: CancellationToken,
-    live: Option<mpsc::Sender<LiveUpdate>>,
-    origin: Option<CallOrigin>,
-) -> ToolResult {
+pub async fn run_resolved(resolved: ResolvedCall, options: RunOptions) -> ToolResult {
+    let RunOptions {
+        env,
+        judged,
+        cancel,
+        live,
+        origin,
+    } = options;
     let ResolvedCall {
         call_id,
         arguments,

@@ -19,7 +19,7 @@ use crate::events::EventBody;
 use crate::paths::ResolvedPath;
 use crate::permission::facts::{AnalysedLine, call_escalation, with_facts, with_facts_and_paths};
 use crate::permission::{self, HookVerdict, RuleList};
-use crate::pipeline::preview;
+use crate::pipeline::preview::{self, AsItWouldRun};
 use crate::pipeline::session::SessionState;
 use crate::tools::ResolvedCall;
 
@@ -65,14 +65,13 @@ pub(super) async fn step_approval(
     // Worked out before anyone is asked, as the call would run if approved as it is: with this
     // Env (its escalation applied) on the paths as judged.
     let preview = tokio::select! {
-        preview = preview::preview(
-            &state,
+        preview = preview::preview(&state, AsItWouldRun {
             resolved,
-            analysed.as_ref(),
+            analysed: analysed.as_ref(),
             judged,
-            &env,
-            escalation.as_ref(),
-        ) => preview,
+            env: &env,
+            escalation: escalation.as_ref(),
+        }) => preview,
         () = cancel.cancelled() => {
             trail.answered("canceled", None);
             return Err(failure(call, ErrorType::Canceled, "the call was canceled while its approval was prepared"));

@@ -31,7 +31,7 @@ use crate::paths::ResolvedPath;
 use crate::permission::facts::{AnalysedLine, call_escalation, command_line};
 use crate::permission::{Decision, HookVerdict, Step};
 use crate::pipeline::{BatchSettings, Pipeline};
-use crate::tools::registry::run_resolved;
+use crate::tools::registry::{RunOptions, run_resolved};
 use crate::tools::{CallOrigin, Judged, LiveUpdate, ResolvedCall};
 
 /// How many live output chunks may wait for the event sink before the tool waits.
@@ -369,14 +369,14 @@ async fn step_execute(
         session_id: Arc::from(scope.session.id()),
         batch_id: Arc::clone(&scope.batch_id),
     };
-    let run = run_resolved(
-        resolved,
+    let options = RunOptions {
         env,
         judged,
-        cancel.clone(),
-        Some(sender),
-        Some(origin),
-    );
+        cancel: cancel.clone(),
+        live: Some(sender),
+        origin: Some(origin),
+    };
+    let run = run_resolved(resolved, options);
     let result = {
         // Forwarding runs beside the call (never instead of it, so the deadline is always
         // watched); it waits for the listeners before each event, which holds the tool back
