@@ -26,10 +26,10 @@ use crate::pipeline::{BatchSettings, Limits};
 use crate::sandbox::SandboxConfig;
 
 /// How many connections the daemon serves at once unless the config says otherwise.
-pub const DEFAULT_MAX_CONNECTIONS: usize = 256;
+pub(crate) const DEFAULT_MAX_CONNECTIONS: usize = 256;
 
 /// How long a session with nobody attached is kept unless the config says otherwise.
-pub const DEFAULT_SESSION_IDLE_TTL: Duration = Duration::from_secs(7 * DAY_SECS);
+pub(crate) const DEFAULT_SESSION_IDLE_TTL: Duration = Duration::from_secs(7 * DAY_SECS);
 
 /// A config file larger than this is refused unread: no real one comes near it, and a mistaken
 /// path (a device, a log file) must not fill memory.
@@ -205,7 +205,7 @@ impl Config {
     }
 
     /// What batches run under: the config's hooks and limits.
-    pub fn batch_settings(&self) -> BatchSettings {
+    pub(crate) fn batch_settings(&self) -> BatchSettings {
         BatchSettings {
             hooks: self.hooks.clone(),
             limits: self.limits(),
@@ -399,7 +399,10 @@ pub fn default_path() -> Option<PathBuf> {
 
 /// [`default_path`] from the two variables' values. A relative or empty `XDG_CONFIG_HOME` is
 /// ignored, as the XDG base directory specification says.
-pub fn default_path_in(xdg_config_home: Option<&OsStr>, home: Option<&OsStr>) -> Option<PathBuf> {
+pub(crate) fn default_path_in(
+    xdg_config_home: Option<&OsStr>,
+    home: Option<&OsStr>,
+) -> Option<PathBuf> {
     let absolute = |value: &OsStr| Some(PathBuf::from(value)).filter(|path| path.is_absolute());
     let config_dir = xdg_config_home
         .and_then(absolute)

@@ -11,13 +11,13 @@ pub mod defaults {
     /// How long a call may run when neither the tool nor the session says otherwise.
     pub const TIMEOUT_MS: u64 = 120_000;
     /// The most a `run_command` call may ask for with its own `timeout_ms`.
-    pub const MAX_COMMAND_TIMEOUT_MS: u64 = 600_000;
+    pub(crate) const MAX_COMMAND_TIMEOUT_MS: u64 = 600_000;
     /// What a command's output is cut to (head and tail kept) in its result.
     pub const MAX_OUTPUT_BYTES: usize = 30_000;
     /// The most `read_file` returns of one file, and `find_files` and `search_code` of a listing.
-    pub const MAX_READ_BYTES: usize = 256 * 1024;
+    pub(crate) const MAX_READ_BYTES: usize = 256 * 1024;
     /// The largest `max_output_bytes` or `max_read_bytes` a session or the config may set.
-    pub const SIZE_LIMIT_CEILING: u64 = 1 << 30;
+    pub(crate) const SIZE_LIMIT_CEILING: u64 = 1 << 30;
 }
 
 /// Where and within which limits a call runs. A session owns one; every call gets a snapshot.

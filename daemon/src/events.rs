@@ -61,17 +61,13 @@ impl EventSink {
         }
     }
 
-    pub fn session_id(&self) -> &str {
-        &self.session_id
-    }
-
     /// The `seq` of the last event emitted.
     pub fn last_seq(&self) -> u64 {
         *self.lock()
     }
 
     /// Waits until the listener can take more live output (see [`EventListener::output_ready`]).
-    pub async fn output_ready(&self) {
+    pub(crate) async fn output_ready(&self) {
         self.listener.output_ready().await;
     }
 

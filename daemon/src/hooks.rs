@@ -40,7 +40,7 @@ pub struct ConfiguredHook {
 
 impl ConfiguredHook {
     /// Whether `other` is the same hook (a matcher is compared by its pattern).
-    pub fn same_as(&self, other: &Self) -> bool {
+    pub(crate) fn same_as(&self, other: &Self) -> bool {
         self.event == other.event
             && self.command == other.command
             && self.timeout == other.timeout
@@ -74,7 +74,7 @@ pub trait ClientHooks: Send + Sync {
 }
 
 /// Every hook of a session for one event.
-pub struct HookSet<'a> {
+pub(crate) struct HookSet<'a> {
     pub configured: &'a [ConfiguredHook],
     pub clients: &'a [Arc<dyn ClientHooks>],
     /// The config's `hook_timeout_ms`: client hooks, and programs without their own timeout.
@@ -86,7 +86,7 @@ pub struct HookSet<'a> {
 
 /// The PreToolUse verdict: the strictest decision, its reason, and replacement arguments.
 #[derive(Debug, Clone, PartialEq)]
-pub struct PreHookVerdict {
+pub(crate) struct PreHookVerdict {
     pub decision: PreToolUseDecision,
     pub reason: Option<String>,
     /// From the first hook (config order, then connections) that replaced them.
@@ -105,7 +105,7 @@ impl PreHookVerdict {
 
 impl HookSet<'_> {
     /// Whether any hook would run for `event` on `tool`.
-    pub fn any_for(&self, event: HookEvent, tool: &str) -> bool {
+    pub(crate) fn any_for(&self, event: HookEvent, tool: &str) -> bool {
         self.configured
             .iter()
             .any(|hook| hook.applies_to(event, tool))
@@ -114,7 +114,7 @@ impl HookSet<'_> {
 
     /// The hooks that would run for a call of `tool`, each as `EVENT: WHO` (a program's
     /// command line, or a connection), configured ones first.
-    pub fn names_for(&self, tool: &str) -> Vec<String> {
+    pub(crate) fn names_for(&self, tool: &str) -> Vec<String> {
         let mut names = Vec::new();
         for event in [HookEvent::PreToolUse, HookEvent::PostToolUse] {
             names.extend(
@@ -134,13 +134,13 @@ impl HookSet<'_> {
     }
 
     /// Runs every PreToolUse hook for the call in parallel; a failure is a `block` naming it.
-    pub async fn pre_tool_use(&self, params: &PreToolUseParams) -> PreHookVerdict {
+    pub(crate) async fn pre_tool_use(&self, params: &PreToolUseParams) -> PreHookVerdict {
         strictest(self.fan_out::<PreToolUse>(params, &params.call.name).await)
     }
 
     /// Runs every PostToolUse hook in parallel and joins their `additional_context`s; failures
     /// are logged and otherwise ignored.
-    pub async fn post_tool_use(&self, params: &PostToolUseParams) -> Option<String> {
+    pub(crate) async fn post_tool_use(&self, params: &PostToolUseParams) -> Option<String> {
         let tool = params.call.name.as_str();
         let mut texts = Vec::new();
         for (_, name, answer) in self.fan_out::<PostToolUse>(params, tool).await {
@@ -321,7 +321,7 @@ static WORKING_DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
 /// session can write (toold's state directory's `hooks`, which the sandbox and the file tools
 /// protect), so that nothing a session wrote is found there — a `NAME.py` that `python3 -m
 /// NAME` would load, a `./program`. The first call wins; the daemon makes it at start.
-pub fn run_hooks_in(dir: PathBuf) -> std::io::Result<()> {
+pub(crate) fn run_hooks_in(dir: PathBuf) -> std::io::Result<()> {
     if !dir.is_dir() {
         std::fs::create_dir_all(&dir)?;
     }
@@ -331,7 +331,7 @@ pub fn run_hooks_in(dir: PathBuf) -> std::io::Result<()> {
 }
 
 /// Where hook programs run: [`run_hooks_in`]'s directory, else `/`.
-pub fn working_dir() -> &'static Path {
+pub(crate) fn working_dir() -> &'static Path {
     WORKING_DIR.get().map_or(Path::new("/"), PathBuf::as_path)
 }
 

@@ -13,7 +13,8 @@
 //! configuration ([`config`]) and the daemon's life ([`serve`]).
 
 // An item the library does not publish is `pub(crate)`, not `pub`: what is `pub` is the
-// library's surface (the binary, the tests, the benchmarks and the fuzz targets use it).
+// library's surface, which the binary, the tests, the benchmarks and the fuzz targets use; the
+// rest is the crate's own, so that the dead-code lint sees what nothing calls.
 #![warn(unreachable_pub)]
 
 pub mod approval;

@@ -22,7 +22,7 @@ const DEFAULT_FILTER: &str = "info,rmcp=warn";
 
 /// How large the log file grows before it is rotated: it becomes `toold.log.1` (replacing the
 /// one before) and a new file is begun, so at most twice this is kept.
-pub const LOG_FILE_MAX_BYTES: u64 = 8 * 1024 * 1024;
+pub(crate) const LOG_FILE_MAX_BYTES: u64 = 8 * 1024 * 1024;
 
 /// Lines waiting for the writer thread; past this many, new lines are dropped rather than wait.
 const QUEUED_LINES: usize = 16 * 1024;
@@ -37,14 +37,14 @@ pub fn default_log_file() -> Option<PathBuf> {
 }
 
 /// The log file this daemon writes to, if it writes to one.
-pub fn log_file() -> Option<&'static Path> {
+pub(crate) fn log_file() -> Option<&'static Path> {
     LOG_FILE.get().map(PathBuf::as_path)
 }
 
 /// Makes `path` this process's stderr (appending; its directory made, private, when missing),
 /// rotated first when it is past [`LOG_FILE_MAX_BYTES`]: from here on, whatever the daemon
 /// writes to stderr (a config error before the log starts included) is in the file.
-pub fn log_to_file(path: &Path) -> io::Result<()> {
+pub(crate) fn log_to_file(path: &Path) -> io::Result<()> {
     if let Some(dir) = path.parent() {
         std::fs::DirBuilder::new()
             .recursive(true)

@@ -68,7 +68,7 @@ pub fn resolve(raw: &str, cwd: &Path, roots: &[PathBuf]) -> ResolvedPath {
 /// Also any path in toold's own directories ([`protect_daemon_dirs`]): its config (rules and
 /// hooks it runs), its state (the saved sessions' rules) and its runtime directory (the socket
 /// every client trusts).
-pub fn makes_code_run(path: &ResolvedPath, git_dirs: &[PathBuf]) -> bool {
+pub(crate) fn makes_code_run(path: &ResolvedPath, git_dirs: &[PathBuf]) -> bool {
     [&path.lexical, &path.resolved].into_iter().any(|form| {
         // In one of them, or one of them is inside: a directory above them, written by a
         // recursive copy or removed, changes them too.
@@ -88,7 +88,7 @@ pub fn makes_code_run(path: &ResolvedPath, git_dirs: &[PathBuf]) -> bool {
 /// is UTF-8 without a backslash; else each backslash written `\\` and each byte that is not
 /// UTF-8 `\xHH`. Two paths never share a text, which a lossy display cannot promise (every
 /// invalid byte shows as U+FFFD).
-pub fn exact_text(path: &Path) -> std::borrow::Cow<'_, str> {
+pub(crate) fn exact_text(path: &Path) -> std::borrow::Cow<'_, str> {
     use std::fmt::Write as _;
     let bytes = path.as_os_str().as_encoded_bytes();
     match std::str::from_utf8(bytes) {
@@ -119,7 +119,10 @@ struct DaemonFiles {
 /// Protects `dirs` (toold's config, state and runtime directories) and `config_file` for the
 /// life of the process: a write into any of them asks as a write to `.git/config` does. The
 /// first call wins; the daemon makes it once, before it serves.
-pub fn protect_daemon_dirs(dirs: impl IntoIterator<Item = PathBuf>, config_file: Option<PathBuf>) {
+pub(crate) fn protect_daemon_dirs(
+    dirs: impl IntoIterator<Item = PathBuf>,
+    config_file: Option<PathBuf>,
+) {
     let mut protected = Vec::new();
     for dir in dirs {
         let lexical = normalize_lexically(&dir);
@@ -136,7 +139,7 @@ pub fn protect_daemon_dirs(dirs: impl IntoIterator<Item = PathBuf>, config_file:
 }
 
 /// toold's own directories as [`protect_daemon_dirs`] set them (none before).
-pub fn daemon_dirs() -> &'static [PathBuf] {
+pub(crate) fn daemon_dirs() -> &'static [PathBuf] {
     DAEMON_DIRS.get().map_or(&[], |files| files.dirs.as_slice())
 }
 
@@ -144,7 +147,7 @@ pub fn daemon_dirs() -> &'static [PathBuf] {
 /// file as named and as it resolves — a config file that is a symlink (dotfiles managed with
 /// stow) is protected by what it leads to as well as by its name, looked up again each time
 /// (the link may be repointed).
-pub fn daemon_files() -> Vec<PathBuf> {
+pub(crate) fn daemon_files() -> Vec<PathBuf> {
     let Some(files) = DAEMON_DIRS.get() else {
         return Vec::new();
     };
@@ -194,7 +197,7 @@ fn runs_code_in_git_dir(rest: &Path) -> bool {
 /// The git directories that `.git` files name (`gitdir: …`, as a worktree or a submodule
 /// has), for the repositories of `dirs` (each directory and its ancestors, up to the first
 /// `.git` found): these can live anywhere, under any name.
-pub fn git_dirs_named_by_files(dirs: &[&Path]) -> Vec<PathBuf> {
+pub(crate) fn git_dirs_named_by_files(dirs: &[&Path]) -> Vec<PathBuf> {
     let mut found = Vec::new();
     for dir in dirs {
         for ancestor in dir.ancestors() {
@@ -336,12 +339,12 @@ fn push_components_reversed(path: &Path, pending: &mut Vec<OsString>) {
 /// sessions, its audit log, its MCP servers' logs. `None` when neither variable gives an
 /// absolute directory (the XDG spec says a relative value is invalid and ignored; an empty one
 /// counts as unset).
-pub fn toold_state_dir() -> Option<PathBuf> {
+pub(crate) fn toold_state_dir() -> Option<PathBuf> {
     toold_state_dir_from(std::env::var_os("XDG_STATE_HOME"), std::env::var_os("HOME"))
 }
 
 /// [`toold_state_dir`] from the two variables' values.
-pub fn toold_state_dir_from(
+pub(crate) fn toold_state_dir_from(
     xdg_state_home: Option<std::ffi::OsString>,
     home: Option<std::ffi::OsString>,
 ) -> Option<PathBuf> {

@@ -33,15 +33,15 @@ use tokio::sync::Notify;
 use toold_protocol::sync::LockUnpoisoned;
 use toold_protocol::{AuditHead, AuditReplaced, AuditStatus};
 
-pub use record::{ApproverIdentity, CallDecided, CallRecord, DecisionRecord, SessionChange};
+pub(crate) use record::{CallDecided, CallRecord, DecisionRecord, SessionChange};
 
 /// How much recorded-but-unwritten text the queue holds before records are lost: far more
 /// than any burst of calls renders between two writes; reached only while the disk fails.
-pub const MAX_QUEUED_BYTES: usize = 64 * 1024 * 1024;
+pub(crate) const MAX_QUEUED_BYTES: usize = 64 * 1024 * 1024;
 
 /// How long a record no answer waits for (a call finished early in a long batch, a grant, a
 /// session change) may stay queued before [`flush_in_background`] writes it.
-pub const FLUSH_WITHIN: std::time::Duration = std::time::Duration::from_millis(100);
+pub(crate) const FLUSH_WITHIN: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// `audit` in the config.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -56,7 +56,7 @@ pub enum AuditMode {
 }
 
 impl AuditMode {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             AuditMode::Full => "full",
             AuditMode::Digest => "digest",
@@ -145,14 +145,14 @@ struct Queue {
 
 impl AuditLog {
     /// A log that records nothing (`audit = "off"`, and tests of other parts).
-    pub fn off() -> Self {
+    pub(crate) fn off() -> Self {
         Self::with_file(AuditMode::Off, None, None)
     }
 
     /// Opens (or creates, mode 0600) the log at `path`, covering a torn last line a kill left
     /// with a `recovered` record. A log that cannot be opened is reported, and calls go on
     /// unrecorded (counted as lost).
-    pub fn open(path: &Path, config: &AuditConfig) -> Self {
+    pub(crate) fn open(path: &Path, config: &AuditConfig) -> Self {
         if config.mode == AuditMode::Off {
             return Self::off();
         }
@@ -194,16 +194,16 @@ impl AuditLog {
         }
     }
 
-    pub fn mode(&self) -> AuditMode {
+    pub(crate) fn mode(&self) -> AuditMode {
         self.mode
     }
 
-    pub fn is_on(&self) -> bool {
+    pub(crate) fn is_on(&self) -> bool {
         self.mode != AuditMode::Off
     }
 
     /// Queues a call's record.
-    pub fn call(&self, record: &CallRecord) {
+    pub(crate) fn call(&self, record: &CallRecord) {
         if self.is_on() {
             self.queue_rendered(record::render_body(record));
         }
@@ -211,7 +211,7 @@ impl AuditLog {
 
     /// Writes a call's decision before the call runs: queued with whatever else is queued,
     /// and on disk when this returns (or counted as lost).
-    pub fn decided(&self, record: &CallDecided<'_>) {
+    pub(crate) fn decided(&self, record: &CallDecided<'_>) {
         if self.is_on() {
             self.queue_rendered(record::render_body(record));
             self.flush();
@@ -219,7 +219,7 @@ impl AuditLog {
     }
 
     /// Queues a session change's record.
-    pub fn session(&self, change: &SessionChange) {
+    pub(crate) fn session(&self, change: &SessionChange) {
         if self.is_on() {
             self.queue_rendered(record::render_body(change));
         }
@@ -248,7 +248,7 @@ impl AuditLog {
 
     /// Writes every record queued so far, in one append. Returns when they are written (or
     /// counted as lost): what a response waits for before it is sent.
-    pub fn flush(&self) {
+    pub(crate) fn flush(&self) {
         if !self.is_on() {
             return;
         }
@@ -351,7 +351,7 @@ impl AuditLog {
 
     /// At the daemon's stop: everything queued written, and the head sealed
     /// ([`file::AuditFile::seal`]).
-    pub fn seal_at_stop(&self) {
+    pub(crate) fn seal_at_stop(&self) {
         self.flush();
         if let Some(file) = self.file.lock_unpoisoned().as_ref() {
             file.seal("stop");
@@ -359,7 +359,7 @@ impl AuditLog {
     }
 
     /// The log's state as `initialize` reports it (and `toold status` shows it).
-    pub fn status(&self) -> AuditStatus {
+    pub(crate) fn status(&self) -> AuditStatus {
         AuditStatus {
             mode: self.mode.as_str().to_owned(),
             path: self.path.as_ref().map(|path| path.display().to_string()),
@@ -381,7 +381,7 @@ impl Drop for AuditLog {
 
 /// Writes the records no answer waits for within [`FLUSH_WITHIN`] of the first of them, for as
 /// long as `log` lives. Woken only by a record queued into an empty queue: an idle daemon sleeps.
-pub async fn flush_in_background(log: Weak<AuditLog>) {
+pub(crate) async fn flush_in_background(log: Weak<AuditLog>) {
     let Some(queued) = log.upgrade().map(|log| Arc::clone(&log.queued)) else {
         return;
     };

@@ -181,7 +181,7 @@ pub fn verify(path: &Path) -> Result<Verified, Broken> {
 
 /// [`verify`]'s walk, with what it found before the break when there is one: the records
 /// walked until the break was seen, and the notes (`toold audit verify --json` shows both).
-pub fn check(path: &Path) -> (Verified, Option<Broken>) {
+pub(crate) fn check(path: &Path) -> (Verified, Option<Broken>) {
     check_against(path, None)
 }
 

@@ -7,14 +7,14 @@ use sha2::{Digest, Sha256};
 use toold_protocol::RuleSource;
 
 use super::AuditMode;
-pub use crate::approval::ApproverIdentity;
+pub(crate) use crate::approval::ApproverIdentity;
 
 /// String values longer than this are recorded as `{sha256, bytes}` in `digest` mode.
-pub const DIGEST_OVER_BYTES: usize = 256;
+pub(crate) const DIGEST_OVER_BYTES: usize = 256;
 
 /// The decision on a call and who made it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct DecisionRecord {
+pub(crate) struct DecisionRecord {
     /// `rule`, `grant`, `mode`, `hook`, `sandbox`, `approver` or `system`.
     pub by: &'static str,
     /// The engine's decision step (docs/protocol.md section 11.11's names).
@@ -36,7 +36,7 @@ pub struct DecisionRecord {
 /// that what ran, and who allowed it, is on disk even when the daemon dies during the call;
 /// within a [`CallRecord`] when the call ends.
 #[derive(Debug, Serialize)]
-pub struct CallDecided<'a> {
+pub(crate) struct CallDecided<'a> {
     pub kind: &'static str,
     pub ts: String,
     pub session: &'a str,
@@ -51,12 +51,12 @@ pub struct CallDecided<'a> {
 }
 
 impl CallDecided<'_> {
-    pub const KIND: &'static str = "call_decided";
+    pub(crate) const KIND: &'static str = "call_decided";
 }
 
 /// One call, as it ended: borrowed from the call, rendered where it ends.
 #[derive(Debug, Serialize)]
-pub struct CallRecord<'a> {
+pub(crate) struct CallRecord<'a> {
     /// Its `kind` is [`CallRecord::KIND`].
     #[serde(flatten)]
     pub call: CallDecided<'a>,
@@ -68,12 +68,12 @@ pub struct CallRecord<'a> {
 }
 
 impl CallRecord<'_> {
-    pub const KIND: &'static str = "call";
+    pub(crate) const KIND: &'static str = "call";
 }
 
 /// A session created, updated or closed, or a grant recorded.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct SessionChange {
+pub(crate) struct SessionChange {
     /// `session_create`, `session_update`, `session_close` or `grant`.
     pub kind: &'static str,
     pub ts: String,
@@ -85,7 +85,7 @@ pub struct SessionChange {
 impl SessionChange {
     /// A change of `kind` to `session`, now; `details` is an object (anything else is kept
     /// under `details`).
-    pub fn new(kind: &'static str, session: &str, details: Value) -> Self {
+    pub(crate) fn new(kind: &'static str, session: &str, details: Value) -> Self {
         let details = match details {
             Value::Object(details) => details,
             Value::Null => Map::new(),
@@ -101,7 +101,7 @@ impl SessionChange {
 }
 
 /// Now, as records write it: RFC 3339 in UTC to the millisecond.
-pub fn now() -> String {
+pub(crate) fn now() -> String {
     toold_protocol::time::rfc3339_millis(std::time::SystemTime::now())
 }
 
@@ -114,20 +114,20 @@ pub(super) fn render_body(record: &impl Serialize) -> Result<String, serde_json:
 /// [`DIGEST_OVER_BYTES`] (at any depth) replaced by `{"sha256": HEX, "bytes": N}`. Rendered
 /// from the call's own arguments, never copied first.
 #[derive(Debug, Clone, Copy)]
-pub struct RecordedArguments<'a> {
+pub(crate) struct RecordedArguments<'a> {
     arguments: Arguments<'a>,
     mode: AuditMode,
 }
 
 /// The arguments as the call holds them: as sent, or as a hook or an approver replaced them.
 #[derive(Debug, Clone, Copy)]
-pub enum Arguments<'a> {
+pub(crate) enum Arguments<'a> {
     Sent(&'a Value),
     Replaced(&'a Map<String, Value>),
 }
 
 impl<'a> RecordedArguments<'a> {
-    pub fn new(arguments: Arguments<'a>, mode: AuditMode) -> Self {
+    pub(crate) fn new(arguments: Arguments<'a>, mode: AuditMode) -> Self {
         Self { arguments, mode }
     }
 }

@@ -16,12 +16,12 @@ use std::path::{Path, PathBuf};
 use toml_edit::{Array, ArrayOfTables, DocumentMut, Item, Table, Value};
 
 use super::import::Import;
-pub use crate::permission::RuleList;
+pub(crate) use crate::permission::RuleList;
 
 /// Adds `rule` to `list` of `project`'s `[[permissions.project]]` table in `file` (the table is
 /// made when the project has none; a rule already there is not added twice). Returns whether
 /// the file changed.
-pub fn add_project_rule(
+pub(crate) fn add_project_rule(
     file: &Path,
     project: &Path,
     list: RuleList,
@@ -135,7 +135,7 @@ pub fn render_import(project: Option<&Path>, import: &Import) -> Result<String, 
 
 /// Merges `import` into `document`: a rule or directory already there is not added twice, a
 /// setting already there is replaced (and said so); comments and order are kept.
-pub fn merge_import(
+pub(crate) fn merge_import(
     document: &mut DocumentMut,
     project: Option<&Path>,
     import: &Import,

@@ -25,7 +25,7 @@ const ENTRY_BYTES: usize = 48;
 const MERGE_AFTER: usize = 256;
 
 /// The trigram index of a root's files, and what changed since it was read.
-pub struct Contents {
+pub(crate) struct Contents {
     trigrams: TrigramIndex,
     /// Each indexed file's number, by its path relative to the root.
     ids: HashMap<OsString, FileId>,
@@ -34,7 +34,7 @@ pub struct Contents {
 }
 
 /// Which files a query must read.
-pub struct Selector<'c> {
+pub(crate) struct Selector<'c> {
     contents: &'c Contents,
     /// By file number: whether the trigram index says it can hold a match.
     candidate: Vec<bool>,
@@ -43,7 +43,7 @@ pub struct Selector<'c> {
 impl Contents {
     /// Reads every file of `files` (paths relative to `root`) on the walk's threads; `None`
     /// when `stop` was set meanwhile.
-    pub fn build(root: &Path, files: Vec<OsString>, stop: &AtomicBool) -> Option<Self> {
+    pub(crate) fn build(root: &Path, files: Vec<OsString>, stop: &AtomicBool) -> Option<Self> {
         let next = AtomicUsize::new(0);
         let (sender, receiver) = mpsc::sync_channel::<(FileId, Found)>(256);
         let mut builder = TrigramIndexBuilder::new();
@@ -115,18 +115,18 @@ impl Contents {
     }
 
     /// Counts the file at `relative` as changed: every search reads it.
-    pub fn changed(&mut self, relative: &OsStr) {
+    pub(crate) fn changed(&mut self, relative: &OsStr) {
         if !self.changed.contains(relative) {
             self.changed.insert(relative.to_owned());
         }
     }
 
     /// Whether the overlay has grown enough to read the index again.
-    pub fn needs_merge(&self) -> bool {
+    pub(crate) fn needs_merge(&self) -> bool {
         self.changed.len() > MERGE_AFTER.max(self.ids.len() / 16)
     }
 
-    pub fn memory_bytes(&self) -> usize {
+    pub(crate) fn memory_bytes(&self) -> usize {
         self.trigrams.memory_bytes()
             + self
                 .ids
@@ -137,7 +137,7 @@ impl Contents {
     }
 
     /// The files a search for `query` must read.
-    pub fn selector(&self, query: &Query) -> Selector<'_> {
+    pub(crate) fn selector(&self, query: &Query) -> Selector<'_> {
         let mut candidate = vec![false; self.trigrams.files() as usize];
         for id in self.trigrams.candidates(query) {
             if let Some(slot) = candidate.get_mut(id as usize) {
@@ -155,7 +155,7 @@ impl Selector<'_> {
     /// Whether the file at `relative` can hold a match: it is a candidate of the trigram
     /// index, or changed since it was read, or not in the index at all (new, or unreadable
     /// when the index was read).
-    pub fn may_match(&self, relative: &OsStr) -> bool {
+    pub(crate) fn may_match(&self, relative: &OsStr) -> bool {
         match self.contents.ids.get(relative) {
             None => true,
             Some(&id) => {

@@ -34,7 +34,7 @@ use super::watch::RootWatch;
 /// (`.gitignore`, `.ignore`, `.git/info/exclude`, the global excludes file, the parents'
 /// too), whether or not the tree is a git repository; symlinks not followed. `skip_hidden`
 /// leaves out entries whose name starts with a dot.
-pub fn walker(start: &Path, skip_hidden: bool) -> WalkBuilder {
+pub(crate) fn walker(start: &Path, skip_hidden: bool) -> WalkBuilder {
     let mut builder = WalkBuilder::new(start);
     builder
         .hidden(skip_hidden)
@@ -64,7 +64,7 @@ struct Dir {
 
 /// Why a walk of the list stopped short.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stopped {
+pub(crate) enum Stopped {
     /// The list grew past the memory it may take.
     OverBudget,
     /// Asked to stop (the index was dropped).
@@ -80,7 +80,7 @@ pub struct Limits {
 
 /// The files and directories of a root.
 #[derive(Debug)]
-pub struct FileList {
+pub(crate) struct FileList {
     root: PathBuf,
     /// Every directory entered, by its path relative to the root (the root's is empty), as
     /// bytes: hashed and compared as bytes, not component by component as a `Path` is.
@@ -107,7 +107,7 @@ enum Found {
 
 impl FileList {
     /// Walks `root` whole, watching each directory before it is read.
-    pub fn build(
+    pub(crate) fn build(
         root: &Path,
         watch: &Arc<Mutex<RootWatch>>,
         limits: &Limits,
@@ -126,37 +126,37 @@ impl FileList {
         Ok(list)
     }
 
-    pub fn root(&self) -> &Path {
+    pub(crate) fn root(&self) -> &Path {
         &self.root
     }
 
     /// How many files the list holds.
-    pub fn files(&self) -> usize {
+    pub(crate) fn files(&self) -> usize {
         self.files
     }
 
     /// About how much memory the list takes.
-    pub fn memory_bytes(&self) -> usize {
+    pub(crate) fn memory_bytes(&self) -> usize {
         self.bytes
     }
 
     /// The `.git` directories under the root (absolute), whose contents are not watched.
-    pub fn git_dirs(&self) -> impl Iterator<Item = &Path> {
+    pub(crate) fn git_dirs(&self) -> impl Iterator<Item = &Path> {
         self.git_dirs.iter().map(PathBuf::as_path)
     }
 
     /// The files ignore rules are read from that the watch does not see change (absolute).
-    pub fn linked_ignores(&self) -> impl Iterator<Item = &Path> {
+    pub(crate) fn linked_ignores(&self) -> impl Iterator<Item = &Path> {
         self.linked_ignores.iter().map(PathBuf::as_path)
     }
 
     /// The files walks put in the list since the last call (relative to the root).
-    pub fn take_added(&mut self) -> Vec<OsString> {
+    pub(crate) fn take_added(&mut self) -> Vec<OsString> {
         std::mem::take(&mut self.added)
     }
 
     /// Whether the walk entered the directory at `relative`.
-    pub fn holds_dir(&self, relative: &Path) -> bool {
+    pub(crate) fn holds_dir(&self, relative: &Path) -> bool {
         self.dirs.contains_key(relative.as_os_str())
     }
 
@@ -165,7 +165,7 @@ impl FileList {
     /// file of an entered directory (its path relative to the root, and its name) and saying
     /// whether to go on. Entries come in the order toold shows paths (component by component,
     /// each by its bytes), so that a listing made from them is sorted already.
-    pub fn walk(
+    pub(crate) fn walk(
         &self,
         mut enter: impl FnMut(&Path, &OsStr) -> bool,
         mut visit: impl FnMut(&Path, &OsStr) -> bool,
@@ -222,7 +222,7 @@ impl FileList {
 
     /// Brings the list up to date with the paths the watch reported changed (absolute).
     /// Directories that appeared are walked, watched first.
-    pub fn apply(
+    pub(crate) fn apply(
         &mut self,
         changed: &BTreeSet<PathBuf>,
         watch: &Arc<Mutex<RootWatch>>,
@@ -589,7 +589,7 @@ pub struct Listing<'l> {
 
 impl<'l> Listing<'l> {
     /// The list seen from `base` (relative to its root; a directory it holds).
-    pub fn new(list: &'l FileList, base: &'l Path) -> Self {
+    pub(crate) fn new(list: &'l FileList, base: &'l Path) -> Self {
         Self {
             list,
             base,
@@ -598,14 +598,14 @@ impl<'l> Listing<'l> {
     }
 
     /// Where the walk starts (absolute).
-    pub fn root(&self) -> &Path {
+    pub(crate) fn root(&self) -> &Path {
         &self.root
     }
 
     /// [`FileList::walk`] from the base: `enter` and `visit` get paths relative to it and
     /// whether a walk skipping hidden entries leaves the entry out, and `visit` also the path
     /// relative to the list's root.
-    pub fn walk(
+    pub(crate) fn walk(
         &self,
         enter: &mut impl FnMut(&Path, &OsStr, bool) -> bool,
         mut visit: impl FnMut(&Path, &Path, &OsStr, bool) -> bool,
@@ -618,13 +618,13 @@ impl<'l> Listing<'l> {
 
 /// A walker thread's own results, merged into the shared list once when the thread ends,
 /// so that threads never contend on a lock while they walk.
-pub struct ThreadResults<'s, T> {
+pub(crate) struct ThreadResults<'s, T> {
     shared: &'s Mutex<Vec<T>>,
     pub local: Vec<T>,
 }
 
 impl<'s, T> ThreadResults<'s, T> {
-    pub fn new(shared: &'s Mutex<Vec<T>>) -> Self {
+    pub(crate) fn new(shared: &'s Mutex<Vec<T>>) -> Self {
         Self {
             shared,
             local: Vec::new(),
@@ -642,7 +642,7 @@ impl<T> Drop for ThreadResults<'_, T> {
 }
 
 /// A name the walker leaves out as hidden, unless an ignore rule names it.
-pub fn is_hidden(name: &OsStr) -> bool {
+pub(crate) fn is_hidden(name: &OsStr) -> bool {
     name.as_bytes().first() == Some(&b'.')
 }
 
@@ -704,7 +704,7 @@ fn name_of(path: &Path) -> OsString {
 }
 
 /// How many threads a walk uses: the machine's parallelism, capped as ripgrep caps it.
-pub fn walk_threads() -> usize {
+pub(crate) fn walk_threads() -> usize {
     /// ripgrep's own ceiling on walker threads: past it, more threads only contend on the disk.
     const MAX_WALK_THREADS: usize = 12;
     std::thread::available_parallelism()
@@ -714,7 +714,7 @@ pub fn walk_threads() -> usize {
 
 /// The order paths are shown in: component by component, as a tree listing reads
 /// (`a/x` before `a-b/x`), which is plain byte order with `/` counted lowest.
-pub fn path_order(left: &str, right: &str) -> std::cmp::Ordering {
+pub(crate) fn path_order(left: &str, right: &str) -> std::cmp::Ordering {
     let key = |byte: &u8| if *byte == b'/' { 0 } else { *byte };
     left.as_bytes()
         .iter()
@@ -725,7 +725,7 @@ pub fn path_order(left: &str, right: &str) -> std::cmp::Ordering {
 /// `path` relative to `root`, for a path the walker built by joining names onto `root`: a
 /// byte prefix, cheaper than [`Path::strip_prefix`]'s component-by-component comparison, which
 /// showed in profiles of a walk where most entries are rejected.
-pub fn relative_to<'p>(path: &'p Path, root: &Path) -> Option<&'p Path> {
+pub(crate) fn relative_to<'p>(path: &'p Path, root: &Path) -> Option<&'p Path> {
     let rest = path
         .as_os_str()
         .as_bytes()

@@ -6,9 +6,9 @@
 //! ([`trigrams`]) with the overlay of files changed since, queried by [`plan`] (a regex turned
 //! into the trigrams every match must contain).
 
-pub mod contents;
+pub(crate) mod contents;
 pub mod files;
-pub mod mounts;
+pub(crate) mod mounts;
 pub mod plan;
 pub mod roots;
 pub mod trigrams;

@@ -11,12 +11,12 @@ use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
 
 /// The daemon's mount table, open to be polled.
-pub struct MountTable {
+pub(crate) struct MountTable {
     file: File,
 }
 
 impl MountTable {
-    pub fn open() -> io::Result<Self> {
+    pub(crate) fn open() -> io::Result<Self> {
         Ok(Self {
             file: File::open("/proc/self/mountinfo")?,
         })
@@ -24,7 +24,7 @@ impl MountTable {
 
     /// Whether the table changed since the last call (or since it was opened): the kernel's
     /// `POLLPRI`, reset by reading the file again.
-    pub fn changed(&mut self) -> bool {
+    pub(crate) fn changed(&mut self) -> bool {
         let mut polled = [nix::poll::PollFd::new(
             self.file.as_fd(),
             nix::poll::PollFlags::POLLPRI,
@@ -41,7 +41,7 @@ impl MountTable {
     }
 
     /// The mount points strictly inside `root` (a canonical directory), sorted.
-    pub fn inside(&mut self, root: &Path) -> Vec<PathBuf> {
+    pub(crate) fn inside(&mut self, root: &Path) -> Vec<PathBuf> {
         let table = self.read().unwrap_or_default();
         let mut inside: Vec<PathBuf> = table
             .lines()

@@ -43,8 +43,9 @@ impl Query {
         }
     }
 
+    #[cfg(test)]
     /// Whether the query narrows nothing.
-    pub fn is_all(&self) -> bool {
+    pub(crate) fn is_all(&self) -> bool {
         *self == Query::All
     }
 

@@ -125,7 +125,7 @@ enum Attempt<R> {
 
 /// One root's index as `index/status` shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RootStatus {
+pub(crate) struct RootStatus {
     pub root: PathBuf,
     /// `building`, `ready` or `cold`.
     pub state: &'static str,
@@ -227,14 +227,14 @@ impl Indexes {
     }
 
     /// Indexes that are never used: every query walks cold.
-    pub fn disabled() -> Self {
+    pub(crate) fn disabled() -> Self {
         Self::new(IndexConfig {
             enabled: false,
             ..IndexConfig::default()
         })
     }
 
-    pub fn config(&self) -> IndexConfig {
+    pub(crate) fn config(&self) -> IndexConfig {
         self.config
             .read()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -242,7 +242,7 @@ impl Indexes {
     }
 
     /// Takes a new `[index]` (a reload): indexes kept if still enabled, within the new budget.
-    pub fn reconfigure(&self, config: IndexConfig) {
+    pub(crate) fn reconfigure(&self, config: IndexConfig) {
         let enabled = config.enabled;
         *self
             .config
@@ -274,7 +274,7 @@ impl Indexes {
     /// Like [`Self::with_files`], for a search of contents: `query` also gets which files can
     /// hold a match of `plan`, once the trigram index of the root's contents is read (the
     /// first search starts reading it, in the background; until then `None`: every file).
-    pub fn with_contents<R>(
+    pub(crate) fn with_contents<R>(
         &self,
         root: &Path,
         names_git: bool,
@@ -428,7 +428,7 @@ impl Indexes {
     }
 
     /// Every root's index, sorted by root.
-    pub fn status(&self) -> Vec<RootStatus> {
+    pub(crate) fn status(&self) -> Vec<RootStatus> {
         let roots: Vec<Arc<RootIndex>> = self.roots.lock_unpoisoned().values().cloned().collect();
         let mut status: Vec<RootStatus> = roots.iter().map(|index| index.status()).collect();
         status.sort_by(|left, right| left.root.cmp(&right.root));
@@ -436,7 +436,7 @@ impl Indexes {
     }
 
     /// Drops the indexes not used for `idle_evict`.
-    pub fn evict_idle(&self, config: &IndexConfig) {
+    pub(crate) fn evict_idle(&self, config: &IndexConfig) {
         let now = Instant::now();
         let mut roots = self.roots.lock_unpoisoned();
         roots.retain(|_, index| {

@@ -17,10 +17,10 @@ use std::hash::{BuildHasherDefault, Hasher};
 use super::plan::{Query, Trigram};
 
 /// Past this many distinct trigrams a file is searched whatever the query.
-pub const MAX_TRIGRAMS_PER_FILE: usize = 1 << 20;
+pub(crate) const MAX_TRIGRAMS_PER_FILE: usize = 1 << 20;
 
 /// A file's number in the index: its position in the builder's order.
-pub type FileId = u32;
+pub(crate) type FileId = u32;
 
 /// Collects files' trigrams; [`TrigramIndexBuilder::build`] makes the index.
 #[derive(Default)]
@@ -51,7 +51,7 @@ struct Posting {
 
 /// A set of trigrams as one bit each (2 MiB), cleared after each use by the trigrams it
 /// holds: finding a file's distinct trigrams costs one pass, not a sort.
-pub struct Seen {
+pub(crate) struct Seen {
     bits: Vec<u64>,
 }
 
@@ -74,7 +74,7 @@ pub fn searched_bytes(contents: &[u8]) -> &[u8] {
 
 /// The distinct trigrams (as keys) of what `search_code`'s searcher reads of `contents` (see
 /// [`searched_bytes`]); `Err` says why the file will be searched whatever the query.
-pub fn distinct_trigrams(contents: &[u8], seen: &mut Seen) -> Result<Vec<u32>, Unindexable> {
+pub(crate) fn distinct_trigrams(contents: &[u8], seen: &mut Seen) -> Result<Vec<u32>, Unindexable> {
     if contents.starts_with(&[0xFF, 0xFE]) || contents.starts_with(&[0xFE, 0xFF]) {
         return Err(Unindexable::Transcoded);
     }
@@ -116,7 +116,7 @@ impl TrigramIndexBuilder {
 
     /// Adds file `id` by its distinct trigrams ([`distinct_trigrams`]). Files come in order:
     /// each `id` greater than the one before.
-    pub fn insert(&mut self, id: FileId, keys: Result<&[u32], Unindexable>) {
+    pub(crate) fn insert(&mut self, id: FileId, keys: Result<&[u32], Unindexable>) {
         debug_assert!(self.files == 0 || id >= self.files, "files in order");
         self.files = self.files.max(id + 1);
         match keys {
@@ -174,7 +174,7 @@ impl TrigramIndexBuilder {
 /// A trigram key is already well spread over its 24 bits: a multiply is hash enough, and far
 /// cheaper than SipHash for the millions of inserts of a build.
 #[derive(Default)]
-pub struct KeyHasher(u64);
+pub(crate) struct KeyHasher(u64);
 
 impl Hasher for KeyHasher {
     fn finish(&self) -> u64 {
@@ -213,12 +213,12 @@ pub struct TrigramIndex {
 
 impl TrigramIndex {
     /// How many files were added.
-    pub fn files(&self) -> u32 {
+    pub(crate) fn files(&self) -> u32 {
         self.files
     }
 
     /// Heap bytes the index takes.
-    pub fn memory_bytes(&self) -> usize {
+    pub(crate) fn memory_bytes(&self) -> usize {
         self.table.capacity() * std::mem::size_of::<Entry>()
             + self.bytes.capacity()
             + self.always.capacity() * std::mem::size_of::<FileId>()

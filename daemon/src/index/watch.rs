@@ -38,7 +38,7 @@ fn watched_events() -> WatchFlags {
 
 /// What a barrier found.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Changes {
+pub(crate) struct Changes {
     /// Directories whose entries (or entries' contents) changed, and the changed paths.
     pub paths: BTreeSet<PathBuf>,
     /// Why the index cannot be brought up to date from events alone, if it cannot.
@@ -46,14 +46,15 @@ pub struct Changes {
 }
 
 impl Changes {
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.paths.is_empty() && self.rebuild.is_none()
     }
 }
 
 /// Why the index of a root must be rebuilt from a walk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Rebuild {
+pub(crate) enum Rebuild {
     /// The kernel dropped events (`IN_Q_OVERFLOW`).
     Overflow,
     /// The root was deleted, moved or replaced.
@@ -64,7 +65,7 @@ pub enum Rebuild {
 }
 
 /// One root's inotify instance and its watches.
-pub struct RootWatch {
+pub(crate) struct RootWatch {
     root: PathBuf,
     fd: OwnedFd,
     /// Watch descriptor → the directory it watches...
@@ -82,7 +83,7 @@ pub struct RootWatch {
 impl RootWatch {
     /// An instance for `root`, watching nothing yet, that watches at most `max_watches`
     /// directories.
-    pub fn new(root: &Path, max_watches: usize) -> io::Result<Self> {
+    pub(crate) fn new(root: &Path, max_watches: usize) -> io::Result<Self> {
         let fd = inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK)?;
         Ok(Self {
             root: root.to_owned(),
@@ -95,12 +96,13 @@ impl RootWatch {
         })
     }
 
-    pub fn root(&self) -> &Path {
+    pub(crate) fn root(&self) -> &Path {
         &self.root
     }
 
+    #[cfg(test)]
     /// How many directories are watched.
-    pub fn watched(&self) -> usize {
+    pub(crate) fn watched(&self) -> usize {
         self.dirs.len()
     }
 
@@ -108,7 +110,7 @@ impl RootWatch {
     /// makes the next barrier ask for a rebuild; one that is gone or cannot be read does not
     /// (its parent's watch reports its going, or the change that makes it readable). The
     /// error is returned either way.
-    pub fn watch_dir(&mut self, dir: &Path) -> io::Result<()> {
+    pub(crate) fn watch_dir(&mut self, dir: &Path) -> io::Result<()> {
         if self.dirs.len() >= self.max_watches && !self.descriptors.contains_key(dir) {
             self.unwatched = true;
             return Err(io::Error::from_raw_os_error(libc_enospc()));
@@ -139,12 +141,12 @@ impl RootWatch {
 
     /// Whether every directory asked for is watched (none past the limit since the last
     /// barrier).
-    pub fn complete(&self) -> bool {
+    pub(crate) fn complete(&self) -> bool {
         !self.unwatched
     }
 
     /// Stops watching `dir`, if it is watched.
-    pub fn unwatch(&mut self, dir: &Path) {
+    pub(crate) fn unwatch(&mut self, dir: &Path) {
         if let Some(wd) = self.descriptors.remove(dir) {
             self.dirs.remove(&wd);
             // A directory already gone took its watch with it.
@@ -153,7 +155,7 @@ impl RootWatch {
     }
 
     /// Drains every event the kernel holds for this root, without waiting.
-    pub fn barrier(&mut self) -> io::Result<Changes> {
+    pub(crate) fn barrier(&mut self) -> io::Result<Changes> {
         let mut changes = Changes::default();
         if std::mem::take(&mut self.unwatched) {
             changes.rebuild = Some(Rebuild::Unwatched);

@@ -52,7 +52,7 @@ const MAX_LIST_PAGES: usize = 100;
 
 /// What the server tells the daemon unasked.
 #[derive(Default)]
-pub struct ServerNotices {
+pub(crate) struct ServerNotices {
     /// Rung on `notifications/tools/list_changed`.
     pub tools_changed: Notify,
     /// `notifications/progress`, to the call whose token it names.
@@ -146,7 +146,7 @@ fn cut_message(mut message: String) -> String {
 }
 
 /// A live MCP session.
-pub struct McpSession {
+pub(crate) struct McpSession {
     service: RunningService<RoleClient, Notices>,
     notices: Arc<ServerNotices>,
     /// Fired when the transport closed (the server's output ended, the HTTP stream broke).
@@ -203,7 +203,7 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Watched<T> {
 }
 
 /// How the daemon reaches a server, made ready to speak MCP over.
-pub enum Connect {
+pub(crate) enum Connect {
     Stdio(ChildStdout, ChildStdin),
     Http {
         url: String,
@@ -215,14 +215,14 @@ pub enum Connect {
 
 /// What a call needs of a server: its live session, and the token the session's end fires
 /// (its process exited), which ends the calls in flight at once.
-pub struct Reachable {
+pub(crate) struct Reachable {
     pub session: Arc<McpSession>,
     pub ended: CancellationToken,
 }
 
 /// Why a call did not give the server's result.
 #[derive(Debug, Clone, PartialEq)]
-pub enum CallError {
+pub(crate) enum CallError {
     /// The caller stopped it (cancel or deadline); the server was told.
     Stopped,
     /// The server answered with a JSON-RPC error: its message.
@@ -233,7 +233,7 @@ pub enum CallError {
 
 impl McpSession {
     /// Speaks MCP over `connect`; fails if the handshake does not complete within `timeout`.
-    pub async fn start(
+    pub(crate) async fn start(
         connect: Connect,
         notices: Arc<ServerNotices>,
         timeout: Duration,
@@ -329,17 +329,17 @@ impl McpSession {
     }
 
     /// Resolves once the transport has closed.
-    pub async fn closed(&self) {
+    pub(crate) async fn closed(&self) {
         self.closed.cancelled().await;
     }
 
     /// Whether the transport has closed (its supervisor may not have noticed yet).
-    pub fn is_closed(&self) -> bool {
+    pub(crate) fn is_closed(&self) -> bool {
         self.closed.is_cancelled()
     }
 
     /// The protocol version the server agreed, when it said.
-    pub fn protocol_version(&self) -> Option<String> {
+    pub(crate) fn protocol_version(&self) -> Option<String> {
         self.service
             .peer()
             .peer_info()
@@ -350,7 +350,7 @@ impl McpSession {
     /// later pages were left unread, once those read took twice [`listing::MAX_LISTING_BYTES`]
     /// (the registry keeps at most that much of them; what was read beyond it is quarantined
     /// by name, saying so).
-    pub async fn list_tools(&self) -> Result<(Vec<Value>, bool), String> {
+    pub(crate) async fn list_tools(&self) -> Result<(Vec<Value>, bool), String> {
         let peer = self.service.peer();
         let mut tools = Vec::new();
         let mut listed_bytes = 0;
@@ -400,7 +400,7 @@ impl McpSession {
     /// Calls tool `name` (the server's own name for it) and returns the server's result as
     /// JSON; the server's progress for the call goes to `ctx` as it comes. `ctx.cancel` ends the
     /// call at once, whether or not the server stops its work.
-    pub async fn call(
+    pub(crate) async fn call(
         &self,
         name: &str,
         arguments: Map<String, Value>,
@@ -559,7 +559,7 @@ impl McpSession {
     }
 
     /// Ends the session (the process is the caller's to stop).
-    pub async fn close(self) {
+    pub(crate) async fn close(self) {
         let _ = self.service.cancel().await;
     }
 }

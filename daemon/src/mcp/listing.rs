@@ -37,17 +37,17 @@ pub struct Listing {
 
 /// The most one tool's definition may take, as the server sent it (its name, description and
 /// schemas): the largest tools of real servers take a few KiB.
-pub const MAX_TOOL_BYTES: usize = 64 * 1024;
+pub(crate) const MAX_TOOL_BYTES: usize = 64 * 1024;
 /// The most one server's tools may take together: what every client's `tools/list` carries
 /// and the daemon keeps. The pages of a listing past it are not read.
-pub const MAX_LISTING_BYTES: usize = 2 * 1024 * 1024;
+pub(crate) const MAX_LISTING_BYTES: usize = 2 * 1024 * 1024;
 /// The most tools one server may register.
-pub const MAX_TOOLS: usize = 512;
+pub(crate) const MAX_TOOLS: usize = 512;
 /// The most quarantined tools listed one by one; the rest are counted in one more entry.
 const MAX_QUARANTINED_SHOWN: usize = 100;
 
 /// How many bytes `value` takes as compact JSON, without writing it anywhere.
-pub fn json_bytes(value: &Value) -> usize {
+pub(crate) fn json_bytes(value: &Value) -> usize {
     struct Count(usize);
     impl std::io::Write for Count {
         fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
@@ -68,7 +68,7 @@ pub fn json_bytes(value: &Value) -> usize {
 /// registry compiles it). Bounded: a tool over [`MAX_TOOL_BYTES`], and every tool past
 /// [`MAX_TOOLS`] or past [`MAX_LISTING_BYTES`] in all, is quarantined with the bound it
 /// exceeded; `cut_short` says the listing's later pages were left unread (that bound again).
-pub fn list(server: &McpServerConfig, tools: &[Value], cut_short: bool) -> Listing {
+pub(crate) fn list(server: &McpServerConfig, tools: &[Value], cut_short: bool) -> Listing {
     let mut listing = Listing::default();
     let mut listed_bytes = 0;
     for (index, tool) in tools.iter().enumerate() {

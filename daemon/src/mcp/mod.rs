@@ -8,12 +8,12 @@
 
 pub mod client;
 pub mod listing;
-pub mod names;
+pub(crate) mod names;
 pub mod process;
 pub mod servers;
-pub mod stdio;
+pub(crate) mod stdio;
 pub mod supervisor;
-pub mod tool;
+pub(crate) mod tool;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -22,11 +22,11 @@ use std::time::Duration;
 use globset::{Glob, GlobSet, GlobSetBuilder};
 
 /// How long a server may take to start and answer `initialize` unless its table says.
-pub const DEFAULT_STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How long one call of a server's tool may run unless its table says; progress from the
 /// server restarts the count.
-pub const DEFAULT_TOOL_TIMEOUT: Duration = Duration::from_secs(120);
+pub(crate) const DEFAULT_TOOL_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// One `[mcp.servers.NAME]` table, every key checked.
 #[derive(Debug, Clone, PartialEq)]
@@ -45,7 +45,7 @@ pub struct McpServerConfig {
 
 impl McpServerConfig {
     /// One line for `check-config`: `fs: stdio (npx), untrusted, eager`.
-    pub fn summary(&self) -> String {
+    pub(crate) fn summary(&self) -> String {
         let reached = match &self.transport {
             McpTransport::Stdio { command, .. } => format!("stdio ({command})"),
             McpTransport::Http { url, .. } => format!("http ({})", shown_url(url)),
@@ -93,7 +93,7 @@ pub enum McpTransport {
 
 impl McpTransport {
     /// `"stdio"` or `"http"`, as `mcp/status` names it.
-    pub fn kind(&self) -> &'static str {
+    pub(crate) fn kind(&self) -> &'static str {
         match self {
             McpTransport::Stdio { .. } => "stdio",
             McpTransport::Http { .. } => "http",
@@ -175,7 +175,7 @@ fn url_secrets(url: &str) -> Vec<String> {
 
 /// `url` as errors, `mcp/status` and `check-config` show it (to clients, models and logs):
 /// without a user and password before its host, a query or a fragment, where secrets are put.
-pub fn shown_url(url: &str) -> String {
+pub(crate) fn shown_url(url: &str) -> String {
     let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
     let rest = rest.split(['?', '#']).next().unwrap_or_default();
     let (authority, path) = match rest.split_once('/') {
@@ -221,7 +221,10 @@ pub struct ToolFilter {
 impl ToolFilter {
     /// A filter from the two lists; the first glob that does not compile is the error, with its
     /// index in its list.
-    pub fn new(enabled: &[String], disabled: &[String]) -> Result<Self, (bool, usize, String)> {
+    pub(crate) fn new(
+        enabled: &[String],
+        disabled: &[String],
+    ) -> Result<Self, (bool, usize, String)> {
         fn build(globs: &[String], enabled: bool) -> Result<GlobSet, (bool, usize, String)> {
             let mut set = GlobSetBuilder::new();
             for (index, glob) in globs.iter().enumerate() {

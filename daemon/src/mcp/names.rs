@@ -5,14 +5,14 @@
 use sha2::{Digest, Sha256};
 
 /// The longest name the registry takes.
-pub const MAX_TOOL_NAME_BYTES: usize = 64;
+pub(crate) const MAX_TOOL_NAME_BYTES: usize = 64;
 
 /// What every MCP tool's registered name starts with.
-pub const PREFIX: &str = "mcp__";
+pub(crate) const PREFIX: &str = "mcp__";
 
 /// Whether `name` may name a server: `[a-z0-9][a-z0-9-]{0,31}` (no `_`, so that `mcp__S__T`
 /// splits back into its server and tool unambiguously).
-pub fn is_valid_server_name(name: &str) -> bool {
+pub(crate) fn is_valid_server_name(name: &str) -> bool {
     let mut bytes = name.bytes();
     bytes
         .next()
@@ -23,7 +23,7 @@ pub fn is_valid_server_name(name: &str) -> bool {
 
 /// The server a registered tool name `mcp__S__T` belongs to (`S`), if it has that shape: a
 /// server name never holds `_`, so the first `__` after the prefix ends it.
-pub fn server_of(tool: &str) -> Option<&str> {
+pub(crate) fn server_of(tool: &str) -> Option<&str> {
     let rest = tool.strip_prefix(PREFIX)?;
     rest.split_once("__").map(|(server, _)| server)
 }
@@ -32,7 +32,7 @@ pub fn server_of(tool: &str) -> Option<&str> {
 /// outside `[A-Za-z0-9_-]` replaced by `_`; past [`MAX_TOOL_NAME_BYTES`], cut and ended with
 /// `_` and 8 hex digits of the SHA-256 of the name as the server gave it, so that two long
 /// names that share their start stay apart, and a name is the same at every start.
-pub fn qualified_tool_name(server: &str, tool: &str) -> String {
+pub(crate) fn qualified_tool_name(server: &str, tool: &str) -> String {
     let full = format!("{PREFIX}{server}__{tool}");
     let mut name: String = full
         .chars()

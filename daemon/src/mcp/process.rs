@@ -29,7 +29,7 @@ const INHERITED_VARIABLES: &[&str] = &[
 
 /// How large a server's log grows before it is rotated to `NAME.log.1` (the one before is
 /// dropped): two files of this size at most per server.
-pub const MAX_LOG_BYTES: u64 = 1024 * 1024;
+pub(crate) const MAX_LOG_BYTES: u64 = 1024 * 1024;
 
 /// How many of the last lines of stderr are kept to quote in errors.
 const TAIL_LINES: usize = 20;
@@ -37,11 +37,11 @@ const TAIL_LINES: usize = 20;
 const MAX_TAIL_LINE_CHARS: usize = 500;
 
 /// How long a server gets to exit after its stdin closes and SIGTERM, before SIGKILL.
-pub const STOP_GRACE: Duration = Duration::from_secs(3);
+pub(crate) const STOP_GRACE: Duration = Duration::from_secs(3);
 
 /// What starting a server needs from its config table.
 #[derive(Debug, Clone)]
-pub struct Launch<'a> {
+pub(crate) struct Launch<'a> {
     pub name: &'a str,
     pub command: &'a str,
     pub args: &'a [String],
@@ -50,7 +50,7 @@ pub struct Launch<'a> {
 }
 
 /// A running server process.
-pub struct ServerProcess {
+pub(crate) struct ServerProcess {
     child: Child,
     /// Taken by [`ServerProcess::stop`]; still here when the process is dropped unstopped.
     tree: Option<ProcessTree>,
@@ -64,7 +64,7 @@ pub struct ServerProcess {
 
 impl ServerProcess {
     /// Starts the server, its stderr going to `<log_dir>/NAME.log`.
-    pub fn spawn(launch: &Launch<'_>, log_dir: &Path) -> io::Result<Self> {
+    pub(crate) fn spawn(launch: &Launch<'_>, log_dir: &Path) -> io::Result<Self> {
         let log = Arc::new(StderrLog::open(log_dir, launch.name)?);
         let tag = new_run_tag();
         // Tagged like a command's tree: a sweep of a command's tree never takes the server's
@@ -104,28 +104,23 @@ impl ServerProcess {
         })
     }
 
-    pub fn pid(&self) -> Option<u32> {
+    pub(crate) fn pid(&self) -> Option<u32> {
         self.child.id()
     }
 
     /// Resolves when the server's process has exited.
-    pub async fn exited(&mut self) -> io::Result<std::process::ExitStatus> {
+    pub(crate) async fn exited(&mut self) -> io::Result<std::process::ExitStatus> {
         self.child.wait().await
     }
 
-    /// The last lines the server wrote to stderr, oldest first, for an error to quote.
-    pub fn stderr_tail(&self) -> Vec<String> {
-        self.stderr.tail()
-    }
-
     /// A handle on the server's stderr that outlives the process (to quote after a crash).
-    pub fn stderr_log(&self) -> Arc<StderrLog> {
+    pub(crate) fn stderr_log(&self) -> Arc<StderrLog> {
         Arc::clone(&self.stderr)
     }
 
     /// Stops the server and everything it started: its stdin closed, then SIGTERM, then
     /// SIGKILL after [`STOP_GRACE`]; returns once none of them is alive.
-    pub async fn stop(mut self) {
+    pub(crate) async fn stop(mut self) {
         drop(self.stdin.take());
         drop(self.stdout.take());
         // A server that exits when its input ends is given a moment before any signal.
@@ -268,7 +263,7 @@ fn inherited_variables() -> impl Iterator<Item = (OsString, OsString)> {
 
 /// A server's stderr: appended to its log file (rotated past [`MAX_LOG_BYTES`]) and its last
 /// lines kept.
-pub struct StderrLog {
+pub(crate) struct StderrLog {
     path: PathBuf,
     state: Mutex<LogState>,
     /// Fired once the server's stderr has been read to its end (the server and whatever it
@@ -300,10 +295,6 @@ impl StderrLog {
                 tail: VecDeque::new(),
             }),
         })
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
     }
 
     /// Appends one line, every configured secret in it redacted ([`crate::secrets`]), to the
@@ -341,7 +332,7 @@ impl StderrLog {
     }
 
     /// The last lines, oldest first.
-    pub fn tail(&self) -> Vec<String> {
+    pub(crate) fn tail(&self) -> Vec<String> {
         self.state.lock_unpoisoned().tail.iter().cloned().collect()
     }
 }

@@ -21,7 +21,7 @@ const STARTUP_SLACK: Duration = Duration::from_secs(5);
 /// The daemon's MCP servers, in the config's order. Restarting one, or reloading the config,
 /// replaces servers whole: the old one stopped (its tools withdrawn, its process gone), a new
 /// one with a fresh count of failures started in its place.
-pub struct McpServers {
+pub(crate) struct McpServers {
     log_dir: PathBuf,
     registry: Arc<Registry>,
     tools_changed: ToolsChanged,
@@ -34,7 +34,7 @@ pub struct McpServers {
 
 /// What a reload did to the set of servers, by name.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub struct McpChanges {
+pub(crate) struct McpChanges {
     pub started: Vec<String>,
     pub stopped: Vec<String>,
     pub restarted: Vec<String>,
@@ -47,7 +47,7 @@ struct Running {
 
 impl McpServers {
     /// Every configured server, eager ones started in the background now.
-    pub fn start(
+    pub(crate) fn start(
         configs: &[McpServerConfig],
         log_dir: PathBuf,
         registry: &Arc<Registry>,
@@ -86,7 +86,7 @@ impl McpServers {
     /// Starts the lazy servers not started yet that `wanted` picks (by name), and waits for
     /// each to be ready or to fail, up to its `startup_timeout_ms`: their first use (the first
     /// `tools/list`, or a call that names one of their tools) then sees their tools.
-    pub async fn start_lazy(&self, wanted: impl Fn(&str) -> bool) {
+    pub(crate) async fn start_lazy(&self, wanted: impl Fn(&str) -> bool) {
         if self.closed.load(Ordering::Acquire) {
             return;
         }
@@ -119,7 +119,7 @@ impl McpServers {
     /// failed, up to its `startup_timeout_ms`: a client that lists the tools once, or calls one,
     /// right after the daemon started (as several MCP hosts do), finds their tools. Once they
     /// have settled, this returns at once.
-    pub async fn eager_settled(&self, wanted: impl Fn(&str) -> bool) {
+    pub(crate) async fn eager_settled(&self, wanted: impl Fn(&str) -> bool) {
         let eager: Vec<Arc<ServerSupervisor>> = self
             .running
             .lock_unpoisoned()
@@ -138,7 +138,7 @@ impl McpServers {
     /// For `permissions/explain`: a stand-in for `tool` when it names a tool of a lazy server
     /// not started yet (which a call of it would start) that the server's `enabled_tools` and
     /// `disabled_tools` let through; with the server's name. Nothing is started.
-    pub fn unstarted_tool(&self, tool: &str) -> Option<(String, Arc<dyn Tool>)> {
+    pub(crate) fn unstarted_tool(&self, tool: &str) -> Option<(String, Arc<dyn Tool>)> {
         let server = super::names::server_of(tool)?;
         let own_name = tool.strip_prefix(&format!("{}{server}__", super::names::PREFIX))?;
         let running = self.running.lock_unpoisoned();
@@ -158,7 +158,7 @@ impl McpServers {
     }
 
     /// Every server as `mcp/status` shows it, in the config's order.
-    pub fn status(&self) -> Vec<McpServerStatus> {
+    pub(crate) fn status(&self) -> Vec<McpServerStatus> {
         self.running
             .lock_unpoisoned()
             .iter()
@@ -168,7 +168,7 @@ impl McpServers {
 
     /// Stops server `name` (whatever its state) and starts it again with a fresh count of
     /// failures; returns its new status. `None`: no server has that name.
-    pub async fn restart(&self, name: &str) -> Option<McpServerStatus> {
+    pub(crate) async fn restart(&self, name: &str) -> Option<McpServerStatus> {
         let _changing = self.changing.lock().await;
         if self.closed.load(Ordering::Acquire) {
             return None;
@@ -198,7 +198,7 @@ impl McpServers {
     /// A config reload: servers gone from `configs` stopped, new ones started, those whose
     /// table changed (and `failed` ones) stopped and started again; the others left running. Returns the names
     /// started, stopped and restarted.
-    pub async fn reload(&self, configs: &[McpServerConfig]) -> McpChanges {
+    pub(crate) async fn reload(&self, configs: &[McpServerConfig]) -> McpChanges {
         let _changing = self.changing.lock().await;
         if self.closed.load(Ordering::Acquire) {
             return McpChanges::default();
@@ -270,7 +270,7 @@ impl McpServers {
 
     /// Stops every server and waits until their processes are gone (each within its stop
     /// grace, bounded here as a whole).
-    pub async fn stop_all(&self) {
+    pub(crate) async fn stop_all(&self) {
         self.closed.store(true, Ordering::Release);
         let _changing = self.changing.lock().await;
         let all = std::mem::take(&mut *self.running.lock_unpoisoned());

@@ -43,7 +43,7 @@ type Writer = Arc<tokio::sync::Mutex<Option<ChildStdin>>>;
 
 /// What the server sends about a call.
 #[derive(Debug)]
-pub enum CallNews {
+pub(crate) enum CallNews {
     /// `notifications/progress` naming the call's progress token.
     Progress(ProgressNotificationParam),
     /// Its answer: its `result` as the server wrote it, or its JSON-RPC error's message.
@@ -104,7 +104,7 @@ struct Waiting {
 }
 
 /// Sends `tools/call` requests to the server and routes their answers back.
-pub struct StdioCalls {
+pub(crate) struct StdioCalls {
     writer: Writer,
     waiting: Mutex<Waiting>,
     next: AtomicU64,
@@ -112,7 +112,7 @@ pub struct StdioCalls {
 
 /// A call sent and not yet answered; dropping it forgets the call (what the server sends
 /// about it later is dropped).
-pub struct SentCall {
+pub(crate) struct SentCall {
     number: u64,
     inbox: Arc<Inbox>,
     calls: Arc<StdioCalls>,
@@ -120,13 +120,13 @@ pub struct SentCall {
 
 impl SentCall {
     /// The call's JSON-RPC id, which `notifications/cancelled` names.
-    pub fn request_id(&self) -> RequestId {
+    pub(crate) fn request_id(&self) -> RequestId {
         NumberOrString::String(call_id(self.number).into())
     }
 
     /// What the server sent next about the call, in the order it sent it; `None` when its
     /// output ended before the answer.
-    pub async fn next(&mut self) -> Option<CallNews> {
+    pub(crate) async fn next(&mut self) -> Option<CallNews> {
         loop {
             {
                 let mut queued = self.inbox.queued.lock_unpoisoned();
@@ -198,7 +198,7 @@ impl StdioCalls {
     /// Writes `tools/call` of `name`, its `_meta` holding its progress token and `envelope`
     /// (what the agreed protocol version asks every request to carry). Fails when the server's
     /// output has ended or its stdin cannot be written.
-    pub async fn send(
+    pub(crate) async fn send(
         self: &Arc<Self>,
         name: &str,
         arguments: &Map<String, Value>,
@@ -367,7 +367,7 @@ async fn write_whole_line(writer: &Writer, line: Vec<u8>) -> io::Result<()> {
 }
 
 /// The transport rmcp's session runs over; see the module's docs.
-pub struct StdioTransport {
+pub(crate) struct StdioTransport {
     reader: BufReader<ChildStdout>,
     line: Vec<u8>,
     /// Set while the rest of a line over the length limit is skipped.
@@ -377,7 +377,7 @@ pub struct StdioTransport {
 
 impl StdioTransport {
     /// The transport, and the handle its calls go through.
-    pub fn new(stdout: ChildStdout, stdin: ChildStdin) -> (Self, Arc<StdioCalls>) {
+    pub(crate) fn new(stdout: ChildStdout, stdin: ChildStdin) -> (Self, Arc<StdioCalls>) {
         let calls = Arc::new(StdioCalls {
             writer: Arc::new(tokio::sync::Mutex::new(Some(stdin))),
             waiting: Mutex::default(),

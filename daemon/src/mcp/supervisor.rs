@@ -38,7 +38,7 @@ const STDERR_DRAIN: Duration = Duration::from_millis(500);
 
 /// Where a server is in its life (`mcp/status`'s `state`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ServerState {
+pub(crate) enum ServerState {
     Starting,
     Ready,
     /// Failed too often, or cannot start at all: why.
@@ -47,7 +47,7 @@ pub enum ServerState {
 }
 
 impl ServerState {
-    pub fn name(&self) -> &'static str {
+    pub(crate) fn name(&self) -> &'static str {
         match self {
             ServerState::Starting => "starting",
             ServerState::Ready => "ready",
@@ -66,10 +66,10 @@ enum Ended {
 }
 
 /// Called whenever the registry gained or lost a server's tools.
-pub type ToolsChanged = Arc<dyn Fn() + Send + Sync>;
+pub(crate) type ToolsChanged = Arc<dyn Fn() + Send + Sync>;
 
 /// One server, shared by its supervisor and its tools.
-pub struct ServerSupervisor {
+pub(crate) struct ServerSupervisor {
     pub config: McpServerConfig,
     log_dir: PathBuf,
     registry: Arc<Registry>,
@@ -98,7 +98,7 @@ struct Live {
 }
 
 impl ServerSupervisor {
-    pub fn new(
+    pub(crate) fn new(
         config: McpServerConfig,
         log_dir: PathBuf,
         registry: Arc<Registry>,
@@ -115,12 +115,12 @@ impl ServerSupervisor {
         })
     }
 
-    pub fn state(&self) -> ServerState {
+    pub(crate) fn state(&self) -> ServerState {
         self.live().state.clone().unwrap_or(ServerState::Stopped)
     }
 
     /// The server as `mcp/status` shows it.
-    pub fn status(&self) -> McpServerStatus {
+    pub(crate) fn status(&self) -> McpServerStatus {
         let live = self.live();
         let mut state = live.state.clone().unwrap_or(ServerState::Stopped);
         let running = matches!(state, ServerState::Starting | ServerState::Ready);
@@ -203,7 +203,7 @@ impl ServerSupervisor {
 
     /// Runs the server until the daemon stops it: starts, serves, and starts again after a
     /// crash, with backoff, until it fails [`MAX_FAILURES`] times within [`FAILURE_WINDOW`].
-    pub async fn supervise(self: Arc<Self>) {
+    pub(crate) async fn supervise(self: Arc<Self>) {
         let mut failures: VecDeque<Instant> = VecDeque::new();
         let mut backoff = FIRST_BACKOFF;
         loop {
@@ -500,7 +500,7 @@ impl ServerSupervisor {
     }
 
     /// Stops the server (its supervisor ends it and removes its tools).
-    pub fn stop(&self) {
+    pub(crate) fn stop(&self) {
         self.stop.cancel();
     }
 }

@@ -19,7 +19,7 @@ use crate::secrets::Secrets;
 use crate::tools::{Tool, ToolContext, ToolFailure, ToolFuture, ToolSuccess};
 
 /// What a tool needs of its server; the server's supervisor provides it.
-pub trait ToolServer: Send + Sync {
+pub(crate) trait ToolServer: Send + Sync {
     fn name(&self) -> &str;
     /// The live session, or why there is none.
     fn reachable(&self) -> Result<Reachable, String>;
@@ -30,13 +30,13 @@ pub trait ToolServer: Send + Sync {
 
 /// One tool of one server. The server is held weakly: a tool left in a registry never keeps
 /// its server alive.
-pub struct McpTool {
+pub(crate) struct McpTool {
     server: Weak<dyn ToolServer>,
     listed: ListedTool,
 }
 
 impl McpTool {
-    pub fn new(server: Weak<dyn ToolServer>, listed: ListedTool) -> Self {
+    pub(crate) fn new(server: Weak<dyn ToolServer>, listed: ListedTool) -> Self {
         Self { server, listed }
     }
 }
@@ -86,12 +86,12 @@ impl Tool for McpTool {
 /// A tool of a lazy server that has not started, as `permissions/explain` judges a call of it
 /// without starting the server: named as the call names it, of the server's source, changing
 /// things (the annotations that could say otherwise come with the listing), taking any object.
-pub struct NotStarted {
+pub(crate) struct NotStarted {
     definition: ToolDefinition,
 }
 
 impl NotStarted {
-    pub fn new(server: &super::McpServerConfig, tool: &str) -> Self {
+    pub(crate) fn new(server: &super::McpServerConfig, tool: &str) -> Self {
         Self {
             definition: ToolDefinition {
                 name: tool.to_owned(),

@@ -10,17 +10,17 @@
 use std::path::{Path, PathBuf};
 
 use super::shell_quoted;
-pub use crate::sandbox::Loosening;
+pub(crate) use crate::sandbox::Loosening;
 
 impl Loosening {
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         !self.network && !self.unsandboxed && self.writable.is_empty()
     }
 
     /// The canonical ` with …` text: `network`, `unsandboxed`, `writable=DIR` (quoted as a
     /// shell word when it needs it, so that a directory's name never reads as another item),
     /// joined by `, `.
-    pub fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         let mut items = Vec::new();
         if self.unsandboxed {
             items.push("unsandboxed".to_owned());
@@ -39,7 +39,7 @@ impl Loosening {
 
     /// Parses the text after a rule's `) with `; `None` when it is not a list of the items
     /// [`Self::text`] writes (a `writable=` directory must be absolute, or start with `~/`).
-    pub fn parse(text: &str, home: &Path) -> Option<Self> {
+    pub(crate) fn parse(text: &str, home: &Path) -> Option<Self> {
         let mut loosening = Loosening::default();
         for item in split_items(text)? {
             match item.as_str() {
@@ -67,7 +67,7 @@ impl Loosening {
 
     /// Whether a rule's loosening allows all of `call`'s: no sandbox covers everything, and a
     /// directory is covered by one of the rule's that holds it.
-    pub fn covers(&self, call: &Loosening) -> bool {
+    pub(crate) fn covers(&self, call: &Loosening) -> bool {
         if self.unsandboxed {
             return true;
         }
@@ -80,7 +80,7 @@ impl Loosening {
     }
 
     /// Whether a deny or ask rule's loosening is about any part of `call`'s.
-    pub fn overlaps(&self, call: &Loosening) -> bool {
+    pub(crate) fn overlaps(&self, call: &Loosening) -> bool {
         self.unsandboxed && call.unsandboxed
             || self.network && call.network
             || call.writable.iter().any(|dir| {

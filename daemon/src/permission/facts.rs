@@ -19,7 +19,11 @@ use crate::tools::{JudgedArguments, ResolvedCall, judged_arguments};
 /// ([`JudgedArguments`]): a file tool's path (the cwd when absent); for a command line, its
 /// working directory when given. Other tools have none. The path a file tool writes says
 /// whether writing it makes code run ([`paths::makes_code_run`]).
-pub fn judged_paths(tool: &str, arguments: &Map<String, Value>, env: &Env) -> Vec<ResolvedPath> {
+pub(crate) fn judged_paths(
+    tool: &str,
+    arguments: &Map<String, Value>,
+    env: &Env,
+) -> Vec<ResolvedPath> {
     let argument = |name: &str| arguments.get(name).and_then(Value::as_str);
     match judged_arguments(tool) {
         JudgedArguments::Path {
@@ -220,7 +224,11 @@ fn run_dir(cwd_argument: Option<&str>, env: &Env) -> std::path::PathBuf {
 
 /// What a call of `tool` loosens of the session's sandbox, as [`command_facts`] judges it:
 /// the pipeline runs an allowed call in the sandbox loosened by exactly this.
-pub fn call_escalation(tool: &str, arguments: &Map<String, Value>, env: &Env) -> Option<Loosening> {
+pub(crate) fn call_escalation(
+    tool: &str,
+    arguments: &Map<String, Value>,
+    env: &Env,
+) -> Option<Loosening> {
     let JudgedArguments::CommandLine { cwd, .. } = judged_arguments(tool) else {
         return None;
     };
@@ -235,7 +243,7 @@ pub fn call_escalation(tool: &str, arguments: &Map<String, Value>, env: &Env) ->
 /// directory it may already write). `writable` directories are taken from the directory the
 /// command runs in and resolved, so the sandbox opens the directory the approver was shown.
 /// An error says why it cannot be granted at all.
-pub fn escalation(
+pub(crate) fn escalation(
     arguments: &Map<String, Value>,
     env: &Env,
     run_dir: &Path,
@@ -299,7 +307,7 @@ pub fn escalation(
 }
 
 /// `run_command`'s argument that asks to loosen the sandbox.
-pub const ESCALATE: &str = "escalate";
+pub(crate) const ESCALATE: &str = "escalate";
 
 /// Whether `path` (either form) lies where the configs of the session's repositories make
 /// git run or read code: the hooks directory `core.hooksPath` names (husky's `.husky/_`), a
@@ -357,7 +365,7 @@ fn with_home(target: &str, home: Option<&str>) -> String {
 
 /// Gathers the facts of a resolved call and hands them to `judge` (the engine, or one of its
 /// parts). `analysed` is the analysis of the call's `run_command` line, when it has one.
-pub fn with_facts<T>(
+pub(crate) fn with_facts<T>(
     env: &Env,
     resolved: &ResolvedCall,
     analysed: Option<&AnalysedLine>,
@@ -369,7 +377,7 @@ pub fn with_facts<T>(
 
 /// [`with_facts`], also handing back the path arguments as they were judged: the tool must act
 /// on exactly these, never on a second resolution of the same strings.
-pub fn with_facts_and_paths<T>(
+pub(crate) fn with_facts_and_paths<T>(
     env: &Env,
     resolved: &ResolvedCall,
     analysed: Option<&AnalysedLine>,

@@ -19,7 +19,7 @@ use crate::tools::registry::is_valid_tool_name;
 /// tools registered now; a rule may name another tool (one a client or an MCP server may
 /// register later, denied ahead of time), unless no tool can have that name or it is a near
 /// miss of a known one. `cwd` and `home` are where relative and `~/` patterns start.
-pub fn never_matches(
+pub(crate) fn never_matches(
     text: &str,
     tools: &[ToolDefinition],
     cwd: Option<&Path>,
@@ -190,7 +190,11 @@ fn pattern_never_matches(rule: &Rule, tools: &[ToolDefinition]) -> Option<String
 
 /// For the config, whose rules may name tools that clients register later: a note when `text`
 /// names none of `tools` (a pattern may cover tools that register later: no note).
-pub fn names_an_unknown_tool(text: &str, tools: &[ToolDefinition], home: &Path) -> Option<String> {
+pub(crate) fn names_an_unknown_tool(
+    text: &str,
+    tools: &[ToolDefinition],
+    home: &Path,
+) -> Option<String> {
     let rules = Rule::parse_all(text, Path::new("/"), home, Some(Path::new("/"))).ok()?;
     let rule = rules
         .iter()
@@ -209,7 +213,7 @@ pub fn names_an_unknown_tool(text: &str, tools: &[ToolDefinition], home: &Path) 
 /// For the config file's own rules: a path pattern starting with one `/` is relative to the
 /// file's directory (as in Claude Code's settings), which is seldom what is meant in toold's
 /// config (a project's table is relative to its project): said, with the absolute form.
-pub fn relative_to_its_file(text: &str, home: &Path) -> Option<String> {
+pub(crate) fn relative_to_its_file(text: &str, home: &Path) -> Option<String> {
     let rules = Rule::parse_all(text, Path::new("/"), home, Some(Path::new("/"))).ok()?;
     let pattern = rules
         .iter()
@@ -230,7 +234,7 @@ fn mcp_server_named(tool: &str) -> Option<&str> {
 
 /// Why `text` can never match when it names the tools of an MCP server that is not among
 /// `servers` (the configured ones): only they register `mcp__S__…` tools.
-pub fn names_an_unknown_server(text: &str, servers: &[&str], home: &Path) -> Option<String> {
+pub(crate) fn names_an_unknown_server(text: &str, servers: &[&str], home: &Path) -> Option<String> {
     let rules = Rule::parse_all(text, Path::new("/"), home, Some(Path::new("/"))).ok()?;
     let server = rules
         .iter()

@@ -158,7 +158,7 @@ fn rule_for_command<'p>(
 
 /// Each simple command of a line (its first form as rules see it), with the allow rule that
 /// covers it: what `permissions/explain` lists as `commands`.
-pub fn command_rules<'p>(
+pub(crate) fn command_rules<'p>(
     tool: &str,
     command: &CommandFacts,
     policy: &'p Policy,

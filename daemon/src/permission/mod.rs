@@ -7,18 +7,18 @@
 //!
 //! Each concern has its file: a rule's syntax (`rules`, its patterns in `patterns`, its errors
 //! in `rule_error`), the rules in force (`policy`), what a decision is made from (`inputs`) and
-//! what it answers (`judgment`), the order of the steps (`evaluate`), whether a rule matches a
+//! what it answers (`judgment`), the order of the steps (`decision_order`), whether a rule matches a
 //! call (`matching`), and the texts grants record (`grants`).
 
 mod claude;
-pub mod escalation;
-mod evaluate;
+mod decision_order;
+pub(crate) mod escalation;
 pub mod facts;
 mod grants;
 mod inputs;
 mod judgment;
 mod known_safe;
-pub mod lint;
+pub(crate) mod lint;
 mod matching;
 mod patterns;
 mod policy;
@@ -27,13 +27,13 @@ mod rule_error;
 mod rules;
 mod shell_word;
 
-pub use self::evaluate::{denied, evaluate};
+pub use self::decision_order::{denied, evaluate};
 pub use self::grants::{always_rule, canonical_form, grant_form, grant_shown, session_grant};
 pub use self::inputs::{CallFacts, CommandFacts, HookVerdict, SessionFacts};
 pub use self::judgment::{DecidingRule, Decision, Judgment, Step};
-pub use self::matching::command_rules;
+pub(crate) use self::matching::command_rules;
 pub use self::policy::{ConfigRules, Policy, ProjectRules, SandboxedCommands};
-pub use self::rule_error::RuleError;
+pub(crate) use self::rule_error::RuleError;
 pub use self::rules::{Rule, RuleList, RuleOrigin, home_dir, shown_read_as};
 pub(crate) use self::shell_word::shell_quoted;
 

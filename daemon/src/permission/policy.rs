@@ -63,7 +63,7 @@ impl ConfigRules {
     /// whole file's, then each of its project's tables, with where each rule is written and
     /// the directory a pattern starting with one `/` is relative to (the file's, or the
     /// project's for its table).
-    pub fn in_force<'a>(
+    pub(crate) fn in_force<'a>(
         &'a self,
         project: Option<&'a Path>,
     ) -> impl Iterator<Item = (&'a Rules, &'a [Vec<u32>; 3], Option<&'a Path>)> + 'a {
@@ -125,7 +125,7 @@ impl Policy {
 
     /// A session's policy at `cwd`: the config file's rules (those of `project`, the session's
     /// first root, too), then the session's own, each knowing where it is written.
-    pub fn for_session(
+    pub(crate) fn for_session(
         config: &ConfigRules,
         session: &Rules,
         cwd: &Path,
@@ -167,7 +167,7 @@ impl Policy {
 impl Policy {
     /// Whether a deny or ask rule keeps something from the tools that read (`read_file`,
     /// `search_code`, `find_files`).
-    pub fn restricts_reads(&self) -> bool {
+    pub(crate) fn restricts_reads(&self) -> bool {
         self.deny.iter().chain(&self.ask).any(|rule| {
             ["read_file", "search_code", "find_files"]
                 .into_iter()
@@ -178,7 +178,7 @@ impl Policy {
     /// What the walks of `tool` (`find_files`, `search_code`) must skip: every file and
     /// directory that a deny rule of `read_file`, `search_code` or `tool` itself covers.
     /// `None` when no rule hides anything, so that the walk pays nothing.
-    pub fn hidden_from_walks(&self, tool: &str) -> Option<Arc<dyn HiddenPaths>> {
+    pub(crate) fn hidden_from_walks(&self, tool: &str) -> Option<Arc<dyn HiddenPaths>> {
         let mut hidden = DeniedPaths::default();
         for rule in self
             .deny
@@ -202,7 +202,7 @@ impl Policy {
 impl Policy {
     /// What a sandboxed command cannot read because `read_file`'s deny rules cover it (the
     /// sandbox finds the files, [`crate::sandbox::hidden::DeniedReads`]).
-    pub fn denied_reads(&self) -> DeniedReads {
+    pub(crate) fn denied_reads(&self) -> DeniedReads {
         let mut denied = DeniedReads::default();
         for rule in self.deny.iter().filter(|rule| rule.covers("read_file")) {
             match &rule.specifier {

@@ -60,7 +60,7 @@ pub enum RuleList {
 
 impl RuleList {
     /// Its key in the config (`allow`, `ask`, `deny`).
-    pub fn key(self) -> &'static str {
+    pub(crate) fn key(self) -> &'static str {
         match self {
             RuleList::Allow => "allow",
             RuleList::Ask => "ask",
@@ -71,7 +71,7 @@ impl RuleList {
 
 impl RuleOrigin {
     /// The origin as the wire names it (`permissions/explain`'s and the audit log's `source`).
-    pub fn source(&self) -> toold_protocol::RuleSource {
+    pub(crate) fn source(&self) -> toold_protocol::RuleSource {
         use toold_protocol::RuleSource;
         match self {
             RuleOrigin::Config { file, line } => RuleSource::Config {
@@ -102,7 +102,7 @@ impl Rule {
     /// text as written. Path globs are compiled against `cwd`, `home`, and `anchor`: the
     /// directory a pattern starting with one `/` is relative to (that of the file the rule is
     /// written in; `None`, such a pattern is refused).
-    pub fn parse_all(
+    pub(crate) fn parse_all(
         text: &str,
         cwd: &Path,
         home: &Path,
@@ -125,7 +125,7 @@ impl Rule {
     /// Parses a rule of toold's own form (what grants and "always" answers record): `tool`,
     /// `tool(specifier)` or `tool(arg=glob)`; path globs are compiled against `cwd` and
     /// `home`, where relative and `~/` patterns start.
-    pub fn parse(text: &str, cwd: &Path, home: &Path) -> Result<Self, RuleError> {
+    pub(crate) fn parse(text: &str, cwd: &Path, home: &Path) -> Result<Self, RuleError> {
         Self::parse_native(text, cwd, home, None)
     }
 
@@ -204,16 +204,17 @@ impl Rule {
         })
     }
 
-    pub fn text(&self) -> &str {
+    pub(crate) fn text(&self) -> &str {
         &self.text
     }
 
     /// The rule as toold reads it, when that differs from how it is written.
-    pub fn read_as(&self) -> Option<&str> {
+    pub(crate) fn read_as(&self) -> Option<&str> {
         (self.read_as != self.text).then_some(self.read_as.as_str())
     }
 
-    pub fn origin(&self) -> &RuleOrigin {
+    #[cfg(test)]
+    pub(crate) fn origin(&self) -> &RuleOrigin {
         &self.origin
     }
 
@@ -234,7 +235,7 @@ impl Rule {
     }
 
     /// Whether the tool part is a pattern (`mcp__fs__*`) rather than one tool's name.
-    pub fn is_pattern(&self) -> bool {
+    pub(crate) fn is_pattern(&self) -> bool {
         self.tool_pattern.is_some()
     }
 }

@@ -52,7 +52,7 @@ impl BatchControl {
     }
 
     /// Whether call `index` has its result.
-    pub fn is_finished(&self, index: usize) -> bool {
+    pub(crate) fn is_finished(&self, index: usize) -> bool {
         self.finished
             .get(index)
             .is_some_and(|done| done.load(Ordering::Acquire))

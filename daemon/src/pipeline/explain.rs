@@ -17,7 +17,7 @@ use crate::tools::{JudgedArguments, Registry, Tool, judged_arguments};
 /// The session a call is explained in: its state, its connections' hooks, and who asks the
 /// parser workers (`parser_owner`, whose share of them the analysis draws on).
 #[derive(Clone, Copy)]
-pub struct ExplainedIn<'a> {
+pub(crate) struct ExplainedIn<'a> {
     pub state: &'a SessionState,
     pub client_hooks: &'a [Arc<dyn ClientHooks>],
     pub parser_owner: &'a str,
@@ -26,7 +26,7 @@ pub struct ExplainedIn<'a> {
 /// Explains `call` in `session`. `unstarted`: when the call names a tool of a lazy MCP server
 /// that has not started, the server's name and a stand-in for the tool
 /// ([`crate::mcp::servers::McpServers::unstarted_tool`]), judged in its place.
-pub async fn explain(
+pub(crate) async fn explain(
     pipeline: &Pipeline,
     session: ExplainedIn<'_>,
     call: &ToolCall,

@@ -12,7 +12,7 @@
 pub mod batch;
 pub mod call;
 pub mod explain;
-pub mod plan;
+pub(crate) mod plan;
 mod preview;
 pub mod session;
 
@@ -59,7 +59,7 @@ pub struct BatchSettings {
 
 impl BatchSettings {
     /// The hooks that apply to a session's calls.
-    pub fn hook_set<'a>(
+    pub(crate) fn hook_set<'a>(
         &'a self,
         clients: &'a [Arc<dyn ClientHooks>],
         cwd: &'a Path,
@@ -88,7 +88,7 @@ pub struct Pipeline {
 
 /// Where a rule an approver chose to keep for good is written: the user's config file, read
 /// again at once so that every session of the project has it.
-pub trait RuleBook: Send + Sync {
+pub(crate) trait RuleBook: Send + Sync {
     /// Adds `rule` to `list` of `project`'s rules; the file written, or why not.
     fn persist<'a>(
         &'a self,
@@ -118,28 +118,28 @@ impl Pipeline {
     }
 
     /// Has `allow_always` and `deny_always` answers persist through `book` (once, for good).
-    pub fn set_rule_book(&self, book: std::sync::Weak<dyn RuleBook>) {
+    pub(crate) fn set_rule_book(&self, book: std::sync::Weak<dyn RuleBook>) {
         let _ = self.rule_book.set(book);
     }
 
     /// The rule book, while the daemon that set it lives.
-    pub fn rule_book(&self) -> Option<Arc<dyn RuleBook>> {
+    pub(crate) fn rule_book(&self) -> Option<Arc<dyn RuleBook>> {
         self.rule_book.get().and_then(std::sync::Weak::upgrade)
     }
 
     /// Records every call in `audit`.
-    pub fn with_audit(mut self, audit: Arc<AuditLog>) -> Self {
+    pub(crate) fn with_audit(mut self, audit: Arc<AuditLog>) -> Self {
         self.audit = audit;
         self
     }
 
     /// The settings batches starting now run under.
-    pub fn settings(&self) -> Arc<BatchSettings> {
+    pub(crate) fn settings(&self) -> Arc<BatchSettings> {
         Arc::clone(&self.settings.read_unpoisoned())
     }
 
     /// Replaces the settings (a config reload): batches already running keep theirs.
-    pub fn set_settings(&self, settings: BatchSettings) {
+    pub(crate) fn set_settings(&self, settings: BatchSettings) {
         *self.settings.write_unpoisoned() = Arc::new(settings);
     }
 }

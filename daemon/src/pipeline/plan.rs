@@ -4,7 +4,7 @@
 
 /// Cuts `concurrent` (one flag per call: registered, `read_only`, visible, and certain to need
 /// no approval) into runs of call indexes. Concatenated, the runs are `0..n` in order.
-pub fn plan(concurrent: &[bool]) -> Vec<Vec<usize>> {
+pub(crate) fn plan(concurrent: &[bool]) -> Vec<Vec<usize>> {
     let mut runs: Vec<Vec<usize>> = Vec::new();
     let mut previous_concurrent = false;
     for (index, &this_concurrent) in concurrent.iter().enumerate() {

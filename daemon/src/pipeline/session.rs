@@ -23,10 +23,10 @@ use crate::tools::registry::is_listed;
 /// The most a session's grants may take (their JSON text as its saved record holds them): an
 /// `allow_session` answer past it allows its call once and records no grant. With the store's
 /// `MAX_REQUESTED_RECORD_BYTES` this keeps every record under its `MAX_RECORD_BYTES`.
-pub const MAX_GRANT_BYTES: usize = 768 * 1024;
+pub(crate) const MAX_GRANT_BYTES: usize = 768 * 1024;
 
 /// How many bytes a grant takes in a saved record: its JSON string on a line of its own.
-pub fn grant_bytes(grant: &str) -> usize {
+pub(crate) fn grant_bytes(grant: &str) -> usize {
     serde_json::to_string(grant).map_or(usize::MAX, |json| json.len() + "    ,\n".len())
 }
 
@@ -74,7 +74,11 @@ impl SessionState {
 
     /// Compiles the policy again from `config_rules` (a reload's) and the session's own rules;
     /// on an error the policy is left as it was.
-    pub fn recompile(&mut self, config_rules: &ConfigRules, home: &Path) -> Result<(), RuleError> {
+    pub(crate) fn recompile(
+        &mut self,
+        config_rules: &ConfigRules,
+        home: &Path,
+    ) -> Result<(), RuleError> {
         let project = self.env.roots.first().map(|root| root.as_path());
         let policy = Policy::for_session(config_rules, &self.rules, &self.env.cwd, project, home)?;
         // What the session's commands cannot read follows its read deny rules.
@@ -85,7 +89,7 @@ impl SessionState {
 
     /// The permission engine's decision on a resolved call under this state (paths resolved
     /// first; `analysed` is the call's `run_command` line analysed, when it has one).
-    pub fn decide(
+    pub(crate) fn decide(
         &self,
         resolved: &ResolvedCall,
         analysed: Option<&AnalysedLine>,
@@ -96,7 +100,7 @@ impl SessionState {
 
     /// [`decide`](Self::decide), with the path arguments as they were judged (for the tool to
     /// act on) and the step and rule that decided.
-    pub fn decide_judging(
+    pub(crate) fn decide_judging(
         &self,
         resolved: &ResolvedCall,
         analysed: Option<&AnalysedLine>,
@@ -109,7 +113,7 @@ impl SessionState {
     /// [`decide_judging`](Self::decide_judging), also handing the facts the decision rests on
     /// to `inspect` (`permissions/explain`): one gathering of the facts serves both, so what is
     /// explained is what was decided.
-    pub fn judge_and_inspect<T>(
+    pub(crate) fn judge_and_inspect<T>(
         &self,
         resolved: &ResolvedCall,
         analysed: Option<&AnalysedLine>,
@@ -130,12 +134,12 @@ impl SessionState {
     }
 
     /// Whether the session's model may see (and so call) a tool, in the current mode.
-    pub fn visible(&self, definition: &ToolDefinition) -> bool {
+    pub(crate) fn visible(&self, definition: &ToolDefinition) -> bool {
         self.hidden_by(definition).is_none()
     }
 
     /// Why the session's model may not see a tool; `None` when it may.
-    pub fn hidden_by(&self, definition: &ToolDefinition) -> Option<Hidden> {
+    pub(crate) fn hidden_by(&self, definition: &ToolDefinition) -> Option<Hidden> {
         if definition.system {
             return None;
         }
@@ -153,7 +157,7 @@ impl SessionState {
 /// Why a tool is hidden from a session: what `permissions/explain` and the audit log name as
 /// the step that made a call of it `tool_not_allowed`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Hidden {
+pub(crate) enum Hidden {
     /// Plan mode shows read-only tools alone.
     PlanMode,
     /// The session's `allowed_tools` leave it out.
@@ -162,7 +166,7 @@ pub enum Hidden {
 
 impl Hidden {
     /// The step's name (`plan_mode`, `tool_list`).
-    pub fn step(self) -> &'static str {
+    pub(crate) fn step(self) -> &'static str {
         match self {
             Hidden::PlanMode => permission::Step::PlanMode.as_str(),
             Hidden::ToolList => "tool_list",
@@ -170,7 +174,7 @@ impl Hidden {
     }
 
     /// Who decided, as the audit log says it: the mode, or the session's tool list.
-    pub fn decided_by(self) -> &'static str {
+    pub(crate) fn decided_by(self) -> &'static str {
         match self {
             Hidden::PlanMode => "mode",
             Hidden::ToolList => "system",
@@ -218,7 +222,7 @@ impl SessionView {
         }
     }
 
-    pub fn id(&self) -> &str {
+    pub(crate) fn id(&self) -> &str {
         &self.id
     }
 
@@ -238,7 +242,7 @@ impl SessionView {
 
     /// Records an `allow_session` grant (once); `false` when the session's grants have no room
     /// for it ([`MAX_GRANT_BYTES`]), so that its record can always be saved and loaded.
-    pub fn add_grant(&self, grant: String) -> bool {
+    pub(crate) fn add_grant(&self, grant: String) -> bool {
         let mut state = self.state.write_unpoisoned();
         if state.grants.contains(&grant) {
             return true;
@@ -256,7 +260,7 @@ impl SessionView {
 
     /// Has `hook` called after each grant recorded from now on (once set, for good): a grant
     /// must outlive the daemon, so whoever keeps sessions saves the session then.
-    pub fn on_grant(&self, hook: impl Fn() + Send + Sync + 'static) {
+    pub(crate) fn on_grant(&self, hook: impl Fn() + Send + Sync + 'static) {
         let _ = self.grant_recorded.set(Box::new(hook));
     }
 

@@ -28,7 +28,7 @@ const MAX_ANCESTRY: usize = 256;
 /// chain too deep — is a refusal: a connection nobody can vouch for is not served. `pid` 0 (a
 /// peer in a PID namespace the daemon cannot see into) is not a command's: every command is
 /// visible from the daemon's namespace.
-pub fn descends_from_a_confined_command(pid: i32, peer_alive: impl Fn() -> bool) -> bool {
+pub(crate) fn descends_from_a_confined_command(pid: i32, peer_alive: impl Fn() -> bool) -> bool {
     if pid == 0 {
         return false;
     }

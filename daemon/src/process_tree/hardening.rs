@@ -10,7 +10,7 @@ use std::os::unix::ffi::OsStrExt;
 /// `WATCHDOG_*`), without the daemon's own settings (`TOOLD_*`) and without the secrets the
 /// config names ([`crate::secrets`]: an MCP server's `bearer_token_env`, or any variable
 /// holding a configured secret's value).
-pub fn inherited_env() -> impl Iterator<Item = (OsString, OsString)> {
+pub(crate) fn inherited_env() -> impl Iterator<Item = (OsString, OsString)> {
     let secrets = crate::secrets::current();
     std::env::vars_os()
         .filter(move |(name, value)| is_inherited(name) && !secrets.withhold(name, value))
@@ -27,7 +27,7 @@ fn is_inherited(name: &OsStr) -> bool {
 /// Makes this process non-dumpable: processes of the same uid (every command the daemon runs)
 /// can then no longer read its `/proc/PID/environ`, `mem` or `fd`, nor ptrace it; root keeps
 /// that power. Children get it back when they exec, so commands are unaffected.
-pub fn keep_out_of_reach() {
+pub(crate) fn keep_out_of_reach() {
     if let Err(err) = nix::sys::prctl::set_dumpable(false) {
         tracing::warn!(%err, "cannot make the process non-dumpable; commands of the same uid can read its memory");
     }
@@ -38,7 +38,7 @@ pub fn keep_out_of_reach() {
 /// it a pipe or a socket (a listening socket passed by systemd included) that a command could
 /// write to or accept on. Descriptors the daemon opens itself are close-on-exec already.
 #[allow(unsafe_code)]
-pub fn inherit_no_descriptors() {
+pub(crate) fn inherit_no_descriptors() {
     // SAFETY: close_range takes plain integers and touches no memory of ours.
     let marked =
         unsafe { nix::libc::close_range(3, u32::MAX, nix::libc::CLOSE_RANGE_CLOEXEC as i32) };

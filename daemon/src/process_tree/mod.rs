@@ -48,9 +48,9 @@ mod reap;
 mod run_tag;
 mod sweep;
 
-pub use ancestry::descends_from_a_confined_command;
-pub use hardening::{inherit_no_descriptors, inherited_env, keep_out_of_reach};
+pub(crate) use ancestry::descends_from_a_confined_command;
+pub(crate) use hardening::{inherit_no_descriptors, inherited_env, keep_out_of_reach};
 pub use known_children::{KnownChild, spawn_known, spawn_known_as};
-pub use reap::{ensure_subreaper, reap_orphans, reap_orphans_as_they_die};
-pub use run_tag::{RUN_TAG_VAR, new_run_tag, tagged_command};
-pub use sweep::{ProcessTree, SweepReport};
+pub(crate) use reap::{ensure_subreaper, reap_orphans_as_they_die};
+pub(crate) use run_tag::{RUN_TAG_VAR, new_run_tag, tagged_command};
+pub(crate) use sweep::{ProcessTree, SweepReport};

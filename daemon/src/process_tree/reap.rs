@@ -12,7 +12,7 @@ use super::proc_fs::{ProcStat, daemon_children, read_stat, scan_processes};
 
 /// Makes the daemon a child subreaper, once; returns whether it is one. Without it the sweep
 /// still works but orphans of a command go to init, where only the tag and group find them.
-pub fn ensure_subreaper() -> bool {
+pub(crate) fn ensure_subreaper() -> bool {
     static SUBREAPER: OnceLock<bool> = OnceLock::new();
     *SUBREAPER.get_or_init(|| match nix::sys::prctl::set_child_subreaper(true) {
         Ok(()) => true,
@@ -27,7 +27,7 @@ pub fn ensure_subreaper() -> bool {
 /// child subreaper) that died, whichever call they came from, and whenever they died (a
 /// zombie reparented after the sweep of its call is reaped here, not left to fill the pid
 /// space). Never a child the daemon started: tokio waits for those.
-pub fn reap_orphans() {
+pub(crate) fn reap_orphans() {
     let (children, known) = {
         let _no_spawning = SPAWNING.write_unpoisoned();
         (daemon_children(), KNOWN_CHILDREN.lock_unpoisoned().clone())
@@ -58,7 +58,7 @@ pub fn reap_orphans() {
 
 /// Reaps orphans ([`reap_orphans`]) whenever a child of the daemon changes state, for as long
 /// as the daemon runs.
-pub async fn reap_orphans_as_they_die() {
+pub(crate) async fn reap_orphans_as_they_die() {
     let mut children_changed = match tokio::signal::unix::signal(
         tokio::signal::unix::SignalKind::child(),
     ) {

@@ -8,11 +8,11 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use super::reap::ensure_subreaper;
 
 /// The environment variable that tags every process of one `run_command` call.
-pub const RUN_TAG_VAR: &str = "TOOLD_RUN_TAG";
+pub(crate) const RUN_TAG_VAR: &str = "TOOLD_RUN_TAG";
 
 /// A value for [`RUN_TAG_VAR`] unique to one call: unique within the daemon by the counter,
 /// across daemons by the pid and the clock.
-pub fn new_run_tag() -> String {
+pub(crate) fn new_run_tag() -> String {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let serial = NEXT.fetch_add(1, Ordering::Relaxed);
     let nanos = SystemTime::now()
@@ -26,7 +26,7 @@ pub fn new_run_tag() -> String {
 /// directly (no shell) with `env` only and the tag of its own tree, its stdio piped, in a
 /// process group of its own, killed if dropped. The daemon is made a child subreaper first, so
 /// that whatever the program leaves behind stays findable by its tree's sweep.
-pub fn tagged_command<K, V>(
+pub(crate) fn tagged_command<K, V>(
     program: &str,
     env: impl IntoIterator<Item = (K, V)>,
     tag: &str,

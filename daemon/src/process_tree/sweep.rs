@@ -37,7 +37,7 @@ const MAX_KILL_ROUNDS: usize = 50;
 
 /// What a call of [`ProcessTree::terminate`] did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct SweepReport {
+pub(crate) struct SweepReport {
     /// Processes other than the shell that were sent a signal.
     pub signaled: usize,
     /// Processes still alive when the sweep gave up (0 unless something outran it).
@@ -47,7 +47,7 @@ pub struct SweepReport {
 /// The processes of one call: the shell (leader of its own group), its group, its descendants
 /// and every process carrying the call's tag.
 #[derive(Debug)]
-pub struct ProcessTree {
+pub(crate) struct ProcessTree {
     leader_pid: i32,
     /// The shell's start time, read right after spawning it; `None` if that failed, and then
     /// the pid alone identifies it.
@@ -69,7 +69,7 @@ pub struct ProcessTree {
 impl ProcessTree {
     /// The tree of the shell just spawned as `leader_pid` (its own group leader) with `tag`.
     /// The tag counts as a running call's until the tree is dropped.
-    pub fn new(leader_pid: u32, tag: &str) -> Self {
+    pub(crate) fn new(leader_pid: u32, tag: &str) -> Self {
         let tag_entry = format!("{RUN_TAG_VAR}={tag}").into_bytes();
         LIVE_TAGS.lock_unpoisoned().push(tag_entry.clone());
         // Pids fit in i32 (the kernel's pid_max is at most 2^22); a pid that did not would
@@ -90,7 +90,7 @@ impl ProcessTree {
 
     /// Kills every process of the call: SIGTERM, up to `grace` for them to exit, then SIGKILL
     /// until a sweep finds none alive (bounded). Blocking: it sleeps between sweeps.
-    pub fn terminate(&mut self, grace: Duration) -> SweepReport {
+    pub(crate) fn terminate(&mut self, grace: Duration) -> SweepReport {
         if self.nothing_can_be_left() {
             return self.report(&HashSet::new(), 0);
         }
@@ -149,7 +149,7 @@ impl ProcessTree {
     /// child (living or dead) but its own long-lived ones (the shell parser workers), nothing
     /// is left. Any doubt (another call's shell, a hook, a member seen before, no subreaper, a
     /// kernel that does not list a process's children) takes the full sweep.
-    pub fn nothing_can_be_left(&self) -> bool {
+    pub(crate) fn nothing_can_be_left(&self) -> bool {
         if !ensure_subreaper() || !self.members.is_empty() {
             return false;
         }

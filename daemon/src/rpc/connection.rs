@@ -13,7 +13,7 @@ use crate::session::client::{Client, Outbound, PeerProcess};
 
 /// Where a connection is in its `initialize` handshake.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Handshake {
+pub(crate) enum Handshake {
     /// No `initialize` yet: other requests get `-32002`.
     Awaiting,
     /// An `initialize` arrived and is being handled: requests after it wait for it.
@@ -39,7 +39,7 @@ struct ConnectionState {
 const CANCELED_EARLY_KEPT: usize = 64;
 
 /// One connection.
-pub struct Connection {
+pub(crate) struct Connection {
     client: Arc<Client>,
     state: Mutex<ConnectionState>,
     /// Moved on in the order requests arrive, so that a request written right behind
@@ -48,7 +48,7 @@ pub struct Connection {
 }
 
 impl Connection {
-    pub fn new(id: u64, outbound: Arc<dyn Outbound>, process: PeerProcess) -> Self {
+    pub(crate) fn new(id: u64, outbound: Arc<dyn Outbound>, process: PeerProcess) -> Self {
         Self {
             client: Arc::new(Client::of_process(id, outbound, process)),
             state: Mutex::new(ConnectionState::default()),
@@ -56,25 +56,25 @@ impl Connection {
         }
     }
 
-    pub fn id(&self) -> u64 {
+    pub(crate) fn id(&self) -> u64 {
         self.client.id()
     }
 
     /// The client as sessions reach it.
-    pub fn client(&self) -> &Arc<Client> {
+    pub(crate) fn client(&self) -> &Arc<Client> {
         &self.client
     }
 
-    pub fn outbound(&self) -> &Arc<dyn Outbound> {
+    pub(crate) fn outbound(&self) -> &Arc<dyn Outbound> {
         self.client.outbound()
     }
 
-    pub fn handshake(&self) -> Handshake {
+    pub(crate) fn handshake(&self) -> Handshake {
         *self.handshake.borrow()
     }
 
     /// An `initialize` arrived (called in arrival order); false if one already did.
-    pub fn begin_handshake(&self) -> bool {
+    pub(crate) fn begin_handshake(&self) -> bool {
         self.handshake.send_if_modified(|state| {
             let awaiting = *state == Handshake::Awaiting;
             if awaiting {
@@ -86,7 +86,7 @@ impl Connection {
 
     /// The `initialize` begun by [`begin_handshake`](Self::begin_handshake) ended; a failed one
     /// (an unsupported version) may be sent again.
-    pub fn end_handshake(&self, succeeded: bool) {
+    pub(crate) fn end_handshake(&self, succeeded: bool) {
         self.handshake.send_replace(if succeeded {
             Handshake::Done
         } else {
@@ -95,7 +95,7 @@ impl Connection {
     }
 
     /// Waits for a running handshake; true if the connection is initialized.
-    pub async fn wait_for_handshake(&self) -> bool {
+    pub(crate) async fn wait_for_handshake(&self) -> bool {
         let mut watching = self.handshake.subscribe();
         match watching
             .wait_for(|state| *state != Handshake::Running)
@@ -106,27 +106,27 @@ impl Connection {
         }
     }
 
-    pub fn is_initialized(&self) -> bool {
+    pub(crate) fn is_initialized(&self) -> bool {
         self.handshake() == Handshake::Done
     }
 
-    pub fn own_tool(&self, name: &str) {
+    pub(crate) fn own_tool(&self, name: &str) {
         self.lock().tools.insert(name.to_owned());
     }
 
-    pub fn disown_tool(&self, name: &str) -> bool {
+    pub(crate) fn disown_tool(&self, name: &str) -> bool {
         self.lock().tools.remove(name)
     }
 
-    pub fn owns_tool(&self, name: &str) -> bool {
+    pub(crate) fn owns_tool(&self, name: &str) -> bool {
         self.lock().tools.contains(name)
     }
 
-    pub fn tools(&self) -> Vec<String> {
+    pub(crate) fn tools(&self) -> Vec<String> {
         self.lock().tools.iter().cloned().collect()
     }
 
-    pub fn start_execute(&self, request_id: String, cancel: CancellationToken) {
+    pub(crate) fn start_execute(&self, request_id: String, cancel: CancellationToken) {
         let mut state = self.lock();
         if let Some(position) = state.canceled_early.iter().position(|id| *id == request_id) {
             state.canceled_early.remove(position);
@@ -135,13 +135,13 @@ impl Connection {
         state.executing.insert(request_id, cancel);
     }
 
-    pub fn end_execute(&self, request_id: &str) {
+    pub(crate) fn end_execute(&self, request_id: &str) {
         self.lock().executing.remove(request_id);
     }
 
     /// Cancels the batch a `tools/execute` request of this connection runs, or will run once its
     /// handler starts; false if no batch runs under that id yet.
-    pub fn cancel_execute(&self, request_id: &str) -> bool {
+    pub(crate) fn cancel_execute(&self, request_id: &str) -> bool {
         let mut state = self.lock();
         if let Some(cancel) = state.executing.get(request_id) {
             cancel.cancel();

@@ -26,13 +26,13 @@ use toold_protocol::sync::LockUnpoisoned;
 
 /// Daemon-wide settings the handlers need.
 #[derive(Debug, Clone)]
-pub struct Settings {
+pub(crate) struct Settings {
     pub allow_bypass: bool,
     pub max_message_bytes: usize,
 }
 
 /// Everything the daemon shares between connections.
-pub struct Daemon {
+pub(crate) struct Daemon {
     pub registry: Arc<Registry>,
     pub pipeline: Arc<Pipeline>,
     pub sessions: Sessions,
@@ -60,7 +60,7 @@ pub struct Daemon {
 }
 
 /// What [`Daemon::new`] puts together: the parts `serve` built.
-pub struct DaemonParts {
+pub(crate) struct DaemonParts {
     pub pipeline: Arc<Pipeline>,
     pub sessions: Sessions,
     pub settings: Settings,
@@ -71,7 +71,7 @@ pub struct DaemonParts {
 }
 
 impl Daemon {
-    pub fn new(parts: DaemonParts) -> Self {
+    pub(crate) fn new(parts: DaemonParts) -> Self {
         let DaemonParts {
             pipeline,
             sessions,
@@ -108,13 +108,13 @@ impl Daemon {
         self.connections.lock_unpoisoned()
     }
 
-    pub fn connection_opened(&self, connection: Arc<Connection>) {
+    pub(crate) fn connection_opened(&self, connection: Arc<Connection>) {
         self.connections().insert(connection.id(), connection);
     }
 
     /// A connection closed: its sessions lose it (its batches are canceled where the session
     /// says so), its tools are unregistered.
-    pub fn connection_closed(&self, connection: &Connection) {
+    pub(crate) fn connection_closed(&self, connection: &Connection) {
         self.connections().remove(&connection.id());
         self.sessions.connection_gone(connection.id());
         let tools = connection.tools();
@@ -129,7 +129,7 @@ impl Daemon {
     }
 
     /// Tells every initialized connection the registry changed.
-    pub fn tools_changed(&self) {
+    pub(crate) fn tools_changed(&self) {
         let revision = self.registry.revision();
         let connections: Vec<Arc<Connection>> = self.connections().values().cloned().collect();
         for connection in connections

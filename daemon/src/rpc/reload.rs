@@ -66,7 +66,7 @@ impl crate::pipeline::RuleBook for Daemon {
 impl Daemon {
     /// Reads the config file again and applies it; the error (the file, line and column) when
     /// it does not check, the running config kept.
-    pub async fn reload(&self) -> Result<ReloadResult, String> {
+    pub(crate) async fn reload(&self) -> Result<ReloadResult, String> {
         let _reloading = self.reloading.lock().await;
         let config = match Config::load(self.config_path.as_deref()) {
             Ok(config) => config,

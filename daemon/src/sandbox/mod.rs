@@ -46,7 +46,7 @@ use std::sync::Arc;
 use toold_protocol::{SandboxMode, SandboxSettings};
 
 use self::namespace::{Place, View};
-pub use self::settings::Loosening;
+pub(crate) use self::settings::Loosening;
 pub(crate) use self::settings::{AllowedSocket, CommandSandbox, OnUnsupported, SandboxConfig};
 use crate::spawn::{ChildSetup, Plain};
 

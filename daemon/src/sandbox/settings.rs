@@ -50,7 +50,7 @@ impl Default for SandboxConfig {
 
 impl SandboxConfig {
     /// The sandbox of a session that asked for nothing.
-    pub fn for_commands(&self) -> CommandSandbox {
+    pub(crate) fn for_commands(&self) -> CommandSandbox {
         CommandSandbox {
             settings: self.settings,
             writable: self.writable.clone().into(),
@@ -66,7 +66,7 @@ impl SandboxConfig {
     }
 
     /// One line for `toold check-config`.
-    pub fn summary(&self) -> String {
+    pub(crate) fn summary(&self) -> String {
         let list = |paths: &[PathBuf]| {
             paths
                 .iter()
@@ -183,7 +183,7 @@ impl Default for CommandSandbox {
 impl CommandSandbox {
     /// This sandbox with what an approved escalation loosens, for one command: the network,
     /// more directories to write under, or no sandbox at all.
-    pub fn escalated(&self, loosening: &Loosening) -> Self {
+    pub(crate) fn escalated(&self, loosening: &Loosening) -> Self {
         let mut sandbox = self.clone();
         if loosening.unsandboxed {
             sandbox.settings.mode = toold_protocol::SandboxMode::Off;
@@ -212,7 +212,7 @@ impl CommandSandbox {
     /// Nor where it lets commands write outside `roots` (`[sandbox] writable`: a cache where a
     /// command could plant code that runs later outside the sandbox) or reach a service
     /// (`[sandbox] unix_sockets`: an SSH agent signs for it).
-    pub fn confines_commands(&self, roots: &[PathBuf]) -> bool {
+    pub(crate) fn confines_commands(&self, roots: &[PathBuf]) -> bool {
         if self.settings.mode == toold_protocol::SandboxMode::Off
             || self.settings.network
             || !self.unix_sockets.is_empty()

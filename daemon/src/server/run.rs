@@ -31,7 +31,7 @@ use crate::session::client::{Outbound, OutboundError, OutboundFuture, PeerProces
 
 /// How the server runs.
 #[derive(Debug, Clone)]
-pub struct ServerOptions {
+pub(crate) struct ServerOptions {
     pub max_connections: usize,
     pub max_message_bytes: usize,
     /// How long one message may take to arrive once its first byte has.
@@ -44,7 +44,7 @@ pub struct ServerOptions {
 
 /// Serves until `shutdown` fires, then drains. Returns when every batch has ended and every
 /// session is persisted.
-pub async fn run(
+pub(crate) async fn run(
     listener: UnixListener,
     daemon: Arc<Daemon>,
     options: ServerOptions,
@@ -450,12 +450,5 @@ impl Outbound for PeerOutbound {
 
     fn is_closed(&self) -> bool {
         self.0.is_closed()
-    }
-
-    fn closed(&self) -> OutboundFuture<()> {
-        let peer = self.0.clone();
-        Box::pin(async move {
-            peer.closed().await;
-        })
     }
 }

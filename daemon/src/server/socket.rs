@@ -18,7 +18,7 @@ use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
 use nix::unistd::geteuid;
 
 /// The longest socket path the kernel accepts: `sun_path` is 108 bytes with the closing NUL.
-pub const MAX_SOCKET_PATH_BYTES: usize = 107;
+pub(crate) const MAX_SOCKET_PATH_BYTES: usize = 107;
 
 /// The socket file's mode: only its owner may connect.
 const SOCKET_MODE: u32 = 0o600;
@@ -214,14 +214,14 @@ fn bind_std_listener(path: &Path) -> Result<StdUnixListener, SocketError> {
 /// The socket file a daemon bound, removed when it stops cleanly, so that no dead socket is left
 /// behind (as a systemd socket unit removes its own). Only if it is still the same file: a
 /// daemon started after this one's socket closed may have bound its own there.
-pub struct BoundSocket {
+pub(crate) struct BoundSocket {
     path: PathBuf,
     identity: (u64, u64),
 }
 
 impl BoundSocket {
     /// The socket file at `path`, as it is now (right after binding it).
-    pub fn of(path: &Path) -> io::Result<Self> {
+    pub(crate) fn of(path: &Path) -> io::Result<Self> {
         let meta = fs::symlink_metadata(path)?;
         Ok(Self {
             path: path.to_path_buf(),
@@ -230,7 +230,7 @@ impl BoundSocket {
     }
 
     /// Removes the file if it is still the one bound.
-    pub fn remove(self) {
+    pub(crate) fn remove(self) {
         let unchanged = fs::symlink_metadata(&self.path)
             .is_ok_and(|meta| (meta.dev(), meta.ino()) == self.identity);
         if unchanged && let Err(err) = fs::remove_file(&self.path) {
@@ -391,7 +391,7 @@ pub fn peer_uid(stream: &impl AsFd) -> io::Result<u32> {
 
 /// The pid of the process at the other end of a connected Unix socket, as it was when it
 /// connected (SO_PEERCRED; 0 when it lives in a PID namespace this one cannot see).
-pub fn peer_pid(stream: &impl AsFd) -> io::Result<i32> {
+pub(crate) fn peer_pid(stream: &impl AsFd) -> io::Result<i32> {
     Ok(getsockopt(stream, PeerCredentials)?.pid())
 }
 
@@ -399,7 +399,7 @@ pub fn peer_pid(stream: &impl AsFd) -> io::Result<i32> {
 /// 6.5): it names that process and no other, whatever happens to its pid. `None` where the
 /// kernel does not offer it.
 #[allow(unsafe_code)]
-pub fn peer_pidfd(stream: &impl AsFd) -> io::Result<Option<std::os::fd::OwnedFd>> {
+pub(crate) fn peer_pidfd(stream: &impl AsFd) -> io::Result<Option<std::os::fd::OwnedFd>> {
     use std::os::fd::{AsRawFd, FromRawFd};
     const SO_PEERPIDFD: nix::libc::c_int = 77;
     let mut fd: nix::libc::c_int = -1;
@@ -427,7 +427,7 @@ pub fn peer_pidfd(stream: &impl AsFd) -> io::Result<Option<std::os::fd::OwnedFd>
 
 /// Whether the process a pidfd names is still alive (signal 0 through the pidfd).
 #[allow(unsafe_code)]
-pub fn pidfd_alive(pidfd: &impl AsFd) -> bool {
+pub(crate) fn pidfd_alive(pidfd: &impl AsFd) -> bool {
     use std::os::fd::AsRawFd;
     // SAFETY: signal 0 checks existence and permission, and sends nothing.
     unsafe {

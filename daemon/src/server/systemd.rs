@@ -27,20 +27,6 @@ pub const FD_NAME: &str = "toold";
 /// twice (two owners would close it twice, the second time maybe someone else's descriptor).
 static ACTIVATION_FDS_TAKEN: AtomicBool = AtomicBool::new(false);
 
-/// The listening socket systemd passed, as a tokio listener; `None` when not socket-activated.
-/// Must be called inside a tokio runtime. See [`take_inherited_listener`].
-pub fn inherited_listener() -> Result<Option<tokio::net::UnixListener>, SocketError> {
-    let Some(listener) = take_inherited_listener()? else {
-        return Ok(None);
-    };
-    tokio::net::UnixListener::from_std(listener)
-        .map(Some)
-        .map_err(|source| SocketError::Inherited {
-            action: "register with the runtime",
-            source,
-        })
-}
-
 /// The listening socket systemd passed, non-blocking; `None` when not socket-activated or when
 /// already taken. The descriptor named `toold` is taken, or the only one when systemd gave no
 /// names; it must be a listening Unix stream socket.
@@ -51,7 +37,7 @@ pub fn inherited_listener() -> Result<Option<tokio::net::UnixListener>, SocketEr
 /// removed; otherwise they stay, which is harmless (`LISTEN_PID` names this process, so no
 /// child would take the descriptors, which are close-on-exec anyway, and commands never see
 /// the variables).
-pub fn take_inherited_listener() -> Result<Option<StdUnixListener>, SocketError> {
+pub(crate) fn take_inherited_listener() -> Result<Option<StdUnixListener>, SocketError> {
     if ACTIVATION_FDS_TAKEN.swap(true, Ordering::SeqCst) {
         return Ok(None);
     }
@@ -171,25 +157,25 @@ fn check_listening_unix_stream(socket: &OwnedFd, fd: RawFd) -> Result<(), Socket
 
 /// Tells systemd the daemon serves (`READY=1`); a `Type=notify` unit counts as started only
 /// then.
-pub fn notify_ready() -> io::Result<()> {
+pub(crate) fn notify_ready() -> io::Result<()> {
     sd_notify::notify(&[NotifyState::Ready])
 }
 
 /// A one-line status shown by `systemctl status` (`STATUS=`). Line breaks become spaces: each
 /// line of a notification is an assignment of its own, so a status must not start another.
-pub fn notify_status(status: &str) -> io::Result<()> {
+pub(crate) fn notify_status(status: &str) -> io::Result<()> {
     let one_line = status.replace(['\n', '\r'], " ");
     sd_notify::notify(&[NotifyState::Status(&one_line)])
 }
 
 /// Tells systemd the daemon is draining and stopping (`STOPPING=1`).
-pub fn notify_stopping() -> io::Result<()> {
+pub(crate) fn notify_stopping() -> io::Result<()> {
     sd_notify::notify(&[NotifyState::Stopping])
 }
 
 /// The watchdog timeout systemd set (`WatchdogSec=`), when there is somewhere to send the
 /// pings; `None` outside systemd, without a watchdog, or with a zero timeout.
-pub fn watchdog_interval() -> Option<Duration> {
+pub(crate) fn watchdog_interval() -> Option<Duration> {
     std::env::var_os("NOTIFY_SOCKET")?;
     sd_notify::watchdog_enabled().filter(|interval| !interval.is_zero())
 }
@@ -198,7 +184,7 @@ pub fn watchdog_interval() -> Option<Duration> {
 /// if the runtime stops running tasks, the pings stop and systemd restarts the daemon (a
 /// thread of its own would keep pinging for a daemon that no longer serves). Returns the task,
 /// or `None` when there is no watchdog. Must be called inside a tokio runtime.
-pub fn spawn_watchdog() -> Option<tokio::task::JoinHandle<()>> {
+pub(crate) fn spawn_watchdog() -> Option<tokio::task::JoinHandle<()>> {
     let interval = watchdog_interval()?;
     let period = interval / 2;
     Some(tokio::spawn(async move {

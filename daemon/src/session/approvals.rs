@@ -34,19 +34,19 @@ struct BoardState {
 
 /// The approvals of one session.
 #[derive(Default)]
-pub struct ApprovalBoard {
+pub(crate) struct ApprovalBoard {
     /// One lock for approvers and pending approvals: an approver attaching must see every
     /// approval pending at that moment, and an approval must reach every approver attached.
     state: Mutex<BoardState>,
 }
 
 impl ApprovalBoard {
-    pub fn has_approvers(&self) -> bool {
+    pub(crate) fn has_approvers(&self) -> bool {
         !self.lock().approvers.is_empty()
     }
 
     /// An approver attached: it is sent every approval still pending.
-    pub fn add_approver(self: &Arc<Self>, connection: Arc<Client>) {
+    pub(crate) fn add_approver(self: &Arc<Self>, connection: Arc<Client>) {
         let mut state = self.lock();
         let id = connection.id();
         // Attached again: it already has every pending approval.
@@ -69,7 +69,7 @@ impl ApprovalBoard {
 
     /// An approver detached or disconnected: its requests are withdrawn, and approvals it was
     /// the last to be asked end as [`ApprovalReply::Disconnected`].
-    pub fn remove_approver(&self, connection_id: u64) {
+    pub(crate) fn remove_approver(&self, connection_id: u64) {
         let mut state = self.lock();
         state.approvers.remove(&connection_id);
         let affected: Vec<String> = state
@@ -201,7 +201,7 @@ fn settle_if_unanswerable(state: &mut BoardState, approval_id: &str) {
 }
 
 /// The board as the pipeline's approver.
-pub struct BoardApprover(pub Arc<ApprovalBoard>);
+pub(crate) struct BoardApprover(pub Arc<ApprovalBoard>);
 
 impl Approver for BoardApprover {
     fn request(&self, params: ApprovalRequestParams) -> ApprovalFuture {

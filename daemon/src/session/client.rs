@@ -20,7 +20,7 @@ use crate::hooks::{ClientHooks, HookFuture};
 
 /// Why a request towards the client did not get a result.
 #[derive(Debug, Clone, PartialEq)]
-pub enum OutboundError {
+pub(crate) enum OutboundError {
     /// The client answered with an error.
     Error(ErrorObject),
     /// The connection closed before an answer came.
@@ -29,7 +29,7 @@ pub enum OutboundError {
 
 /// Why [`Outbound::try_send_rendered`] did not queue a message.
 #[derive(Debug)]
-pub enum TrySend {
+pub(crate) enum TrySend {
     /// The client is not reading fast enough: here is the message, for later.
     Full(JsonText),
     /// The connection is gone.
@@ -37,11 +37,11 @@ pub enum TrySend {
 }
 
 /// A boxed future towards the client.
-pub type OutboundFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+pub(crate) type OutboundFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 
 /// The way to the client: the daemon's side of the bidirectional peer. Dropping a request's
 /// future withdraws it (`$/cancelRequest`).
-pub trait Outbound: Send + Sync + 'static {
+pub(crate) trait Outbound: Send + Sync + 'static {
     fn request(
         &self,
         method: &'static str,
@@ -58,8 +58,6 @@ pub trait Outbound: Send + Sync + 'static {
     fn send_rendered(&self, text: JsonText) -> OutboundFuture<Result<(), OutboundError>>;
     /// Queues a message rendered elsewhere if there is room now; a full queue hands it back.
     fn try_send_rendered(&self, text: JsonText) -> Result<(), TrySend>;
-    /// Resolves when the connection has closed.
-    fn closed(&self) -> OutboundFuture<()>;
     /// Whether the connection has started closing.
     fn is_closed(&self) -> bool;
 }
@@ -67,13 +65,13 @@ pub trait Outbound: Send + Sync + 'static {
 /// The process at the other end of a connection, as the socket's peer credentials gave it
 /// when it connected.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct PeerProcess {
+pub(crate) struct PeerProcess {
     pub pid: Option<u32>,
     pub uid: Option<u32>,
 }
 
 /// One client connection, as sessions see it.
-pub struct Client {
+pub(crate) struct Client {
     id: u64,
     process: PeerProcess,
     outbound: Arc<dyn Outbound>,
@@ -84,12 +82,8 @@ pub struct Client {
 }
 
 impl Client {
-    pub fn new(id: u64, outbound: Arc<dyn Outbound>) -> Self {
-        Self::of_process(id, outbound, PeerProcess::default())
-    }
-
     /// A client whose process the socket's peer credentials named.
-    pub fn of_process(id: u64, outbound: Arc<dyn Outbound>, process: PeerProcess) -> Self {
+    pub(crate) fn of_process(id: u64, outbound: Arc<dyn Outbound>, process: PeerProcess) -> Self {
         Self {
             id,
             process,
@@ -102,33 +96,33 @@ impl Client {
     /// Whose command lines share the parser workers ([`crate::shell::isolated`]): the
     /// client's process, whatever its connections and sessions, so that a client cannot take
     /// more of them by opening more; its connection when the kernel named no process.
-    pub fn parser_owner(&self) -> String {
+    pub(crate) fn parser_owner(&self) -> String {
         match self.process.pid {
             Some(pid) => format!("process {pid}"),
             None => format!("connection {}", self.id),
         }
     }
 
-    pub fn id(&self) -> u64 {
+    pub(crate) fn id(&self) -> u64 {
         self.id
     }
 
-    pub fn outbound(&self) -> &Arc<dyn Outbound> {
+    pub(crate) fn outbound(&self) -> &Arc<dyn Outbound> {
         &self.outbound
     }
 
     /// Records what the client declared in `initialize`; false if it already declared.
-    pub fn declare(&self, capabilities: ClientCapabilities) -> bool {
+    pub(crate) fn declare(&self, capabilities: ClientCapabilities) -> bool {
         self.declared.set(capabilities).is_ok()
     }
 
     /// Records the name the client gave in `initialize`.
-    pub fn name_itself(&self, name: &str) {
+    pub(crate) fn name_itself(&self, name: &str) {
         let _ = self.name.set(name.to_owned());
     }
 
     /// Who the client is, as an approval's answer is recorded.
-    pub fn identity(&self) -> ApproverIdentity {
+    pub(crate) fn identity(&self) -> ApproverIdentity {
         ApproverIdentity {
             client_name: self.name.get().cloned(),
             pid: self.process.pid,
@@ -136,24 +130,19 @@ impl Client {
         }
     }
 
-    /// The name the client gave in `initialize`, if it gave one.
-    pub fn name(&self) -> Option<&str> {
-        self.name.get().map(String::as_str)
-    }
-
-    pub fn approves(&self) -> bool {
+    pub(crate) fn approves(&self) -> bool {
         self.declared
             .get()
             .is_some_and(|declared| declared.approvals)
     }
 
-    pub fn hooks(&self, event: HookEvent) -> bool {
+    pub(crate) fn hooks(&self, event: HookEvent) -> bool {
         self.declared
             .get()
             .is_some_and(|declared| declared.hooks.contains(&event))
     }
 
-    pub fn has_client_tools(&self) -> bool {
+    pub(crate) fn has_client_tools(&self) -> bool {
         self.declared
             .get()
             .is_some_and(|declared| declared.client_tools)

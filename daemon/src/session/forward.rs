@@ -19,14 +19,14 @@ use super::log::{EventLog, LogReader};
 use crate::events::EventListener;
 
 /// The session's event listener: its log, and the forwarders of the clients attached to it.
-pub struct SessionEvents {
+pub(crate) struct SessionEvents {
     log: Arc<EventLog>,
     /// Held for reading while an event is delivered (under the sink's lock, so in `seq` order).
     forwarders: RwLock<Vec<Arc<Forwarder>>>,
 }
 
 impl SessionEvents {
-    pub fn new(log: Arc<EventLog>) -> Self {
+    pub(crate) fn new(log: Arc<EventLog>) -> Self {
         Self {
             log,
             forwarders: RwLock::new(Vec::new()),

@@ -45,7 +45,7 @@ pub(super) struct Meta {
 }
 
 /// One session, as the daemon manages it.
-pub struct LiveSession {
+pub(crate) struct LiveSession {
     pub session: Arc<SessionView>,
     pub log: Arc<EventLog>,
     /// The log and the attached clients' forwarders: the session's event listener.
@@ -67,7 +67,7 @@ pub(super) struct SaveState {
 
 impl LiveSession {
     /// Saves the session in `store` in the background; saves land in the order asked.
-    pub fn save(self: &Arc<Self>, store: &SessionStore) {
+    pub(crate) fn save(self: &Arc<Self>, store: &SessionStore) {
         let (record, generation) = self.next_save();
         let managed = Arc::clone(self);
         let store = store.clone();
@@ -90,7 +90,7 @@ impl LiveSession {
     /// Runs a batch `submitter` sent, as one of the session's running batches (which
     /// `tools/cancel` and the submitter's departure reach); its outcomes once every event of
     /// it has been sent to the submitter (a response follows its events).
-    pub async fn run_batch(
+    pub(crate) async fn run_batch(
         &self,
         pipeline: &Arc<Pipeline>,
         batch: Batch,
@@ -142,16 +142,16 @@ impl LiveSession {
         self.meta.lock_unpoisoned()
     }
 
-    pub fn id(&self) -> &str {
+    pub(crate) fn id(&self) -> &str {
         self.session.id()
     }
 
-    pub fn on_disconnect(&self) -> OnDisconnect {
+    pub(crate) fn on_disconnect(&self) -> OnDisconnect {
         self.lock().on_disconnect
     }
 
     /// The session as `session/*` methods return it.
-    pub fn snapshot(&self) -> SessionSnapshot {
+    pub(crate) fn snapshot(&self) -> SessionSnapshot {
         let state = self.session.state();
         let meta = self.lock();
         SessionSnapshot {
@@ -187,7 +187,7 @@ impl LiveSession {
     /// Attaches a connection: a task forwards it every event after `after_seq` (the retained
     /// ones first), and it joins the approvers and hooks if it declared them. Returns whether
     /// events it asked for were already dropped.
-    pub fn attach(self: &Arc<Self>, client: &Arc<Client>, after_seq: Option<u64>) -> bool {
+    pub(crate) fn attach(self: &Arc<Self>, client: &Arc<Client>, after_seq: Option<u64>) -> bool {
         let from = after_seq.unwrap_or_else(|| self.log.last_seq());
         let mut reader = self.log.reader(from);
         // Events already dropped are skipped here, so that the watermark `flushed` waits on
@@ -213,7 +213,7 @@ impl LiveSession {
     }
 
     /// Detaches a connection; false if it was not attached.
-    pub fn detach(&self, connection_id: u64) -> bool {
+    pub(crate) fn detach(&self, connection_id: u64) -> bool {
         let removed = self.lock().attached.remove(&connection_id);
         let Some(attachment) = removed else {
             return false;
@@ -227,7 +227,7 @@ impl LiveSession {
 
     /// Waits until the connection has been sent every event up to `seq` (or is no longer
     /// attached): responses that must follow their events wait on this.
-    pub async fn flushed(&self, connection_id: u64, seq: u64) {
+    pub(crate) async fn flushed(&self, connection_id: u64, seq: u64) {
         let forwarder = self
             .lock()
             .attached
@@ -287,7 +287,11 @@ impl LiveSession {
 
     /// `tools/cancel`: the batch (or every running batch), or only the named calls; returns the
     /// ids of the calls it reached.
-    pub fn cancel(&self, batch_id: Option<&str>, call_ids: Option<&[String]>) -> Vec<String> {
+    pub(crate) fn cancel(
+        &self,
+        batch_id: Option<&str>,
+        call_ids: Option<&[String]>,
+    ) -> Vec<String> {
         let meta = self.lock();
         let mut canceled = Vec::new();
         for (id, batch) in &meta.running {

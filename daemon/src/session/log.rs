@@ -23,20 +23,20 @@ use crate::events::EventListener;
 mod retention;
 
 /// How many events the protocol says a session retains at least (docs/protocol.md section 3).
-pub const MIN_RETAINED_EVENTS: usize = 10_000;
+pub(crate) const MIN_RETAINED_EVENTS: usize = 10_000;
 
 /// How many bytes of events a session's log keeps whole (each event's
 /// `retention::weight`). Past it, the oldest events that every reader has taken keep their
 /// place and `seq` but lose their bulk (`elided_bytes` says how much): output data, a call's
 /// arguments, a result's content. 10,000 results of a 1 MiB read must not hold 10 GiB, nor a
 /// command that prints 100 MB leave 100 MB.
-pub const RETAINED_EVENT_BYTES: usize = 16 * 1024 * 1024;
+pub(crate) const RETAINED_EVENT_BYTES: usize = 16 * 1024 * 1024;
 
 /// How many bytes of events the log holds at most while a reader has not taken them: past it,
 /// events lose their bulk even before the slowest reader takes them (it gets them slim, as a
 /// reader past the event count gets [`Lagged`]). Only a connection that stops reading comes
 /// near it; nothing else holds results back.
-pub const LAGGING_READER_BYTES: usize = 4 * RETAINED_EVENT_BYTES;
+pub(crate) const LAGGING_READER_BYTES: usize = 4 * RETAINED_EVENT_BYTES;
 
 /// A reader fell behind what the log retains: `missed` events were dropped before it read them.
 /// The reader has been moved to the oldest retained event and goes on from there.
@@ -175,7 +175,7 @@ impl EventLog {
 
     /// A log retaining the last `capacity` events (at least one). The daemon must pass at least
     /// [`MIN_RETAINED_EVENTS`] to keep the protocol's promise; tests use small logs.
-    pub fn with_capacity(capacity: usize, start_seq: u64) -> Self {
+    pub(crate) fn with_capacity(capacity: usize, start_seq: u64) -> Self {
         let capacity = capacity.max(1);
         Self {
             inner: Mutex::new(LogInner {
@@ -198,9 +198,10 @@ impl EventLog {
         }
     }
 
+    #[cfg(test)]
     /// The same log with other byte bounds than [`RETAINED_EVENT_BYTES`] and
     /// [`LAGGING_READER_BYTES`] (the second at least the first).
-    pub fn with_byte_budget(self, retained: usize, lagging: usize) -> Self {
+    pub(crate) fn with_byte_budget(self, retained: usize, lagging: usize) -> Self {
         {
             let mut inner = self.lock();
             inner.byte_budget = retained;
@@ -209,8 +210,9 @@ impl EventLog {
         self
     }
 
+    #[cfg(test)]
     /// The `retention::weight` of the retained events together: what the log holds.
-    pub fn retained_bytes(&self) -> usize {
+    pub(crate) fn retained_bytes(&self) -> usize {
         self.lock().retained_bytes
     }
 
@@ -226,13 +228,10 @@ impl EventLog {
         self.lock().last_seq
     }
 
+    #[cfg(test)]
     /// How many events the log holds now.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.lock().events.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.lock().events.is_empty()
     }
 
     /// Every retained event with a `seq` larger than `after_seq`, in order, and whether some
@@ -264,8 +263,9 @@ impl EventLog {
         }
     }
 
+    #[cfg(test)]
     /// How many readers are registered.
-    pub fn reader_count(&self) -> usize {
+    pub(crate) fn reader_count(&self) -> usize {
         self.lock().readers.len()
     }
 
@@ -275,7 +275,7 @@ impl EventLog {
     /// reader when it closes or gives up on a client that does not read. The daemon awaits it before each
     /// `tool/output` event, so that a slow connection slows the command down instead of the log
     /// and the connection's queue growing without bound.
-    pub async fn wait_for_readers(&self, max_lag: u64) {
+    pub(crate) async fn wait_for_readers(&self, max_lag: u64) {
         loop {
             // Created (and enabled) before the check: a reader advancing between the check and
             // the `.await` still wakes this waiter.
@@ -294,7 +294,7 @@ impl EventLog {
     /// Ends the log (the session is closing): readers end after the events they have not read
     /// yet, and nobody waits in [`EventLog::wait_for_readers`] any more. Later events are
     /// still retained and replayable, but no reader waits for them.
-    pub fn close(&self) {
+    pub(crate) fn close(&self) {
         self.lock().closed = true;
         self.appended.notify_waiters();
         self.progressed.notify_waiters();
@@ -347,7 +347,7 @@ impl EventListener for EventLog {
 }
 
 /// How far a reader may trail the head of the log before live output waits for it.
-pub const MAX_OUTPUT_LAG: u64 = 64;
+pub(crate) const MAX_OUTPUT_LAG: u64 = 64;
 
 /// A connection's cursor into the log. Dropping it unregisters it (and releases anyone
 /// throttled by it).
@@ -378,13 +378,13 @@ impl LogReader {
     }
 
     /// The next event if one is there now, without waiting; `None` when the reader is at the head.
-    pub fn try_next(&mut self) -> Option<Result<Arc<Event>, Lagged>> {
+    pub(crate) fn try_next(&mut self) -> Option<Result<Arc<Event>, Lagged>> {
         self.step().ok()
     }
 
     /// Whether the log is closed and this reader has taken everything in it: nothing more will
     /// come.
-    pub fn is_ended(&self) -> bool {
+    pub(crate) fn is_ended(&self) -> bool {
         let inner = self.log.lock();
         inner.closed && self.position_in(&inner) >= inner.last_seq
     }
@@ -417,7 +417,7 @@ impl LogReader {
     /// event and says how many it missed. `session/attach` calls it right after creating the
     /// reader to set the snapshot's `replay_truncated`; the stream then has no `Lagged` item for
     /// that gap.
-    pub fn take_lag(&mut self) -> Option<Lagged> {
+    pub(crate) fn take_lag(&mut self) -> Option<Lagged> {
         let lagged = self.skip_evicted(&mut self.log.lock())?;
         self.log.progressed.notify_waiters();
         Some(lagged)
@@ -437,12 +437,13 @@ impl LogReader {
     }
 
     /// The `seq` of the last event this reader took (or where it started).
-    pub fn position(&self) -> u64 {
+    pub(crate) fn position(&self) -> u64 {
         self.position_in(&self.log.lock())
     }
 
+    #[cfg(test)]
     /// How many events this reader is behind the newest.
-    pub fn lag(&self) -> u64 {
+    pub(crate) fn lag(&self) -> u64 {
         let inner = self.log.lock();
         inner.last_seq.saturating_sub(self.position_in(&inner))
     }

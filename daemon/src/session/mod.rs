@@ -2,9 +2,9 @@
 //! restored; each with its running batches, its approvals and its event log. Above the call
 //! pipeline (whose view of a session is `pipeline::session`).
 
-pub mod approvals;
+pub(crate) mod approvals;
 pub mod client;
-pub mod forward;
+pub(crate) mod forward;
 pub mod live;
 pub mod log;
 pub mod sessions;

@@ -26,7 +26,7 @@ use crate::pipeline::session::{SessionState, SessionView};
 
 /// What new sessions get unless their creator says otherwise, and what bounds them.
 #[derive(Debug, Clone)]
-pub struct SessionDefaults {
+pub(crate) struct SessionDefaults {
     /// The config's limits (cwd and roots are replaced per session).
     pub env: Env,
     pub config_rules: ConfigRules,
@@ -41,7 +41,7 @@ pub struct SessionDefaults {
 }
 
 /// Every session of the daemon.
-pub struct Sessions {
+pub(crate) struct Sessions {
     /// Replaced whole by a config reload.
     defaults: RwLock<Arc<SessionDefaults>>,
     /// Held for writing by a reload from its swap of the defaults to the last live session
@@ -55,7 +55,7 @@ pub struct Sessions {
 
 impl Sessions {
     /// A manager that persists sessions in `store` (none: sessions live only in memory).
-    pub fn new(defaults: SessionDefaults, store: Option<SessionStore>) -> Self {
+    pub(crate) fn new(defaults: SessionDefaults, store: Option<SessionStore>) -> Self {
         Self {
             defaults: RwLock::new(Arc::new(defaults)),
             config_epoch: RwLock::new(()),
@@ -73,7 +73,7 @@ impl Sessions {
     /// compiled again with the new config rules (its own rules, grants and mode kept). Returns
     /// the sessions whose rules did not compile with the new ones (they keep their policy),
     /// with why.
-    pub fn reload(&self, defaults: SessionDefaults) -> Vec<(String, String)> {
+    pub(crate) fn reload(&self, defaults: SessionDefaults) -> Vec<(String, String)> {
         let _reloading = self.config_epoch.write_unpoisoned();
         let defaults = Arc::new(defaults);
         *self.defaults.write_unpoisoned() = Arc::clone(&defaults);
@@ -94,14 +94,14 @@ impl Sessions {
         self.sessions.lock_unpoisoned()
     }
 
-    pub fn get(&self, session_id: &str) -> Result<Arc<LiveSession>, ErrorObject> {
+    pub(crate) fn get(&self, session_id: &str) -> Result<Arc<LiveSession>, ErrorObject> {
         self.lock()
             .get(session_id)
             .cloned()
             .ok_or_else(|| ErrorObject::unknown_session(session_id))
     }
 
-    pub fn all(&self) -> Vec<Arc<LiveSession>> {
+    pub(crate) fn all(&self) -> Vec<Arc<LiveSession>> {
         let mut sessions: Vec<Arc<LiveSession>> = self.lock().values().cloned().collect();
         sessions.sort_by(|a, b| a.id().cmp(b.id()));
         sessions
@@ -109,7 +109,7 @@ impl Sessions {
 
     /// `session/create`: validates everything, then creates, persists and attaches.
     /// `known_tools` are the tools registered now, which the session's rules are checked on.
-    pub fn create(
+    pub(crate) fn create(
         &self,
         params: SessionCreateParams,
         creator: &Arc<Client>,
@@ -141,7 +141,7 @@ impl Sessions {
     /// The state `session/create` would give a session, every field checked, and nothing
     /// created: what `create` starts from, and what `permissions/explain` judges a described
     /// session by.
-    pub fn draft(
+    pub(crate) fn draft(
         &self,
         params: &SessionCreateParams,
         known_tools: &[ToolDefinition],
@@ -184,7 +184,7 @@ impl Sessions {
     }
 
     /// `session/update`: every field given replaces the old value; the session is persisted.
-    pub fn update(
+    pub(crate) fn update(
         &self,
         params: SessionUpdateParams,
         known_tools: &[ToolDefinition],
@@ -264,7 +264,7 @@ impl Sessions {
     }
 
     /// `session/close`: cancels its batches, detaches everyone, forgets it.
-    pub fn close(&self, session_id: &str) -> Result<(), ErrorObject> {
+    pub(crate) fn close(&self, session_id: &str) -> Result<(), ErrorObject> {
         let managed = self
             .lock()
             .remove(session_id)
@@ -286,7 +286,7 @@ impl Sessions {
 
     /// A client's connection closed: it leaves every session, and its batches are canceled
     /// where the session says so.
-    pub fn connection_gone(&self, client_id: u64) {
+    pub(crate) fn connection_gone(&self, client_id: u64) {
         // Every session: the client may have submitted a batch where it was not attached.
         for managed in self.all() {
             managed.connection_gone(client_id);
@@ -295,14 +295,14 @@ impl Sessions {
 
     /// Saves the session's state file on a blocking thread (it fsyncs). Saves of one session
     /// land in order: a save never overwrites a newer one, nor recreates a closed session's file.
-    pub fn persist(&self, managed: &Arc<LiveSession>) {
+    pub(crate) fn persist(&self, managed: &Arc<LiveSession>) {
         if let Some(store) = &self.store {
             managed.save(store);
         }
     }
 
     /// Saves every session now, waiting for the writes (shutdown).
-    pub fn persist_all(&self) {
+    pub(crate) fn persist_all(&self) {
         let Some(store) = &self.store else { return };
         for managed in self.all() {
             managed.save_blocking(store);
@@ -311,7 +311,7 @@ impl Sessions {
 
     /// Restores the sessions persisted by an earlier daemon; unreadable files are logged and
     /// skipped. Returns how many were restored.
-    pub fn restore(&self) -> usize {
+    pub(crate) fn restore(&self) -> usize {
         let Some(store) = &self.store else { return 0 };
         let (records, failures) = store.load_all();
         for (path, why) in failures {
@@ -393,7 +393,7 @@ impl Sessions {
     }
 
     /// Closes every session idle for longer than `ttl`; returns their ids.
-    pub fn expire_idle(&self, ttl: Duration) -> Vec<String> {
+    pub(crate) fn expire_idle(&self, ttl: Duration) -> Vec<String> {
         let expired: Vec<String> = self
             .all()
             .into_iter()
@@ -410,13 +410,13 @@ impl Sessions {
     }
 
     /// Cancels every running batch (shutdown).
-    pub fn cancel_all(&self) {
+    pub(crate) fn cancel_all(&self) {
         for managed in self.all() {
             managed.cancel(None, None);
         }
     }
 
-    pub fn running_batches(&self) -> usize {
+    pub(crate) fn running_batches(&self) -> usize {
         self.all()
             .iter()
             .map(|managed| managed.lock().running.len())

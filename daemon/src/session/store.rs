@@ -25,20 +25,20 @@ use crate::tools::write_file::write_atomically;
 
 /// The format version this daemon writes. Readers accept any version: fields they do not know
 /// are kept, fields they miss take defaults.
-pub const RECORD_VERSION: u32 = 1;
+pub(crate) const RECORD_VERSION: u32 = 1;
 
 /// The longest session id that can name a file (well under any file system's name limit).
-pub const MAX_SESSION_ID_LEN: usize = 128;
+pub(crate) const MAX_SESSION_ID_LEN: usize = 128;
 
 /// A record is a few kilobytes; anything this large is not one, and is not read into memory.
 const MAX_RECORD_BYTES: u64 = 4 * 1024 * 1024;
 
 /// The most a record may take without its grants: `session/create` and `session/update` are
 /// refused past it, so that whatever they accept can be saved and loaded again.
-pub const MAX_REQUESTED_RECORD_BYTES: usize = 3 * 1024 * 1024;
+pub(crate) const MAX_REQUESTED_RECORD_BYTES: usize = 3 * 1024 * 1024;
 
 /// The longest session title, in bytes: a title is a label for lists, not storage.
-pub const MAX_TITLE_BYTES: usize = 1024;
+pub(crate) const MAX_TITLE_BYTES: usize = 1024;
 
 /// Session files hold rules and grants: only the user may read them.
 const FILE_MODE: u32 = 0o600;
@@ -169,7 +169,10 @@ impl SessionRecord {
 
     /// How many bytes of JSON a record of `state` (without its grants) and `title` takes, or
     /// why it cannot be written at all.
-    pub fn requested_bytes(state: &SessionState, title: Option<&str>) -> Result<usize, String> {
+    pub(crate) fn requested_bytes(
+        state: &SessionState,
+        title: Option<&str>,
+    ) -> Result<usize, String> {
         let mut record = Self::new("s".repeat(MAX_SESSION_ID_LEN), state.env.cwd.clone());
         record.capture(state);
         record.grants.clear();
@@ -195,7 +198,7 @@ impl SessionRecord {
     }
 
     /// A record of what a snapshot shows (a snapshot has everything a record keeps).
-    pub fn from_snapshot(snapshot: &SessionSnapshot) -> Self {
+    pub(crate) fn from_snapshot(snapshot: &SessionSnapshot) -> Self {
         Self {
             version: RECORD_VERSION,
             session_id: snapshot.session_id.clone(),
@@ -262,7 +265,7 @@ impl StoreError {
 
 /// Refuses an id that could not safely name a file in the store's directory: only ASCII letters,
 /// digits, `_` and `-`, 1 to [`MAX_SESSION_ID_LEN`] of them (so no `/`, `.`, `..` or NUL).
-pub fn validate_session_id(id: &str) -> Result<(), StoreError> {
+pub(crate) fn validate_session_id(id: &str) -> Result<(), StoreError> {
     let refuse = |why| {
         Err(StoreError::InvalidId {
             id: id.chars().take(MAX_SESSION_ID_LEN + 8).collect(),
@@ -301,16 +304,16 @@ impl SessionStore {
     /// `$XDG_STATE_HOME/toold/sessions`, or `$HOME/.local/state/toold/sessions`; `None` when
     /// neither variable holds an absolute path.
     /// `$XDG_STATE_HOME/toold/sessions`, else `$HOME/.local/state/toold/sessions`.
-    pub fn default_dir() -> Option<PathBuf> {
+    pub(crate) fn default_dir() -> Option<PathBuf> {
         crate::paths::toold_state_dir().map(|dir| dir.join("sessions"))
     }
 
-    pub fn dir(&self) -> &Path {
+    pub(crate) fn dir(&self) -> &Path {
         &self.dir
     }
 
     /// Where a session's record lives.
-    pub fn path_of(&self, session_id: &str) -> Result<PathBuf, StoreError> {
+    pub(crate) fn path_of(&self, session_id: &str) -> Result<PathBuf, StoreError> {
         validate_session_id(session_id)?;
         Ok(self.dir.join(format!("{session_id}.json")))
     }

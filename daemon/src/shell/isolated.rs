@@ -47,7 +47,7 @@ pub const MAX_WORKERS: usize = 4;
 
 /// How many workers one owner (a client's process) may hold at once; its other lines wait for
 /// one of its own, not in the queue every client shares.
-pub const MAX_WORKERS_PER_OWNER: usize = MAX_WORKERS / 2;
+pub(crate) const MAX_WORKERS_PER_OWNER: usize = MAX_WORKERS / 2;
 
 /// How many unreadable lines (deadline missed, worker killed) are remembered; the oldest is
 /// forgotten first.

@@ -73,7 +73,7 @@ pub struct FoundCommand {
 
 impl CommandLine {
     /// A line no rule can be checked inside, and why.
-    pub fn unreadable(why: impl Into<String>) -> Self {
+    pub(crate) fn unreadable(why: impl Into<String>) -> Self {
         let why = why.into();
         Self {
             opaque: vec![why.clone()],

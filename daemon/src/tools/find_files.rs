@@ -36,9 +36,9 @@ use super::{
 };
 
 /// How many paths a call lists when it does not say.
-pub const DEFAULT_MAX_RESULTS: usize = 1000;
+pub(crate) const DEFAULT_MAX_RESULTS: usize = 1000;
 
-pub struct FindFiles {
+pub(crate) struct FindFiles {
     pub indexes: Arc<Indexes>,
 }
 

@@ -21,13 +21,13 @@ use crate::paths::ResolvedPath;
 pub mod edit_file;
 pub mod find_files;
 pub mod preview;
-pub mod read_file;
+pub(crate) mod read_file;
 pub mod registry;
 pub mod run_command;
 pub mod search_code;
 pub mod walk;
 pub mod write_file;
-pub mod write_journal;
+pub(crate) mod write_journal;
 
 pub use registry::{RegisterError, Registry, ResolvedCall, is_valid_tool_name};
 
@@ -117,13 +117,13 @@ pub enum Reads {
 }
 
 impl JudgedArguments {
-    pub fn takes_a_path(self) -> bool {
+    pub(crate) fn takes_a_path(self) -> bool {
         matches!(self, Self::Path { .. })
     }
 
     /// Shows the contents of the one file its path names and writes nothing (`read_file`):
     /// what a command line reads is judged by such tools' rules.
-    pub fn reads_one_file(self) -> bool {
+    pub(crate) fn reads_one_file(self) -> bool {
         matches!(
             self,
             Self::Path {
@@ -136,7 +136,7 @@ impl JudgedArguments {
     }
 
     /// Shows file contents (`read_file`, `edit_file`, `search_code`).
-    pub fn shows_contents(self) -> bool {
+    pub(crate) fn shows_contents(self) -> bool {
         matches!(
             self,
             Self::Path {
@@ -148,22 +148,17 @@ impl JudgedArguments {
 
     /// Shows file contents and writes nothing (`read_file`, `search_code`): a file such a tool
     /// is denied is hidden from every walk.
-    pub fn only_shows_contents(self) -> bool {
+    pub(crate) fn only_shows_contents(self) -> bool {
         self.shows_contents() && !self.writes()
     }
 
     /// Writes at its path (`write_file`, `edit_file`): what a command line writes is judged by
     /// such tools' rules.
-    pub fn writes(self) -> bool {
+    pub(crate) fn writes(self) -> bool {
         matches!(self, Self::Path { writes: true, .. })
     }
 
-    /// Names one file, never a directory.
-    pub fn one_file(self) -> bool {
-        matches!(self, Self::Path { one_file: true, .. })
-    }
-
-    pub fn takes_a_command_line(self) -> bool {
+    pub(crate) fn takes_a_command_line(self) -> bool {
         matches!(self, Self::CommandLine { .. })
     }
 }
@@ -171,7 +166,7 @@ impl JudgedArguments {
 /// What the permission engine judges of calls of `tool`: a builtin's declaration
 /// ([`Tool::judged_arguments`]); any other tool's arguments by name (client and MCP tools
 /// cannot take a builtin's name).
-pub fn judged_arguments(tool: &str) -> JudgedArguments {
+pub(crate) fn judged_arguments(tool: &str) -> JudgedArguments {
     static BUILTINS: std::sync::OnceLock<Vec<(String, JudgedArguments)>> =
         std::sync::OnceLock::new();
     BUILTINS
@@ -189,7 +184,7 @@ pub fn judged_arguments(tool: &str) -> JudgedArguments {
 /// What the permission step decided that the tool acts on: the path arguments as judged (so
 /// that a path is never resolved a second time), and the files its walks must not show.
 #[derive(Clone, Default)]
-pub struct Judged {
+pub(crate) struct Judged {
     pub paths: Arc<[ResolvedPath]>,
     pub hidden: Option<Arc<dyn HiddenPaths>>,
 }
@@ -229,7 +224,7 @@ impl ToolContext {
     /// Reports progress (a `tool/progress` event) and restarts the call's timeout, which
     /// counts from the last progress (a long call that keeps reporting is not cut off).
     /// Waits while the event listener lags, like live output.
-    pub async fn report_progress(&self, progress: Progress) {
+    pub(crate) async fn report_progress(&self, progress: Progress) {
         self.progressed.notify_one();
         if let Some(live) = &self.live {
             let _ = live.send(LiveUpdate::Progress(progress)).await;
@@ -239,13 +234,13 @@ impl ToolContext {
     /// A path argument resolved: as the permission step judged it, when it did, so that the tool
     /// acts on what was checked and never on a second resolution of the string (which a symlink
     /// swapped in between would redirect); else resolved now.
-    pub fn resolve_path(&self, raw: &str) -> ResolvedPath {
+    pub(crate) fn resolve_path(&self, raw: &str) -> ResolvedPath {
         resolve_judged(&self.judged, &self.env, raw)
     }
 }
 
 /// [`ToolContext::resolve_path`] outside a run: an approval's preview finds its file so too.
-pub fn resolve_judged(judged: &[ResolvedPath], env: &Env, raw: &str) -> ResolvedPath {
+pub(crate) fn resolve_judged(judged: &[ResolvedPath], env: &Env, raw: &str) -> ResolvedPath {
     judged
         .iter()
         .find(|judged| judged.raw == raw)
@@ -299,7 +294,7 @@ impl ToolSuccess {
         }
     }
 
-    pub fn with_meta(mut self, key: &str, value: impl Into<Value>) -> Self {
+    pub(crate) fn with_meta(mut self, key: &str, value: impl Into<Value>) -> Self {
         self.metadata.insert(key.to_owned(), value.into());
         self
     }
@@ -324,11 +319,11 @@ impl ToolFailure {
         }
     }
 
-    pub fn invalid_arguments(message: impl Into<String>) -> Self {
+    pub(crate) fn invalid_arguments(message: impl Into<String>) -> Self {
         Self::new(ErrorType::InvalidArguments, message)
     }
 
-    pub fn with_meta(mut self, key: &str, value: impl Into<Value>) -> Self {
+    pub(crate) fn with_meta(mut self, key: &str, value: impl Into<Value>) -> Self {
         self.metadata.insert(key.to_owned(), value.into());
         self
     }
@@ -339,7 +334,7 @@ impl ToolFailure {
     }
 
     /// An IO error on `path`, typed by its kind so that the model can react.
-    pub fn io(path: &Path, action: &str, err: &io::Error) -> Self {
+    pub(crate) fn io(path: &Path, action: &str, err: &io::Error) -> Self {
         let shown = path.display();
         if crate::judged_files::is_changed_path(err) {
             return Self::new(
@@ -370,7 +365,7 @@ impl ToolFailure {
     }
 
     /// Turns the failure into the wire result for `tool`.
-    pub fn into_result(self, tool: &str) -> ToolResult {
+    pub(crate) fn into_result(self, tool: &str) -> ToolResult {
         let mut result =
             ToolResult::failure(tool, self.error_type, self.message).with_content(self.content);
         result.metadata = self.metadata;
@@ -380,14 +375,14 @@ impl ToolFailure {
 
 /// Decodes validated arguments into a tool's own argument struct. The schema has already
 /// checked them, so a failure here is a gap between schema and struct, reported all the same.
-pub fn parse_args<T: DeserializeOwned>(args: Map<String, Value>) -> Result<T, ToolFailure> {
+pub(crate) fn parse_args<T: DeserializeOwned>(args: Map<String, Value>) -> Result<T, ToolFailure> {
     serde_json::from_value(Value::Object(args))
         .map_err(|err| ToolFailure::invalid_arguments(format!("bad arguments: {err}")))
 }
 
 /// Runs blocking filesystem work off the async threads. A panic inside `work` resumes in the
 /// caller, so the registry reports it as `internal_error` like any other panic in a tool.
-pub async fn blocking<T, F>(work: F) -> T
+pub(crate) async fn blocking<T, F>(work: F) -> T
 where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
@@ -407,17 +402,17 @@ where
 /// token is looked at only after the first [`STOP_CHECK_AFTER_BYTES`]: it takes a lock that
 /// the walker threads of a search would otherwise contend on for every small file (which the
 /// walk's own per-file check covers).
-pub struct StopReading<'a, R> {
+pub(crate) struct StopReading<'a, R> {
     inner: R,
     stop: &'a CancellationToken,
     read: u64,
 }
 
 /// Bytes a [`StopReading`] reads before it looks at its token on every read.
-pub const STOP_CHECK_AFTER_BYTES: u64 = 1024 * 1024;
+pub(crate) const STOP_CHECK_AFTER_BYTES: u64 = 1024 * 1024;
 
 impl<'a, R> StopReading<'a, R> {
-    pub fn new(inner: R, stop: &'a CancellationToken) -> Self {
+    pub(crate) fn new(inner: R, stop: &'a CancellationToken) -> Self {
         Self {
             inner,
             stop,
@@ -457,12 +452,12 @@ fn builtin_definition(
 
 /// The six builtin tools, searching without a warm index (for their definitions, and
 /// callers without a daemon).
-pub fn builtins() -> Vec<Arc<dyn Tool>> {
+pub(crate) fn builtins() -> Vec<Arc<dyn Tool>> {
     builtins_indexed(&Arc::new(crate::index::roots::Indexes::disabled()))
 }
 
 /// The six builtin tools, `find_files` and `search_code` using `indexes`.
-pub fn builtins_indexed(indexes: &Arc<crate::index::roots::Indexes>) -> Vec<Arc<dyn Tool>> {
+pub(crate) fn builtins_indexed(indexes: &Arc<crate::index::roots::Indexes>) -> Vec<Arc<dyn Tool>> {
     vec![
         Arc::new(read_file::ReadFile),
         Arc::new(write_file::WriteFile),

@@ -15,7 +15,7 @@ use crate::paths::ResolvedPath;
 const DIFF_TIME_LIMIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The header a new file's diff starts from.
-pub const NO_FILE: &str = "/dev/null";
+pub(crate) const NO_FILE: &str = "/dev/null";
 
 /// The unified diff (3 lines of context) of `before` and `after`, under the two headers; the
 /// one diff both `edit_file`'s result and an approval's preview are made with.
@@ -63,7 +63,7 @@ pub fn whole_lines(text: &str, max_bytes: usize) -> (&str, usize) {
 
 /// The preview of writing `after` to `target`: its current text diffed against `after`, or a
 /// new file's whole content (`before` is `None`).
-pub fn diff_preview(target: &ResolvedPath, before: Option<&str>, after: &str) -> Preview {
+pub(crate) fn diff_preview(target: &ResolvedPath, before: Option<&str>, after: &str) -> Preview {
     let shown = target.lexical.display().to_string();
     let diff = match before {
         Some(before) => unified_diff(before, after, &shown, &shown),
@@ -78,7 +78,7 @@ pub fn diff_preview(target: &ResolvedPath, before: Option<&str>, after: &str) ->
 }
 
 /// The preview of a change that cannot be computed: why, in one line.
-pub fn unavailable(target: &ResolvedPath, failure: &ToolFailure) -> Preview {
+pub(crate) fn unavailable(target: &ResolvedPath, failure: &ToolFailure) -> Preview {
     Preview::Unavailable {
         path: target.lexical.display().to_string(),
         reason: failure.message.replace('\n', " "),

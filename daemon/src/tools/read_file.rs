@@ -30,7 +30,7 @@ pub(crate) const BINARY_SNIFF_BYTES: usize = 8 * 1024;
 /// The largest regular file read on the calling task instead of the blocking pool.
 const INLINE_READ_MAX_BYTES: u64 = 64 * 1024;
 
-pub struct ReadFile;
+pub(crate) struct ReadFile;
 
 #[derive(Deserialize)]
 struct Args {
@@ -283,7 +283,7 @@ pub(crate) fn binary_file(path: &Path) -> ToolFailure {
 
 /// The largest file `edit_file` reads whole to edit. An edit holds the file, its new text and
 /// a diff at once; past this, a file is not one an exact-string edit is meant for.
-pub const MAX_EDIT_BYTES: u64 = 16 * 1024 * 1024;
+pub(crate) const MAX_EDIT_BYTES: u64 = 16 * 1024 * 1024;
 
 /// Reads a whole text file for editing: refuses directories, binary files, invalid UTF-8, and
 /// files over [`MAX_EDIT_BYTES`] (also one that grows past it while it is read).

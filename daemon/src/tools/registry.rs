@@ -24,7 +24,7 @@ use crate::paths::ResolvedPath;
 
 /// How long a tool has, once cancelled or past its deadline, to stop and hand back its partial
 /// result. A tool that ignores cancellation is dropped after this, and the call ends without it.
-pub const STOP_GRACE: Duration = Duration::from_millis(1_000);
+pub(crate) const STOP_GRACE: Duration = Duration::from_millis(1_000);
 
 /// Why a registration was refused.
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -89,17 +89,20 @@ pub struct ResolvedCall {
 }
 
 impl ResolvedCall {
-    pub fn definition(&self) -> &ToolDefinition {
+    pub(crate) fn definition(&self) -> &ToolDefinition {
         &self.entry.definition
     }
 
     /// What the call would change, for its approval ([`super::Tool::preview`]): blocking IO.
-    pub fn preview(&self, judged: &[ResolvedPath], env: &Env) -> Option<Preview> {
+    pub(crate) fn preview(&self, judged: &[ResolvedPath], env: &Env) -> Option<Preview> {
         self.entry.tool.preview(&self.arguments, judged, env)
     }
 
     /// Replaces the arguments (a hook or an approver rewrote them), validating them again.
-    pub fn replace_arguments(&mut self, arguments: Map<String, Value>) -> Result<(), ToolResult> {
+    pub(crate) fn replace_arguments(
+        &mut self,
+        arguments: Map<String, Value>,
+    ) -> Result<(), ToolResult> {
         let tool = &self.entry.definition.name;
         let arguments = Value::Object(arguments);
         self.entry
@@ -121,7 +124,7 @@ impl Registry {
 
     /// A registry holding the six builtin tools, `find_files` and `search_code` using
     /// `indexes`.
-    pub fn with_builtins_indexed(indexes: &Arc<crate::index::roots::Indexes>) -> Self {
+    pub(crate) fn with_builtins_indexed(indexes: &Arc<crate::index::roots::Indexes>) -> Self {
         let registry = Self::default();
         for tool in super::builtins_indexed(indexes) {
             // The builtins' names are distinct and their schemas are literals tested below.
@@ -228,7 +231,7 @@ impl Registry {
     /// [`Self::resolve`] against `tool`, which is not registered (a lazy MCP server's tool,
     /// judged by `permissions/explain` before the server starts): its schema checks the
     /// arguments as a registered tool's would.
-    pub fn resolve_unregistered(
+    pub(crate) fn resolve_unregistered(
         call: &ToolCall,
         tool: Arc<dyn Tool>,
     ) -> Result<ResolvedCall, ToolResult> {
@@ -242,7 +245,7 @@ impl Registry {
 
     /// Step "resolve": the tool exists and the arguments are a JSON object valid for its schema.
     /// The error is the call's final result.
-    pub fn resolve(&self, call: &ToolCall) -> Result<ResolvedCall, ToolResult> {
+    pub(crate) fn resolve(&self, call: &ToolCall) -> Result<ResolvedCall, ToolResult> {
         let Some(entry) = self.read().tools.get(&call.name).cloned() else {
             let failure = ToolResult::failure(
                 &call.name,
@@ -326,7 +329,7 @@ pub struct ListFilter<'a> {
 }
 
 impl ListFilter<'_> {
-    pub fn lets_through(&self, definition: &ToolDefinition) -> bool {
+    pub(crate) fn lets_through(&self, definition: &ToolDefinition) -> bool {
         self.visible.is_none_or(|visible| visible(definition))
             && self
                 .allowed
@@ -347,7 +350,7 @@ pub fn is_valid_tool_name(name: &str) -> bool {
 
 /// Whether a name list lets a tool through: system tools always; otherwise an empty list (or one
 /// of blank names only) restricts nothing, and names are compared trimmed.
-pub fn is_listed(definition: &ToolDefinition, allowed: &[String]) -> bool {
+pub(crate) fn is_listed(definition: &ToolDefinition, allowed: &[String]) -> bool {
     let mut names = allowed
         .iter()
         .map(|name| name.trim())
@@ -359,7 +362,7 @@ pub fn is_listed(definition: &ToolDefinition, allowed: &[String]) -> bool {
 /// How [`run_resolved`] runs a call: in which Env, on what the permission step judged, stopped
 /// by `cancel`, its live output sent to `live`, and where it came from (`None`: a call made
 /// outside a session, as `Registry::execute` makes).
-pub struct RunOptions {
+pub(crate) struct RunOptions {
     pub env: Arc<Env>,
     pub judged: Judged,
     pub cancel: CancellationToken,
@@ -379,7 +382,7 @@ enum StopReason {
 /// The timeout is the call's own request (capped at `max_command_timeout_ms`), else the tool
 /// definition's `timeout_ms`, else the Env's. Time spent before this point (hooks, approval)
 /// does not count.
-pub async fn run_resolved(resolved: ResolvedCall, options: RunOptions) -> ToolResult {
+pub(crate) async fn run_resolved(resolved: ResolvedCall, options: RunOptions) -> ToolResult {
     let RunOptions {
         env,
         judged,

@@ -100,7 +100,7 @@ needs the network; a build may need to write a cache outside the project) call i
 resort, {\"unsandboxed\": true}) and a one-sentence `justification` for the user, who is asked \
 to approve it.";
 
-pub struct RunCommand;
+pub(crate) struct RunCommand;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -442,7 +442,7 @@ fn check_arguments(args: &Args) -> Result<(), ToolFailure> {
 
 /// The directory a command runs in: the call's `cwd` made absolute against the session's, or
 /// the session's; what an approval's preview shows as its `cwd`.
-pub fn run_directory(env: &Env, requested: Option<&str>) -> PathBuf {
+pub(crate) fn run_directory(env: &Env, requested: Option<&str>) -> PathBuf {
     match requested {
         Some(raw) => paths::absolute(raw, &env.cwd),
         None => env.cwd.clone(),

@@ -50,18 +50,18 @@ use super::{
 };
 
 /// How many matching lines a call returns when it does not say.
-pub const DEFAULT_MAX_RESULTS: usize = 500;
+pub(crate) const DEFAULT_MAX_RESULTS: usize = 500;
 /// The most bytes of one line shown; the rest is replaced by a marker.
-pub const MAX_LINE_BYTES: usize = 1000;
+pub(crate) const MAX_LINE_BYTES: usize = 1000;
 /// The most context lines a call may ask for on each side of a match: beyond this the output
 /// is mostly context, and `read_file` is the better tool.
-pub const MAX_CONTEXT_LINES: usize = 50;
+pub(crate) const MAX_CONTEXT_LINES: usize = 50;
 /// The most memory one walker thread's searcher may take for its buffer. Lines are searched
 /// whole, so a file of one 4 GiB line would otherwise be read into memory whole; past this the
 /// file is skipped (counted in `skipped`), as ripgrep skips a file it cannot read.
-pub const SEARCH_HEAP_LIMIT: usize = 32 * 1024 * 1024;
+pub(crate) const SEARCH_HEAP_LIMIT: usize = 32 * 1024 * 1024;
 
-pub struct SearchCode {
+pub(crate) struct SearchCode {
     pub indexes: Arc<Indexes>,
 }
 

@@ -24,7 +24,7 @@ use toold_protocol::ErrorType;
 
 use super::{HiddenPaths, ToolContext, ToolFailure, ToolSuccess};
 use crate::index::files::{self, Listing};
-pub use crate::index::files::{ThreadResults, path_order, relative_to, walk_threads};
+pub(crate) use crate::index::files::{ThreadResults, path_order, relative_to, walk_threads};
 use crate::index::roots::ColdReason;
 
 /// How many checks [`CancelCheck`] lets pass between two looks at the token.
@@ -43,7 +43,7 @@ pub enum Start {
 /// Resolves a path argument (default: the session cwd) and finds out what it is.
 /// A missing path is `not_found`; any other failure to look at it is `io_error`; anything but
 /// a directory or a regular file is `invalid_arguments`.
-pub fn locate(ctx: &ToolContext, raw: Option<&str>) -> Result<Start, ToolFailure> {
+pub(crate) fn locate(ctx: &ToolContext, raw: Option<&str>) -> Result<Start, ToolFailure> {
     let raw = raw.unwrap_or(".");
     let resolved = ctx.resolve_path(raw).resolved;
     let metadata = std::fs::metadata(&resolved)
@@ -65,7 +65,7 @@ pub fn locate(ctx: &ToolContext, raw: Option<&str>) -> Result<Start, ToolFailure
 
 /// Like [`locate`], for tools that need a directory: a file is refused with a message that
 /// says what to do instead.
-pub fn locate_directory(
+pub(crate) fn locate_directory(
     ctx: &ToolContext,
     raw: Option<&str>,
     tool: &str,
@@ -90,7 +90,7 @@ fn strip_dot_slash(mut raw: &str) -> &str {
 }
 
 /// Which files and directories a walk lets through, beyond the ignore files.
-pub struct FileFilter {
+pub(crate) struct FileFilter {
     glob: Override,
     walk_hidden: bool,
     walk_git_dirs: bool,
@@ -101,7 +101,7 @@ pub struct FileFilter {
 impl FileFilter {
     /// A filter for an optional glob (ripgrep `-g` syntax). A glob that does not parse is
     /// `invalid_arguments`, with the parser's reason.
-    pub fn new(glob: Option<&str>) -> Result<Self, ToolFailure> {
+    pub(crate) fn new(glob: Option<&str>) -> Result<Self, ToolFailure> {
         let Some(glob) = glob else {
             return Ok(Self {
                 glob: Override::empty(),
@@ -128,27 +128,27 @@ impl FileFilter {
 
     /// Also skips what the call's deny rules hide: such a file is never visited, such a
     /// directory never entered (the walk's root included).
-    pub fn hiding(mut self, denied: Option<Arc<dyn HiddenPaths>>) -> Self {
+    pub(crate) fn hiding(mut self, denied: Option<Arc<dyn HiddenPaths>>) -> Self {
         self.denied = denied;
         self
     }
 
     /// Whether a deny rule hides the file or directory at `path` (absolute).
-    pub fn denies(&self, path: &Path) -> bool {
+    pub(crate) fn denies(&self, path: &Path) -> bool {
         self.denied
             .as_ref()
             .is_some_and(|denied| denied.hides(path))
     }
 
     /// Whether the file at `relative` (to the walk's root) is selected by the glob.
-    pub fn selects_file(&self, relative: &Path) -> bool {
+    pub(crate) fn selects_file(&self, relative: &Path) -> bool {
         // With a positive glob every file it does not match comes back as an ignore match;
         // with a negated one only the files it names do. Either way: selected unless ignored.
         !self.glob.matched(relative, false).is_ignore()
     }
 
     /// Whether the walk enters `.git` directories (the glob names `.git`).
-    pub fn walks_git_dirs(&self) -> bool {
+    pub(crate) fn walks_git_dirs(&self) -> bool {
         self.walk_git_dirs
     }
 
@@ -165,7 +165,7 @@ impl FileFilter {
 /// Whether a glob names a hidden entry: one of its components (or brace alternatives) starts
 /// with a `.` that is not just `.` or `..`. `*.rs` does not; `.github/**`, `**/.env` and
 /// `{.*,x}` do.
-pub fn names_hidden(glob: &str) -> bool {
+pub(crate) fn names_hidden(glob: &str) -> bool {
     glob.trim_start_matches('!')
         .split(['/', '{', ',', '}'])
         .any(|part| part.starts_with('.') && part != "." && part != "..")
@@ -178,7 +178,7 @@ pub fn names_hidden(glob: &str) -> bool {
 /// enough was found); the walk also stops when `cancel` fires.
 ///
 /// Symlinks are not followed and only regular files are visited, as in ripgrep.
-pub fn walk_files<'s, B, V>(
+pub(crate) fn walk_files<'s, B, V>(
     root: &'s Path,
     filter: &'s FileFilter,
     cancel: &'s CancellationToken,
@@ -229,7 +229,7 @@ pub fn walk_files<'s, B, V>(
 /// entries shown: this leaves out what `filter` leaves out), with their paths relative to the
 /// root and to the list's own root; on the calling thread, in the order paths are shown
 /// ([`path_order`]). Stops when `visit` returns [`WalkState::Quit`] or `cancel` fires.
-pub fn walk_listed(
+pub(crate) fn walk_listed(
     listing: &Listing<'_>,
     filter: &FileFilter,
     cancel: &CancellationToken,
@@ -265,7 +265,7 @@ pub fn walk_listed(
 /// to `root`, from the warm index), with its absolute and relative path, on the walk's
 /// threads (on this one for a few files: threads cost more than they save there). Stops when
 /// a visitor returns [`WalkState::Quit`] or `cancel` fires.
-pub fn visit_files<'s, B, V>(
+pub(crate) fn visit_files<'s, B, V>(
     root: &Path,
     files: &[PathBuf],
     cancel: &CancellationToken,
@@ -310,7 +310,7 @@ pub fn visit_files<'s, B, V>(
 
 /// Says in `output`'s metadata how its files were found: `index` is `warm` when from the warm
 /// index, `cold` (with `index_reason`) when from a walk.
-pub fn with_index_metadata(output: ToolSuccess, cold: Option<ColdReason>) -> ToolSuccess {
+pub(crate) fn with_index_metadata(output: ToolSuccess, cold: Option<ColdReason>) -> ToolSuccess {
     match cold {
         None => output.with_meta("index", "warm"),
         Some(reason) => output
@@ -322,24 +322,24 @@ pub fn with_index_metadata(output: ToolSuccess, cold: Option<ColdReason>) -> Too
 /// Looks at a cancellation token only every `CANCEL_CHECK_EVERY` calls (and on the first).
 /// The token takes a lock shared by every thread of the walk; looking at it for each file or
 /// matching line made the threads contend. Stopping a few dozen files late costs microseconds.
-pub struct CancelCheck<'a> {
+pub(crate) struct CancelCheck<'a> {
     token: &'a CancellationToken,
     countdown: u32,
 }
 
 impl<'a> CancelCheck<'a> {
-    pub fn new(token: &'a CancellationToken) -> Self {
+    pub(crate) fn new(token: &'a CancellationToken) -> Self {
         Self {
             token,
             countdown: 0,
         }
     }
 
-    pub fn token(&self) -> &'a CancellationToken {
+    pub(crate) fn token(&self) -> &'a CancellationToken {
         self.token
     }
 
-    pub fn is_cancelled(&mut self) -> bool {
+    pub(crate) fn is_cancelled(&mut self) -> bool {
         if self.countdown == 0 {
             self.countdown = CANCEL_CHECK_EVERY;
             self.token.is_cancelled()
@@ -382,19 +382,19 @@ fn breaks_a_line(c: char) -> bool {
 /// The name exactly ([`crate::paths::exact_text`]: a byte that is not UTF-8 as `\xHH`, a
 /// backslash then as `\\`) when `shown` differs from it, for the metadata that gives escaped
 /// names exactly.
-pub fn exact_name(relative: &Path, shown: &str) -> Option<String> {
+pub(crate) fn exact_name(relative: &Path, shown: &str) -> Option<String> {
     let exact = crate::paths::exact_text(relative);
     (exact != shown).then(|| exact.into_owned())
 }
 
 /// The most results (`max_results`) a call of `find_files` or `search_code` may ask for. With
 /// the byte budget ([`Budget`]) it bounds what one call holds.
-pub const MAX_RESULTS: usize = 1_000_000;
+pub(crate) const MAX_RESULTS: usize = 1_000_000;
 
 /// What a listing may still take, shared by the walk's threads: it counts items (paths,
 /// matching lines) and bytes of output, and is full once either passes its maximum (the extra
 /// item or byte proves the answer is cut), so that every thread stops.
-pub struct Budget {
+pub(crate) struct Budget {
     items: AtomicUsize,
     bytes: AtomicUsize,
     max_items: usize,
@@ -402,7 +402,7 @@ pub struct Budget {
 }
 
 impl Budget {
-    pub fn new(max_items: usize, max_bytes: usize) -> Self {
+    pub(crate) fn new(max_items: usize, max_bytes: usize) -> Self {
         Self {
             items: AtomicUsize::new(0),
             bytes: AtomicUsize::new(0),
@@ -412,7 +412,7 @@ impl Budget {
     }
 
     /// Records `items` and `bytes` more; whether the budget is now full.
-    pub fn take(&self, items: usize, bytes: usize) -> bool {
+    pub(crate) fn take(&self, items: usize, bytes: usize) -> bool {
         let items = self
             .items
             .fetch_add(items, atomic::Ordering::Relaxed)
@@ -424,15 +424,15 @@ impl Budget {
         items > self.max_items || bytes > self.max_bytes
     }
 
-    pub fn is_full(&self) -> bool {
+    pub(crate) fn is_full(&self) -> bool {
         self.take(0, 0)
     }
 
-    pub fn max_items(&self) -> usize {
+    pub(crate) fn max_items(&self) -> usize {
         self.max_items
     }
 
-    pub fn max_bytes(&self) -> usize {
+    pub(crate) fn max_bytes(&self) -> usize {
         self.max_bytes
     }
 }

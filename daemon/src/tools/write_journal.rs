@@ -23,7 +23,7 @@ use nix::fcntl::{Flock, FlockArg};
 use toold_protocol::sync::LockUnpoisoned;
 
 /// The prefix of every temporary file a write creates; recovery removes only such names.
-pub const TEMP_PREFIX: &str = ".toold-write-";
+pub(crate) const TEMP_PREFIX: &str = ".toold-write-";
 
 struct Journal {
     file: Flock<File>,
@@ -80,7 +80,7 @@ fn clean_up(journal: &mut Flock<File>) -> io::Result<usize> {
 /// journal, and records the writes of this process in it from now on. Returns how many stray
 /// files were removed, or `None` when another live daemon holds the journal (then nothing is
 /// removed and this process journals nothing). Called once, at start, before any call runs.
-pub fn recover_and_open(path: &Path) -> io::Result<Option<usize>> {
+pub(crate) fn recover_and_open(path: &Path) -> io::Result<Option<usize>> {
     let Some(mut journal) = lock(path)? else {
         return Ok(None);
     };
@@ -94,12 +94,12 @@ pub fn recover_and_open(path: &Path) -> io::Result<Option<usize>> {
 }
 
 /// A write in flight, recorded in the journal (when there is one) until dropped.
-pub struct InFlight {
+pub(crate) struct InFlight {
     recorded: bool,
 }
 
 /// Records that a temporary file is about to be created at `temp`.
-pub fn begin(temp: &Path) -> InFlight {
+pub(crate) fn begin(temp: &Path) -> InFlight {
     let Some(journal) = JOURNAL.get() else {
         return InFlight { recorded: false };
     };

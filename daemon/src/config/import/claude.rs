@@ -120,7 +120,7 @@ fn unmapped_permission_key(key: &str) -> String {
 
 /// The directory a `/…` pattern of `file` starts from: the one holding `.claude` for a file
 /// inside a `.claude` directory (a project's settings), else the file's own directory.
-pub fn anchor_of(file: &Path) -> PathBuf {
+pub(crate) fn anchor_of(file: &Path) -> PathBuf {
     let dir = file.parent().unwrap_or(Path::new("/"));
     match (dir.file_name(), dir.parent()) {
         (Some(name), Some(project)) if name == ".claude" => project.to_owned(),
@@ -130,7 +130,7 @@ pub fn anchor_of(file: &Path) -> PathBuf {
 
 /// `rule` with its path pattern made absolute (`//ANCHOR/…`) when it is anchored at the
 /// settings file by one leading `/`; `None` when the rule has no such pattern.
-pub fn anchored(rule: &str, anchor: &Path) -> Option<String> {
+pub(crate) fn anchored(rule: &str, anchor: &Path) -> Option<String> {
     let rule = rule.trim();
     let open = rule.find('(')?;
     let tool = rule[..open].trim();

@@ -345,7 +345,7 @@ fn alternatives(pattern: &Value) -> Result<Vec<Vec<String>>, String> {
 /// command's words as written, quotes removed, joined by single spaces (`shell` module's
 /// `allow_forms`), where only `*` is special; a word is only exact when it reads the same
 /// whatever its quoting was.
-pub fn rule_text(words: &[String]) -> Result<String, String> {
+pub(crate) fn rule_text(words: &[String]) -> Result<String, String> {
     for (index, word) in words.iter().enumerate() {
         let why = if word.is_empty() {
             Some("is empty, and toold's rules see a command's words joined by spaces".to_owned())
@@ -400,7 +400,7 @@ fn example_lines(value: &Value, key: &str) -> Result<Vec<String>, String> {
 }
 
 /// Whether toold's engine, with `rule` alone in `list`, decides `line` by that rule.
-pub fn decides(rule: &Rule, list: RuleList, line: &str, analysis: &CommandLine) -> bool {
+pub(crate) fn decides(rule: &Rule, list: RuleList, line: &str, analysis: &CommandLine) -> bool {
     let mut policy = Policy::default();
     let expected = match list {
         RuleList::Allow => {

@@ -53,7 +53,7 @@ pub struct SandboxImport {
 }
 
 impl SandboxImport {
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.mode.is_none() && self.network.is_none() && self.writable.is_empty()
     }
 }
@@ -165,7 +165,7 @@ pub fn shown_path(path: &Path, home: &Path) -> String {
 
 /// Text made safe for a one-line TOML comment: control characters (a newline would end the
 /// comment and start a key) become spaces.
-pub fn comment_text(text: &str) -> String {
+pub(crate) fn comment_text(text: &str) -> String {
     text.chars()
         .map(|c| if c.is_control() { ' ' } else { c })
         .collect()

@@ -6,22 +6,14 @@
 
 /// A value an argument holds, with the line it starts on.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Value {
+pub(crate) enum Value {
     Str(String, u32),
     List(Vec<Value>, u32),
 }
 
-impl Value {
-    pub fn line(&self) -> u32 {
-        match self {
-            Value::Str(_, line) | Value::List(_, line) => *line,
-        }
-    }
-}
-
 /// One call at the top level of the file: `name(key = value, …)`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Call {
+pub(crate) struct Call {
     pub name: String,
     pub line: u32,
     pub arguments: Vec<(String, Value)>,
@@ -29,13 +21,13 @@ pub struct Call {
 
 /// Why a file is not in the subset, and the 1-based line where it stops being so.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SyntaxError {
+pub(crate) struct SyntaxError {
     pub line: u32,
     pub reason: String,
 }
 
 /// Every top-level call of `text`, in order.
-pub fn parse(text: &str) -> Result<Vec<Call>, SyntaxError> {
+pub(crate) fn parse(text: &str) -> Result<Vec<Call>, SyntaxError> {
     let mut parser = Parser {
         chars: text.chars().collect(),
         at: 0,

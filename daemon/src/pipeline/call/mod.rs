@@ -22,7 +22,7 @@ use toold_protocol::{
 };
 
 use self::approval_step::{Asking, step_approval};
-pub use self::trail::Trail;
+pub(crate) use self::trail::Trail;
 use self::trail::{decision_record, record, record_decided};
 use super::session::{SessionState, SessionView};
 use crate::env::Env;
@@ -39,7 +39,7 @@ const OUTPUT_QUEUE: usize = 64;
 
 /// Everything one call of a batch runs in. Cheap to clone: one per call task.
 #[derive(Clone)]
-pub struct CallScope {
+pub(crate) struct CallScope {
     pub pipeline: Arc<Pipeline>,
     /// The config's hooks and limits, as they were when the batch started.
     pub settings: Arc<BatchSettings>,
@@ -53,7 +53,7 @@ pub struct CallScope {
 }
 
 /// Runs one call to its end: the events, the pipeline, the outcome.
-pub async fn run_call(
+pub(crate) async fn run_call(
     scope: &CallScope,
     call: &Arc<ToolCall>,
     cancel: CancellationToken,
@@ -88,7 +88,7 @@ struct InFlight<'a> {
 }
 
 /// Step 8: `tool/result`, then `tool/call_done`, and the call's outcome.
-pub fn finish(
+pub(crate) fn finish(
     scope: &CallScope,
     call: &ToolCall,
     mut result: ToolResult,
@@ -134,7 +134,7 @@ pub fn finish(
 }
 
 impl CallScope {
-    pub fn emit(&self, body: EventBody) {
+    pub(crate) fn emit(&self, body: EventBody) {
         self.session.events().emit(&self.batch_id, body);
     }
 }
@@ -515,10 +515,14 @@ fn not_visible(call: &ToolCall) -> ToolResult {
 }
 
 /// A failed result for `call`, carrying its tool name and call id.
-pub fn failure(call: &ToolCall, error_type: ErrorType, error: impl Into<String>) -> ToolResult {
+pub(crate) fn failure(
+    call: &ToolCall,
+    error_type: ErrorType,
+    error: impl Into<String>,
+) -> ToolResult {
     ToolResult::failure(&call.name, error_type, error).with_meta("call_id", call.id.clone())
 }
 
-pub fn elapsed_ms(started: Instant) -> u64 {
+pub(crate) fn elapsed_ms(started: Instant) -> u64 {
     u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX)
 }

@@ -14,7 +14,7 @@ use crate::tools::ResolvedCall;
 
 /// What a call's audit record says of how it was decided, filled in as the call goes.
 #[derive(Debug, Default)]
-pub struct Trail {
+pub(crate) struct Trail {
     pub(super) decision: Option<DecisionRecord>,
     /// The arguments the call went on with, once a hook or an approver replaced them.
     pub(super) replaced: Option<Map<String, Value>>,
