@@ -7,6 +7,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::PATIENCE;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
@@ -233,7 +234,7 @@ impl TestDaemon {
         let mut child = self.child.take().expect("the daemon is running");
         let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("a pid"));
         nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("signal the daemon");
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let deadline = Instant::now() + PATIENCE;
         loop {
             if let Some(status) = child.try_wait().expect("wait for the daemon") {
                 return status;
@@ -312,7 +313,7 @@ impl TestDaemon {
     /// without blocking the runtime's thread; returns how it exited.
     pub async fn wait_for_exit(&mut self) -> ExitStatus {
         let mut child = self.child.take().expect("the daemon is running");
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let deadline = Instant::now() + PATIENCE;
         loop {
             if let Some(status) = child.try_wait().expect("wait for the daemon") {
                 return status;
@@ -353,7 +354,7 @@ impl Drop for TestDaemon {
 }
 
 fn wait_for_socket(socket: &Path, child: &mut Child) {
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + PATIENCE;
     loop {
         // Served by this child: the socket of a daemon killed before may still accept for a
         // moment (a process it had just started holds its descriptors until it closes them).
@@ -542,7 +543,7 @@ impl TestClient {
 
     /// The next notification, waiting up to 30 s.
     pub async fn next_notification(&mut self) -> Notification {
-        tokio::time::timeout(Duration::from_secs(30), self.notifications.recv())
+        tokio::time::timeout(PATIENCE, self.notifications.recv())
             .await
             .expect("a notification within 30 s")
             .expect("the connection is open")
@@ -553,7 +554,7 @@ impl TestClient {
         &mut self,
         wanted: impl Fn(&Notification) -> bool,
     ) -> Notification {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        let deadline = tokio::time::Instant::now() + PATIENCE;
         loop {
             let next = tokio::time::timeout_at(deadline, self.notifications.recv())
                 .await
@@ -625,10 +626,6 @@ impl TestDaemon {
             .to_owned()
     }
 }
-
-/// How long any single answer to a [`RawConnection`] may take before the test fails instead of
-/// hanging.
-const PATIENCE: Duration = Duration::from_secs(30);
 
 /// How a [`RawConnection`] frames what it sends and expects back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -884,7 +881,7 @@ impl ForeignDaemon {
     pub fn stop(mut self) {
         let pid = self.pid.take().expect("running");
         nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM the daemon");
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let deadline = Instant::now() + PATIENCE;
         while proc_stat_fields(pid).is_some_and(|fields| fields[0] != "Z") {
             assert!(
                 Instant::now() < deadline,

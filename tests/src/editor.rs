@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use crate::PATIENCE;
 use crate::daemon::{TestClient, TestDaemon, no_answers, outcome, results};
 
 /// The labels the editor answers with, in order: the scenario's five approvals.
@@ -27,7 +28,7 @@ pub fn repository() -> PathBuf {
 
 /// Waits up to 30 s for `path` to exist.
 pub fn wait_for_file(path: &Path) {
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + PATIENCE;
     while !path.exists() {
         assert!(
             Instant::now() < deadline,
@@ -187,7 +188,7 @@ pub async fn approve_from_the_editor(start: impl Fn(&TestDaemon, &str, &Path) ->
     daemon.stop();
     daemon.start_again();
     let agent = daemon.connect(json!({}), no_answers()).await;
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + PATIENCE;
     loop {
         let snapshot = agent
             .request("session/get", json!({"session_id": session}))

@@ -12,11 +12,17 @@ pub mod test_tool;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use toold::{Env, Registry};
 use toold_protocol::{ToolCall, ToolResult};
+
+/// How long a test waits for anything it expects (a daemon serving, an answer, a process
+/// ending, a file appearing) before it fails instead of hanging: long enough for a loaded
+/// machine, and no test waits longer than it needs.
+pub const PATIENCE: Duration = Duration::from_secs(30);
 
 /// A temporary directory holding `files` (path, content); parents are created.
 pub struct Tree {

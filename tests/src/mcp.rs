@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use crate::PATIENCE;
 use crate::daemon::{TestClient, TestDaemon};
 
 /// A file of `tests/mcp_servers/`.
@@ -53,7 +54,7 @@ impl HttpServer {
             child,
             url: format!("http://127.0.0.1:{port}/mcp"),
         };
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let deadline = Instant::now() + PATIENCE;
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
             assert!(Instant::now() < deadline, "the HTTP server never listened");
             std::thread::sleep(Duration::from_millis(50));
@@ -94,7 +95,7 @@ pub async fn tools_when(
     prefix: &str,
     wanted: impl Fn(usize) -> bool,
 ) -> BTreeMap<String, Value> {
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + PATIENCE;
     loop {
         let tools = tools_named(client, prefix).await;
         if wanted(tools.len()) {

@@ -15,6 +15,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use toold_protocol::Framing;
 use toold_protocol::peer::Reply;
+use toold_tests::PATIENCE;
 use toold_tests::daemon::{TestClient, TestDaemon, answer_with, no_answers, outcome, results};
 use toold_tests::require;
 
@@ -933,7 +934,7 @@ async fn a_call_is_recorded_as_decided_before_it_runs() {
         ]});
         tokio::spawn(async move { peer.request("tools/execute".to_owned(), Some(params)).await })
     };
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let deadline = std::time::Instant::now() + PATIENCE;
     while !marker.exists() {
         assert!(
             std::time::Instant::now() < deadline,

@@ -16,10 +16,9 @@ use toold_client::protocol::{
     ToolResult, ToolSource, ToolsListParams, error_code,
 };
 use toold_client::{Approval, Client, ClientError, ClientEvent, ClientOptions, Events};
+use toold_tests::PATIENCE;
 use toold_tests::daemon::TestDaemon;
 use toold_tests::outcome;
-
-const WAIT: Duration = Duration::from_secs(30);
 
 fn options(daemon: &TestDaemon) -> ClientOptions {
     ClientOptions::new("e2e-client").with_socket(daemon.socket())
@@ -52,14 +51,14 @@ fn batch(session_id: &str, calls: Vec<ToolCall>) -> ExecuteParams {
 }
 
 async fn execute(client: &Client, params: ExecuteParams) -> ExecuteResult {
-    tokio::time::timeout(WAIT, client.tools_execute(params))
+    tokio::time::timeout(PATIENCE, client.tools_execute(params))
         .await
         .expect("tools/execute answers within 30 s")
         .expect("tools/execute")
 }
 
 async fn next_event(events: &mut Events) -> ClientEvent {
-    tokio::time::timeout(WAIT, events.recv())
+    tokio::time::timeout(PATIENCE, events.recv())
         .await
         .expect("an event within 30 s")
         .expect("the stream is open")
@@ -297,7 +296,7 @@ async fn a_one_event_stream_loses_nothing() {
     // Read slowly at first, so that the stream is full while the command writes.
     tokio::time::sleep(Duration::from_millis(200)).await;
     let received = events_until_batch_done(&mut events).await;
-    let result = tokio::time::timeout(WAIT, execution)
+    let result = tokio::time::timeout(PATIENCE, execution)
         .await
         .expect("the batch ends")
         .expect("tools/execute");
@@ -569,7 +568,7 @@ async fn canceling_an_execution_still_returns_its_results() {
         }
     }
     execution.cancel().await.expect("$/cancelRequest");
-    let result = tokio::time::timeout(WAIT, execution)
+    let result = tokio::time::timeout(PATIENCE, execution)
         .await
         .expect("the canceled batch answers")
         .expect("tools/execute");
@@ -679,7 +678,7 @@ async fn reconnect_after_a_restart_reattaches_after_the_last_event() {
         }
         replayed
     });
-    let lagging_report = tokio::time::timeout(WAIT, lagging.reconnect())
+    let lagging_report = tokio::time::timeout(PATIENCE, lagging.reconnect())
         .await
         .expect("reconnect within 30 s")
         .expect("reconnect");

@@ -13,6 +13,7 @@ use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use toold_tests::PATIENCE;
 use toold_tests::daemon::toold_command_in;
 
 /// The directories `toold_command_in` points a command at.
@@ -69,7 +70,7 @@ fn ask(socket: &Path, method: &str, params: Value) -> Value {
 }
 
 fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + PATIENCE;
     while !done() {
         assert!(Instant::now() < deadline, "{what} within 30 s");
         std::thread::sleep(Duration::from_millis(20));

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
+use toold_tests::PATIENCE;
 use toold_tests::daemon::{RawConnection, TestDaemon, Wire};
 
 /// Requests a client keeps in flight on its connection.
@@ -207,7 +208,7 @@ async fn slow_drip_connections_are_cut_while_other_clients_keep_working() {
         .collect();
     let mut cut = 0;
     for dripper in drippers {
-        let (answer, elapsed) = tokio::time::timeout(Duration::from_secs(30), dripper)
+        let (answer, elapsed) = tokio::time::timeout(PATIENCE, dripper)
             .await
             .expect("a drip connection was never cut")
             .unwrap();

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use toold_tests::PATIENCE;
 use toold_tests::daemon::{TestClient, TestDaemon, always, no_answers, outcome, results};
 use toold_tests::mcp::{status_until, test_server, toold, tools_when};
 use toold_tests::require;
@@ -191,18 +192,13 @@ async fn configured_secrets_reach_no_command_result_event_status_or_log() {
     holds_no_secret("the server's log", &logged);
 
     // The HTTP server that cannot be reached: its status says why, without its URL's secrets.
-    let status = status_until(
-        &client,
-        Duration::from_secs(30),
-        "the remote server's error",
-        |status| {
-            let remote = status["servers"]
-                .as_array()?
-                .iter()
-                .find(|server| server["name"] == "remote")?;
-            remote["last_error"].is_string().then(|| status.clone())
-        },
-    )
+    let status = status_until(&client, PATIENCE, "the remote server's error", |status| {
+        let remote = status["servers"]
+            .as_array()?
+            .iter()
+            .find(|server| server["name"] == "remote")?;
+        remote["last_error"].is_string().then(|| status.clone())
+    })
     .await;
     holds_no_secret("mcp/status", &status.to_string());
     let shown = toold(&daemon, &["mcp", "status"]).await;

@@ -12,6 +12,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use toold_tests::PATIENCE;
 use toold_tests::daemon::{TestClient, TestDaemon, no_answers, outcome, results};
 use toold_tests::mcp::{HttpServer, cmdline, parent_of, status_until, toold, tools_named};
 use toold_tests::require;
@@ -69,7 +70,7 @@ fn four_servers_config(root: &Path) -> String {
 async fn status_when(client: &TestClient, server: &str, state: &str) -> Value {
     status_until(
         client,
-        Duration::from_secs(30),
+        PATIENCE,
         &format!("{server} to be {state}"),
         |status| {
             let entry = status["servers"]
@@ -343,7 +344,7 @@ async fn after_list_changed_the_registry_equals_a_fresh_listing() {
         "registered after initialization: {:?}",
         fresh.keys()
     );
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + PATIENCE;
     loop {
         let registry = registered(&client, "everything").await;
         let same = registry.keys().eq(fresh.keys())
@@ -455,7 +456,7 @@ async fn a_killed_server_fails_its_call_comes_back_and_fails_after_five_crashes(
 
     // It comes back, and answers.
     for crash in 1..5 {
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let deadline = Instant::now() + PATIENCE;
         let next = loop {
             let status = status_when(&client, "everything", "ready").await;
             let next = status["pid"].as_u64().expect("a pid");
@@ -639,7 +640,7 @@ async fn a_server_over_streamable_http_is_listed_and_called() {
     );
     status_until(
         &client,
-        Duration::from_secs(30),
+        PATIENCE,
         "the server to be counted as ended",
         |status| {
             let server = &status["servers"][0];

@@ -10,6 +10,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use toold_tests::PATIENCE;
 use toold_tests::daemon::{
     ForeignDaemon, TestClient, TestDaemon, daemon_pid, no_answers, toold_binary,
 };
@@ -672,7 +673,7 @@ async fn toold_watch_follows_the_newest_session_as_json() {
         .kill_on_drop(true);
     let mut watch = watch.spawn().expect("start toold watch");
     // Attached once the session counts two connections.
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let deadline = std::time::Instant::now() + PATIENCE;
     loop {
         let snapshot = owner
             .request("session/get", json!({"session_id": newest}))

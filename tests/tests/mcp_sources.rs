@@ -7,6 +7,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use toold_tests::PATIENCE;
 use toold_tests::daemon::{TestClient, TestDaemon, no_answers, outcome, results};
 use toold_tests::mcp::{
     HttpServer, child_running, malformed_server_table, status_until, test_server, toold, tools_when,
@@ -268,18 +269,13 @@ async fn an_http_servers_answer_too_deep_to_read_fails_its_call_at_once() {
     );
     assert!(started.elapsed() < Duration::from_secs(10), "{deep}");
 
-    status_until(
-        &client,
-        Duration::from_secs(30),
-        "the server reached again",
-        |status| {
-            let server = &status["servers"][0];
-            (server["state"] == "ready"
-                && server["restarts"].as_u64() >= Some(1)
-                && server["tools"].as_array().map(Vec::len) == Some(5))
-            .then_some(())
-        },
-    )
+    status_until(&client, PATIENCE, "the server reached again", |status| {
+        let server = &status["servers"][0];
+        (server["state"] == "ready"
+            && server["restarts"].as_u64() >= Some(1)
+            && server["tools"].as_array().map(Vec::len) == Some(5))
+        .then_some(())
+    })
     .await;
     mcp_tools(&client, "mcp__web__", 5).await;
     let shallow = client
@@ -318,7 +314,7 @@ async fn ready_server_pid(
 ) -> u32 {
     status_until(
         client,
-        Duration::from_secs(30),
+        PATIENCE,
         "the server to be ready in a new process",
         |status| {
             let server = &status["servers"][0];
@@ -345,7 +341,7 @@ async fn a_killed_server_comes_back_with_its_tools() {
     let first = server_pid(&daemon, "malformed.py").expect("the server's process");
 
     toold_tests::daemon::send_signal(first, nix::sys::signal::Signal::SIGKILL);
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + PATIENCE;
     let second = loop {
         if let Some(pid) = server_pid(&daemon, "malformed.py").filter(|pid| *pid != first) {
             break pid;
@@ -504,7 +500,7 @@ async fn stopped_calls_end_at_once_and_a_crash_is_quoted() {
         )
         .await;
     assert_eq!(outcome(results(&hung_up)[0]), "internal_error", "{hung_up}");
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + PATIENCE;
     while toold_tests::daemon::process_alive(hanging)
         || server_pid(&daemon, "malformed.py").is_none_or(|pid| pid == hanging)
     {

@@ -13,11 +13,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use toold_tests::PATIENCE;
 use toold_tests::daemon::{ForeignDaemon, daemon_pid, toold_binary, toold_command_in};
 use toold_tests::require;
-
-/// How long sshd, a forwarded socket or an answer may take before the test fails.
-const PATIENCE: Duration = Duration::from_secs(30);
 
 /// A private sshd on 127.0.0.1 and the "remote" user's directories; stops the daemon that the
 /// remote commands started, and the sshd, when dropped.

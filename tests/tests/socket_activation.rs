@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::json;
+use toold_tests::PATIENCE;
 use toold_tests::daemon::{TestDaemon, no_answers, toold_binary};
 
 /// The program activated and its arguments: the real daemon.
@@ -26,9 +27,6 @@ const SOCKET_ACTIVATE_PLACES: &[&str] = &[
     "/usr/lib/systemd/systemd-socket-activate",
 ];
 
-/// How long any single step may take on a loaded machine; the test waits only as long as
-/// each step needs.
-const STEP_TIMEOUT: Duration = Duration::from_secs(30);
 /// The watchdog timeout given to the program: a ping every 200 ms.
 const WATCHDOG_USEC: u32 = 400_000;
 
@@ -65,7 +63,7 @@ fn receive_until(notify: &UnixDatagram, wanted: &str, seen: &mut Vec<String>) {
         .any(|message| message.lines().any(|line| line == wanted))
     {
         let len = notify.recv(&mut buffer).unwrap_or_else(|error| {
-            panic!("no {wanted} within {STEP_TIMEOUT:?} ({error}); got {seen:?}")
+            panic!("no {wanted} within {PATIENCE:?} ({error}); got {seen:?}")
         });
         seen.push(String::from_utf8_lossy(&buffer[..len]).into_owned());
     }
@@ -89,7 +87,7 @@ fn an_activated_daemon_serves_the_inherited_socket_and_notifies() {
     let notify_path = temp.path().join("notify.sock");
     let notify = UnixDatagram::bind(&notify_path).expect("bind NOTIFY_SOCKET");
     notify
-        .set_read_timeout(Some(STEP_TIMEOUT))
+        .set_read_timeout(Some(PATIENCE))
         .expect("read timeout");
 
     let (program, program_args) = activated_program();
@@ -114,7 +112,7 @@ fn an_activated_daemon_serves_the_inherited_socket_and_notifies() {
     let mut activated = Activated(child);
 
     // systemd-socket-activate listens first and starts the program at the first connection.
-    let deadline = Instant::now() + STEP_TIMEOUT;
+    let deadline = Instant::now() + PATIENCE;
     while !socket.exists() {
         assert!(
             Instant::now() < deadline,
@@ -128,7 +126,7 @@ fn an_activated_daemon_serves_the_inherited_socket_and_notifies() {
     }
     let mut stream = UnixStream::connect(&socket).expect("connect to the activation socket");
     stream
-        .set_read_timeout(Some(STEP_TIMEOUT))
+        .set_read_timeout(Some(PATIENCE))
         .expect("read timeout");
 
     // The daemon never writes first: ask, as a client would.
@@ -155,7 +153,7 @@ fn an_activated_daemon_serves_the_inherited_socket_and_notifies() {
     // systemd stops a service with SIGTERM; the daemon drains, says so, and exits 0.
     kill(Pid::from_raw(activated.0.id() as i32), Signal::SIGTERM).expect("SIGTERM");
     let status = activated
-        .wait_with_timeout(STEP_TIMEOUT)
+        .wait_with_timeout(PATIENCE)
         .expect("the program did not exit after SIGTERM");
     assert!(status.success(), "{status}");
     receive_until(&notify, "STOPPING=1", &mut notifications);

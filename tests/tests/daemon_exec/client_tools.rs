@@ -11,6 +11,7 @@ use toold_protocol::{ErrorObject, RequestError};
 use toold_tests::daemon::{TestClient, TestDaemon, no_answers};
 
 use super::{answering, params_of, result_of};
+use toold_tests::PATIENCE;
 
 /// How the owner of the client tools answers `tool/invoke`, by tool name.
 fn client_tool_answer(method: &str, params: &Value) -> Option<Reply> {
@@ -332,7 +333,7 @@ async fn a_client_tool_whose_owner_leaves_mid_call_is_an_internal_error() {
             {"id": "orphaned", "name": "e2e_hang", "arguments": {}},
         ]})),
     ));
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let deadline = tokio::time::Instant::now() + PATIENCE;
     while !seen
         .lock()
         .expect("requests")

@@ -13,6 +13,7 @@ use toold_tests::daemon::{
 };
 
 use super::{command_session, is_call_event, params_of, result_of};
+use toold_tests::PATIENCE;
 
 /// A command that leaves processes behind three ways (a background job, one in a new session,
 /// the shell itself) and says `started` once they exist.
@@ -251,7 +252,7 @@ async fn sigterm_lets_a_running_batch_finish_and_keeps_the_session() {
 
 /// Waits until the socket refuses connections: the daemon has stopped accepting.
 async fn wait_until_refusing(socket: &Path) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let deadline = tokio::time::Instant::now() + PATIENCE;
     while tokio::net::UnixStream::connect(socket).await.is_ok() {
         assert!(
             tokio::time::Instant::now() < deadline,
@@ -280,7 +281,7 @@ fn a_sigterm_right_after_the_first_answer_drains_and_exits_0() {
             .stderr(std::process::Stdio::null())
             .spawn()
             .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let deadline = Instant::now() + PATIENCE;
         let stream = loop {
             match UnixStream::connect(&socket) {
                 Ok(stream) => break stream,
@@ -325,7 +326,7 @@ async fn stopping_the_daemon_leaves_no_process_it_started() {
         "the command's line was parsed in a worker"
     );
     daemon.send_sigterm();
-    let response = tokio::time::timeout(Duration::from_secs(30), running)
+    let response = tokio::time::timeout(PATIENCE, running)
         .await
         .expect("an answer within the grace")
         .expect("the request task")

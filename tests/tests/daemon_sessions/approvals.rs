@@ -3,7 +3,6 @@
 //! decision, a timeout, an approver that leaves, a canceled call) or none at all.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
@@ -17,6 +16,7 @@ use super::{
     approvals, command_call, event_call_id, methods, outcomes, params, requests, resolved_events,
     result, seen,
 };
+use toold_tests::PATIENCE;
 
 /// A session whose own connection approves with `answerer`, after running `calls` in it.
 struct ApprovalRun {
@@ -339,7 +339,7 @@ async fn while_an_approval_waits(
         .expect("session/attach");
     let batch = submitter.execute(&session, json!([command_call("call_a", "echo x")]));
     let act = async {
-        tokio::time::timeout(Duration::from_secs(30), asked_rx.recv())
+        tokio::time::timeout(PATIENCE, asked_rx.recv())
             .await
             .expect("the approver is asked")
             .expect("a request");

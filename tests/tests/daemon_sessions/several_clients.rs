@@ -3,7 +3,6 @@
 //! connection gets no more events.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use serde_json::json;
 use tokio::sync::mpsc;
@@ -13,6 +12,7 @@ use toold_tests::daemon::{Answerer, TestDaemon, always, no_answers};
 use super::{
     approvals, command_call, methods, outcomes, requests, resolved_events, result, seen, seq,
 };
+use toold_tests::PATIENCE;
 
 #[tokio::test]
 async fn one_client_submits_and_another_approves() {
@@ -81,7 +81,7 @@ async fn a_pending_approval_is_sent_again_to_an_approver_that_attaches() {
     let late_asked = seen();
     let execute_batch = submitter.execute(&session, json!([command_call("call_a", "echo late")]));
     let attach_late = async {
-        let first = tokio::time::timeout(Duration::from_secs(30), asked_rx.recv())
+        let first = tokio::time::timeout(PATIENCE, asked_rx.recv())
             .await
             .expect("the first approver is asked")
             .expect("a request");
