@@ -430,8 +430,20 @@ pub fn results(response: &Value) -> Vec<&Value> {
         .collect()
 }
 
-/// A wire result's `error_type`, or "ok".
-pub fn outcome(result: &Value) -> &str {
+/// The names of the tools in a `tools/list` result (the daemon's, `toold tools --json`'s or an
+/// MCP server's), in its order.
+pub fn tool_names(listed: &Value) -> Vec<&str> {
+    listed["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .map(|tool| tool["name"].as_str().expect("a name"))
+        .collect()
+}
+
+/// A wire result's (JSON) `error_type`, or "ok" (for an in-process `ToolResult`,
+/// [`crate::error_type_or_ok`]).
+pub fn wire_error_type_or_ok(result: &Value) -> &str {
     if result["ok"] == true {
         "ok"
     } else {
@@ -513,6 +525,21 @@ impl TestClient {
         )
         .await
         .unwrap_or_else(|_| panic!("no answer to {method} within 60 s"))
+    }
+
+    /// `tools/list` with `params`: the whole result.
+    pub async fn list_tools(&self, params: Value) -> Value {
+        self.request("tools/list", params)
+            .await
+            .expect("tools/list")
+    }
+
+    /// The names of the tools `tools/list` with `params` lists, in its order.
+    pub async fn tool_names(&self, params: Value) -> Vec<String> {
+        tool_names(&self.list_tools(params).await)
+            .into_iter()
+            .map(str::to_owned)
+            .collect()
     }
 
     /// Creates a session at `cwd`; returns its id.

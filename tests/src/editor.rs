@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::PATIENCE;
-use crate::daemon::{TestClient, TestDaemon, no_answers, outcome, results};
+use crate::daemon::{TestClient, TestDaemon, no_answers, results, wire_error_type_or_ok};
 
 /// The labels the editor answers with, in order: the scenario's five approvals.
 pub const ANSWERS: &str = "Allow once,Deny,Allow for this session,Allow once,Allow once";
@@ -102,7 +102,7 @@ pub async fn approve_from_the_editor(start: impl Fn(&TestDaemon, &str, &Path) ->
 
     // Allow once: the file lands with the content the preview showed.
     let result = write(&agent, &session, "w1", "a.txt", "first line\n").await;
-    assert_eq!(outcome(&result), "ok", "{result}");
+    assert_eq!(wire_error_type_or_ok(&result), "ok", "{result}");
     assert_eq!(
         std::fs::read_to_string(work.join("a.txt")).unwrap(),
         "first line\n"
@@ -135,14 +135,14 @@ pub async fn approve_from_the_editor(start: impl Fn(&TestDaemon, &str, &Path) ->
 
     // Deny: nothing written.
     let result = write(&agent, &session, "w2", "b.txt", "never\n").await;
-    assert_ne!(outcome(&result), "ok", "{result}");
+    assert_ne!(wire_error_type_or_ok(&result), "ok", "{result}");
     assert!(!work.join("b.txt").exists());
 
     // Allow for this session: the identical call again runs unasked.
     let result = write(&agent, &session, "w3", "c.txt", "granted\n").await;
-    assert_eq!(outcome(&result), "ok", "{result}");
+    assert_eq!(wire_error_type_or_ok(&result), "ok", "{result}");
     let result = write(&agent, &session, "w4", "c.txt", "granted\n").await;
-    assert_eq!(outcome(&result), "ok", "{result}");
+    assert_eq!(wire_error_type_or_ok(&result), "ok", "{result}");
     assert_eq!(
         prompts(dir).len(),
         3,
@@ -156,7 +156,11 @@ pub async fn approve_from_the_editor(start: impl Fn(&TestDaemon, &str, &Path) ->
             json!([{"id": "r1", "name": "run_command", "arguments": {"command": "echo live-output-marker"}}]),
         )
         .await;
-    assert_eq!(outcome(results(&response)[0]), "ok", "{response}");
+    assert_eq!(
+        wire_error_type_or_ok(results(&response)[0]),
+        "ok",
+        "{response}"
+    );
 
     // A command that asks to leave its sandbox asks: its approval shows where it runs, what
     // it runs and the sandbox it would run in.
@@ -170,7 +174,11 @@ pub async fn approve_from_the_editor(start: impl Fn(&TestDaemon, &str, &Path) ->
             }}]),
         )
         .await;
-    assert_eq!(outcome(results(&response)[0]), "ok", "{response}");
+    assert_eq!(
+        wire_error_type_or_ok(results(&response)[0]),
+        "ok",
+        "{response}"
+    );
     assert!(work.join("made.txt").exists());
     let asked = prompts(dir);
     let preview = asked[3]["preview"].as_str().unwrap();
@@ -204,7 +212,7 @@ pub async fn approve_from_the_editor(start: impl Fn(&TestDaemon, &str, &Path) ->
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let result = write(&agent, &session, "w5", "d.txt", "after the restart\n").await;
-    assert_eq!(outcome(&result), "ok", "{result}");
+    assert_eq!(wire_error_type_or_ok(&result), "ok", "{result}");
     assert_eq!(prompts(dir).len(), 5);
 
     std::fs::write(dir.join("done"), "").unwrap();

@@ -88,9 +88,10 @@ pub async fn call(env: Env, tool: &str, arguments: Value) -> ToolResult {
         .await
 }
 
-/// The `error_type` of a result as its wire string, "ok", or "failed" for a failure without
-/// one (which no result should be).
-pub fn outcome(result: &ToolResult) -> String {
+/// The `error_type` of an in-process result as its wire string, "ok", or "failed" for a
+/// failure without one (which no result should be); for a result on the wire (JSON),
+/// [`daemon::wire_error_type_or_ok`].
+pub fn error_type_or_ok(result: &ToolResult) -> String {
     match &result.error_type {
         Some(error_type) => error_type.to_string(),
         None if result.ok => "ok".to_owned(),

@@ -72,10 +72,7 @@ impl Drop for HttpServer {
 
 /// The registry's tools whose names start with `prefix`, by name.
 pub async fn tools_named(client: &TestClient, prefix: &str) -> BTreeMap<String, Value> {
-    let listed = client
-        .request("tools/list", json!({}))
-        .await
-        .expect("tools/list");
+    let listed = client.list_tools(json!({})).await;
     listed["tools"]
         .as_array()
         .expect("tools")

@@ -16,7 +16,9 @@ use serde_json::{Value, json};
 use toold_protocol::Framing;
 use toold_protocol::peer::Reply;
 use toold_tests::PATIENCE;
-use toold_tests::daemon::{TestClient, TestDaemon, answer_with, no_answers, outcome, results};
+use toold_tests::daemon::{
+    TestClient, TestDaemon, answer_with, no_answers, results, wire_error_type_or_ok,
+};
 use toold_tests::require;
 
 fn audit_path(daemon: &TestDaemon) -> PathBuf {
@@ -606,7 +608,7 @@ async fn kills_during_a_flood_lose_no_record_of_an_answered_call() {
                     let sent = client.peer.request("tools/execute".to_owned(), Some(json!({"session_id": session, "calls": calls})));
                     let Ok(response) = sent.await else { return };
                     for result in results(&response) {
-                        assert_eq!(outcome(result), "ok");
+                        assert_eq!(wire_error_type_or_ok(result), "ok");
                     }
                     let mut answered = answered.lock().unwrap();
                     answered.insert(format!("{id}a"));
@@ -673,7 +675,7 @@ async fn write_a_mebibyte(config: &str) -> (TestDaemon, Option<Value>) {
     let response = client
         .execute(&session, json!([{"id": "w", "name": "write_file", "arguments": {"path": "big.txt", "content": content}}]))
         .await;
-    assert_eq!(outcome(results(&response)[0]), "ok");
+    assert_eq!(wire_error_type_or_ok(results(&response)[0]), "ok");
     let log = audit_path(&daemon);
     let record = log.exists().then(|| calls(&log).pop()).flatten();
     (daemon, record)
@@ -746,7 +748,7 @@ async fn a_full_disk_stops_no_call_and_status_says_how_many_records_were_lost() 
             .collect();
         let response = client.execute(&session, Value::Array(batch)).await;
         for result in results(&response) {
-            assert_eq!(outcome(result), "ok", "{response}");
+            assert_eq!(wire_error_type_or_ok(result), "ok", "{response}");
         }
     }
     let output = daemon
@@ -790,7 +792,11 @@ async fn a_full_disk_stops_no_call_and_status_says_how_many_records_were_lost() 
             json!([{"id": "after", "name": "read_file", "arguments": {"path": "a.txt"}}]),
         )
         .await;
-    assert_eq!(outcome(results(&response)[0]), "ok", "{response}");
+    assert_eq!(
+        wire_error_type_or_ok(results(&response)[0]),
+        "ok",
+        "{response}"
+    );
     let log = inside.join("toold/audit.jsonl");
     let gaps: Vec<Value> = records(&log)
         .into_iter()
@@ -889,7 +895,7 @@ async fn a_record_no_answer_waits_for_is_written_soon_and_an_idle_daemon_sleeps(
     assert!(!running.is_finished(), "the batch was still running");
     let (_client, response) = running.await.expect("the batch");
     for result in results(&response) {
-        assert_eq!(outcome(result), "ok", "{result}");
+        assert_eq!(wire_error_type_or_ok(result), "ok", "{result}");
     }
     assert_eq!(calls(&log).len(), 2, "one record per call");
 

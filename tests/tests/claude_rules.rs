@@ -10,7 +10,9 @@ use std::sync::{Arc, Mutex};
 use serde_json::{Value, json};
 use toold_protocol::Request;
 use toold_protocol::peer::Reply;
-use toold_tests::daemon::{COMMANDS_ASK, TestClient, TestDaemon, answer_with, outcome, results};
+use toold_tests::daemon::{
+    COMMANDS_ASK, TestClient, TestDaemon, answer_with, results, wire_error_type_or_ok,
+};
 
 /// The config of the table: written once the daemon's directories are known (a project table
 /// and absolute patterns name them), then reloaded.
@@ -322,11 +324,15 @@ async fn claude_code_rules_decide_as_claude_code_documents_them() {
         let result = results(&response)[0];
         let asked = seen.lock().expect("requests").len() > asked_before;
         match decision {
-            "allow" => assert_eq!(outcome(result), "ok", "{what}: {result:#}"),
+            "allow" => assert_eq!(wire_error_type_or_ok(result), "ok", "{what}: {result:#}"),
             "ask" => assert!(asked, "{what}: not asked: {result:#}"),
             _ => {
                 assert!(!asked, "{what}: asked");
-                assert_eq!(outcome(result), "permission_denied", "{what}: {result:#}");
+                assert_eq!(
+                    wire_error_type_or_ok(result),
+                    "permission_denied",
+                    "{what}: {result:#}"
+                );
             }
         }
     }
@@ -338,7 +344,11 @@ async fn claude_code_rules_decide_as_claude_code_documents_them() {
         )
         .await;
     let pushed = results(&pushed)[0];
-    assert_eq!(outcome(pushed), "permission_denied", "{pushed:#}");
+    assert_eq!(
+        wire_error_type_or_ok(pushed),
+        "permission_denied",
+        "{pushed:#}"
+    );
     assert!(
         pushed["error"]
             .as_str()

@@ -18,7 +18,7 @@ use toold_client::protocol::{
 use toold_client::{Approval, Client, ClientError, ClientEvent, ClientOptions, Events};
 use toold_tests::PATIENCE;
 use toold_tests::daemon::TestDaemon;
-use toold_tests::outcome;
+use toold_tests::error_type_or_ok;
 
 fn options(daemon: &TestDaemon) -> ClientOptions {
     ClientOptions::new("e2e-client").with_socket(daemon.socket())
@@ -300,7 +300,7 @@ async fn a_one_event_stream_loses_nothing() {
         .await
         .expect("the batch ends")
         .expect("tools/execute");
-    assert_eq!(outcome(&result.results[0].result), "ok");
+    assert_eq!(error_type_or_ok(&result.results[0].result), "ok");
     let seqs: Vec<u64> = received.iter().map(Event::seq).collect();
     assert!(seqs.windows(2).all(|pair| pair[0] < pair[1]), "{seqs:?}");
     let output: String = received
@@ -342,7 +342,7 @@ async fn an_approval_handler_allows_once() {
         ),
     )
     .await;
-    assert_eq!(outcome(&result.results[0].result), "ok");
+    assert_eq!(error_type_or_ok(&result.results[0].result), "ok");
     assert_eq!(result.results[0].result.content, "approved\n");
 
     let asked = asked.lock().expect("asked").clone();
@@ -404,7 +404,11 @@ async fn a_declining_approver_leaves_the_approval_to_another() {
         .expect("session/attach");
 
     let result = execute(&submitter, params).await;
-    assert_eq!(outcome(&result.results[0].result), "ok", "{result:?}");
+    assert_eq!(
+        error_type_or_ok(&result.results[0].result),
+        "ok",
+        "{result:?}"
+    );
     assert_eq!(*declined.lock().expect("declined"), 1);
     assert_eq!(
         std::fs::read_to_string(daemon.work().join("approved.txt")).expect("the command ran"),
@@ -432,7 +436,7 @@ async fn a_call_every_approver_declines_is_denied_with_the_reason() {
     let started = std::time::Instant::now();
     let result = execute(&submitter, params).await;
     let result = &result.results[0].result;
-    assert_eq!(outcome(result), "permission_denied", "{result:?}");
+    assert_eq!(error_type_or_ok(result), "permission_denied", "{result:?}");
     let error = result.error.as_deref().expect("an error");
     assert!(
         error.contains("every approver declined") && error.contains("declines"),
@@ -477,7 +481,7 @@ async fn a_client_tool_is_registered_and_invoked_through_its_handler() {
         ),
     )
     .await;
-    assert_eq!(outcome(&result.results[0].result), "ok");
+    assert_eq!(error_type_or_ok(&result.results[0].result), "ok");
     assert_eq!(result.results[0].result.content, "echo: hello");
     // Without the capability, registering is refused.
     let refused = caller
@@ -575,7 +579,7 @@ async fn canceling_an_execution_still_returns_its_results() {
     let outcomes: Vec<String> = result
         .results
         .iter()
-        .map(|call| outcome(&call.result))
+        .map(|call| error_type_or_ok(&call.result))
         .collect();
     assert_eq!(outcomes, ["canceled", "canceled"]);
 
@@ -600,7 +604,7 @@ async fn canceling_an_execution_still_returns_its_results() {
         if let ClientEvent::Session(Event::CallDone(done)) = next_event(&mut events).await
             && done.body.call_id == "dropped"
         {
-            assert_eq!(outcome(&done.body.result), "canceled");
+            assert_eq!(error_type_or_ok(&done.body.result), "canceled");
             break;
         }
     }

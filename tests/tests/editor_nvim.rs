@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 use serde_json::json;
-use toold_tests::daemon::{TestDaemon, no_answers, outcome, results};
+use toold_tests::daemon::{TestDaemon, no_answers, results, wire_error_type_or_ok};
 use toold_tests::editor::{
     ANSWERS, Running, approve_from_the_editor, prompts, repository, wait_for_file,
 };
@@ -180,8 +180,8 @@ async fn approvals_queue_and_one_settled_elsewhere_closes_its_prompt() {
         first.execute(&session, write("q1", "q1.txt")),
         second.execute(&session, write("q2", "q2.txt")),
     );
-    assert_eq!(outcome(results(&one)[0]), "ok", "{one}");
-    assert_eq!(outcome(results(&two)[0]), "ok", "{two}");
+    assert_eq!(wire_error_type_or_ok(results(&one)[0]), "ok", "{one}");
+    assert_eq!(wire_error_type_or_ok(results(&two)[0]), "ok", "{two}");
     let answered: Vec<serde_json::Value> =
         std::fs::read_to_string(dir.path().join("answers.jsonl"))
             .unwrap()
@@ -208,7 +208,7 @@ async fn approvals_queue_and_one_settled_elsewhere_closes_its_prompt() {
         .unwrap();
     let denied = first.execute(&session, write("q3", "q3.txt")).await;
     assert_eq!(
-        outcome(results(&denied)[0]),
+        wire_error_type_or_ok(results(&denied)[0]),
         "permission_denied",
         "{denied}"
     );
@@ -274,7 +274,11 @@ async fn without_a_session_named_neovim_follows_the_newest() {
             json!([{"id": "n1", "name": "write_file", "arguments": {"path": "n.txt", "content": "n\n"}}]),
         )
         .await;
-    assert_eq!(outcome(results(&response)[0]), "ok", "{response}");
+    assert_eq!(
+        wire_error_type_or_ok(results(&response)[0]),
+        "ok",
+        "{response}"
+    );
     let older_snapshot = agent
         .request("session/get", json!({"session_id": older}))
         .await

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use toold_protocol::Request;
 use toold_protocol::peer::Reply;
 use toold_tests::daemon::{
-    TestClient, TestDaemon, answer_with, is_session_event, outcome, results,
+    TestClient, TestDaemon, answer_with, is_session_event, results, wire_error_type_or_ok,
 };
 
 /// Config rules on known lines (the file's line numbers are asserted below).
@@ -112,7 +112,7 @@ async fn real_decision(
     if seen.lock().expect("requests").len() > asked_before {
         return "ask".to_owned();
     }
-    match outcome(results(&response)[0]) {
+    match wire_error_type_or_ok(results(&response)[0]) {
         "permission_denied" => "deny",
         "tool_not_allowed" => "tool_not_allowed",
         "unknown_tool" => "unknown_tool",

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use toold_tests::PATIENCE;
-use toold_tests::daemon::{TestClient, TestDaemon, no_answers, outcome, results};
+use toold_tests::daemon::{TestClient, TestDaemon, no_answers, results, wire_error_type_or_ok};
 use toold_tests::require;
 
 /// One daemon that indexes and one that walks cold, on the same tree.
@@ -79,8 +79,12 @@ impl Pair {
     async fn same(&self, mut arguments: Value, what: &str) -> bool {
         arguments["max_results"] = json!(1_000_000);
         let (warm, cold) = self.find(arguments.clone()).await;
-        assert_eq!(outcome(&warm), outcome(&cold), "{what}: {arguments}");
-        if outcome(&warm) != "ok" {
+        assert_eq!(
+            wire_error_type_or_ok(&warm),
+            wire_error_type_or_ok(&cold),
+            "{what}: {arguments}"
+        );
+        if wire_error_type_or_ok(&warm) != "ok" {
             // The directory asked about is gone, or was never there: the same failure.
             assert_eq!(warm["error"], cold["error"], "{what}: {arguments}");
             return false;
@@ -102,11 +106,11 @@ impl Pair {
         arguments["max_results"] = json!(1_000_000);
         let (warm, cold) = self.call("search_code", arguments.clone()).await;
         assert_eq!(
-            outcome(&warm),
-            outcome(&cold),
+            wire_error_type_or_ok(&warm),
+            wire_error_type_or_ok(&cold),
             "{what}: {arguments}: {warm}"
         );
-        if outcome(&warm) != "ok" {
+        if wire_error_type_or_ok(&warm) != "ok" {
             assert_eq!(warm["error"], cold["error"], "{what}: {arguments}");
             return warm;
         }
@@ -458,7 +462,7 @@ async fn find_files_answers_as_a_cold_walk_and_rg_through_a_churn() {
             let (warm, _) = pair
                 .find(json!({"pattern": "*", "max_results": 1_000_000}))
                 .await;
-            assert_eq!(outcome(&warm), "ok", "{warm}");
+            assert_eq!(wire_error_type_or_ok(&warm), "ok", "{warm}");
             same_lines(
                 text(&warm),
                 &rg_files(&rg, &pair.warm, &root),
@@ -829,7 +833,7 @@ async fn an_index_over_the_memory_budget_answers_cold_and_the_oldest_is_evicted(
     std::fs::remove_dir_all(&big).unwrap();
     let small = pair.root.join("src");
     let (warm, _) = pair.find(json!({"pattern": "*", "path": small})).await;
-    assert_eq!(outcome(&warm), "ok");
+    assert_eq!(wire_error_type_or_ok(&warm), "ok");
     let roots = pair
         .warm_client
         .request("index/status", json!({}))

@@ -13,7 +13,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use toold_tests::PATIENCE;
-use toold_tests::daemon::{TestClient, TestDaemon, no_answers, outcome, results};
+use toold_tests::daemon::{
+    TestClient, TestDaemon, no_answers, results, tool_names, wire_error_type_or_ok,
+};
 use toold_tests::mcp::{HttpServer, cmdline, parent_of, status_until, toold, tools_named};
 use toold_tests::require;
 
@@ -190,7 +192,7 @@ async fn two_sessions_share_one_process_per_server_under_their_rules() {
         assert_eq!(
             results
                 .iter()
-                .map(|result| outcome(result))
+                .map(|result| wire_error_type_or_ok(result))
                 .collect::<Vec<_>>(),
             ["ok", "ok", "permission_denied", "ok", "ok", "ok"],
             "{response}"
@@ -395,14 +397,18 @@ async fn a_cancel_ends_a_long_call_at_once_and_the_server_still_answers() {
             at
         }
     );
-    assert_eq!(outcome(results(&response)[0]), "canceled", "{response}");
+    assert_eq!(
+        wire_error_type_or_ok(results(&response)[0]),
+        "canceled",
+        "{response}"
+    );
     let ended = ended_at.saturating_duration_since(canceled_at);
     assert!(
         ended <= Duration::from_millis(200),
         "the call ended {ended:?} after the cancel"
     );
     let echoed = echo(&client, &session, "everything", "still").await;
-    assert_eq!(outcome(results(&echoed)[0]), "ok", "{echoed}");
+    assert_eq!(wire_error_type_or_ok(results(&echoed)[0]), "ok", "{echoed}");
     assert!(text(results(&echoed)[0]).contains("still"), "{echoed}");
 }
 
@@ -443,7 +449,11 @@ async fn a_killed_server_fails_its_call_comes_back_and_fails_after_five_crashes(
         }
     );
     let result = results(&response)[0];
-    assert_eq!(outcome(result), "internal_error", "{response}");
+    assert_eq!(
+        wire_error_type_or_ok(result),
+        "internal_error",
+        "{response}"
+    );
     let message = result["error"].as_str().expect("a message");
     assert!(
         message.contains("Starting default (STDIO) server"),
@@ -469,7 +479,7 @@ async fn a_killed_server_fails_its_call_comes_back_and_fails_after_five_crashes(
         };
         if crash == 1 {
             let echoed = echo(&client, &session, "everything", "back").await;
-            assert_eq!(outcome(results(&echoed)[0]), "ok", "{echoed}");
+            assert_eq!(wire_error_type_or_ok(results(&echoed)[0]), "ok", "{echoed}");
         }
         pid = next;
         kill(pid);
@@ -479,7 +489,11 @@ async fn a_killed_server_fails_its_call_comes_back_and_fails_after_five_crashes(
     assert!(failed.get("pid").is_none(), "{failed}");
     assert!(registered(&client, "everything").await.is_empty());
     let gone = echo(&client, &session, "everything", "x").await;
-    assert_eq!(outcome(results(&gone)[0]), "unknown_tool", "{gone}");
+    assert_eq!(
+        wire_error_type_or_ok(results(&gone)[0]),
+        "unknown_tool",
+        "{gone}"
+    );
 
     // A reload starts a failed server again, its table unchanged, with a fresh count.
     let reloaded = toold(&daemon, &["reload", "--json"]).await;
@@ -489,7 +503,7 @@ async fn a_killed_server_fails_its_call_comes_back_and_fails_after_five_crashes(
     let ready = status_when(&client, "everything", "ready").await;
     assert_eq!(ready["restarts"], 0, "{ready}");
     let echoed = echo(&client, &session, "everything", "after the reload").await;
-    assert_eq!(outcome(results(&echoed)[0]), "ok", "{echoed}");
+    assert_eq!(wire_error_type_or_ok(results(&echoed)[0]), "ok", "{echoed}");
 
     // mcp/restart replaces a running server with a new process.
     let before = ready["pid"].as_u64().expect("a pid");
@@ -508,7 +522,7 @@ async fn a_killed_server_fails_its_call_comes_back_and_fails_after_five_crashes(
         u32::try_from(before).expect("a pid")
     ));
     let echoed = echo(&client, &session, "everything", "again").await;
-    assert_eq!(outcome(results(&echoed)[0]), "ok", "{echoed}");
+    assert_eq!(wire_error_type_or_ok(results(&echoed)[0]), "ok", "{echoed}");
     let unknown = client
         .request("mcp/restart", json!({"name": "nope"}))
         .await
@@ -543,7 +557,7 @@ async fn progress_becomes_events_and_keeps_a_call_alive() {
         )
         .await;
     let result = results(&response)[0];
-    assert_eq!(outcome(result), "ok", "{response}");
+    assert_eq!(wire_error_type_or_ok(result), "ok", "{response}");
     assert!(text(result).contains("Steps: 6"), "{response}");
     let progress: Vec<Value> = client
         .session_events()
@@ -569,7 +583,11 @@ async fn progress_becomes_events_and_keeps_a_call_alive() {
                 "arguments": {"duration": 3, "steps": 1}}]),
         )
         .await;
-    assert_eq!(outcome(results(&quiet)[0]), "timeout", "{quiet}");
+    assert_eq!(
+        wire_error_type_or_ok(results(&quiet)[0]),
+        "timeout",
+        "{quiet}"
+    );
 }
 
 /// A server reached over streamable HTTP on 127.0.0.1 (its bearer token from the daemon's
@@ -616,9 +634,9 @@ async fn a_server_over_streamable_http_is_listed_and_called() {
         )
         .await;
     let answered = results(&response);
-    assert_eq!(outcome(answered[0]), "ok", "{response}");
+    assert_eq!(wire_error_type_or_ok(answered[0]), "ok", "{response}");
     assert!(text(answered[0]).contains("over http"), "{response}");
-    assert_eq!(outcome(answered[1]), "ok", "{response}");
+    assert_eq!(wire_error_type_or_ok(answered[1]), "ok", "{response}");
     let progress = client
         .session_events()
         .into_iter()
@@ -632,7 +650,7 @@ async fn a_server_over_streamable_http_is_listed_and_called() {
     drop(server);
     let gone = echo(&client, &session, "remote", "x").await;
     let result = results(&gone)[0];
-    assert_eq!(outcome(result), "internal_error", "{gone}");
+    assert_eq!(wire_error_type_or_ok(result), "internal_error", "{gone}");
     let error = result["error"].as_str().expect("a message");
     assert!(
         error.contains("error sending request") && error.contains(&format!("reached at {url}")),
@@ -662,16 +680,8 @@ async fn the_first_list_holds_the_eager_servers_tools() {
     let root = tempfile::tempdir().unwrap();
     let daemon = TestDaemon::start_with_config(Some(&four_servers_config(root.path())));
     let client = daemon.connect(json!({}), no_answers()).await;
-    let listed = client
-        .request("tools/list", json!({}))
-        .await
-        .expect("tools/list");
-    let names: Vec<&str> = listed["tools"]
-        .as_array()
-        .expect("tools")
-        .iter()
-        .filter_map(|tool| tool["name"].as_str())
-        .collect();
+    let listed = client.list_tools(json!({})).await;
+    let names = tool_names(&listed);
     for server in ["everything", "fs", "memory", "time"] {
         assert!(
             names

@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use toold_tests::PATIENCE;
 use toold_tests::daemon::{
-    ForeignDaemon, TestClient, TestDaemon, daemon_pid, no_answers, toold_binary,
+    ForeignDaemon, TestClient, TestDaemon, daemon_pid, no_answers, tool_names, toold_binary,
 };
 use toold_tests::mcp::malformed_server_table;
 use toold_tests::require;
@@ -541,12 +541,7 @@ async fn the_mcp_inspector_lists_the_tools_and_reads_a_file() {
             .unwrap_or_else(|_| panic!("JSON from the inspector: {stdout}"))
     };
     let listed = inspect(&["--method", "tools/list"]).await;
-    let names: Vec<&str> = listed["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|tool| tool["name"].as_str())
-        .collect();
+    let names = tool_names(&listed);
     for builtin in [
         "read_file",
         "write_file",

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use toold_tests::PATIENCE;
-use toold_tests::daemon::{TestClient, TestDaemon, no_answers, outcome, results};
+use toold_tests::daemon::{TestClient, TestDaemon, no_answers, results, wire_error_type_or_ok};
 use toold_tests::mcp::{
     HttpServer, child_running, malformed_server_table, status_until, test_server, toold, tools_when,
 };
@@ -113,7 +113,7 @@ async fn a_malformed_servers_good_tools_are_registered_and_called_through_the_pi
     assert_eq!(
         results(&denied)
             .into_iter()
-            .map(outcome)
+            .map(wire_error_type_or_ok)
             .collect::<Vec<_>>(),
         ["permission_denied"],
         "a side-effect tool asks, and no approver answers: {denied}"
@@ -140,7 +140,7 @@ async fn a_malformed_servers_good_tools_are_registered_and_called_through_the_pi
     assert_eq!(
         results
             .iter()
-            .map(|result| outcome(result))
+            .map(|result| wire_error_type_or_ok(result))
             .collect::<Vec<_>>(),
         ["ok", "ok", "permission_denied", "invalid_arguments"],
         "{response}"
@@ -159,7 +159,7 @@ async fn a_malformed_servers_good_tools_are_registered_and_called_through_the_pi
         )
         .await;
     let failed = &results_of(&failed)[0];
-    assert_eq!(outcome(failed), "tool_error", "{failed}");
+    assert_eq!(wire_error_type_or_ok(failed), "tool_error", "{failed}");
     assert_eq!(failed["error"], "it failed on purpose", "{failed}");
 
     // An answer over the 16 MiB limit on one message fails its call at once, and the server's
@@ -175,7 +175,7 @@ async fn a_malformed_servers_good_tools_are_registered_and_called_through_the_pi
         )
         .await;
     let over = results_of(&over);
-    assert_eq!(outcome(&over[0]), "tool_error", "{}", over[0]);
+    assert_eq!(wire_error_type_or_ok(&over[0]), "tool_error", "{}", over[0]);
     assert!(
         over[0]["error"]
             .as_str()
@@ -197,7 +197,12 @@ async fn a_malformed_servers_good_tools_are_registered_and_called_through_the_pi
         )
         .await;
     let nested = results_of(&nested);
-    assert_eq!(outcome(&nested[0]), "tool_error", "{}", nested[0]);
+    assert_eq!(
+        wire_error_type_or_ok(&nested[0]),
+        "tool_error",
+        "{}",
+        nested[0]
+    );
     assert!(
         nested[0]["error"]
             .as_str()
@@ -260,7 +265,7 @@ async fn an_http_servers_answer_too_deep_to_read_fails_its_call_at_once() {
         )
         .await;
     let deep = &results_of(&deep)[0];
-    assert_eq!(outcome(deep), "internal_error", "{deep}");
+    assert_eq!(wire_error_type_or_ok(deep), "internal_error", "{deep}");
     assert!(
         deep["error"]
             .as_str()
@@ -286,7 +291,7 @@ async fn an_http_servers_answer_too_deep_to_read_fails_its_call_at_once() {
         )
         .await;
     let shallow = &results_of(&shallow)[0];
-    assert_eq!(outcome(shallow), "ok", "{shallow}");
+    assert_eq!(wire_error_type_or_ok(shallow), "ok", "{shallow}");
     assert_eq!(shallow["content"], "echo: shallow", "{shallow}");
     assert!(
         shallow["metadata"]["structured"]["nested"].is_array(),
@@ -400,7 +405,7 @@ async fn a_killed_server_comes_back_with_its_tools() {
         )
         .await;
     assert_eq!(
-        outcome(results(&response)[0]),
+        wire_error_type_or_ok(results(&response)[0]),
         "internal_error",
         "{response}"
     );
@@ -458,7 +463,11 @@ async fn stopped_calls_end_at_once_and_a_crash_is_quoted() {
             .await
             .expect("tools/cancel")
     });
-    assert_eq!(outcome(results(&canceled)[0]), "canceled", "{canceled}");
+    assert_eq!(
+        wire_error_type_or_ok(results(&canceled)[0]),
+        "canceled",
+        "{canceled}"
+    );
     assert!(
         started.elapsed() < Duration::from_millis(3000),
         "the cancel, not the timeout, ended it"
@@ -467,7 +476,11 @@ async fn stopped_calls_end_at_once_and_a_crash_is_quoted() {
 
     // Timed out: ended at the tool's timeout, the server told again.
     let timed_out = client.execute(&session, slow).await;
-    assert_eq!(outcome(results(&timed_out)[0]), "timeout", "{timed_out}");
+    assert_eq!(
+        wire_error_type_or_ok(results(&timed_out)[0]),
+        "timeout",
+        "{timed_out}"
+    );
     logged(&daemon, "cancelled request", 2).await;
 
     let echo = client
@@ -485,7 +498,7 @@ async fn stopped_calls_end_at_once_and_a_crash_is_quoted() {
         )
         .await;
     let result = results(&crashed)[0];
-    assert_eq!(outcome(result), "internal_error", "{crashed}");
+    assert_eq!(wire_error_type_or_ok(result), "internal_error", "{crashed}");
     let message = result["error"].as_str().expect("a message");
     assert!(message.contains("dying now: farewell"), "{message}");
 
@@ -499,7 +512,11 @@ async fn stopped_calls_end_at_once_and_a_crash_is_quoted() {
                 "arguments": {"words": "bye", "hang_up": true}}]),
         )
         .await;
-    assert_eq!(outcome(results(&hung_up)[0]), "internal_error", "{hung_up}");
+    assert_eq!(
+        wire_error_type_or_ok(results(&hung_up)[0]),
+        "internal_error",
+        "{hung_up}"
+    );
     let deadline = Instant::now() + PATIENCE;
     while toold_tests::daemon::process_alive(hanging)
         || server_pid(&daemon, "malformed.py").is_none_or(|pid| pid == hanging)
@@ -666,10 +683,7 @@ async fn a_lazy_server_starts_at_its_first_use() {
     let listing = TestDaemon::start_with_config(Some(&config));
     let client = listing.connect(json!({}), no_answers()).await;
     let started = Instant::now();
-    let listed = client
-        .request("tools/list", json!({}))
-        .await
-        .expect("tools/list");
+    let listed = client.list_tools(json!({})).await;
     assert!(
         started.elapsed() < Duration::from_secs(10),
         "the listing waited {:?}",

@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 
 use serde_json::{Value, json};
-use toold_tests::daemon::{TestClient, TestDaemon, no_answers, outcome, results};
+use toold_tests::daemon::{TestClient, TestDaemon, no_answers, results, wire_error_type_or_ok};
 use toold_tests::mcp::{malformed_server_table, toold, tools_when};
 use toold_tests::require;
 
@@ -23,7 +23,7 @@ async fn write(client: &TestClient, session: &str, daemon: &TestDaemon, name: &s
                 "arguments": {"path": daemon.work().join(name), "content": "x"}}]),
         )
         .await;
-    outcome(results(&response)[0]).to_owned()
+    wire_error_type_or_ok(results(&response)[0]).to_owned()
 }
 
 /// Waits until the registry holds `count` tools of the MCP server `bad`.

@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::process::ChildStdout;
-use toold_tests::daemon::{TestClient, TestDaemon, no_answers, outcome, results};
+use toold_tests::daemon::{TestClient, TestDaemon, no_answers, results, wire_error_type_or_ok};
 use toold_tests::terminal::{Finished, Terminal};
 
 /// `toold ARGS…` against `daemon`, run to its end (stdin empty).
@@ -174,7 +174,11 @@ async fn a_session_followed_has_its_approvals_asked_on_the_watching_terminal() {
         )
         .await;
     let terminal = answering.await.unwrap();
-    assert_eq!(outcome(results(&response)[0]), "ok", "{response}");
+    assert_eq!(
+        wire_error_type_or_ok(results(&response)[0]),
+        "ok",
+        "{response}"
+    );
     assert!(daemon.work().join("approved").exists());
     assert!(
         terminal.screen().contains("touch approved"),

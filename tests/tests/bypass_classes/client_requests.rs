@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use serde_json::{Value, json};
 use toold_protocol::peer::Reply;
 use toold_protocol::{Request, RequestError};
-use toold_tests::daemon::{TestDaemon, no_answers};
+use toold_tests::daemon::{TestDaemon, no_answers, tool_names};
 
 use super::{SECRET, approving_for_the_session, call, command, execute_one, session_with, setup};
 
@@ -63,16 +63,8 @@ async fn clients_register_neither_system_tools_nor_names_no_rule_can_name() {
     let mixed = json!({"tools": [tool("fine_tool", false), tool("sys", true)]});
     assert!(owner.request("tools/register", mixed).await.is_err());
 
-    let list = client
-        .request("tools/list", json!({}))
-        .await
-        .expect("tools/list");
-    let names: Vec<&str> = list["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|tool| tool["name"].as_str())
-        .collect();
+    let list = client.list_tools(json!({})).await;
+    let names = tool_names(&list);
     assert!(
         names.iter().all(|name| {
             name.bytes()

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use toold_protocol::error_code;
-use toold_tests::daemon::{TestDaemon, no_answers, outcome};
+use toold_tests::daemon::{TestDaemon, no_answers, wire_error_type_or_ok};
 
 use super::{command_call, outcomes, params, rpc_code};
 
@@ -210,13 +210,13 @@ async fn result_after_submitter_leaves(extra: Value) -> Value {
 #[tokio::test]
 async fn a_batch_is_canceled_when_its_submitter_disconnects() {
     let result = result_after_submitter_leaves(json!({})).await;
-    assert_eq!(outcome(&result), "canceled", "{result}");
+    assert_eq!(wire_error_type_or_ok(&result), "canceled", "{result}");
 }
 
 #[tokio::test]
 async fn with_on_disconnect_continue_the_batch_completes() {
     let result = result_after_submitter_leaves(json!({"on_disconnect": "continue"})).await;
-    assert_eq!(outcome(&result), "ok", "{result}");
+    assert_eq!(wire_error_type_or_ok(&result), "ok", "{result}");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
 use toold_protocol::{Notification, Request, RequestError};
-use toold_tests::daemon::{outcome, results};
+use toold_tests::daemon::{results, wire_error_type_or_ok};
 
 mod approvals;
 mod events;
@@ -71,7 +71,10 @@ fn result(response: &Value, index: usize) -> &Value {
 }
 
 fn outcomes(response: &Value) -> Vec<&str> {
-    results(response).into_iter().map(outcome).collect()
+    results(response)
+        .into_iter()
+        .map(wire_error_type_or_ok)
+        .collect()
 }
 
 fn rpc_code(error: RequestError) -> i32 {
