@@ -430,6 +430,11 @@ pub fn results(response: &Value) -> Vec<&Value> {
         .collect()
 }
 
+/// A `run_command` call of `line` with the id `id`, as `tools/execute` takes it.
+pub fn command_call(id: &str, line: &str) -> Value {
+    json!({"id": id, "name": "run_command", "arguments": {"command": line}})
+}
+
 /// The names of the tools in a `tools/list` result (the daemon's, `toold tools --json`'s or an
 /// MCP server's), in its order.
 pub fn tool_names(listed: &Value) -> Vec<&str> {

@@ -9,12 +9,11 @@ use tokio::sync::mpsc;
 use toold_protocol::peer::Reply;
 use toold_protocol::{Notification, Request};
 use toold_tests::daemon::{
-    Answerer, TestClient, TestDaemon, always, answer_with, never_answers, no_answers,
+    Answerer, TestClient, TestDaemon, always, answer_with, command_call, never_answers, no_answers,
 };
 
 use super::{
-    approvals, command_call, event_call_id, methods, outcomes, params, requests, resolved_events,
-    result, seen,
+    approvals, event_call_id, methods, outcomes, params, requests, resolved_events, result, seen,
 };
 use toold_tests::PATIENCE;
 

@@ -5,9 +5,9 @@
 
 use serde_json::{Value, json};
 use toold_protocol::peer::Reply;
-use toold_tests::daemon::{TestDaemon, answer_with, no_answers};
+use toold_tests::daemon::{TestDaemon, answer_with, command_call, no_answers};
 
-use super::{approvals, command_call, requests, result, seen};
+use super::{approvals, requests, result, seen};
 
 fn output_of(result: &Value) -> &str {
     result["content"].as_str().unwrap_or_default()

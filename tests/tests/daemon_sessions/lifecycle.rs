@@ -6,9 +6,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use toold_protocol::error_code;
-use toold_tests::daemon::{TestDaemon, no_answers, wire_error_type_or_ok};
+use toold_tests::daemon::{TestDaemon, command_call, no_answers, wire_error_type_or_ok};
 
-use super::{command_call, outcomes, params, rpc_code};
+use super::{outcomes, params, rpc_code};
 
 #[tokio::test]
 async fn session_update_is_reflected_in_get_and_list() {

@@ -83,7 +83,3 @@ fn rpc_code(error: RequestError) -> i32 {
         other => panic!("expected a JSON-RPC error, got {other:?}"),
     }
 }
-
-fn command_call(id: &str, command: &str) -> Value {
-    json!({"id": id, "name": "run_command", "arguments": {"command": command}})
-}

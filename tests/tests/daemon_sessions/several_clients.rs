@@ -7,11 +7,9 @@ use std::sync::Arc;
 use serde_json::json;
 use tokio::sync::mpsc;
 use toold_protocol::Request;
-use toold_tests::daemon::{Answerer, TestDaemon, always, no_answers};
+use toold_tests::daemon::{Answerer, TestDaemon, always, command_call, no_answers};
 
-use super::{
-    approvals, command_call, methods, outcomes, requests, resolved_events, result, seen, seq,
-};
+use super::{approvals, methods, outcomes, requests, resolved_events, result, seen, seq};
 use toold_tests::PATIENCE;
 
 #[tokio::test]
