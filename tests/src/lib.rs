@@ -24,7 +24,8 @@ use toold_protocol::{ToolCall, ToolResult};
 /// machine, and no test waits longer than it needs.
 pub const PATIENCE: Duration = Duration::from_secs(30);
 
-/// A temporary directory holding `files` (path, content); parents are created.
+/// A temporary directory holding `files` (path, content); parents are created. Its root is
+/// canonical, so that paths the tools report compare equal on systems where /tmp is a link.
 pub struct Tree {
     dir: tempfile::TempDir,
     root: PathBuf,
@@ -32,17 +33,29 @@ pub struct Tree {
 
 impl Tree {
     pub fn new(files: &[(&str, &str)]) -> Self {
-        let dir = tempfile::tempdir().expect("temporary directory");
-        // Canonical, so that paths the tools report compare equal on systems where /tmp is a link.
-        let root = dir
-            .path()
-            .canonicalize()
-            .expect("canonical temporary directory");
-        let tree = Self { dir, root };
+        let tree = Self::empty();
         for (path, content) in files {
             tree.write(path, content);
         }
         tree
+    }
+
+    /// A tree of files whose contents are bytes, not necessarily text.
+    pub fn with_bytes(files: &[(&str, &[u8])]) -> Self {
+        let tree = Self::empty();
+        for (path, content) in files {
+            tree.write_bytes(path, content);
+        }
+        tree
+    }
+
+    fn empty() -> Self {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let root = dir
+            .path()
+            .canonicalize()
+            .expect("canonical temporary directory");
+        Self { dir, root }
     }
 
     pub fn root(&self) -> &Path {
@@ -54,6 +67,10 @@ impl Tree {
     }
 
     pub fn write(&self, relative: &str, content: &str) {
+        self.write_bytes(relative, content.as_bytes());
+    }
+
+    pub fn write_bytes(&self, relative: &str, content: &[u8]) {
         let path = self.path(relative);
         std::fs::create_dir_all(path.parent().expect("a file has a parent"))
             .expect("create parents");
@@ -77,12 +94,21 @@ impl Tree {
 
 /// Runs one call through a registry of the builtins, as the daemon's execution boundary does.
 pub async fn call(env: Env, tool: &str, arguments: Value) -> ToolResult {
-    let registry = Registry::with_builtins();
-    registry
+    call_canceled_by(env, tool, arguments, CancellationToken::new()).await
+}
+
+/// [`call`], canceled when `cancel` is.
+pub async fn call_canceled_by(
+    env: Env,
+    tool: &str,
+    arguments: Value,
+    cancel: CancellationToken,
+) -> ToolResult {
+    Registry::with_builtins()
         .execute(
             &ToolCall::new("call_1", tool, arguments),
             Arc::new(env),
-            CancellationToken::new(),
+            cancel,
             None,
         )
         .await
