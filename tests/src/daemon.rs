@@ -446,6 +446,15 @@ pub fn tool_names(listed: &Value) -> Vec<&str> {
         .collect()
 }
 
+/// Whether a wire result is the denial of a call that would have asked with no approver
+/// attached to ask.
+pub fn asked_nobody(result: &Value) -> bool {
+    result["error_type"] == "permission_denied"
+        && result["error"]
+            .as_str()
+            .is_some_and(|error| error.contains("no approver is attached"))
+}
+
 /// A wire result's (JSON) `error_type`, or "ok" (for an in-process `ToolResult`,
 /// [`crate::error_type_or_ok`]).
 pub fn wire_error_type_or_ok(result: &Value) -> &str {
@@ -545,6 +554,17 @@ impl TestClient {
             .into_iter()
             .map(str::to_owned)
             .collect()
+    }
+
+    /// `permissions/explain` of a call of `tool` with `arguments` in `session_id`: the whole
+    /// result.
+    pub async fn explain(&self, session_id: &str, tool: &str, arguments: &Value) -> Value {
+        self.request(
+            "permissions/explain",
+            json!({"session_id": session_id, "call": {"name": tool, "arguments": arguments}}),
+        )
+        .await
+        .expect("permissions/explain")
     }
 
     /// Creates a session at `cwd`; returns its id.

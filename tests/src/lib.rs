@@ -125,6 +125,30 @@ pub fn error_type_or_ok(result: &ToolResult) -> String {
     }
 }
 
+/// A fixed-seed xorshift generator: the same sequence from the same seed on every run, so that
+/// a failing sequence replays, and no dependency.
+pub struct XorShift(pub u64);
+
+impl XorShift {
+    #[allow(clippy::should_implement_trait)]
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// A number below `bound`.
+    pub fn below(&mut self, bound: usize) -> usize {
+        (self.next() % bound as u64) as usize
+    }
+
+    /// One of `items`.
+    pub fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
+        items[self.below(items.len())]
+    }
+}
+
 /// The variable naming the test that [`alone_in_a_process`] runs in a child process.
 const ALONE_VAR: &str = "TOOLD_TEST_ALONE";
 

@@ -58,16 +58,6 @@ async fn toold(daemon: &TestDaemon, args: &[&str]) -> Output {
     command.args(args).output().await.expect("toold runs")
 }
 
-async fn explain(client: &TestClient, session: &str, tool: &str, arguments: Value) -> Value {
-    client
-        .request(
-            "permissions/explain",
-            json!({"session_id": session, "call": {"name": tool, "arguments": arguments}}),
-        )
-        .await
-        .expect("permissions/explain")
-}
-
 #[tokio::test]
 async fn claude_code_rules_decide_as_claude_code_documents_them() {
     let daemon = TestDaemon::start_with_config(Some(COMMANDS_ASK));
@@ -299,7 +289,7 @@ async fn claude_code_rules_decide_as_claude_code_documents_them() {
         ),
     ];
     for (what, tool, arguments, decision, step, rule, read_as) in rows {
-        let explained = explain(&client, &session, tool, arguments.clone()).await;
+        let explained = client.explain(&session, tool, &arguments).await;
         let shown = format!("{what}: {explained:#}");
         assert_eq!(explained["decision"], decision, "{shown}");
         assert_eq!(explained["step"], step, "{shown}");

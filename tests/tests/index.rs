@@ -13,9 +13,9 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use toold_tests::PATIENCE;
 use toold_tests::daemon::{TestClient, TestDaemon, no_answers, results, wire_error_type_or_ok};
 use toold_tests::require;
+use toold_tests::{PATIENCE, XorShift};
 
 /// One daemon that indexes and one that walks cold, on the same tree.
 struct Pair {
@@ -313,18 +313,6 @@ const SUBDIRECTORIES: [&str; 6] = ["src", "vendor", ".github", "target", "n1/n2"
 /// The searches asked after each change: literals, a regex, case folds.
 const SEARCHES: [&str; 5] = ["saved", "fn main", r"\bx\b|guide", "(?i)SAVED", "ref: refs"];
 
-/// A small generator, so that a failing sequence can be replayed from its seed.
-struct Random(u64);
-
-impl Random {
-    fn below(&mut self, n: usize) -> usize {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 % n as u64) as usize
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn find_files_answers_as_a_cold_walk_and_rg_through_a_churn() {
     const TEST: &str = "find_files_answers_as_a_cold_walk_and_rg_through_a_churn";
@@ -343,7 +331,7 @@ async fn find_files_answers_as_a_cold_walk_and_rg_through_a_churn() {
     let global_excludes = pair.warm.root().join("config/git/ignore");
     let cold_global_excludes = pair.cold.root().join("config/git/ignore");
     let parent_ignore = root.parent().unwrap().join(".ignore");
-    let mut random = Random(0x1dea);
+    let mut random = XorShift(0x1dea);
     let mut warm_answers = 0;
     let mut answers = 0;
     for step in 0..2000 {
@@ -522,12 +510,9 @@ async fn searches_read_only_candidates_and_answer_as_cold_and_rg() {
     );
     // A file with more distinct trigrams than the index keeps for one: searched always.
     let mut noise = Vec::with_capacity(4 << 20);
-    let mut state = 0x2545_f491_4f6c_dd1d_u64;
+    let mut random = XorShift(0x2545_f491_4f6c_dd1d);
     while noise.len() < 4 << 20 {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        noise.push(b'!' + (state % 90) as u8);
+        noise.push(b'!' + (random.next() % 90) as u8);
         if noise.len() % 100 == 0 {
             noise.push(b'\n');
         }

@@ -5,19 +5,12 @@
 
 use serde_json::{Value, json};
 use toold_protocol::peer::Reply;
-use toold_tests::daemon::{TestDaemon, answer_with, command_call, no_answers};
+use toold_tests::daemon::{TestDaemon, answer_with, asked_nobody, command_call, no_answers};
 
 use super::{approvals, requests, result, seen};
 
 fn output_of(result: &Value) -> &str {
     result["content"].as_str().unwrap_or_default()
-}
-
-fn asked_nobody(result: &Value) -> bool {
-    result["error_type"] == "permission_denied"
-        && result["error"]
-            .as_str()
-            .is_some_and(|error| error.contains("no approver is attached"))
 }
 
 #[tokio::test]
