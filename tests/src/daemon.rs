@@ -408,6 +408,17 @@ pub fn never_answers(seen: Arc<Mutex<Vec<Request>>>) -> Answerer {
     })
 }
 
+/// An answerer that never answers (as [`never_answers`]) and tells the test of each request
+/// as it arrives, through the receiver returned with it.
+pub fn never_answers_telling() -> (Answerer, mpsc::UnboundedReceiver<Request>) {
+    let (asked_tx, asked_rx) = mpsc::unbounded_channel();
+    let answerer: Answerer = Arc::new(move |request: Request| {
+        let _ = asked_tx.send(request);
+        Box::pin(std::future::pending())
+    });
+    (answerer, asked_rx)
+}
+
 /// An answerer that records each request and replies with what `reply` makes of it.
 pub fn answer_with(
     seen: Arc<Mutex<Vec<Request>>>,

@@ -2,14 +2,12 @@
 //! replacement arguments), and the answers that cancel the permission (an error, an invalid
 //! decision, a timeout, an approver that leaves, a canceled call) or none at all.
 
-use std::sync::Arc;
-
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
+use toold_protocol::Notification;
 use toold_protocol::peer::Reply;
-use toold_protocol::{Notification, Request};
 use toold_tests::daemon::{
-    Answerer, TestClient, TestDaemon, always, answer_with, command_call, never_answers, no_answers,
+    Answerer, TestClient, TestDaemon, always, answer_with, command_call, never_answers,
+    never_answers_telling, no_answers,
 };
 
 use super::{
@@ -326,11 +324,7 @@ async fn while_an_approval_waits(
     let daemon = TestDaemon::start_asking();
     let mut submitter = daemon.connect(json!({}), no_answers()).await;
     let session = submitter.create_session(&daemon.work(), json!({})).await;
-    let (asked_tx, mut asked_rx) = mpsc::unbounded_channel();
-    let silent: Answerer = Arc::new(move |request: Request| {
-        let _ = asked_tx.send(request);
-        Box::pin(std::future::pending())
-    });
+    let (silent, mut asked_rx) = never_answers_telling();
     let approver = daemon.connect(approvals(), silent).await;
     approver
         .request("session/attach", json!({"session_id": session}))
