@@ -268,6 +268,20 @@ impl TestDaemon {
         self.spawn();
     }
 
+    /// Runs `toold SUBCOMMAND ARGS` against this daemon: its exit code and its stdout.
+    pub fn run_toold(&self, subcommand: &str, args: &[&str]) -> (Option<i32>, String) {
+        let output = self
+            .command()
+            .arg(subcommand)
+            .args(args)
+            .output()
+            .unwrap_or_else(|error| panic!("toold {subcommand}: {error}"));
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+        )
+    }
+
     /// The daemon's process id.
     pub fn pid(&self) -> u32 {
         self.child.as_ref().expect("the daemon is running").id()
@@ -915,6 +929,24 @@ fn state_and_parent(pid: u32) -> Option<(String, u32)> {
 
 fn is_alive(state: &str) -> bool {
     !matches!(state, "Z" | "X")
+}
+
+/// Sends SIGTERM to `child`, a daemon the test started itself, and waits up to `within` for it
+/// to exit successfully; `condition` names what the daemon stops under, for the failure.
+pub fn sigterm_and_exits_cleanly(child: &mut Child, within: Duration, condition: &str) {
+    send_signal(child.id(), nix::sys::signal::Signal::SIGTERM);
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(status) = child.try_wait().expect("wait for the daemon") {
+            assert!(status.success(), "{status}");
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the daemon did not stop on SIGTERM {condition}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// The process at the other end of a connection to `socket` (SO_PEERCRED).

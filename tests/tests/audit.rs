@@ -39,19 +39,6 @@ fn calls(path: &Path) -> Vec<Value> {
         .collect()
 }
 
-fn toold_audit(daemon: &TestDaemon, args: &[&str]) -> (Option<i32>, String) {
-    let output = daemon
-        .command()
-        .arg("audit")
-        .args(args)
-        .output()
-        .expect("toold audit");
-    (
-        output.status.code(),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-    )
-}
-
 const HOOKED_CONFIG: &str = r#"
 audit_max_bytes = 65536
 audit_keep = 50
@@ -246,12 +233,12 @@ async fn every_call_has_exactly_one_record_naming_who_decided() {
         toold::audit::read::files(&log).len() >= 3,
         "at least two rotations"
     );
-    let (code, text) = toold_audit(&daemon, &["verify"]);
+    let (code, text) = daemon.run_toold("audit", &["verify"]);
     assert_eq!(code, Some(0), "{text}");
     assert!(text.contains("chain holds"), "{text}");
 
     // `toold audit --session` lists that session's records alone.
-    let (code, text) = toold_audit(&daemon, &["--session", &sessions[3], "--json"]);
+    let (code, text) = daemon.run_toold("audit", &["--session", &sessions[3], "--json"]);
     assert_eq!(code, Some(0));
     let listed: Vec<Value> = text
         .lines()
@@ -269,7 +256,7 @@ async fn every_call_has_exactly_one_record_naming_who_decided() {
             .count(),
         100
     );
-    let (code, text) = toold_audit(&daemon, &["--since", "1h"]);
+    let (code, text) = daemon.run_toold("audit", &["--since", "1h"]);
     assert_eq!(code, Some(0));
     assert!(text.contains("second-approver"), "{text}");
 }
@@ -322,15 +309,15 @@ async fn verify_names_the_one_line_edited_removed_or_moved() {
     for (what, line, change) in cases {
         let dir = tempfile::tempdir().expect("a directory");
         let copy = tampered_copy(&log, dir.path(), change);
-        let (code, text) = toold_audit(&daemon, &["verify", "--log", copy.to_str().unwrap()]);
+        let (code, text) = daemon.run_toold("audit", &["verify", "--log", copy.to_str().unwrap()]);
         assert_eq!(code, Some(1), "{what}: {text}");
         assert!(
             text.contains(&format!("BROKEN at {}:{line}:", copy.display())),
             "{what}: {text}"
         );
         // `--json` names the same line, and counts the records walked before the break was seen.
-        let (code, text) = toold_audit(
-            &daemon,
+        let (code, text) = daemon.run_toold(
+            "audit",
             &["verify", "--json", "--log", copy.to_str().unwrap()],
         );
         assert_eq!(code, Some(1), "{what}: {text}");
@@ -350,10 +337,10 @@ async fn verify_names_the_one_line_edited_removed_or_moved() {
     }
     let dir = tempfile::tempdir().expect("a directory");
     let untouched = tampered_copy(&log, dir.path(), |_| {});
-    let (code, text) = toold_audit(&daemon, &["verify", "--log", untouched.to_str().unwrap()]);
+    let (code, text) = daemon.run_toold("audit", &["verify", "--log", untouched.to_str().unwrap()]);
     assert_eq!(code, Some(0), "{text}");
-    let (code, text) = toold_audit(
-        &daemon,
+    let (code, text) = daemon.run_toold(
+        "audit",
         &["verify", "--log", untouched.to_str().unwrap(), "--json"],
     );
     assert_eq!(code, Some(0), "{text}");
@@ -383,7 +370,7 @@ async fn verify_names_the_one_line_edited_removed_or_moved() {
 }
 
 fn verify_json(daemon: &TestDaemon, args: &[&str]) -> (Option<i32>, Value) {
-    let (code, text) = toold_audit(daemon, &[&["verify", "--json"], args].concat());
+    let (code, text) = daemon.run_toold("audit", &[&["verify", "--json"], args].concat());
     (code, serde_json::from_str(&text).expect("one JSON object"))
 }
 
@@ -401,7 +388,7 @@ async fn the_running_daemon_tells_verify_its_last_record_and_reopens_a_log_repla
     let log = audit_path(&daemon);
     let written = records(&log).len();
     assert_eq!(written, 11, "a session_create and ten calls");
-    let (code, text) = toold_audit(&daemon, &["verify"]);
+    let (code, text) = daemon.run_toold("audit", &["verify"]);
     assert_eq!(code, Some(0), "{text}");
     assert!(
         text.contains(&format!(
@@ -428,7 +415,7 @@ async fn the_running_daemon_tells_verify_its_last_record_and_reopens_a_log_repla
         .open(&log)
         .expect("the log");
     in_place.set_len(last_starts as u64).expect("cut");
-    let (code, text) = toold_audit(&daemon, &["verify"]);
+    let (code, text) = daemon.run_toold("audit", &["verify"]);
     assert_eq!(code, Some(1), "{text}");
     assert!(
         text.contains(&format!(
@@ -450,7 +437,8 @@ async fn the_running_daemon_tells_verify_its_last_record_and_reopens_a_log_repla
         "{report:#}"
     );
     // With no daemon to ask, the file alone holds, and verify says what it could not check.
-    let (code, text) = toold_audit(&daemon, &["verify", "--socket", "/nonexistent/toold.sock"]);
+    let (code, text) =
+        daemon.run_toold("audit", &["verify", "--socket", "/nonexistent/toold.sock"]);
     assert_eq!(code, Some(0), "{text}");
     assert!(
         text.contains("note: no daemon answered on /nonexistent/toold.sock")
@@ -465,7 +453,7 @@ async fn the_running_daemon_tells_verify_its_last_record_and_reopens_a_log_repla
         .expect("the log")
         .write_all(&removed)
         .expect("put back");
-    let (code, text) = toold_audit(&daemon, &["verify"]);
+    let (code, text) = daemon.run_toold("audit", &["verify"]);
     assert_eq!(code, Some(0), "{text}");
 
     // A record forged after the daemon's last, chained as the daemon would chain it: the
@@ -486,7 +474,7 @@ async fn the_running_daemon_tells_verify_its_last_record_and_reopens_a_log_repla
         .expect("the log")
         .write_all(forged.as_bytes())
         .expect("forge");
-    let (code, text) = toold_audit(&daemon, &["verify"]);
+    let (code, text) = daemon.run_toold("audit", &["verify"]);
     assert_eq!(code, Some(1), "{text}");
     assert!(
         text.contains(&format!(
@@ -501,7 +489,7 @@ async fn the_running_daemon_tells_verify_its_last_record_and_reopens_a_log_repla
         .expect("the log")
         .set_len(whole.len() as u64)
         .expect("the forged line cut");
-    let (code, text) = toold_audit(&daemon, &["verify"]);
+    let (code, text) = daemon.run_toold("audit", &["verify"]);
     assert_eq!(code, Some(0), "{text}");
 
     // `sed -i` writes a new file and renames it over the log: the daemon's next records go to
@@ -530,7 +518,7 @@ async fn the_running_daemon_tells_verify_its_last_record_and_reopens_a_log_repla
         after,
         [&json!("after0"), &json!("after1"), &json!("after2")]
     );
-    let (code, text) = toold_audit(&daemon, &["verify"]);
+    let (code, text) = daemon.run_toold("audit", &["verify"]);
     assert_eq!(code, Some(0), "{text}");
     assert!(
         text.contains(&format!(
@@ -977,7 +965,7 @@ async fn a_call_is_recorded_as_decided_before_it_runs() {
         "the call never ended"
     );
     daemon.start_again();
-    let (code, text) = toold_audit(&daemon, &["verify"]);
+    let (code, text) = daemon.run_toold("audit", &["verify"]);
     assert_eq!(code, Some(0), "{text}");
 }
 
@@ -1006,21 +994,21 @@ async fn records_cut_while_the_daemon_is_stopped_are_seen_by_its_seal() {
     )
     .expect("JSON");
     assert_eq!(seal["at"], "stop", "{seal}");
-    let (code, text) = toold_audit(&daemon, &["verify"]);
+    let (code, text) = daemon.run_toold("audit", &["verify"]);
     assert_eq!(code, Some(0), "{text}");
 
     let lines = records(&log);
     let text = std::fs::read_to_string(&log).expect("the log");
     let kept: Vec<&str> = text.lines().take(lines.len() - 2).collect();
     std::fs::write(&log, kept.join("\n") + "\n").expect("cut");
-    let (code, text) = toold_audit(&daemon, &["verify"]);
+    let (code, text) = daemon.run_toold("audit", &["verify"]);
     assert_eq!(code, Some(1), "{text}");
     assert!(
         text.contains("sealed at the daemon's stop") && text.contains("2 records missing"),
         "{text}"
     );
     daemon.start_again();
-    let (code, text) = toold_audit(&daemon, &["verify"]);
+    let (code, text) = daemon.run_toold("audit", &["verify"]);
     assert_eq!(code, Some(1), "{text}");
     assert!(text.contains("no longer held record"), "{text}");
     assert!(

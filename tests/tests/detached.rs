@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use toold_tests::PATIENCE;
-use toold_tests::daemon::toold_command_in;
+use toold_tests::daemon::{sigterm_and_exits_cleanly, toold_command_in};
 
 /// The directories `toold_command_in` points a command at.
 fn fresh_root() -> tempfile::TempDir {
@@ -202,18 +202,9 @@ fn a_daemon_whose_terminal_is_unread_then_closed_serves_and_stops() {
         daemon.0.try_wait().unwrap().is_none(),
         "the daemon is still running"
     );
-    let pid = nix::unistd::Pid::from_raw(i32::try_from(daemon.0.id()).unwrap());
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Some(status) = daemon.0.try_wait().unwrap() {
-            assert!(status.success(), "{status}");
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the daemon did not stop on SIGTERM with its terminal gone"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    sigterm_and_exits_cleanly(
+        &mut daemon.0,
+        Duration::from_secs(20),
+        "with its terminal gone",
+    );
 }

@@ -520,18 +520,7 @@ async fn toold_explain_prints_the_decision_why_and_what_to_add() {
     let daemon = TestDaemon::start_with_config(Some(CONFIG));
     let work = daemon.work();
     let config_file = daemon.root().join("config/toold/config.toml");
-    let run = |args: &[&str]| {
-        let output = daemon
-            .command()
-            .arg("explain")
-            .args(args)
-            .output()
-            .expect("toold explain");
-        (
-            output.status.code(),
-            String::from_utf8_lossy(&output.stdout).into_owned(),
-        )
-    };
+    let run = |args: &[&str]| daemon.run_toold("explain", args);
     let cwd = work.to_str().expect("a UTF-8 path");
     let (code, text) = run(&[
         "run_command",

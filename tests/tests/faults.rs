@@ -11,7 +11,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use toold_tests::daemon::TestDaemon;
+use toold_tests::daemon::{TestDaemon, sigterm_and_exits_cleanly};
 
 const FILE_BYTES: usize = 4 << 20;
 
@@ -265,20 +265,11 @@ fn a_daemon_whose_log_reader_is_gone_serves_and_stops() {
             "round {round}: {response}"
         );
     }
-    let pid = nix::unistd::Pid::from_raw(i32::try_from(daemon.id()).unwrap());
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Some(status) = daemon.try_wait().unwrap() {
-            assert!(status.success(), "{status}");
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the daemon did not stop on SIGTERM with its log's reader gone"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    sigterm_and_exits_cleanly(
+        daemon,
+        Duration::from_secs(20),
+        "with its log's reader gone",
+    );
 }
 
 /// A child process killed when the test ends, however it ends.
