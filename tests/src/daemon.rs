@@ -60,6 +60,16 @@ pub fn toold_command_in(root: &Path) -> Command {
     command
 }
 
+/// A temporary directory holding the directories [`toold_command_in`] points a daemon's at
+/// (`run`, `state`, `config`, `home`) and `work`, for a daemon's files and the test's own.
+pub fn daemon_root() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    for sub in ["run", "state", "config", "home", "work"] {
+        std::fs::create_dir_all(dir.path().join(sub)).expect("daemon directories");
+    }
+    dir
+}
+
 /// Points `command`'s runtime, state, config and home directories under `root`.
 fn with_directories_in(command: &mut Command, root: &Path) {
     command
@@ -77,6 +87,17 @@ fn with_directories_in(command: &mut Command, root: &Path) {
         .env_remove("LISTEN_FDS")
         .env_remove("LISTEN_PID")
         .env_remove("LISTEN_FDNAMES");
+}
+
+/// A wrapper for [`TestDaemon::start_under`] that appends the daemon's stderr, its log, to
+/// `log`.
+pub fn log_into(log: &Path) -> Vec<String> {
+    vec![
+        "/bin/sh".to_owned(),
+        "-c".to_owned(),
+        format!("exec \"$@\" 2>>'{}'", log.display()),
+        "sh".to_owned(),
+    ]
 }
 
 /// A daemon process and the directories it owns.
@@ -152,14 +173,11 @@ impl TestDaemon {
         env: &[(&str, &str)],
         wrapper: Vec<String>,
     ) -> Self {
-        let dir = tempfile::tempdir().expect("temporary directory");
+        let dir = daemon_root();
         let root = dir
             .path()
             .canonicalize()
             .expect("canonical temporary directory");
-        for sub in ["run", "state", "config", "home", "work"] {
-            std::fs::create_dir_all(root.join(sub)).expect("daemon directories");
-        }
         let mut daemon = Self {
             dir,
             root,
@@ -608,6 +626,18 @@ impl TestClient {
             .to_owned()
     }
 
+    /// `session/update` of `session_id` with `changes` (an object: `mode`, `allowed_tools`,
+    /// …), which must succeed; the session as it is after.
+    pub async fn update_session(&self, session_id: &str, changes: Value) -> Value {
+        let mut params = json!({"session_id": session_id});
+        if let (Some(params), Some(changes)) = (params.as_object_mut(), changes.as_object()) {
+            params.extend(changes.clone());
+        }
+        self.request("session/update", params)
+            .await
+            .expect("session/update")
+    }
+
     /// `tools/execute` of `calls` (a JSON array) in `session_id`: the whole response.
     pub async fn execute(&self, session_id: &str, calls: Value) -> Value {
         self.request(
@@ -889,52 +919,10 @@ impl RawConnection {
     }
 }
 
-/// The live shell parser workers (`shell::isolated`) whose parent is `parent`.
-pub fn shell_parser_workers(parent: u32) -> Vec<u32> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .flatten()
-        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|&pid| {
-            let alive_child = state_and_parent(pid)
-                .is_some_and(|(state, ppid)| is_alive(&state) && ppid == parent);
-            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            alive_child && cmdline.starts_with(b"toold-shell-parser\0")
-        })
-        .collect()
-}
-
-/// Whether a process is alive (a zombie counts as dead).
-pub fn process_alive(pid: u32) -> bool {
-    state_and_parent(pid).is_some_and(|(state, _)| is_alive(&state))
-}
-
-/// Sends `signal` to `pid`.
-pub fn send_signal(pid: u32, signal: nix::sys::signal::Signal) {
-    let pid = nix::unistd::Pid::from_raw(i32::try_from(pid).expect("a pid"));
-    nix::sys::signal::kill(pid, signal).expect("signal the process");
-}
-
-/// A process's state and parent from `/proc/PID/stat`: the fields after the command name,
-/// which is in parentheses and free to hold anything.
-fn state_and_parent(pid: u32) -> Option<(String, u32)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let mut fields = stat.rsplit_once(')')?.1.split_whitespace();
-    let state = fields.next()?.to_owned();
-    let parent = fields.next()?.parse().ok()?;
-    Some((state, parent))
-}
-
-fn is_alive(state: &str) -> bool {
-    !matches!(state, "Z" | "X")
-}
-
 /// Sends SIGTERM to `child`, a daemon the test started itself, and waits up to `within` for it
 /// to exit successfully; `condition` names what the daemon stops under, for the failure.
 pub fn sigterm_and_exits_cleanly(child: &mut Child, within: Duration, condition: &str) {
-    send_signal(child.id(), nix::sys::signal::Signal::SIGTERM);
+    crate::procs::send_signal(child.id(), nix::sys::signal::Signal::SIGTERM);
     let deadline = Instant::now() + within;
     loop {
         if let Some(status) = child.try_wait().expect("wait for the daemon") {
@@ -958,13 +946,6 @@ pub fn daemon_pid(socket: &Path) -> nix::unistd::Pid {
     nix::unistd::Pid::from_raw(credentials.pid())
 }
 
-/// Fields of `/proc/PID/stat` after the command name: state is [0], session is [3].
-pub fn proc_stat_fields(pid: nix::unistd::Pid) -> Option<Vec<String>> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let after_name = &stat[stat.rfind(')')? + 2..];
-    Some(after_name.split(' ').map(str::to_owned).collect())
-}
-
 /// A daemon that `toold connect` started (not our child): stopped with SIGTERM by
 /// [`ForeignDaemon::stop`], killed if the test fails before that.
 pub struct ForeignDaemon {
@@ -977,7 +958,8 @@ impl ForeignDaemon {
         let pid = self.pid.take().expect("running");
         nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM the daemon");
         let deadline = Instant::now() + PATIENCE;
-        while proc_stat_fields(pid).is_some_and(|fields| fields[0] != "Z") {
+        let pid = u32::try_from(pid.as_raw()).expect("a pid");
+        while crate::procs::stat_fields(pid).is_some_and(|fields| fields[0] != "Z") {
             assert!(
                 Instant::now() < deadline,
                 "the daemon did not stop within 30 s"

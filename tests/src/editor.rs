@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::PATIENCE;
+use crate::child::{KillOnDrop, wait_for_path};
 use crate::daemon::{TestClient, TestDaemon, no_answers, results, wire_error_type_or_ok};
 
 /// The labels the editor answers with, in order: the scenario's five approvals.
@@ -24,39 +25,6 @@ pub fn repository() -> PathBuf {
         .parent()
         .expect("the workspace")
         .to_path_buf()
-}
-
-/// Waits up to 30 s for `path` to exist.
-pub fn wait_for_file(path: &Path) {
-    let deadline = Instant::now() + PATIENCE;
-    while !path.exists() {
-        assert!(
-            Instant::now() < deadline,
-            "{} never appeared",
-            path.display()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// An editor started by a test, killed when dropped (a failing test leaves none behind).
-pub struct Running(pub Child);
-
-impl Running {
-    /// Waits for the editor to end, successfully.
-    pub fn finished(mut self) {
-        let status = self.0.wait().expect("the editor ends");
-        assert!(status.success(), "{status}");
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        if matches!(self.0.try_wait(), Ok(None)) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
 }
 
 /// The prompts the editor recorded so far.
@@ -91,8 +59,8 @@ pub async fn approve_from_the_editor(start: impl Fn(&TestDaemon, &str, &Path) ->
     let session = agent.create_session(&work, json!({})).await;
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path();
-    let editor = Running(start(&daemon, &session, dir));
-    wait_for_file(&dir.join("attached"));
+    let editor = KillOnDrop(start(&daemon, &session, dir));
+    wait_for_path(&dir.join("attached"));
     let picked = std::fs::read_to_string(dir.join("picked")).unwrap();
     assert!(picked.starts_with(&session), "the session picker: {picked}");
     let explained: Value =

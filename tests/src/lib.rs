@@ -1,11 +1,13 @@
 //! Shared fixtures for toold's end-to-end tests: temporary trees built from strings, one call
-//! through the real registry, a tool written for a test, and a test run again alone in a process
-//! of its own.
+//! through the real registry, a tool written for a test, waiting for a condition, and a test run
+//! again alone in a process of its own.
 
 pub mod bash_trace;
+pub mod child;
 pub mod daemon;
 pub mod editor;
 pub mod mcp;
+pub mod procs;
 pub mod require;
 pub mod terminal;
 pub mod test_tool;
@@ -23,6 +25,19 @@ use toold_protocol::{ToolCall, ToolResult};
 /// ending, a file appearing) before it fails instead of hanging: long enough for a loaded
 /// machine, and no test waits longer than it needs.
 pub const PATIENCE: Duration = Duration::from_secs(30);
+
+/// Waits up to [`PATIENCE`] until `done` holds, asking every 20 ms; past that the test fails,
+/// saying it waited for `what`.
+pub fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + PATIENCE;
+    while !done() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "waited {PATIENCE:?} for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
 
 /// A temporary directory holding `files` (path, content); parents are created. Its root is
 /// canonical, so that paths the tools report compare equal on systems where /tmp is a link.

@@ -10,8 +10,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use toold_protocol::time::parse_rfc3339;
 use toold_tests::daemon::{
-    ForeignDaemon, TestDaemon, daemon_pid, no_answers, proc_stat_fields, tool_names,
-    toold_command_in,
+    ForeignDaemon, TestDaemon, daemon_pid, no_answers, tool_names, toold_command_in,
 };
 use toold_tests::terminal::{Finished, Terminal, read_all_on_a_thread};
 
@@ -94,7 +93,8 @@ fn connect_starts_a_daemon_when_none_answers_and_bridges_to_it() {
 
     let pid = daemon_pid(&socket);
     let started = ForeignDaemon { pid: Some(pid) };
-    let fields = proc_stat_fields(pid).expect("the daemon's /proc entry");
+    let fields =
+        toold_tests::procs::stat_fields(pid.as_raw() as u32).expect("the daemon's /proc entry");
     assert_eq!(
         fields[3],
         pid.to_string(),

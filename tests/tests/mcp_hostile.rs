@@ -129,13 +129,8 @@ async fn configured_secrets_reach_no_command_result_event_status_or_log() {
     // The daemon's own log, at its most verbose, into a file the test reads.
     let logs = tempfile::tempdir().unwrap();
     let log_file = logs.path().join("daemon.log");
-    let wrapper = [
-        "/bin/sh".to_owned(),
-        "-c".to_owned(),
-        format!("exec \"$0\" \"$@\" --log-file '{}'", log_file.display()),
-    ];
     let daemon = TestDaemon::start_under_with_config_and_env(
-        &wrapper,
+        &toold_tests::daemon::log_into(&log_file),
         &config,
         &[
             ("MY_MCP_TOKEN", TOKEN),

@@ -5,7 +5,7 @@
 //! equal to the server's listing, cancel, crashes and restarts, rules with tool globs, and no
 //! server left behind by a killed daemon.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -16,7 +16,8 @@ use toold_tests::PATIENCE;
 use toold_tests::daemon::{
     TestClient, TestDaemon, no_answers, results, tool_names, wire_error_type_or_ok,
 };
-use toold_tests::mcp::{HttpServer, cmdline, parent_of, status_until, toold, tools_named};
+use toold_tests::mcp::{HttpServer, status_until, toold, tools_named};
+use toold_tests::procs::{cmdline, descendants};
 use toold_tests::require;
 
 /// Where `install.sh` puts the servers.
@@ -101,28 +102,6 @@ async fn echo(client: &TestClient, session: &str, server: &str, message: &str) -
                 "arguments": {"message": message}}]),
         )
         .await
-}
-
-/// Every process descending from `pid`.
-fn descendants(pid: u32) -> BTreeSet<u32> {
-    let parents: Vec<(u32, u32)> = std::fs::read_dir("/proc")
-        .expect("/proc")
-        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter_map(|child| Some((child, parent_of(child)?)))
-        .collect();
-    let mut found = BTreeSet::from([pid]);
-    loop {
-        let before = found.len();
-        for (child, parent) in &parents {
-            if found.contains(parent) {
-                found.insert(*child);
-            }
-        }
-        if found.len() == before {
-            found.remove(&pid);
-            return found;
-        }
-    }
 }
 
 fn text(result: &Value) -> &str {
@@ -264,7 +243,7 @@ async fn a_killed_daemon_leaves_none_of_four_servers_behind() {
     loop {
         let alive: Vec<String> = processes
             .iter()
-            .filter(|pid| toold_tests::daemon::process_alive(**pid))
+            .filter(|pid| toold_tests::procs::process_alive(**pid))
             .map(|pid| format!("{pid}: {}", cmdline(*pid)))
             .collect();
         if alive.is_empty() {
@@ -435,7 +414,7 @@ async fn a_killed_server_fails_its_call_comes_back_and_fails_after_five_crashes(
     let long = json!([{"id": "long", "name": "mcp__everything__trigger-long-running-operation",
         "arguments": {"duration": 20, "steps": 20}}]);
     let kill = |pid: u64| {
-        toold_tests::daemon::send_signal(
+        toold_tests::procs::send_signal(
             u32::try_from(pid).expect("a pid"),
             nix::sys::signal::Signal::SIGKILL,
         );
@@ -518,7 +497,7 @@ async fn a_killed_server_fails_its_call_comes_back_and_fails_after_five_crashes(
     );
     let after = status_when(&client, "everything", "ready").await;
     assert_ne!(after["pid"].as_u64(), Some(before), "{after}");
-    assert!(!toold_tests::daemon::process_alive(
+    assert!(!toold_tests::procs::process_alive(
         u32::try_from(before).expect("a pid")
     ));
     let echoed = echo(&client, &session, "everything", "again").await;

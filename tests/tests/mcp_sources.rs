@@ -10,8 +10,9 @@ use serde_json::{Value, json};
 use toold_tests::PATIENCE;
 use toold_tests::daemon::{TestClient, TestDaemon, no_answers, results, wire_error_type_or_ok};
 use toold_tests::mcp::{
-    HttpServer, child_running, malformed_server_table, status_until, test_server, toold, tools_when,
+    HttpServer, malformed_server_table, status_until, test_server, toold, tools_when,
 };
+use toold_tests::procs::{child_running, children_running};
 use toold_tests::require;
 
 /// The config of one server, `bad`, running the malformed test server under python3; `None`
@@ -345,7 +346,7 @@ async fn a_killed_server_comes_back_with_its_tools() {
     mcp_tools(&client, "mcp__bad__", 5).await;
     let first = server_pid(&daemon, "malformed.py").expect("the server's process");
 
-    toold_tests::daemon::send_signal(first, nix::sys::signal::Signal::SIGKILL);
+    toold_tests::procs::send_signal(first, nix::sys::signal::Signal::SIGKILL);
     let deadline = Instant::now() + PATIENCE;
     let second = loop {
         if let Some(pid) = server_pid(&daemon, "malformed.py").filter(|pid| *pid != first) {
@@ -518,7 +519,7 @@ async fn stopped_calls_end_at_once_and_a_crash_is_quoted() {
         "{hung_up}"
     );
     let deadline = Instant::now() + PATIENCE;
-    while toold_tests::daemon::process_alive(hanging)
+    while toold_tests::procs::process_alive(hanging)
         || server_pid(&daemon, "malformed.py").is_none_or(|pid| pid == hanging)
     {
         assert!(
@@ -541,9 +542,9 @@ async fn a_daemon_killed_leaves_no_server_behind() {
     mcp_tools(&client, "mcp__bad__", 5).await;
     let server = server_pid(&daemon, "malformed.py").expect("the server's process");
 
-    toold_tests::daemon::send_signal(daemon.pid(), nix::sys::signal::Signal::SIGKILL);
+    toold_tests::procs::send_signal(daemon.pid(), nix::sys::signal::Signal::SIGKILL);
     let deadline = Instant::now() + Duration::from_secs(5);
-    while toold_tests::daemon::process_alive(server) {
+    while toold_tests::procs::process_alive(server) {
         assert!(
             Instant::now() < deadline,
             "the server outlived its daemon by 5 s"
@@ -594,7 +595,7 @@ async fn the_mcp_commands_show_and_restart_servers() {
     mcp_tools(&client, "mcp__bad__", 5).await;
     assert_ne!(first, second);
     assert!(
-        !toold_tests::daemon::process_alive(first),
+        !toold_tests::procs::process_alive(first),
         "the old one is gone"
     );
 
@@ -637,13 +638,7 @@ async fn a_lazy_server_starts_at_its_first_use() {
         ("mcp__bad__echo", "allow", "allow_rule"),
         ("mcp__bad__fail", "deny", "deny_rule"),
     ] {
-        let explained = client
-            .request(
-                "permissions/explain",
-                json!({"session_id": session, "call": {"name": tool, "arguments": {"text": "x"}}}),
-            )
-            .await
-            .expect("permissions/explain");
+        let explained = client.explain(&session, tool, &json!({"text": "x"})).await;
         assert_eq!(explained["decision"], decision, "{explained}");
         assert_eq!(explained["step"], step, "{explained}");
         assert_eq!(explained["starts_server"], "bad", "{explained}");
@@ -736,14 +731,7 @@ async fn a_server_that_never_lists_its_tools_is_started_again() {
             .is_some_and(|error| error.contains("no answer to tools/list within 500 ms")),
         "{status}"
     );
-    let servers = std::fs::read_dir("/proc")
-        .expect("/proc")
-        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            toold_tests::mcp::parent_of(*pid) == Some(daemon.pid())
-                && toold_tests::mcp::cmdline(*pid).contains("malformed.py")
-        })
-        .count();
+    let servers = children_running(daemon.pid(), "malformed.py").len();
     assert!(
         servers <= 1,
         "the given-up process was stopped ({servers} alive)"

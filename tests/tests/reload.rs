@@ -116,7 +116,7 @@ async fn a_reload_applies_rules_and_mcp_servers_and_refuses_a_bad_file() {
     // SIGHUP: the server removed, the rules gone, a restart-only key changed and named.
     std::fs::write(config_file(&daemon), "max_connections = 8\n").expect("write the config");
     client.drain_notifications();
-    toold_tests::daemon::send_signal(daemon.pid(), nix::sys::signal::Signal::SIGHUP);
+    toold_tests::procs::send_signal(daemon.pid(), nix::sys::signal::Signal::SIGHUP);
     bad_tools(&client, 0).await;
     list_changed(&mut client).await;
     let status = client

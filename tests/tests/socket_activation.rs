@@ -7,13 +7,13 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixDatagram, UnixStream};
 use std::path::PathBuf;
-use std::process::{Child, Command, ExitStatus};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::json;
 use toold_tests::PATIENCE;
+use toold_tests::child::{KillOnDrop, wait_for_path_made_by};
 use toold_tests::daemon::{TestDaemon, no_answers, toold_binary};
 
 /// The program activated and its arguments: the real daemon.
@@ -29,31 +29,6 @@ const SOCKET_ACTIVATE_PLACES: &[&str] = &[
 
 /// The watchdog timeout given to the program: a ping every 200 ms.
 const WATCHDOG_USEC: u32 = 400_000;
-
-/// Kills the activated program if the test ends before it exited.
-struct Activated(Child);
-
-impl Drop for Activated {
-    fn drop(&mut self) {
-        if let Ok(None) = self.0.try_wait() {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-}
-
-impl Activated {
-    fn wait_with_timeout(&mut self, timeout: Duration) -> Option<ExitStatus> {
-        let deadline = Instant::now() + timeout;
-        while Instant::now() < deadline {
-            if let Some(status) = self.0.try_wait().expect("try_wait") {
-                return Some(status);
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        None
-    }
-}
 
 /// Receives notifications until one has the line `wanted`; returns every message seen.
 fn receive_until(notify: &UnixDatagram, wanted: &str, seen: &mut Vec<String>) {
@@ -109,21 +84,11 @@ fn an_activated_daemon_serves_the_inherited_socket_and_notifies() {
         .args(&program_args)
         .spawn()
         .expect("start systemd-socket-activate");
-    let mut activated = Activated(child);
+    // Killed if the test ends before it exited.
+    let mut activated = KillOnDrop(child);
 
     // systemd-socket-activate listens first and starts the program at the first connection.
-    let deadline = Instant::now() + PATIENCE;
-    while !socket.exists() {
-        assert!(
-            Instant::now() < deadline,
-            "{} never appeared",
-            socket.display()
-        );
-        if let Some(status) = activated.0.try_wait().expect("try_wait") {
-            panic!("systemd-socket-activate exited before listening: {status}");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_for_path_made_by(&socket, &mut activated.0, "systemd-socket-activate");
     let mut stream = UnixStream::connect(&socket).expect("connect to the activation socket");
     stream
         .set_read_timeout(Some(PATIENCE))
@@ -153,7 +118,7 @@ fn an_activated_daemon_serves_the_inherited_socket_and_notifies() {
     // systemd stops a service with SIGTERM; the daemon drains, says so, and exits 0.
     kill(Pid::from_raw(activated.0.id() as i32), Signal::SIGTERM).expect("SIGTERM");
     let status = activated
-        .wait_with_timeout(PATIENCE)
+        .wait_within(PATIENCE)
         .expect("the program did not exit after SIGTERM");
     assert!(status.success(), "{status}");
     receive_until(&notify, "STOPPING=1", &mut notifications);

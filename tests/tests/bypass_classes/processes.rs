@@ -110,7 +110,7 @@ async fn commands_cannot_read_or_trace_the_daemon_or_its_parser_workers() {
     let session = session_with(&client, &daemon.work(), "default", rules).await;
     // The first command starts the parser workers.
     execute_one(&client, &session, command_call("c", "true")).await;
-    let workers = children_running(daemon.pid(), "__shell-parser-worker");
+    let workers = toold_tests::procs::children_running(daemon.pid(), "__shell-parser-worker");
     assert!(!workers.is_empty(), "no parser worker found");
     for pid in std::iter::once(daemon.pid()).chain(workers) {
         for what in ["environ", "mem", "fd", "maps", "auxv"] {
@@ -127,24 +127,6 @@ async fn commands_cannot_read_or_trace_the_daemon_or_its_parser_workers() {
             }
         }
     }
-}
-
-/// Children of `parent` whose command line contains `needle`.
-fn children_running(parent: u32, needle: &str) -> Vec<u32> {
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            let ppid = stat
-                .rsplit_once(')')
-                .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok());
-            ppid == Some(parent)
-                && std::fs::read(format!("/proc/{pid}/cmdline"))
-                    .is_ok_and(|cmdline| String::from_utf8_lossy(&cmdline).contains(needle))
-        })
-        .collect()
 }
 
 /// Whatever started the daemon may have left it descriptors (a pipe, a socket): no command or
@@ -182,7 +164,7 @@ async fn commands_inherit_no_descriptor_the_daemon_was_given() {
         listed.iter().all(|fd| matches!(*fd, "0" | "1" | "2" | "3")),
         "a command holds more than its standard streams: {listed:?}"
     );
-    for worker in toold_tests::daemon::shell_parser_workers(daemon.pid()) {
+    for worker in toold_tests::procs::shell_parser_workers(daemon.pid()) {
         let held: Vec<String> = std::fs::read_dir(format!("/proc/{worker}/fd"))
             .unwrap()
             .flatten()

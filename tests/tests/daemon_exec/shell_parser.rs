@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use pretty_assertions::assert_eq;
 use serde_json::json;
-use toold_tests::daemon::{TestDaemon, command_call, send_signal, shell_parser_workers};
+use toold_tests::daemon::{TestDaemon, command_call};
+use toold_tests::procs::{send_signal, shell_parser_workers};
 
 use super::{command_session, result_of};
 

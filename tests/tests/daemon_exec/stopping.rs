@@ -8,9 +8,8 @@ use std::time::Duration;
 
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
-use toold_tests::daemon::{
-    TestClient, TestDaemon, no_answers, process_alive, shell_parser_workers,
-};
+use toold_tests::daemon::{TestClient, TestDaemon, no_answers};
+use toold_tests::procs::{live_processes_with_variable, process_alive, shell_parser_workers};
 
 use super::{command_session, is_call_event, params_of, result_of};
 use toold_tests::PATIENCE;
@@ -30,44 +29,9 @@ fn unique_mark(test: &str) -> String {
     format!("{test}-{}-{nanos}", std::process::id())
 }
 
-/// Live processes (zombies count as dead) whose environment holds `MARK_VAR=mark`.
+/// Live processes whose environment holds `MARK_VAR=mark`, with their command lines.
 fn marked_processes(mark: &str) -> Vec<(u32, String)> {
-    let wanted = format!("{MARK_VAR}={mark}");
-    let mut found = Vec::new();
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return found;
-    };
-    for entry in entries.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let dir = entry.path();
-        let Ok(stat) = std::fs::read_to_string(dir.join("stat")) else {
-            continue;
-        };
-        // The state follows the command name, which is in parentheses and may hold anything.
-        let state = stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.trim_start().chars().next());
-        if matches!(state, Some('Z' | 'X') | None) {
-            continue;
-        }
-        let Ok(environ) = std::fs::read(dir.join("environ")) else {
-            continue;
-        };
-        if environ
-            .split(|byte| *byte == 0)
-            .any(|variable| variable == wanted.as_bytes())
-        {
-            let cmdline = std::fs::read(dir.join("cmdline")).unwrap_or_default();
-            found.push((pid, String::from_utf8_lossy(&cmdline).replace('\0', " ")));
-        }
-    }
-    found
+    live_processes_with_variable(&format!("{MARK_VAR}={mark}"))
 }
 
 /// Waits (at most 5 s) until no process carries the mark.

@@ -53,12 +53,11 @@ async fn session_update_is_reflected_in_get_and_list() {
     }
 
     client
-        .request(
-            "session/update",
-            json!({"session_id": session, "allowed_tools": null, "title": null, "mode": "default"}),
+        .update_session(
+            &session,
+            json!({"allowed_tools": null, "title": null, "mode": "default"}),
         )
-        .await
-        .expect("session/update");
+        .await;
     let bypass = client
         .request(
             "session/update",

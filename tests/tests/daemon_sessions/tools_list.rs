@@ -18,24 +18,19 @@ async fn tools_list_shows_what_the_session_may_see() {
     let read_only = client.tool_names(json!({"safety": "read_only"})).await;
     assert_eq!(read_only, ["find_files", "read_file", "search_code"]);
     client
-        .request(
-            "session/update",
-            json!({"session_id": session, "mode": "plan"}),
-        )
-        .await
-        .expect("session/update");
+        .update_session(&session, json!({"mode": "plan"}))
+        .await;
     assert_eq!(
         client.tool_names(json!({"session_id": session})).await,
         read_only
     );
 
     client
-        .request(
-            "session/update",
-            json!({"session_id": session, "allowed_tools": ["read_file", "run_command"]}),
+        .update_session(
+            &session,
+            json!({"allowed_tools": ["read_file", "run_command"]}),
         )
-        .await
-        .expect("session/update");
+        .await;
     assert_eq!(
         client.tool_names(json!({"session_id": session})).await,
         ["read_file"],
@@ -43,12 +38,8 @@ async fn tools_list_shows_what_the_session_may_see() {
     );
 
     client
-        .request(
-            "session/update",
-            json!({"session_id": session, "mode": "default"}),
-        )
-        .await
-        .expect("session/update");
+        .update_session(&session, json!({"mode": "default"}))
+        .await;
     assert_eq!(
         client.tool_names(json!({"session_id": session})).await,
         ["read_file", "run_command"]
