@@ -473,6 +473,14 @@ pub fn results(response: &Value) -> Vec<&Value> {
         .collect()
 }
 
+/// Each result's [`wire_error_type_or_ok`] of a `tools/execute` response, in call order.
+pub fn outcomes(response: &Value) -> Vec<&str> {
+    results(response)
+        .into_iter()
+        .map(wire_error_type_or_ok)
+        .collect()
+}
+
 /// A `run_command` call of `line` with the id `id`, as `tools/execute` takes it.
 pub fn command_call(id: &str, line: &str) -> Value {
     json!({"id": id, "name": "run_command", "arguments": {"command": line}})

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use toold_tests::PATIENCE;
 use toold_tests::daemon::{
-    TestClient, TestDaemon, no_answers, results, tool_names, wire_error_type_or_ok,
+    TestClient, TestDaemon, no_answers, outcomes, results, tool_names, wire_error_type_or_ok,
 };
 use toold_tests::mcp::{HttpServer, status_until, toold, tools_named};
 use toold_tests::procs::{cmdline, descendants};
@@ -169,10 +169,7 @@ async fn two_sessions_share_one_process_per_server_under_their_rules() {
             .await;
         let results = results(&response);
         assert_eq!(
-            results
-                .iter()
-                .map(|result| wire_error_type_or_ok(result))
-                .collect::<Vec<_>>(),
+            outcomes(&response),
             ["ok", "ok", "permission_denied", "ok", "ok", "ok"],
             "{response}"
         );

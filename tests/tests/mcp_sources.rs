@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use toold_tests::PATIENCE;
-use toold_tests::daemon::{TestClient, TestDaemon, no_answers, results, wire_error_type_or_ok};
+use toold_tests::daemon::{
+    TestClient, TestDaemon, no_answers, outcomes, results, wire_error_type_or_ok,
+};
 use toold_tests::mcp::{
     HttpServer, malformed_server_table, status_until, test_server, toold, tools_when,
 };
@@ -112,10 +114,7 @@ async fn a_malformed_servers_good_tools_are_registered_and_called_through_the_pi
         )
         .await;
     assert_eq!(
-        results(&denied)
-            .into_iter()
-            .map(wire_error_type_or_ok)
-            .collect::<Vec<_>>(),
+        outcomes(&denied),
         ["permission_denied"],
         "a side-effect tool asks, and no approver answers: {denied}"
     );
@@ -139,10 +138,7 @@ async fn a_malformed_servers_good_tools_are_registered_and_called_through_the_pi
         .await;
     let results = results(&response);
     assert_eq!(
-        results
-            .iter()
-            .map(|result| wire_error_type_or_ok(result))
-            .collect::<Vec<_>>(),
+        outcomes(&response),
         ["ok", "ok", "permission_denied", "invalid_arguments"],
         "{response}"
     );

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
 use toold_protocol::{Notification, Request, RequestError};
-use toold_tests::daemon::{results, wire_error_type_or_ok};
+use toold_tests::daemon::outcomes;
 
 mod approvals;
 mod events;
@@ -68,13 +68,6 @@ fn resolved_events(events: &[Notification]) -> Vec<&Value> {
 /// The result of the call at `index` in a `tools/execute` response.
 fn result(response: &Value, index: usize) -> &Value {
     &response["results"][index]["result"]
-}
-
-fn outcomes(response: &Value) -> Vec<&str> {
-    results(response)
-        .into_iter()
-        .map(wire_error_type_or_ok)
-        .collect()
 }
 
 fn rpc_code(error: RequestError) -> i32 {
