@@ -7,6 +7,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::PATIENCE;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
@@ -59,6 +60,16 @@ pub fn toold_command_in(root: &Path) -> Command {
     command
 }
 
+/// A temporary directory holding the directories [`toold_command_in`] points a daemon's at
+/// (`run`, `state`, `config`, `home`) and `work`, for a daemon's files and the test's own.
+pub fn daemon_root() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    for sub in ["run", "state", "config", "home", "work"] {
+        std::fs::create_dir_all(dir.path().join(sub)).expect("daemon directories");
+    }
+    dir
+}
+
 /// Points `command`'s runtime, state, config and home directories under `root`.
 fn with_directories_in(command: &mut Command, root: &Path) {
     command
@@ -76,6 +87,17 @@ fn with_directories_in(command: &mut Command, root: &Path) {
         .env_remove("LISTEN_FDS")
         .env_remove("LISTEN_PID")
         .env_remove("LISTEN_FDNAMES");
+}
+
+/// A wrapper for [`TestDaemon::start_under`] that appends the daemon's stderr, its log, to
+/// `log`.
+pub fn log_into(log: &Path) -> Vec<String> {
+    vec![
+        "/bin/sh".to_owned(),
+        "-c".to_owned(),
+        format!("exec \"$@\" 2>>'{}'", log.display()),
+        "sh".to_owned(),
+    ]
 }
 
 /// A daemon process and the directories it owns.
@@ -151,14 +173,11 @@ impl TestDaemon {
         env: &[(&str, &str)],
         wrapper: Vec<String>,
     ) -> Self {
-        let dir = tempfile::tempdir().expect("temporary directory");
+        let dir = daemon_root();
         let root = dir
             .path()
             .canonicalize()
             .expect("canonical temporary directory");
-        for sub in ["run", "state", "config", "home", "work"] {
-            std::fs::create_dir_all(root.join(sub)).expect("daemon directories");
-        }
         let mut daemon = Self {
             dir,
             root,
@@ -233,7 +252,7 @@ impl TestDaemon {
         let mut child = self.child.take().expect("the daemon is running");
         let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("a pid"));
         nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("signal the daemon");
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let deadline = Instant::now() + PATIENCE;
         loop {
             if let Some(status) = child.try_wait().expect("wait for the daemon") {
                 return status;
@@ -265,6 +284,20 @@ impl TestDaemon {
             "the daemon exited with {status} on SIGTERM"
         );
         self.spawn();
+    }
+
+    /// Runs `toold SUBCOMMAND ARGS` against this daemon: its exit code and its stdout.
+    pub fn run_toold(&self, subcommand: &str, args: &[&str]) -> (Option<i32>, String) {
+        let output = self
+            .command()
+            .arg(subcommand)
+            .args(args)
+            .output()
+            .unwrap_or_else(|error| panic!("toold {subcommand}: {error}"));
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+        )
     }
 
     /// The daemon's process id.
@@ -312,7 +345,7 @@ impl TestDaemon {
     /// without blocking the runtime's thread; returns how it exited.
     pub async fn wait_for_exit(&mut self) -> ExitStatus {
         let mut child = self.child.take().expect("the daemon is running");
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let deadline = Instant::now() + PATIENCE;
         loop {
             if let Some(status) = child.try_wait().expect("wait for the daemon") {
                 return status;
@@ -353,7 +386,7 @@ impl Drop for TestDaemon {
 }
 
 fn wait_for_socket(socket: &Path, child: &mut Child) {
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + PATIENCE;
     loop {
         // Served by this child: the socket of a daemon killed before may still accept for a
         // moment (a process it had just started holds its descriptors until it closes them).
@@ -407,6 +440,17 @@ pub fn never_answers(seen: Arc<Mutex<Vec<Request>>>) -> Answerer {
     })
 }
 
+/// An answerer that never answers (as [`never_answers`]) and tells the test of each request
+/// as it arrives, through the receiver returned with it.
+pub fn never_answers_telling() -> (Answerer, mpsc::UnboundedReceiver<Request>) {
+    let (asked_tx, asked_rx) = mpsc::unbounded_channel();
+    let answerer: Answerer = Arc::new(move |request: Request| {
+        let _ = asked_tx.send(request);
+        Box::pin(std::future::pending())
+    });
+    (answerer, asked_rx)
+}
+
 /// An answerer that records each request and replies with what `reply` makes of it.
 pub fn answer_with(
     seen: Arc<Mutex<Vec<Request>>>,
@@ -429,8 +473,42 @@ pub fn results(response: &Value) -> Vec<&Value> {
         .collect()
 }
 
-/// A wire result's `error_type`, or "ok".
-pub fn outcome(result: &Value) -> &str {
+/// Each result's [`wire_error_type_or_ok`] of a `tools/execute` response, in call order.
+pub fn outcomes(response: &Value) -> Vec<&str> {
+    results(response)
+        .into_iter()
+        .map(wire_error_type_or_ok)
+        .collect()
+}
+
+/// A `run_command` call of `line` with the id `id`, as `tools/execute` takes it.
+pub fn command_call(id: &str, line: &str) -> Value {
+    json!({"id": id, "name": "run_command", "arguments": {"command": line}})
+}
+
+/// The names of the tools in a `tools/list` result (the daemon's, `toold tools --json`'s or an
+/// MCP server's), in its order.
+pub fn tool_names(listed: &Value) -> Vec<&str> {
+    listed["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .map(|tool| tool["name"].as_str().expect("a name"))
+        .collect()
+}
+
+/// Whether a wire result is the denial of a call that would have asked with no approver
+/// attached to ask.
+pub fn asked_nobody(result: &Value) -> bool {
+    result["error_type"] == "permission_denied"
+        && result["error"]
+            .as_str()
+            .is_some_and(|error| error.contains("no approver is attached"))
+}
+
+/// A wire result's (JSON) `error_type`, or "ok" (for an in-process `ToolResult`,
+/// [`crate::error_type_or_ok`]).
+pub fn wire_error_type_or_ok(result: &Value) -> &str {
     if result["ok"] == true {
         "ok"
     } else {
@@ -514,6 +592,32 @@ impl TestClient {
         .unwrap_or_else(|_| panic!("no answer to {method} within 60 s"))
     }
 
+    /// `tools/list` with `params`: the whole result.
+    pub async fn list_tools(&self, params: Value) -> Value {
+        self.request("tools/list", params)
+            .await
+            .expect("tools/list")
+    }
+
+    /// The names of the tools `tools/list` with `params` lists, in its order.
+    pub async fn tool_names(&self, params: Value) -> Vec<String> {
+        tool_names(&self.list_tools(params).await)
+            .into_iter()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// `permissions/explain` of a call of `tool` with `arguments` in `session_id`: the whole
+    /// result.
+    pub async fn explain(&self, session_id: &str, tool: &str, arguments: &Value) -> Value {
+        self.request(
+            "permissions/explain",
+            json!({"session_id": session_id, "call": {"name": tool, "arguments": arguments}}),
+        )
+        .await
+        .expect("permissions/explain")
+    }
+
     /// Creates a session at `cwd`; returns its id.
     pub async fn create_session(&self, cwd: &Path, extra: Value) -> String {
         let mut params = json!({"cwd": cwd});
@@ -530,6 +634,18 @@ impl TestClient {
             .to_owned()
     }
 
+    /// `session/update` of `session_id` with `changes` (an object: `mode`, `allowed_tools`,
+    /// …), which must succeed; the session as it is after.
+    pub async fn update_session(&self, session_id: &str, changes: Value) -> Value {
+        let mut params = json!({"session_id": session_id});
+        if let (Some(params), Some(changes)) = (params.as_object_mut(), changes.as_object()) {
+            params.extend(changes.clone());
+        }
+        self.request("session/update", params)
+            .await
+            .expect("session/update")
+    }
+
     /// `tools/execute` of `calls` (a JSON array) in `session_id`: the whole response.
     pub async fn execute(&self, session_id: &str, calls: Value) -> Value {
         self.request(
@@ -542,7 +658,7 @@ impl TestClient {
 
     /// The next notification, waiting up to 30 s.
     pub async fn next_notification(&mut self) -> Notification {
-        tokio::time::timeout(Duration::from_secs(30), self.notifications.recv())
+        tokio::time::timeout(PATIENCE, self.notifications.recv())
             .await
             .expect("a notification within 30 s")
             .expect("the connection is open")
@@ -553,7 +669,7 @@ impl TestClient {
         &mut self,
         wanted: impl Fn(&Notification) -> bool,
     ) -> Notification {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        let deadline = tokio::time::Instant::now() + PATIENCE;
         loop {
             let next = tokio::time::timeout_at(deadline, self.notifications.recv())
                 .await
@@ -625,10 +741,6 @@ impl TestDaemon {
             .to_owned()
     }
 }
-
-/// How long any single answer to a [`RawConnection`] may take before the test fails instead of
-/// hanging.
-const PATIENCE: Duration = Duration::from_secs(30);
 
 /// How a [`RawConnection`] frames what it sends and expects back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -815,46 +927,22 @@ impl RawConnection {
     }
 }
 
-/// The live shell parser workers (`shell::isolated`) whose parent is `parent`.
-pub fn shell_parser_workers(parent: u32) -> Vec<u32> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .flatten()
-        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|&pid| {
-            let alive_child = state_and_parent(pid)
-                .is_some_and(|(state, ppid)| is_alive(&state) && ppid == parent);
-            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            alive_child && cmdline.starts_with(b"toold-shell-parser\0")
-        })
-        .collect()
-}
-
-/// Whether a process is alive (a zombie counts as dead).
-pub fn process_alive(pid: u32) -> bool {
-    state_and_parent(pid).is_some_and(|(state, _)| is_alive(&state))
-}
-
-/// Sends `signal` to `pid`.
-pub fn send_signal(pid: u32, signal: nix::sys::signal::Signal) {
-    let pid = nix::unistd::Pid::from_raw(i32::try_from(pid).expect("a pid"));
-    nix::sys::signal::kill(pid, signal).expect("signal the process");
-}
-
-/// A process's state and parent from `/proc/PID/stat`: the fields after the command name,
-/// which is in parentheses and free to hold anything.
-fn state_and_parent(pid: u32) -> Option<(String, u32)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let mut fields = stat.rsplit_once(')')?.1.split_whitespace();
-    let state = fields.next()?.to_owned();
-    let parent = fields.next()?.parse().ok()?;
-    Some((state, parent))
-}
-
-fn is_alive(state: &str) -> bool {
-    !matches!(state, "Z" | "X")
+/// Sends SIGTERM to `child`, a daemon the test started itself, and waits up to `within` for it
+/// to exit successfully; `condition` names what the daemon stops under, for the failure.
+pub fn sigterm_and_exits_cleanly(child: &mut Child, within: Duration, condition: &str) {
+    crate::procs::send_signal(child.id(), nix::sys::signal::Signal::SIGTERM);
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(status) = child.try_wait().expect("wait for the daemon") {
+            assert!(status.success(), "{status}");
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the daemon did not stop on SIGTERM {condition}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// The process at the other end of a connection to `socket` (SO_PEERCRED).
@@ -864,13 +952,6 @@ pub fn daemon_pid(socket: &Path) -> nix::unistd::Pid {
         nix::sys::socket::getsockopt(&stream, nix::sys::socket::sockopt::PeerCredentials)
             .expect("peer credentials");
     nix::unistd::Pid::from_raw(credentials.pid())
-}
-
-/// Fields of `/proc/PID/stat` after the command name: state is [0], session is [3].
-pub fn proc_stat_fields(pid: nix::unistd::Pid) -> Option<Vec<String>> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let after_name = &stat[stat.rfind(')')? + 2..];
-    Some(after_name.split(' ').map(str::to_owned).collect())
 }
 
 /// A daemon that `toold connect` started (not our child): stopped with SIGTERM by
@@ -884,8 +965,9 @@ impl ForeignDaemon {
     pub fn stop(mut self) {
         let pid = self.pid.take().expect("running");
         nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM the daemon");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while proc_stat_fields(pid).is_some_and(|fields| fields[0] != "Z") {
+        let deadline = Instant::now() + PATIENCE;
+        let pid = u32::try_from(pid.as_raw()).expect("a pid");
+        while crate::procs::stat_fields(pid).is_some_and(|fields| fields[0] != "Z") {
             assert!(
                 Instant::now() < deadline,
                 "the daemon did not stop within 30 s"

@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::daemon::{TestClient, TestDaemon, no_answers, outcome, results};
+use crate::PATIENCE;
+use crate::child::{KillOnDrop, wait_for_path};
+use crate::daemon::{TestClient, TestDaemon, no_answers, results, wire_error_type_or_ok};
 
 /// The labels the editor answers with, in order: the scenario's five approvals.
 pub const ANSWERS: &str = "Allow once,Deny,Allow for this session,Allow once,Allow once";
@@ -23,39 +25,6 @@ pub fn repository() -> PathBuf {
         .parent()
         .expect("the workspace")
         .to_path_buf()
-}
-
-/// Waits up to 30 s for `path` to exist.
-pub fn wait_for_file(path: &Path) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !path.exists() {
-        assert!(
-            Instant::now() < deadline,
-            "{} never appeared",
-            path.display()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// An editor started by a test, killed when dropped (a failing test leaves none behind).
-pub struct Running(pub Child);
-
-impl Running {
-    /// Waits for the editor to end, successfully.
-    pub fn finished(mut self) {
-        let status = self.0.wait().expect("the editor ends");
-        assert!(status.success(), "{status}");
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        if matches!(self.0.try_wait(), Ok(None)) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
 }
 
 /// The prompts the editor recorded so far.
@@ -90,8 +59,8 @@ pub async fn approve_from_the_editor(start: impl Fn(&TestDaemon, &str, &Path) ->
     let session = agent.create_session(&work, json!({})).await;
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path();
-    let editor = Running(start(&daemon, &session, dir));
-    wait_for_file(&dir.join("attached"));
+    let editor = KillOnDrop(start(&daemon, &session, dir));
+    wait_for_path(&dir.join("attached"));
     let picked = std::fs::read_to_string(dir.join("picked")).unwrap();
     assert!(picked.starts_with(&session), "the session picker: {picked}");
     let explained: Value =
@@ -101,7 +70,7 @@ pub async fn approve_from_the_editor(start: impl Fn(&TestDaemon, &str, &Path) ->
 
     // Allow once: the file lands with the content the preview showed.
     let result = write(&agent, &session, "w1", "a.txt", "first line\n").await;
-    assert_eq!(outcome(&result), "ok", "{result}");
+    assert_eq!(wire_error_type_or_ok(&result), "ok", "{result}");
     assert_eq!(
         std::fs::read_to_string(work.join("a.txt")).unwrap(),
         "first line\n"
@@ -134,14 +103,14 @@ pub async fn approve_from_the_editor(start: impl Fn(&TestDaemon, &str, &Path) ->
 
     // Deny: nothing written.
     let result = write(&agent, &session, "w2", "b.txt", "never\n").await;
-    assert_ne!(outcome(&result), "ok", "{result}");
+    assert_ne!(wire_error_type_or_ok(&result), "ok", "{result}");
     assert!(!work.join("b.txt").exists());
 
     // Allow for this session: the identical call again runs unasked.
     let result = write(&agent, &session, "w3", "c.txt", "granted\n").await;
-    assert_eq!(outcome(&result), "ok", "{result}");
+    assert_eq!(wire_error_type_or_ok(&result), "ok", "{result}");
     let result = write(&agent, &session, "w4", "c.txt", "granted\n").await;
-    assert_eq!(outcome(&result), "ok", "{result}");
+    assert_eq!(wire_error_type_or_ok(&result), "ok", "{result}");
     assert_eq!(
         prompts(dir).len(),
         3,
@@ -155,7 +124,11 @@ pub async fn approve_from_the_editor(start: impl Fn(&TestDaemon, &str, &Path) ->
             json!([{"id": "r1", "name": "run_command", "arguments": {"command": "echo live-output-marker"}}]),
         )
         .await;
-    assert_eq!(outcome(results(&response)[0]), "ok", "{response}");
+    assert_eq!(
+        wire_error_type_or_ok(results(&response)[0]),
+        "ok",
+        "{response}"
+    );
 
     // A command that asks to leave its sandbox asks: its approval shows where it runs, what
     // it runs and the sandbox it would run in.
@@ -169,7 +142,11 @@ pub async fn approve_from_the_editor(start: impl Fn(&TestDaemon, &str, &Path) ->
             }}]),
         )
         .await;
-    assert_eq!(outcome(results(&response)[0]), "ok", "{response}");
+    assert_eq!(
+        wire_error_type_or_ok(results(&response)[0]),
+        "ok",
+        "{response}"
+    );
     assert!(work.join("made.txt").exists());
     let asked = prompts(dir);
     let preview = asked[3]["preview"].as_str().unwrap();
@@ -187,7 +164,7 @@ pub async fn approve_from_the_editor(start: impl Fn(&TestDaemon, &str, &Path) ->
     daemon.stop();
     daemon.start_again();
     let agent = daemon.connect(json!({}), no_answers()).await;
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + PATIENCE;
     loop {
         let snapshot = agent
             .request("session/get", json!({"session_id": session}))
@@ -203,7 +180,7 @@ pub async fn approve_from_the_editor(start: impl Fn(&TestDaemon, &str, &Path) ->
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let result = write(&agent, &session, "w5", "d.txt", "after the restart\n").await;
-    assert_eq!(outcome(&result), "ok", "{result}");
+    assert_eq!(wire_error_type_or_ok(&result), "ok", "{result}");
     assert_eq!(prompts(dir).len(), 5);
 
     std::fs::write(dir.join("done"), "").unwrap();

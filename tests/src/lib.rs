@@ -1,24 +1,46 @@
 //! Shared fixtures for toold's end-to-end tests: temporary trees built from strings, one call
-//! through the real registry, a tool written for a test, and a test run again alone in a process
-//! of its own.
+//! through the real registry, a tool written for a test, waiting for a condition, and a test run
+//! again alone in a process of its own.
 
 pub mod bash_trace;
+pub mod child;
 pub mod daemon;
 pub mod editor;
 pub mod mcp;
+pub mod procs;
 pub mod require;
 pub mod terminal;
 pub mod test_tool;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use toold::{Env, Registry};
 use toold_protocol::{ToolCall, ToolResult};
 
-/// A temporary directory holding `files` (path, content); parents are created.
+/// How long a test waits for anything it expects (a daemon serving, an answer, a process
+/// ending, a file appearing) before it fails instead of hanging: long enough for a loaded
+/// machine, and no test waits longer than it needs.
+pub const PATIENCE: Duration = Duration::from_secs(30);
+
+/// Waits up to [`PATIENCE`] until `done` holds, asking every 20 ms; past that the test fails,
+/// saying it waited for `what`.
+pub fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + PATIENCE;
+    while !done() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "waited {PATIENCE:?} for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A temporary directory holding `files` (path, content); parents are created. Its root is
+/// canonical, so that paths the tools report compare equal on systems where /tmp is a link.
 pub struct Tree {
     dir: tempfile::TempDir,
     root: PathBuf,
@@ -26,17 +48,29 @@ pub struct Tree {
 
 impl Tree {
     pub fn new(files: &[(&str, &str)]) -> Self {
-        let dir = tempfile::tempdir().expect("temporary directory");
-        // Canonical, so that paths the tools report compare equal on systems where /tmp is a link.
-        let root = dir
-            .path()
-            .canonicalize()
-            .expect("canonical temporary directory");
-        let tree = Self { dir, root };
+        let tree = Self::empty();
         for (path, content) in files {
             tree.write(path, content);
         }
         tree
+    }
+
+    /// A tree of files whose contents are bytes, not necessarily text.
+    pub fn with_bytes(files: &[(&str, &[u8])]) -> Self {
+        let tree = Self::empty();
+        for (path, content) in files {
+            tree.write_bytes(path, content);
+        }
+        tree
+    }
+
+    fn empty() -> Self {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let root = dir
+            .path()
+            .canonicalize()
+            .expect("canonical temporary directory");
+        Self { dir, root }
     }
 
     pub fn root(&self) -> &Path {
@@ -48,6 +82,10 @@ impl Tree {
     }
 
     pub fn write(&self, relative: &str, content: &str) {
+        self.write_bytes(relative, content.as_bytes());
+    }
+
+    pub fn write_bytes(&self, relative: &str, content: &[u8]) {
         let path = self.path(relative);
         std::fs::create_dir_all(path.parent().expect("a file has a parent"))
             .expect("create parents");
@@ -71,24 +109,58 @@ impl Tree {
 
 /// Runs one call through a registry of the builtins, as the daemon's execution boundary does.
 pub async fn call(env: Env, tool: &str, arguments: Value) -> ToolResult {
-    let registry = Registry::with_builtins();
-    registry
+    call_canceled_by(env, tool, arguments, CancellationToken::new()).await
+}
+
+/// [`call`], canceled when `cancel` is.
+pub async fn call_canceled_by(
+    env: Env,
+    tool: &str,
+    arguments: Value,
+    cancel: CancellationToken,
+) -> ToolResult {
+    Registry::with_builtins()
         .execute(
             &ToolCall::new("call_1", tool, arguments),
             Arc::new(env),
-            CancellationToken::new(),
+            cancel,
             None,
         )
         .await
 }
 
-/// The `error_type` of a result as its wire string, "ok", or "failed" for a failure without
-/// one (which no result should be).
-pub fn outcome(result: &ToolResult) -> String {
+/// The `error_type` of an in-process result as its wire string, "ok", or "failed" for a
+/// failure without one (which no result should be); for a result on the wire (JSON),
+/// [`daemon::wire_error_type_or_ok`].
+pub fn error_type_or_ok(result: &ToolResult) -> String {
     match &result.error_type {
         Some(error_type) => error_type.to_string(),
         None if result.ok => "ok".to_owned(),
         None => "failed".to_owned(),
+    }
+}
+
+/// A fixed-seed xorshift generator: the same sequence from the same seed on every run, so that
+/// a failing sequence replays, and no dependency.
+pub struct XorShift(pub u64);
+
+impl XorShift {
+    #[allow(clippy::should_implement_trait)]
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// A number below `bound`.
+    pub fn below(&mut self, bound: usize) -> usize {
+        (self.next() % bound as u64) as usize
+    }
+
+    /// One of `items`.
+    pub fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
+        items[self.below(items.len())]
     }
 }
 

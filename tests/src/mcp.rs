@@ -1,15 +1,16 @@
 //! What the MCP tests share: the test server written for them (`tests/mcp_servers/`), a server
 //! serving streamable HTTP as the test's child, the registry's tools of one server, waiting for
-//! them and for `mcp/status`, the daemon's children, and the `toold` command line run against a
-//! test daemon.
+//! them and for `mcp/status`, and the `toold` command line run against a test daemon.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use crate::PATIENCE;
+use crate::child::KillOnDrop;
 use crate::daemon::{TestClient, TestDaemon};
 
 /// A file of `tests/mcp_servers/`.
@@ -31,7 +32,7 @@ pub fn malformed_server_table(python: &Path) -> String {
 /// An MCP server serving streamable HTTP on 127.0.0.1 as a child of the test, killed when
 /// dropped.
 pub struct HttpServer {
-    child: Child,
+    _child: KillOnDrop,
     /// Its endpoint, `http://127.0.0.1:PORT/mcp`.
     pub url: String,
 }
@@ -50,10 +51,10 @@ impl HttpServer {
             .spawn()
             .expect("start the HTTP server");
         let server = Self {
-            child,
+            _child: KillOnDrop(child),
             url: format!("http://127.0.0.1:{port}/mcp"),
         };
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let deadline = Instant::now() + PATIENCE;
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
             assert!(Instant::now() < deadline, "the HTTP server never listened");
             std::thread::sleep(Duration::from_millis(50));
@@ -62,19 +63,9 @@ impl HttpServer {
     }
 }
 
-impl Drop for HttpServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// The registry's tools whose names start with `prefix`, by name.
 pub async fn tools_named(client: &TestClient, prefix: &str) -> BTreeMap<String, Value> {
-    let listed = client
-        .request("tools/list", json!({}))
-        .await
-        .expect("tools/list");
+    let listed = client.list_tools(json!({})).await;
     listed["tools"]
         .as_array()
         .expect("tools")
@@ -94,7 +85,7 @@ pub async fn tools_when(
     prefix: &str,
     wanted: impl Fn(usize) -> bool,
 ) -> BTreeMap<String, Value> {
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + PATIENCE;
     loop {
         let tools = tools_named(client, prefix).await;
         if wanted(tools.len()) {
@@ -132,33 +123,6 @@ pub async fn status_until<T>(
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-}
-
-/// The daemon's child whose command line contains `marker`, if any.
-pub fn child_running(daemon: &TestDaemon, marker: &str) -> Option<u32> {
-    let daemon_pid = daemon.pid();
-    std::fs::read_dir("/proc")
-        .ok()?
-        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .find(|pid| parent_of(*pid) == Some(daemon_pid) && cmdline(*pid).contains(marker))
-}
-
-/// A process's parent, from `/proc/PID/stat` (after the command name, which is in parentheses
-/// and free to hold anything).
-pub fn parent_of(pid: u32) -> Option<u32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat.rsplit(')')
-        .next()?
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
-}
-
-/// A process's command line, its arguments joined by spaces.
-pub fn cmdline(pid: u32) -> String {
-    String::from_utf8_lossy(&std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default())
-        .replace('\0', " ")
 }
 
 /// Runs `toold ARGS` against `daemon`.

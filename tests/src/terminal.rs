@@ -155,6 +155,7 @@ impl Terminal {
             .expect("type on the terminal");
     }
 
+    /// Waits up to 60 s for the command to end; what it left.
     pub fn finish(mut self) -> Finished {
         let deadline = Instant::now() + Duration::from_secs(60);
         let status = loop {
@@ -185,6 +186,14 @@ impl Terminal {
             stderr,
             screen: self.screen(),
         }
+    }
+
+    /// [`Terminal::finish`] on a blocking thread, for async tests: the runtime's threads keep
+    /// serving while the command ends.
+    pub async fn finish_async(self) -> Finished {
+        tokio::task::spawn_blocking(move || self.finish())
+            .await
+            .expect("the terminal's command finished")
     }
 }
 

@@ -15,7 +15,10 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use toold_protocol::Framing;
 use toold_protocol::peer::Reply;
-use toold_tests::daemon::{TestClient, TestDaemon, answer_with, no_answers, outcome, results};
+use toold_tests::PATIENCE;
+use toold_tests::daemon::{
+    TestClient, TestDaemon, answer_with, no_answers, results, wire_error_type_or_ok,
+};
 use toold_tests::require;
 
 fn audit_path(daemon: &TestDaemon) -> PathBuf {
@@ -34,19 +37,6 @@ fn calls(path: &Path) -> Vec<Value> {
         .into_iter()
         .filter(|record| record["kind"] == "call")
         .collect()
-}
-
-fn toold_audit(daemon: &TestDaemon, args: &[&str]) -> (Option<i32>, String) {
-    let output = daemon
-        .command()
-        .arg("audit")
-        .args(args)
-        .output()
-        .expect("toold audit");
-    (
-        output.status.code(),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-    )
 }
 
 const HOOKED_CONFIG: &str = r#"
@@ -243,12 +233,12 @@ async fn every_call_has_exactly_one_record_naming_who_decided() {
         toold::audit::read::files(&log).len() >= 3,
         "at least two rotations"
     );
-    let (code, text) = toold_audit(&daemon, &["verify"]);
+    let (code, text) = daemon.run_toold("audit", &["verify"]);
     assert_eq!(code, Some(0), "{text}");
     assert!(text.contains("chain holds"), "{text}");
 
     // `toold audit --session` lists that session's records alone.
-    let (code, text) = toold_audit(&daemon, &["--session", &sessions[3], "--json"]);
+    let (code, text) = daemon.run_toold("audit", &["--session", &sessions[3], "--json"]);
     assert_eq!(code, Some(0));
     let listed: Vec<Value> = text
         .lines()
@@ -266,7 +256,7 @@ async fn every_call_has_exactly_one_record_naming_who_decided() {
             .count(),
         100
     );
-    let (code, text) = toold_audit(&daemon, &["--since", "1h"]);
+    let (code, text) = daemon.run_toold("audit", &["--since", "1h"]);
     assert_eq!(code, Some(0));
     assert!(text.contains("second-approver"), "{text}");
 }
@@ -319,15 +309,15 @@ async fn verify_names_the_one_line_edited_removed_or_moved() {
     for (what, line, change) in cases {
         let dir = tempfile::tempdir().expect("a directory");
         let copy = tampered_copy(&log, dir.path(), change);
-        let (code, text) = toold_audit(&daemon, &["verify", "--log", copy.to_str().unwrap()]);
+        let (code, text) = daemon.run_toold("audit", &["verify", "--log", copy.to_str().unwrap()]);
         assert_eq!(code, Some(1), "{what}: {text}");
         assert!(
             text.contains(&format!("BROKEN at {}:{line}:", copy.display())),
             "{what}: {text}"
         );
         // `--json` names the same line, and counts the records walked before the break was seen.
-        let (code, text) = toold_audit(
-            &daemon,
+        let (code, text) = daemon.run_toold(
+            "audit",
             &["verify", "--json", "--log", copy.to_str().unwrap()],
         );
         assert_eq!(code, Some(1), "{what}: {text}");
@@ -347,10 +337,10 @@ async fn verify_names_the_one_line_edited_removed_or_moved() {
     }
     let dir = tempfile::tempdir().expect("a directory");
     let untouched = tampered_copy(&log, dir.path(), |_| {});
-    let (code, text) = toold_audit(&daemon, &["verify", "--log", untouched.to_str().unwrap()]);
+    let (code, text) = daemon.run_toold("audit", &["verify", "--log", untouched.to_str().unwrap()]);
     assert_eq!(code, Some(0), "{text}");
-    let (code, text) = toold_audit(
-        &daemon,
+    let (code, text) = daemon.run_toold(
+        "audit",
         &["verify", "--log", untouched.to_str().unwrap(), "--json"],
     );
     assert_eq!(code, Some(0), "{text}");
@@ -380,7 +370,7 @@ async fn verify_names_the_one_line_edited_removed_or_moved() {
 }
 
 fn verify_json(daemon: &TestDaemon, args: &[&str]) -> (Option<i32>, Value) {
-    let (code, text) = toold_audit(daemon, &[&["verify", "--json"], args].concat());
+    let (code, text) = daemon.run_toold("audit", &[&["verify", "--json"], args].concat());
     (code, serde_json::from_str(&text).expect("one JSON object"))
 }
 
@@ -398,7 +388,7 @@ async fn the_running_daemon_tells_verify_its_last_record_and_reopens_a_log_repla
     let log = audit_path(&daemon);
     let written = records(&log).len();
     assert_eq!(written, 11, "a session_create and ten calls");
-    let (code, text) = toold_audit(&daemon, &["verify"]);
+    let (code, text) = daemon.run_toold("audit", &["verify"]);
     assert_eq!(code, Some(0), "{text}");
     assert!(
         text.contains(&format!(
@@ -425,7 +415,7 @@ async fn the_running_daemon_tells_verify_its_last_record_and_reopens_a_log_repla
         .open(&log)
         .expect("the log");
     in_place.set_len(last_starts as u64).expect("cut");
-    let (code, text) = toold_audit(&daemon, &["verify"]);
+    let (code, text) = daemon.run_toold("audit", &["verify"]);
     assert_eq!(code, Some(1), "{text}");
     assert!(
         text.contains(&format!(
@@ -447,7 +437,8 @@ async fn the_running_daemon_tells_verify_its_last_record_and_reopens_a_log_repla
         "{report:#}"
     );
     // With no daemon to ask, the file alone holds, and verify says what it could not check.
-    let (code, text) = toold_audit(&daemon, &["verify", "--socket", "/nonexistent/toold.sock"]);
+    let (code, text) =
+        daemon.run_toold("audit", &["verify", "--socket", "/nonexistent/toold.sock"]);
     assert_eq!(code, Some(0), "{text}");
     assert!(
         text.contains("note: no daemon answered on /nonexistent/toold.sock")
@@ -462,7 +453,7 @@ async fn the_running_daemon_tells_verify_its_last_record_and_reopens_a_log_repla
         .expect("the log")
         .write_all(&removed)
         .expect("put back");
-    let (code, text) = toold_audit(&daemon, &["verify"]);
+    let (code, text) = daemon.run_toold("audit", &["verify"]);
     assert_eq!(code, Some(0), "{text}");
 
     // A record forged after the daemon's last, chained as the daemon would chain it: the
@@ -483,7 +474,7 @@ async fn the_running_daemon_tells_verify_its_last_record_and_reopens_a_log_repla
         .expect("the log")
         .write_all(forged.as_bytes())
         .expect("forge");
-    let (code, text) = toold_audit(&daemon, &["verify"]);
+    let (code, text) = daemon.run_toold("audit", &["verify"]);
     assert_eq!(code, Some(1), "{text}");
     assert!(
         text.contains(&format!(
@@ -498,7 +489,7 @@ async fn the_running_daemon_tells_verify_its_last_record_and_reopens_a_log_repla
         .expect("the log")
         .set_len(whole.len() as u64)
         .expect("the forged line cut");
-    let (code, text) = toold_audit(&daemon, &["verify"]);
+    let (code, text) = daemon.run_toold("audit", &["verify"]);
     assert_eq!(code, Some(0), "{text}");
 
     // `sed -i` writes a new file and renames it over the log: the daemon's next records go to
@@ -527,7 +518,7 @@ async fn the_running_daemon_tells_verify_its_last_record_and_reopens_a_log_repla
         after,
         [&json!("after0"), &json!("after1"), &json!("after2")]
     );
-    let (code, text) = toold_audit(&daemon, &["verify"]);
+    let (code, text) = daemon.run_toold("audit", &["verify"]);
     assert_eq!(code, Some(0), "{text}");
     assert!(
         text.contains(&format!(
@@ -605,7 +596,7 @@ async fn kills_during_a_flood_lose_no_record_of_an_answered_call() {
                     let sent = client.peer.request("tools/execute".to_owned(), Some(json!({"session_id": session, "calls": calls})));
                     let Ok(response) = sent.await else { return };
                     for result in results(&response) {
-                        assert_eq!(outcome(result), "ok");
+                        assert_eq!(wire_error_type_or_ok(result), "ok");
                     }
                     let mut answered = answered.lock().unwrap();
                     answered.insert(format!("{id}a"));
@@ -672,7 +663,7 @@ async fn write_a_mebibyte(config: &str) -> (TestDaemon, Option<Value>) {
     let response = client
         .execute(&session, json!([{"id": "w", "name": "write_file", "arguments": {"path": "big.txt", "content": content}}]))
         .await;
-    assert_eq!(outcome(results(&response)[0]), "ok");
+    assert_eq!(wire_error_type_or_ok(results(&response)[0]), "ok");
     let log = audit_path(&daemon);
     let record = log.exists().then(|| calls(&log).pop()).flatten();
     (daemon, record)
@@ -745,7 +736,7 @@ async fn a_full_disk_stops_no_call_and_status_says_how_many_records_were_lost() 
             .collect();
         let response = client.execute(&session, Value::Array(batch)).await;
         for result in results(&response) {
-            assert_eq!(outcome(result), "ok", "{response}");
+            assert_eq!(wire_error_type_or_ok(result), "ok", "{response}");
         }
     }
     let output = daemon
@@ -789,7 +780,11 @@ async fn a_full_disk_stops_no_call_and_status_says_how_many_records_were_lost() 
             json!([{"id": "after", "name": "read_file", "arguments": {"path": "a.txt"}}]),
         )
         .await;
-    assert_eq!(outcome(results(&response)[0]), "ok", "{response}");
+    assert_eq!(
+        wire_error_type_or_ok(results(&response)[0]),
+        "ok",
+        "{response}"
+    );
     let log = inside.join("toold/audit.jsonl");
     let gaps: Vec<Value> = records(&log)
         .into_iter()
@@ -888,7 +883,7 @@ async fn a_record_no_answer_waits_for_is_written_soon_and_an_idle_daemon_sleeps(
     assert!(!running.is_finished(), "the batch was still running");
     let (_client, response) = running.await.expect("the batch");
     for result in results(&response) {
-        assert_eq!(outcome(result), "ok", "{result}");
+        assert_eq!(wire_error_type_or_ok(result), "ok", "{result}");
     }
     assert_eq!(calls(&log).len(), 2, "one record per call");
 
@@ -933,7 +928,7 @@ async fn a_call_is_recorded_as_decided_before_it_runs() {
         ]});
         tokio::spawn(async move { peer.request("tools/execute".to_owned(), Some(params)).await })
     };
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let deadline = std::time::Instant::now() + PATIENCE;
     while !marker.exists() {
         assert!(
             std::time::Instant::now() < deadline,
@@ -970,7 +965,7 @@ async fn a_call_is_recorded_as_decided_before_it_runs() {
         "the call never ended"
     );
     daemon.start_again();
-    let (code, text) = toold_audit(&daemon, &["verify"]);
+    let (code, text) = daemon.run_toold("audit", &["verify"]);
     assert_eq!(code, Some(0), "{text}");
 }
 
@@ -999,21 +994,21 @@ async fn records_cut_while_the_daemon_is_stopped_are_seen_by_its_seal() {
     )
     .expect("JSON");
     assert_eq!(seal["at"], "stop", "{seal}");
-    let (code, text) = toold_audit(&daemon, &["verify"]);
+    let (code, text) = daemon.run_toold("audit", &["verify"]);
     assert_eq!(code, Some(0), "{text}");
 
     let lines = records(&log);
     let text = std::fs::read_to_string(&log).expect("the log");
     let kept: Vec<&str> = text.lines().take(lines.len() - 2).collect();
     std::fs::write(&log, kept.join("\n") + "\n").expect("cut");
-    let (code, text) = toold_audit(&daemon, &["verify"]);
+    let (code, text) = daemon.run_toold("audit", &["verify"]);
     assert_eq!(code, Some(1), "{text}");
     assert!(
         text.contains("sealed at the daemon's stop") && text.contains("2 records missing"),
         "{text}"
     );
     daemon.start_again();
-    let (code, text) = toold_audit(&daemon, &["verify"]);
+    let (code, text) = daemon.run_toold("audit", &["verify"]);
     assert_eq!(code, Some(1), "{text}");
     assert!(text.contains("no longer held record"), "{text}");
     assert!(

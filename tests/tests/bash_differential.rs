@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use toold_tests::bash_trace::{self, Finding, Stubs};
-use toold_tests::require;
+use toold_tests::{XorShift, require};
 
 /// What the table expects of a line.
 #[derive(Clone, Copy, PartialEq, Debug)]
@@ -398,26 +398,6 @@ fn fuzz_corpus_lines_do_nothing_the_analysis_missed() {
     assert_no_findings(&outcomes);
 }
 
-/// A fixed-seed xorshift generator: the same lines on every run, no dependency.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-
-    fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
-        items[self.below(items.len())]
-    }
-}
-
 /// How a generated command starts.
 const STARTS: &[&str] = &[
     "echo",
@@ -500,7 +480,7 @@ const REDIRECTIONS: &[&str] = &[">", ">>", ">|", "&>", "&>>", "2>", "1>", ">&"];
 const FIXED_REDIRECTIONS: &[&str] = &["2>&1", ">&2", "< a.txt", "<<< word", "<<< \"$x\""];
 const OPERATORS: &[&str] = &["; ", " && ", " || ", " | ", " & ", "\n", ";\n"];
 
-fn generated_command(rng: &mut Rng) -> String {
+fn generated_command(rng: &mut XorShift) -> String {
     let mut command = rng.pick(STARTS).to_owned();
     for _ in 0..rng.below(4) {
         command.push(' ');
@@ -530,7 +510,7 @@ fn generated_command(rng: &mut Rng) -> String {
 
 /// About 500 lines of one to three commands, from a fixed seed.
 fn generated_lines() -> Vec<String> {
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut rng = XorShift(0x9e37_79b9_7f4a_7c15);
     (0..500)
         .map(|_| {
             let mut line = generated_command(&mut rng);

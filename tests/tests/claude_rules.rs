@@ -10,7 +10,9 @@ use std::sync::{Arc, Mutex};
 use serde_json::{Value, json};
 use toold_protocol::Request;
 use toold_protocol::peer::Reply;
-use toold_tests::daemon::{COMMANDS_ASK, TestClient, TestDaemon, answer_with, outcome, results};
+use toold_tests::daemon::{
+    COMMANDS_ASK, TestClient, TestDaemon, answer_with, results, wire_error_type_or_ok,
+};
 
 /// The config of the table: written once the daemon's directories are known (a project table
 /// and absolute patterns name them), then reloaded.
@@ -54,16 +56,6 @@ type Row<'a> = (
 async fn toold(daemon: &TestDaemon, args: &[&str]) -> Output {
     let mut command = tokio::process::Command::from(daemon.command());
     command.args(args).output().await.expect("toold runs")
-}
-
-async fn explain(client: &TestClient, session: &str, tool: &str, arguments: Value) -> Value {
-    client
-        .request(
-            "permissions/explain",
-            json!({"session_id": session, "call": {"name": tool, "arguments": arguments}}),
-        )
-        .await
-        .expect("permissions/explain")
 }
 
 #[tokio::test]
@@ -297,7 +289,7 @@ async fn claude_code_rules_decide_as_claude_code_documents_them() {
         ),
     ];
     for (what, tool, arguments, decision, step, rule, read_as) in rows {
-        let explained = explain(&client, &session, tool, arguments.clone()).await;
+        let explained = client.explain(&session, tool, &arguments).await;
         let shown = format!("{what}: {explained:#}");
         assert_eq!(explained["decision"], decision, "{shown}");
         assert_eq!(explained["step"], step, "{shown}");
@@ -322,11 +314,15 @@ async fn claude_code_rules_decide_as_claude_code_documents_them() {
         let result = results(&response)[0];
         let asked = seen.lock().expect("requests").len() > asked_before;
         match decision {
-            "allow" => assert_eq!(outcome(result), "ok", "{what}: {result:#}"),
+            "allow" => assert_eq!(wire_error_type_or_ok(result), "ok", "{what}: {result:#}"),
             "ask" => assert!(asked, "{what}: not asked: {result:#}"),
             _ => {
                 assert!(!asked, "{what}: asked");
-                assert_eq!(outcome(result), "permission_denied", "{what}: {result:#}");
+                assert_eq!(
+                    wire_error_type_or_ok(result),
+                    "permission_denied",
+                    "{what}: {result:#}"
+                );
             }
         }
     }
@@ -338,7 +334,11 @@ async fn claude_code_rules_decide_as_claude_code_documents_them() {
         )
         .await;
     let pushed = results(&pushed)[0];
-    assert_eq!(outcome(pushed), "permission_denied", "{pushed:#}");
+    assert_eq!(
+        wire_error_type_or_ok(pushed),
+        "permission_denied",
+        "{pushed:#}"
+    );
     assert!(
         pushed["error"]
             .as_str()

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use toold_protocol::time::parse_rfc3339;
 use toold_tests::daemon::{
-    ForeignDaemon, TestDaemon, daemon_pid, no_answers, proc_stat_fields, toold_command_in,
+    ForeignDaemon, TestDaemon, daemon_pid, no_answers, tool_names, toold_command_in,
 };
 use toold_tests::terminal::{Finished, Terminal, read_all_on_a_thread};
 
@@ -93,7 +93,8 @@ fn connect_starts_a_daemon_when_none_answers_and_bridges_to_it() {
 
     let pid = daemon_pid(&socket);
     let started = ForeignDaemon { pid: Some(pid) };
-    let fields = proc_stat_fields(pid).expect("the daemon's /proc entry");
+    let fields =
+        toold_tests::procs::stat_fields(pid.as_raw() as u32).expect("the daemon's /proc entry");
     assert_eq!(
         fields[3],
         pid.to_string(),
@@ -569,12 +570,7 @@ fn status_says_up_or_not() {
     let output = toold(&daemon, &["tools", "--json"], b"");
     assert_exit(&output, 0);
     let listed: Value = serde_json::from_slice(&output.stdout).expect("tools --json");
-    let names: Vec<&str> = listed["tools"]
-        .as_array()
-        .expect("tools")
-        .iter()
-        .filter_map(|tool| tool["name"].as_str())
-        .collect();
+    let names = tool_names(&listed);
     assert!(
         names.contains(&"read_file") && names.contains(&"run_command"),
         "{names:?}"

@@ -279,13 +279,7 @@ fn run_piped(mut command: Command) -> String {
 fn the_daemon_log_shows_what_clients_sent_safely() {
     let log_dir = tempfile::tempdir().unwrap();
     let log = log_dir.path().join("daemon.log");
-    let wrapper = [
-        "sh".to_owned(),
-        "-c".to_owned(),
-        format!("exec \"$@\" 2>>{}", log.display()),
-        "sh".to_owned(),
-    ];
-    let daemon = TestDaemon::start_under(&wrapper, &[]);
+    let daemon = TestDaemon::start_under(&toold_tests::daemon::log_into(&log), &[]);
     let runtime = tokio::runtime::Runtime::new().expect("a runtime");
     runtime.block_on(async {
         let client = daemon.connect(json!({}), no_answers()).await;

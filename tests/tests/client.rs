@@ -16,10 +16,9 @@ use toold_client::protocol::{
     ToolResult, ToolSource, ToolsListParams, error_code,
 };
 use toold_client::{Approval, Client, ClientError, ClientEvent, ClientOptions, Events};
+use toold_tests::PATIENCE;
 use toold_tests::daemon::TestDaemon;
-use toold_tests::outcome;
-
-const WAIT: Duration = Duration::from_secs(30);
+use toold_tests::error_type_or_ok;
 
 fn options(daemon: &TestDaemon) -> ClientOptions {
     ClientOptions::new("e2e-client").with_socket(daemon.socket())
@@ -52,14 +51,14 @@ fn batch(session_id: &str, calls: Vec<ToolCall>) -> ExecuteParams {
 }
 
 async fn execute(client: &Client, params: ExecuteParams) -> ExecuteResult {
-    tokio::time::timeout(WAIT, client.tools_execute(params))
+    tokio::time::timeout(PATIENCE, client.tools_execute(params))
         .await
         .expect("tools/execute answers within 30 s")
         .expect("tools/execute")
 }
 
 async fn next_event(events: &mut Events) -> ClientEvent {
-    tokio::time::timeout(WAIT, events.recv())
+    tokio::time::timeout(PATIENCE, events.recv())
         .await
         .expect("an event within 30 s")
         .expect("the stream is open")
@@ -297,11 +296,11 @@ async fn a_one_event_stream_loses_nothing() {
     // Read slowly at first, so that the stream is full while the command writes.
     tokio::time::sleep(Duration::from_millis(200)).await;
     let received = events_until_batch_done(&mut events).await;
-    let result = tokio::time::timeout(WAIT, execution)
+    let result = tokio::time::timeout(PATIENCE, execution)
         .await
         .expect("the batch ends")
         .expect("tools/execute");
-    assert_eq!(outcome(&result.results[0].result), "ok");
+    assert_eq!(error_type_or_ok(&result.results[0].result), "ok");
     let seqs: Vec<u64> = received.iter().map(Event::seq).collect();
     assert!(seqs.windows(2).all(|pair| pair[0] < pair[1]), "{seqs:?}");
     let output: String = received
@@ -343,7 +342,7 @@ async fn an_approval_handler_allows_once() {
         ),
     )
     .await;
-    assert_eq!(outcome(&result.results[0].result), "ok");
+    assert_eq!(error_type_or_ok(&result.results[0].result), "ok");
     assert_eq!(result.results[0].result.content, "approved\n");
 
     let asked = asked.lock().expect("asked").clone();
@@ -405,7 +404,11 @@ async fn a_declining_approver_leaves_the_approval_to_another() {
         .expect("session/attach");
 
     let result = execute(&submitter, params).await;
-    assert_eq!(outcome(&result.results[0].result), "ok", "{result:?}");
+    assert_eq!(
+        error_type_or_ok(&result.results[0].result),
+        "ok",
+        "{result:?}"
+    );
     assert_eq!(*declined.lock().expect("declined"), 1);
     assert_eq!(
         std::fs::read_to_string(daemon.work().join("approved.txt")).expect("the command ran"),
@@ -433,7 +436,7 @@ async fn a_call_every_approver_declines_is_denied_with_the_reason() {
     let started = std::time::Instant::now();
     let result = execute(&submitter, params).await;
     let result = &result.results[0].result;
-    assert_eq!(outcome(result), "permission_denied", "{result:?}");
+    assert_eq!(error_type_or_ok(result), "permission_denied", "{result:?}");
     let error = result.error.as_deref().expect("an error");
     assert!(
         error.contains("every approver declined") && error.contains("declines"),
@@ -478,7 +481,7 @@ async fn a_client_tool_is_registered_and_invoked_through_its_handler() {
         ),
     )
     .await;
-    assert_eq!(outcome(&result.results[0].result), "ok");
+    assert_eq!(error_type_or_ok(&result.results[0].result), "ok");
     assert_eq!(result.results[0].result.content, "echo: hello");
     // Without the capability, registering is refused.
     let refused = caller
@@ -569,14 +572,14 @@ async fn canceling_an_execution_still_returns_its_results() {
         }
     }
     execution.cancel().await.expect("$/cancelRequest");
-    let result = tokio::time::timeout(WAIT, execution)
+    let result = tokio::time::timeout(PATIENCE, execution)
         .await
         .expect("the canceled batch answers")
         .expect("tools/execute");
     let outcomes: Vec<String> = result
         .results
         .iter()
-        .map(|call| outcome(&call.result))
+        .map(|call| error_type_or_ok(&call.result))
         .collect();
     assert_eq!(outcomes, ["canceled", "canceled"]);
 
@@ -601,7 +604,7 @@ async fn canceling_an_execution_still_returns_its_results() {
         if let ClientEvent::Session(Event::CallDone(done)) = next_event(&mut events).await
             && done.body.call_id == "dropped"
         {
-            assert_eq!(outcome(&done.body.result), "canceled");
+            assert_eq!(error_type_or_ok(&done.body.result), "canceled");
             break;
         }
     }
@@ -679,7 +682,7 @@ async fn reconnect_after_a_restart_reattaches_after_the_last_event() {
         }
         replayed
     });
-    let lagging_report = tokio::time::timeout(WAIT, lagging.reconnect())
+    let lagging_report = tokio::time::timeout(PATIENCE, lagging.reconnect())
         .await
         .expect("reconnect within 30 s")
         .expect("reconnect");

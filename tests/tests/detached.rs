@@ -9,30 +9,13 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Child, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Stdio;
+use std::time::Duration;
 
 use serde_json::{Value, json};
-use toold_tests::daemon::toold_command_in;
-
-/// The directories `toold_command_in` points a command at.
-fn fresh_root() -> tempfile::TempDir {
-    let root = tempfile::tempdir().unwrap();
-    for sub in ["run", "state", "config", "home", "work"] {
-        std::fs::create_dir_all(root.path().join(sub)).unwrap();
-    }
-    root
-}
-
-/// A child process killed when the test ends, however it ends.
-struct KilledOnDrop(Child);
-
-impl Drop for KilledOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use toold_tests::child::KillOnDrop;
+use toold_tests::daemon::{daemon_root, sigterm_and_exits_cleanly, toold_command_in};
+use toold_tests::wait_until;
 
 /// One request on a fresh connection; its result.
 fn ask(socket: &Path, method: &str, params: Value) -> Value {
@@ -68,17 +51,9 @@ fn ask(socket: &Path, method: &str, params: Value) -> Value {
     }
 }
 
-fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !done() {
-        assert!(Instant::now() < deadline, "{what} within 30 s");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 #[test]
 fn a_daemon_started_in_the_background_logs_to_a_file_and_says_why_it_stopped() {
-    let root = fresh_root();
+    let root = daemon_root();
     let log = root.path().join("state/toold/toold.log");
     // A daemon that cannot start: the command that started it says the daemon's own reason
     // (one only the daemon meets: a socket it cannot create; as root, being root).
@@ -110,7 +85,7 @@ fn a_daemon_started_in_the_background_logs_to_a_file_and_says_why_it_stopped() {
     }
 
     // One that starts logs there, privately, and `toold status` says where.
-    let mut started = KilledOnDrop(
+    let mut started = KillOnDrop(
         toold_command_in(root.path())
             .args(["connect", "--allow-root"])
             .stdin(Stdio::piped())
@@ -119,7 +94,7 @@ fn a_daemon_started_in_the_background_logs_to_a_file_and_says_why_it_stopped() {
             .unwrap(),
     );
     let socket = root.path().join("run/toold/toold.sock");
-    wait_for("the socket", || socket.exists());
+    wait_until("the socket", || socket.exists());
     let status = toold_command_in(root.path())
         .args(["status", "--json"])
         .output()
@@ -127,9 +102,8 @@ fn a_daemon_started_in_the_background_logs_to_a_file_and_says_why_it_stopped() {
     let status: Value = serde_json::from_slice(&status.stdout).expect("status JSON");
     assert_eq!(status["log_file"], json!(log), "{status:#}");
     let pid = status["pid"].as_u64().expect("the daemon's pid");
-    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
     assert!(
-        String::from_utf8_lossy(&cmdline).contains("serve"),
+        toold_tests::procs::cmdline(u32::try_from(pid).expect("a pid")).contains("serve"),
         "the pid is the daemon's own"
     );
     let text = toold_command_in(root.path())
@@ -150,7 +124,7 @@ fn a_daemon_started_in_the_background_logs_to_a_file_and_says_why_it_stopped() {
     // The daemon outlives the connection that started it; stop it.
     let pid = nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap());
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
-    wait_for("the daemon to stop", || !socket.exists());
+    wait_until("the daemon to stop", || !socket.exists());
 }
 
 /// A daemon on a terminal nobody reads (its writes to it would block once the terminal's
@@ -159,7 +133,7 @@ fn a_daemon_started_in_the_background_logs_to_a_file_and_says_why_it_stopped() {
 #[test]
 #[allow(unsafe_code)]
 fn a_daemon_whose_terminal_is_unread_then_closed_serves_and_stops() {
-    let root = fresh_root();
+    let root = daemon_root();
     let pty = nix::pty::openpty(None, None).expect("a pseudo-terminal");
     let mut command = toold_command_in(root.path());
     command
@@ -179,11 +153,11 @@ fn a_daemon_whose_terminal_is_unread_then_closed_serves_and_stops() {
             Ok(())
         });
     }
-    let mut daemon = KilledOnDrop(command.spawn().unwrap());
+    let mut daemon = KillOnDrop(command.spawn().unwrap());
     drop(command);
     drop(pty.slave);
     let socket = root.path().join("run/toold/toold.sock");
-    wait_for("the socket", || socket.exists());
+    wait_until("the socket", || socket.exists());
     let work = root.path().join("work").canonicalize().unwrap();
     // Far more log than a terminal's buffer holds, with nobody reading it.
     for _ in 0..200 {
@@ -201,18 +175,9 @@ fn a_daemon_whose_terminal_is_unread_then_closed_serves_and_stops() {
         daemon.0.try_wait().unwrap().is_none(),
         "the daemon is still running"
     );
-    let pid = nix::unistd::Pid::from_raw(i32::try_from(daemon.0.id()).unwrap());
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Some(status) = daemon.0.try_wait().unwrap() {
-            assert!(status.success(), "{status}");
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the daemon did not stop on SIGTERM with its terminal gone"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    sigterm_and_exits_cleanly(
+        &mut daemon.0,
+        Duration::from_secs(20),
+        "with its terminal gone",
+    );
 }

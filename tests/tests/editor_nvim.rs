@@ -7,10 +7,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 use serde_json::json;
-use toold_tests::daemon::{TestDaemon, no_answers, outcome, results};
-use toold_tests::editor::{
-    ANSWERS, Running, approve_from_the_editor, prompts, repository, wait_for_file,
-};
+use toold_tests::child::{KillOnDrop, wait_for_path};
+use toold_tests::daemon::{TestDaemon, no_answers, results, wire_error_type_or_ok};
+use toold_tests::editor::{ANSWERS, approve_from_the_editor, prompts, repository};
 use toold_tests::require;
 
 /// The `nvim` to run: on `PATH`, else the one `tests/editors/install.sh` installs.
@@ -63,7 +62,7 @@ async fn neovim_watches_and_approves_with_previews_and_survives_a_restart() {
     approve_from_the_editor(|daemon, session, dir| {
         let started = driver(&nvim, &daemon.socket(), session, dir, ANSWERS, None);
         // `:checkhealth toold` ran first, against this daemon.
-        wait_for_file(&dir.join("attached"));
+        wait_for_path(&dir.join("attached"));
         let health = std::fs::read_to_string(dir.join("health.txt")).unwrap();
         assert!(
             health.contains(&format!("socket: {}", daemon.socket().display()))
@@ -95,7 +94,7 @@ async fn neovim_approves_an_mcp_hosts_call() {
     let owner = daemon.connect(json!({}), no_answers()).await;
     let session = owner.create_session(&daemon.work(), json!({})).await;
     let dir = tempfile::tempdir().unwrap();
-    let editor = Running(driver(
+    let editor = KillOnDrop(driver(
         &nvim,
         &daemon.socket(),
         &session,
@@ -103,7 +102,7 @@ async fn neovim_approves_an_mcp_hosts_call() {
         "Allow once",
         None,
     ));
-    wait_for_file(&dir.path().join("attached"));
+    wait_for_path(&dir.path().join("attached"));
 
     let server = json!([
         toold_tests::daemon::toold_binary(),
@@ -165,7 +164,7 @@ async fn approvals_queue_and_one_settled_elsewhere_closes_its_prompt() {
         .await
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let editor = Running(driver(
+    let editor = KillOnDrop(driver(
         &nvim,
         &daemon.socket(),
         &session,
@@ -173,15 +172,15 @@ async fn approvals_queue_and_one_settled_elsewhere_closes_its_prompt() {
         "Allow once,Allow once,Allow once",
         Some(700),
     ));
-    wait_for_file(&dir.path().join("attached"));
+    wait_for_path(&dir.path().join("attached"));
     let write = |id: &str, path: &str| json!([{"id": id, "name": "write_file", "arguments": {"path": path, "content": "x\n"}}]);
     // Two agents' calls ask at once: the second waits behind the first.
     let (one, two) = tokio::join!(
         first.execute(&session, write("q1", "q1.txt")),
         second.execute(&session, write("q2", "q2.txt")),
     );
-    assert_eq!(outcome(results(&one)[0]), "ok", "{one}");
-    assert_eq!(outcome(results(&two)[0]), "ok", "{two}");
+    assert_eq!(wire_error_type_or_ok(results(&one)[0]), "ok", "{one}");
+    assert_eq!(wire_error_type_or_ok(results(&two)[0]), "ok", "{two}");
     let answered: Vec<serde_json::Value> =
         std::fs::read_to_string(dir.path().join("answers.jsonl"))
             .unwrap()
@@ -208,7 +207,7 @@ async fn approvals_queue_and_one_settled_elsewhere_closes_its_prompt() {
         .unwrap();
     let denied = first.execute(&session, write("q3", "q3.txt")).await;
     assert_eq!(
-        outcome(results(&denied)[0]),
+        wire_error_type_or_ok(results(&denied)[0]),
         "permission_denied",
         "{denied}"
     );
@@ -243,7 +242,7 @@ async fn without_a_session_named_neovim_follows_the_newest() {
     let agent = daemon.connect(json!({}), no_answers()).await;
     let older = agent.create_session(&daemon.work(), json!({})).await;
     let dir = tempfile::tempdir().unwrap();
-    let editor = Running(driver(
+    let editor = KillOnDrop(driver(
         &nvim,
         &daemon.socket(),
         "",
@@ -251,7 +250,7 @@ async fn without_a_session_named_neovim_follows_the_newest() {
         "Allow once",
         None,
     ));
-    wait_for_file(&dir.path().join("attached"));
+    wait_for_path(&dir.path().join("attached"));
     let newer = agent.create_session(&daemon.work(), json!({})).await;
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
     loop {
@@ -274,7 +273,11 @@ async fn without_a_session_named_neovim_follows_the_newest() {
             json!([{"id": "n1", "name": "write_file", "arguments": {"path": "n.txt", "content": "n\n"}}]),
         )
         .await;
-    assert_eq!(outcome(results(&response)[0]), "ok", "{response}");
+    assert_eq!(
+        wire_error_type_or_ok(results(&response)[0]),
+        "ok",
+        "{response}"
+    );
     let older_snapshot = agent
         .request("session/get", json!({"session_id": older}))
         .await

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use toold_protocol::Request;
 use toold_protocol::peer::Reply;
 use toold_tests::daemon::{
-    TestClient, TestDaemon, answer_with, is_session_event, outcome, results,
+    TestClient, TestDaemon, answer_with, is_session_event, results, wire_error_type_or_ok,
 };
 
 /// Config rules on known lines (the file's line numbers are asserted below).
@@ -84,16 +84,6 @@ async fn approving_client(daemon: &TestDaemon) -> (TestClient, Arc<Mutex<Vec<Req
     (client, seen, answer)
 }
 
-async fn explain(client: &TestClient, session_id: &str, tool: &str, arguments: &Value) -> Value {
-    client
-        .request(
-            "permissions/explain",
-            json!({"session_id": session_id, "call": {"name": tool, "arguments": arguments}}),
-        )
-        .await
-        .expect("permissions/explain")
-}
-
 /// The decision the pipeline made: `ask` when the approver was asked, else the result's.
 async fn real_decision(
     client: &TestClient,
@@ -112,7 +102,7 @@ async fn real_decision(
     if seen.lock().expect("requests").len() > asked_before {
         return "ask".to_owned();
     }
-    match outcome(results(&response)[0]) {
+    match wire_error_type_or_ok(results(&response)[0]) {
         "permission_denied" => "deny",
         "tool_not_allowed" => "tool_not_allowed",
         "unknown_tool" => "unknown_tool",
@@ -320,7 +310,7 @@ async fn explain_agrees_with_the_real_decision_over_the_permission_table() {
     let (client, seen, _answer) = approving_client(&daemon).await;
     for row in table(&work) {
         let session = client.create_session(&work, row.session.clone()).await;
-        let explained = explain(&client, &session, row.tool, &row.arguments).await;
+        let explained = client.explain(&session, row.tool, &row.arguments).await;
         let what = format!("{}: {explained:#}", row.name);
         assert_eq!(explained["decision"], row.decision, "{what}");
         assert_eq!(explained["step"].as_str(), row.step, "{what}");
@@ -379,7 +369,7 @@ async fn explain_names_the_rule_line_each_command_and_the_grant() {
         .await;
 
     let line = json!({"command": "true; echo config-allowed a; date > out.txt"});
-    let explained = explain(&client, &session, "run_command", &line).await;
+    let explained = client.explain(&session, "run_command", &line).await;
     assert_eq!(explained["decision"], "ask");
     assert_eq!(
         explained["commands"],
@@ -416,13 +406,15 @@ async fn explain_names_the_rule_line_each_command_and_the_grant() {
             ALLOW_LINE,
         ),
     ] {
-        let explained = explain(&client, &session, tool, &arguments).await;
+        let explained = client.explain(&session, tool, &arguments).await;
         assert_eq!(explained["source"]["line"], line, "{explained:#}");
     }
 
     // A symlink: both forms of the path as judged.
     std::os::unix::fs::symlink("/etc/hostname", work.join("link")).expect("symlink");
-    let explained = explain(&client, &session, "read_file", &json!({"path": "link"})).await;
+    let explained = client
+        .explain(&session, "read_file", &json!({"path": "link"}))
+        .await;
     assert_eq!(
         explained["paths"],
         json!([{"argument": "path", "lexical": work.join("link"), "resolved": "/etc/hostname",
@@ -437,7 +429,7 @@ async fn explain_names_the_rule_line_each_command_and_the_grant() {
         real_decision(&client, &seen, &session, "run_command", &date).await,
         "ask"
     );
-    let explained = explain(&client, &session, "run_command", &date).await;
+    let explained = client.explain(&session, "run_command", &date).await;
     assert_eq!(explained["decision"], "allow");
     assert_eq!(explained["step"], "grant");
     assert_eq!(explained["rule"], "run_command(sleep 0)");
@@ -475,7 +467,7 @@ async fn explaining_runs_nothing_asks_nobody_and_emits_nothing() {
             json!({"path": target, "old_string": "a", "new_string": "b"}),
         ),
     ] {
-        let explained = explain(&client, &session, tool, &arguments).await;
+        let explained = client.explain(&session, tool, &arguments).await;
         // The command would run unasked in its sandbox: explaining it runs it no more than
         // explaining a call that asks.
         let expected = if tool == "run_command" {
@@ -528,18 +520,7 @@ async fn toold_explain_prints_the_decision_why_and_what_to_add() {
     let daemon = TestDaemon::start_with_config(Some(CONFIG));
     let work = daemon.work();
     let config_file = daemon.root().join("config/toold/config.toml");
-    let run = |args: &[&str]| {
-        let output = daemon
-            .command()
-            .arg("explain")
-            .args(args)
-            .output()
-            .expect("toold explain");
-        (
-            output.status.code(),
-            String::from_utf8_lossy(&output.stdout).into_owned(),
-        )
-    };
+    let run = |args: &[&str]| daemon.run_toold("explain", args);
     let cwd = work.to_str().expect("a UTF-8 path");
     let (code, text) = run(&[
         "run_command",

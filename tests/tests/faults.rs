@@ -11,7 +11,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use toold_tests::daemon::TestDaemon;
+use toold_tests::child::{KillOnDrop, wait_for_path};
+use toold_tests::daemon::{TestDaemon, sigterm_and_exits_cleanly};
 
 const FILE_BYTES: usize = 4 << 20;
 
@@ -219,12 +220,9 @@ fn the_next_start_removes_the_temporary_files_the_journal_lists() {
 /// the task that logged it; and SIGTERM still drains it.
 #[test]
 fn a_daemon_whose_log_reader_is_gone_serves_and_stops() {
-    let root = tempfile::tempdir().unwrap();
-    for sub in ["run", "state", "config", "home", "work"] {
-        std::fs::create_dir_all(root.path().join(sub)).unwrap();
-    }
+    let root = toold_tests::daemon::daemon_root();
     let socket = root.path().join("run/toold/toold.sock");
-    let mut daemon = KilledOnDrop(
+    let mut daemon = KillOnDrop(
         toold_tests::daemon::toold_command_in(root.path())
             .args(["serve", "--allow-root"])
             .stdin(std::process::Stdio::null())
@@ -239,11 +237,7 @@ fn a_daemon_whose_log_reader_is_gone_serves_and_stops() {
     let mut first = String::new();
     log.read_line(&mut first).unwrap();
     drop(log);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !socket.exists() {
-        assert!(Instant::now() < deadline, "no socket");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for_path(&socket);
     let work = root.path().join("work").canonicalize().unwrap();
     for round in 0..3 {
         let (mut stream, session) = client(&socket, &work);
@@ -265,28 +259,9 @@ fn a_daemon_whose_log_reader_is_gone_serves_and_stops() {
             "round {round}: {response}"
         );
     }
-    let pid = nix::unistd::Pid::from_raw(i32::try_from(daemon.id()).unwrap());
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Some(status) = daemon.try_wait().unwrap() {
-            assert!(status.success(), "{status}");
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the daemon did not stop on SIGTERM with its log's reader gone"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// A child process killed when the test ends, however it ends.
-struct KilledOnDrop(std::process::Child);
-
-impl Drop for KilledOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+    sigterm_and_exits_cleanly(
+        daemon,
+        Duration::from_secs(20),
+        "with its log's reader gone",
+    );
 }

@@ -6,13 +6,13 @@ use std::time::Duration;
 
 use pretty_assertions::assert_eq;
 use serde_json::json;
-use toold_tests::{Tree, call, outcome};
+use toold_tests::{Tree, call, error_type_or_ok};
 
 #[tokio::test]
 async fn read_file_returns_the_text_and_its_metadata() {
     let tree = Tree::new(&[("src/a.txt", "one\ntwo\nthree")]);
     let result = call(tree.env(), "read_file", json!({"path": "src/a.txt"})).await;
-    assert_eq!(outcome(&result), "ok");
+    assert_eq!(error_type_or_ok(&result), "ok");
     assert_eq!(result.content, "one\ntwo\nthree");
     assert_eq!(result.tool, "read_file");
     assert_eq!(result.metadata["call_id"], "call_1");
@@ -50,7 +50,7 @@ async fn read_file_takes_a_window_of_lines() {
         json!({"path": "a.txt", "offset": 11}),
     )
     .await;
-    assert_eq!(outcome(&past), "invalid_arguments");
+    assert_eq!(error_type_or_ok(&past), "invalid_arguments");
     assert!(
         past.error.as_deref().unwrap().contains("past the end"),
         "{past:?}"
@@ -64,7 +64,7 @@ async fn read_file_cuts_at_max_read_bytes_and_says_where_to_go_on() {
     let mut env = tree.env();
     env.max_read_bytes = 100;
     let result = call(env.clone(), "read_file", json!({"path": "big.txt"})).await;
-    assert_eq!(outcome(&result), "ok");
+    assert_eq!(error_type_or_ok(&result), "ok");
     assert_eq!(result.metadata["truncated"], true);
     assert_eq!(result.metadata["total_lines"], 1000);
     // Ten lines of ten bytes fit exactly; the cut falls on a line boundary.
@@ -83,7 +83,7 @@ async fn read_file_refuses_missing_files_directories_and_binaries() {
     let tree = Tree::new(&[("dir/x", "x")]);
     std::fs::write(tree.path("blob.bin"), b"ELF\0\x01\x02").unwrap();
     let missing = call(tree.env(), "read_file", json!({"path": "nope.txt"})).await;
-    assert_eq!(outcome(&missing), "not_found");
+    assert_eq!(error_type_or_ok(&missing), "not_found");
     assert!(
         missing
             .error
@@ -92,9 +92,9 @@ async fn read_file_refuses_missing_files_directories_and_binaries() {
             .contains("nope.txt does not exist")
     );
     let dir = call(tree.env(), "read_file", json!({"path": "dir"})).await;
-    assert_eq!(outcome(&dir), "is_directory");
+    assert_eq!(error_type_or_ok(&dir), "is_directory");
     let binary = call(tree.env(), "read_file", json!({"path": "blob.bin"})).await;
-    assert_eq!(outcome(&binary), "binary_file");
+    assert_eq!(error_type_or_ok(&binary), "binary_file");
     assert!(binary.error.as_deref().unwrap().contains("binary"));
 }
 
@@ -104,7 +104,7 @@ async fn read_file_reads_large_files_whole_and_refuses_fifos_and_devices_at_once
     let lines: String = (1..=20_000).map(|n| format!("line {n:05}\n")).collect();
     let tree = Tree::new(&[("large.txt", &lines)]);
     let large = call(tree.env(), "read_file", json!({"path": "large.txt"})).await;
-    assert_eq!(outcome(&large), "ok");
+    assert_eq!(error_type_or_ok(&large), "ok");
     assert_eq!(large.content, lines);
     assert_eq!(large.metadata["total_lines"], 20_000);
 
@@ -120,7 +120,11 @@ async fn read_file_reads_large_files_whole_and_refuses_fifos_and_devices_at_once
             json!({"path": path.display().to_string()}),
         )
         .await;
-        assert_eq!(outcome(&refused), "invalid_arguments", "{refused:?}");
+        assert_eq!(
+            error_type_or_ok(&refused),
+            "invalid_arguments",
+            "{refused:?}"
+        );
         assert!(
             refused
                 .error
@@ -142,7 +146,7 @@ async fn read_file_reads_large_files_whole_and_refuses_fifos_and_devices_at_once
         json!({"path": "/dev/zero", "old_string": "a", "new_string": "b"}),
     )
     .await;
-    assert_eq!(outcome(&edit), "invalid_arguments", "{edit:?}");
+    assert_eq!(error_type_or_ok(&edit), "invalid_arguments", "{edit:?}");
     assert!(
         started.elapsed() < Duration::from_secs(5),
         "refused at once"
@@ -158,7 +162,10 @@ async fn read_file_replaces_invalid_utf8_and_counts_a_last_line_without_newline(
     assert_eq!(result.metadata["total_lines"], 2);
     std::fs::write(tree.path("empty.txt"), b"").unwrap();
     let empty = call(tree.env(), "read_file", json!({"path": "empty.txt"})).await;
-    assert_eq!((outcome(&empty), empty.content.as_str()), ("ok".into(), ""));
+    assert_eq!(
+        (error_type_or_ok(&empty), empty.content.as_str()),
+        ("ok".into(), "")
+    );
     assert_eq!(empty.metadata["total_lines"], 0);
 }
 
@@ -171,7 +178,7 @@ async fn write_file_creates_parents_and_reports_it() {
         json!({"path": "a/b/c.txt", "content": "hello"}),
     )
     .await;
-    assert_eq!(outcome(&result), "ok", "{result:?}");
+    assert_eq!(error_type_or_ok(&result), "ok", "{result:?}");
     assert_eq!(tree.read("a/b/c.txt"), "hello");
     assert_eq!(result.metadata["bytes"], 5);
     assert_eq!(result.metadata["created"], true);
@@ -200,7 +207,7 @@ async fn write_file_keeps_an_existing_mode_and_gives_new_files_the_umask_mode() 
         json!({"path": "run.sh", "content": "#!/bin/sh\necho hi\n"}),
     )
     .await;
-    assert_eq!(outcome(&result), "ok");
+    assert_eq!(error_type_or_ok(&result), "ok");
     let mode = std::fs::metadata(tree.path("run.sh"))
         .unwrap()
         .permissions()
@@ -238,7 +245,7 @@ async fn write_file_through_a_symlink_replaces_the_target_and_keeps_the_link() {
         json!({"path": "link.txt", "content": "new"}),
     )
     .await;
-    assert_eq!(outcome(&result), "ok");
+    assert_eq!(error_type_or_ok(&result), "ok");
     assert!(
         std::fs::symlink_metadata(tree.path("link.txt"))
             .unwrap()
@@ -257,9 +264,9 @@ async fn write_file_refuses_a_directory_and_bad_arguments() {
         json!({"path": "dir", "content": "x"}),
     )
     .await;
-    assert_eq!(outcome(&dir), "is_directory");
+    assert_eq!(error_type_or_ok(&dir), "is_directory");
     let missing = call(tree.env(), "write_file", json!({"path": "x.txt"})).await;
-    assert_eq!(outcome(&missing), "invalid_arguments");
+    assert_eq!(error_type_or_ok(&missing), "invalid_arguments");
     let errors = missing.metadata["errors"].as_array().unwrap();
     assert_eq!(errors.len(), 1);
     assert!(
@@ -272,7 +279,7 @@ async fn write_file_refuses_a_directory_and_bad_arguments() {
         json!({"path": "x.txt", "content": 5}),
     )
     .await;
-    assert_eq!(outcome(&wrong_type), "invalid_arguments");
+    assert_eq!(error_type_or_ok(&wrong_type), "invalid_arguments");
     assert_eq!(wrong_type.metadata["errors"][0]["pointer"], "/content");
 }
 
@@ -332,7 +339,7 @@ async fn edit_file_replaces_one_occurrence_and_shows_a_diff() {
         json!({"path": "src/lib.rs", "old_string": "fn b() {}", "new_string": "fn beta() {}"}),
     )
     .await;
-    assert_eq!(outcome(&result), "ok", "{result:?}");
+    assert_eq!(error_type_or_ok(&result), "ok", "{result:?}");
     assert_eq!(
         tree.read("src/lib.rs"),
         "fn a() {}\nfn beta() {}\nfn c() {}\n"
@@ -357,7 +364,7 @@ async fn edit_file_refuses_ambiguous_or_missing_text_and_changes_nothing() {
         json!({"path": "f.py", "old_string": "x = 1", "new_string": "x = 2"}),
     )
     .await;
-    assert_eq!(outcome(&ambiguous), "not_unique");
+    assert_eq!(error_type_or_ok(&ambiguous), "not_unique");
     assert_eq!(ambiguous.metadata["matches"], 3);
     assert!(ambiguous.error.as_deref().unwrap().contains("3 places"));
     let absent = call(
@@ -366,14 +373,14 @@ async fn edit_file_refuses_ambiguous_or_missing_text_and_changes_nothing() {
         json!({"path": "f.py", "old_string": "y = 1", "new_string": "y = 2"}),
     )
     .await;
-    assert_eq!(outcome(&absent), "not_found");
+    assert_eq!(error_type_or_ok(&absent), "not_found");
     let no_file = call(
         tree.env(),
         "edit_file",
         json!({"path": "g.py", "old_string": "a", "new_string": "b"}),
     )
     .await;
-    assert_eq!(outcome(&no_file), "not_found");
+    assert_eq!(error_type_or_ok(&no_file), "not_found");
     assert_eq!(tree.read("f.py"), original);
 
     let all = call(
@@ -382,7 +389,7 @@ async fn edit_file_refuses_ambiguous_or_missing_text_and_changes_nothing() {
         json!({"path": "f.py", "old_string": "x = 1", "new_string": "x = 2", "replace_all": true}),
     )
     .await;
-    assert_eq!(outcome(&all), "ok");
+    assert_eq!(error_type_or_ok(&all), "ok");
     assert_eq!(all.metadata["replacements"], 3);
     assert_eq!(tree.read("f.py"), "x = 2\nx = 2\nx = 2\n");
 }
@@ -396,14 +403,14 @@ async fn edit_file_refuses_edits_that_change_nothing() {
         json!({"path": "f.txt", "old_string": "", "new_string": "x"}),
     )
     .await;
-    assert_eq!(outcome(&empty), "invalid_arguments");
+    assert_eq!(error_type_or_ok(&empty), "invalid_arguments");
     let same = call(
         tree.env(),
         "edit_file",
         json!({"path": "f.txt", "old_string": "b", "new_string": "b"}),
     )
     .await;
-    assert_eq!(outcome(&same), "invalid_arguments");
+    assert_eq!(error_type_or_ok(&same), "invalid_arguments");
     std::fs::write(tree.path("bin"), b"a\0b").unwrap();
     let binary = call(
         tree.env(),
@@ -411,7 +418,7 @@ async fn edit_file_refuses_edits_that_change_nothing() {
         json!({"path": "bin", "old_string": "a", "new_string": "c"}),
     )
     .await;
-    assert_eq!(outcome(&binary), "binary_file");
+    assert_eq!(error_type_or_ok(&binary), "binary_file");
     assert_eq!(tree.read("f.txt"), "abc");
 }
 
@@ -425,7 +432,7 @@ async fn edit_file_keeps_the_mode() {
         json!({"path": "run.sh", "old_string": "a", "new_string": "b"}),
     )
     .await;
-    assert_eq!(outcome(&result), "ok");
+    assert_eq!(error_type_or_ok(&result), "ok");
     let mode = std::fs::metadata(tree.path("run.sh"))
         .unwrap()
         .permissions()
@@ -443,13 +450,13 @@ async fn a_path_through_a_regular_file_is_an_io_error() {
         json!({"path": "a.txt/b.txt", "content": "y"}),
     )
     .await;
-    assert_eq!(outcome(&write), "io_error", "{write:?}");
+    assert_eq!(error_type_or_ok(&write), "io_error", "{write:?}");
     assert!(
         write.error.as_deref().unwrap().contains("a.txt"),
         "{write:?}"
     );
     let read = call(tree.env(), "read_file", json!({"path": "a.txt/b.txt"})).await;
-    assert_eq!(outcome(&read), "io_error", "{read:?}");
+    assert_eq!(error_type_or_ok(&read), "io_error", "{read:?}");
     assert!(
         read.error.as_deref().unwrap().contains("Not a directory"),
         "{read:?}"

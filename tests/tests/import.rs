@@ -59,13 +59,7 @@ async fn disagreements(daemon: &TestDaemon, cwd: &Path, rows: &[Row]) -> Vec<Str
     let session = client.create_session(cwd, json!({})).await;
     let mut wrong = Vec::new();
     for row in rows {
-        let explained = client
-            .request(
-                "permissions/explain",
-                json!({"session_id": session, "call": {"name": row.tool, "arguments": row.arguments}}),
-            )
-            .await
-            .expect("permissions/explain");
+        let explained = client.explain(&session, row.tool, &row.arguments).await;
         if explained["decision"] != row.decision {
             wrong.push(format!(
                 "{} {}: expected {}, got {explained}",

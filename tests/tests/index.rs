@@ -13,8 +13,9 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use toold_tests::daemon::{TestClient, TestDaemon, no_answers, outcome, results};
+use toold_tests::daemon::{TestClient, TestDaemon, no_answers, results, wire_error_type_or_ok};
 use toold_tests::require;
+use toold_tests::{PATIENCE, XorShift};
 
 /// One daemon that indexes and one that walks cold, on the same tree.
 struct Pair {
@@ -78,8 +79,12 @@ impl Pair {
     async fn same(&self, mut arguments: Value, what: &str) -> bool {
         arguments["max_results"] = json!(1_000_000);
         let (warm, cold) = self.find(arguments.clone()).await;
-        assert_eq!(outcome(&warm), outcome(&cold), "{what}: {arguments}");
-        if outcome(&warm) != "ok" {
+        assert_eq!(
+            wire_error_type_or_ok(&warm),
+            wire_error_type_or_ok(&cold),
+            "{what}: {arguments}"
+        );
+        if wire_error_type_or_ok(&warm) != "ok" {
             // The directory asked about is gone, or was never there: the same failure.
             assert_eq!(warm["error"], cold["error"], "{what}: {arguments}");
             return false;
@@ -101,11 +106,11 @@ impl Pair {
         arguments["max_results"] = json!(1_000_000);
         let (warm, cold) = self.call("search_code", arguments.clone()).await;
         assert_eq!(
-            outcome(&warm),
-            outcome(&cold),
+            wire_error_type_or_ok(&warm),
+            wire_error_type_or_ok(&cold),
             "{what}: {arguments}: {warm}"
         );
-        if outcome(&warm) != "ok" {
+        if wire_error_type_or_ok(&warm) != "ok" {
             assert_eq!(warm["error"], cold["error"], "{what}: {arguments}");
             return warm;
         }
@@ -308,18 +313,6 @@ const SUBDIRECTORIES: [&str; 6] = ["src", "vendor", ".github", "target", "n1/n2"
 /// The searches asked after each change: literals, a regex, case folds.
 const SEARCHES: [&str; 5] = ["saved", "fn main", r"\bx\b|guide", "(?i)SAVED", "ref: refs"];
 
-/// A small generator, so that a failing sequence can be replayed from its seed.
-struct Random(u64);
-
-impl Random {
-    fn below(&mut self, n: usize) -> usize {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 % n as u64) as usize
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn find_files_answers_as_a_cold_walk_and_rg_through_a_churn() {
     const TEST: &str = "find_files_answers_as_a_cold_walk_and_rg_through_a_churn";
@@ -338,7 +331,7 @@ async fn find_files_answers_as_a_cold_walk_and_rg_through_a_churn() {
     let global_excludes = pair.warm.root().join("config/git/ignore");
     let cold_global_excludes = pair.cold.root().join("config/git/ignore");
     let parent_ignore = root.parent().unwrap().join(".ignore");
-    let mut random = Random(0x1dea);
+    let mut random = XorShift(0x1dea);
     let mut warm_answers = 0;
     let mut answers = 0;
     for step in 0..2000 {
@@ -457,7 +450,7 @@ async fn find_files_answers_as_a_cold_walk_and_rg_through_a_churn() {
             let (warm, _) = pair
                 .find(json!({"pattern": "*", "max_results": 1_000_000}))
                 .await;
-            assert_eq!(outcome(&warm), "ok", "{warm}");
+            assert_eq!(wire_error_type_or_ok(&warm), "ok", "{warm}");
             same_lines(
                 text(&warm),
                 &rg_files(&rg, &pair.warm, &root),
@@ -517,12 +510,9 @@ async fn searches_read_only_candidates_and_answer_as_cold_and_rg() {
     );
     // A file with more distinct trigrams than the index keeps for one: searched always.
     let mut noise = Vec::with_capacity(4 << 20);
-    let mut state = 0x2545_f491_4f6c_dd1d_u64;
+    let mut random = XorShift(0x2545_f491_4f6c_dd1d);
     while noise.len() < 4 << 20 {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        noise.push(b'!' + (state % 90) as u8);
+        noise.push(b'!' + (random.next() % 90) as u8);
         if noise.len() % 100 == 0 {
             noise.push(b'\n');
         }
@@ -755,7 +745,7 @@ async fn a_watch_limit_lower_than_the_tree_answers_cold() {
             assert_eq!(status["reason"], "watch_limit");
             break;
         }
-        assert!(started.elapsed() < Duration::from_secs(30), "{status}");
+        assert!(started.elapsed() < PATIENCE, "{status}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert!(
@@ -828,7 +818,7 @@ async fn an_index_over_the_memory_budget_answers_cold_and_the_oldest_is_evicted(
     std::fs::remove_dir_all(&big).unwrap();
     let small = pair.root.join("src");
     let (warm, _) = pair.find(json!({"pattern": "*", "path": small})).await;
-    assert_eq!(outcome(&warm), "ok");
+    assert_eq!(wire_error_type_or_ok(&warm), "ok");
     let roots = pair
         .warm_client
         .request("index/status", json!({}))
@@ -906,7 +896,7 @@ async fn a_mount_inside_a_root_is_answered_cold_never_stale() {
     };
     let started = Instant::now();
     while find().await["metadata"]["index"] != "warm" {
-        assert!(started.elapsed() < Duration::from_secs(30), "never warm");
+        assert!(started.elapsed() < PATIENCE, "never warm");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let sub = root.join("sub");

@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
 use toold_tests::daemon::{RawConnection, TestDaemon, Wire};
+use toold_tests::{PATIENCE, XorShift};
 
 /// Requests a client keeps in flight on its connection.
 const PIPELINED: usize = 16;
@@ -207,7 +208,7 @@ async fn slow_drip_connections_are_cut_while_other_clients_keep_working() {
         .collect();
     let mut cut = 0;
     for dripper in drippers {
-        let (answer, elapsed) = tokio::time::timeout(Duration::from_secs(30), dripper)
+        let (answer, elapsed) = tokio::time::timeout(PATIENCE, dripper)
             .await
             .expect("a drip connection was never cut")
             .unwrap();
@@ -308,22 +309,6 @@ async fn timed_calls(
         id += 1;
     }
     latencies
-}
-
-/// A small deterministic generator, so that a failure replays.
-struct XorShift(u64);
-
-impl XorShift {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn below(&mut self, bound: usize) -> usize {
-        (self.next() % bound as u64) as usize
-    }
 }
 
 /// Garbage on the wire: 10,000 random, invalid UTF-8 and truncated frames on one connection,

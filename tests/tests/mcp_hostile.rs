@@ -8,7 +8,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use toold_tests::daemon::{TestClient, TestDaemon, always, no_answers, outcome, results};
+use toold_tests::PATIENCE;
+use toold_tests::daemon::{
+    TestClient, TestDaemon, always, no_answers, results, wire_error_type_or_ok,
+};
 use toold_tests::mcp::{status_until, test_server, toold, tools_when};
 use toold_tests::require;
 
@@ -52,7 +55,7 @@ async fn a_servers_stderr_is_drained_whatever_it_writes_in_bounded_memory() {
         json!({"binary": true, "then": "after the bad bytes"}),
     )
     .await;
-    assert_eq!(outcome(&result), "ok", "{result}");
+    assert_eq!(wire_error_type_or_ok(&result), "ok", "{result}");
     let before = daemon.rss_bytes();
     // 64 MiB without a newline: one line, kept to its bound.
     let result = call(
@@ -62,7 +65,7 @@ async fn a_servers_stderr_is_drained_whatever_it_writes_in_bounded_memory() {
         json!({"bytes": 64 << 20, "then": "end of the long line"}),
     )
     .await;
-    assert_eq!(outcome(&result), "ok", "{result}");
+    assert_eq!(wire_error_type_or_ok(&result), "ok", "{result}");
     // Two MiB more, which fill the pipe many times over: the server never blocks on it.
     let result = call(
         &client,
@@ -71,7 +74,7 @@ async fn a_servers_stderr_is_drained_whatever_it_writes_in_bounded_memory() {
         json!({"bytes": 2 << 20, "newline": true, "then": "still drained"}),
     )
     .await;
-    assert_eq!(outcome(&result), "ok", "{result}");
+    assert_eq!(wire_error_type_or_ok(&result), "ok", "{result}");
     let grown = daemon.rss_bytes().saturating_sub(before);
     assert!(
         grown < 24 << 20,
@@ -126,13 +129,8 @@ async fn configured_secrets_reach_no_command_result_event_status_or_log() {
     // The daemon's own log, at its most verbose, into a file the test reads.
     let logs = tempfile::tempdir().unwrap();
     let log_file = logs.path().join("daemon.log");
-    let wrapper = [
-        "/bin/sh".to_owned(),
-        "-c".to_owned(),
-        format!("exec \"$0\" \"$@\" --log-file '{}'", log_file.display()),
-    ];
     let daemon = TestDaemon::start_under_with_config_and_env(
-        &wrapper,
+        &toold_tests::daemon::log_into(&log_file),
         &config,
         &[
             ("MY_MCP_TOKEN", TOKEN),
@@ -171,7 +169,7 @@ async fn configured_secrets_reach_no_command_result_event_status_or_log() {
 
     // A result that quotes the key: its text and its structured content.
     let revealed = call(&client, &session, "reveal", json!({"name": "API_KEY"})).await;
-    assert_eq!(outcome(&revealed), "ok", "{revealed}");
+    assert_eq!(wire_error_type_or_ok(&revealed), "ok", "{revealed}");
     holds_no_secret("a result", &revealed.to_string());
     assert_eq!(revealed["content"], "the value is [redacted]", "{revealed}");
     let events: Vec<String> = client
@@ -183,7 +181,11 @@ async fn configured_secrets_reach_no_command_result_event_status_or_log() {
 
     // A server that prints the key on its way out: the failed call quotes its stderr redacted.
     let confessed = call(&client, &session, "confess", json!({"name": "API_KEY"})).await;
-    assert_eq!(outcome(&confessed), "internal_error", "{confessed}");
+    assert_eq!(
+        wire_error_type_or_ok(&confessed),
+        "internal_error",
+        "{confessed}"
+    );
     let error = confessed["error"].as_str().unwrap_or_default();
     assert!(error.contains("my secret is [redacted]"), "{error}");
     holds_no_secret("a failed call", &confessed.to_string());
@@ -191,18 +193,13 @@ async fn configured_secrets_reach_no_command_result_event_status_or_log() {
     holds_no_secret("the server's log", &logged);
 
     // The HTTP server that cannot be reached: its status says why, without its URL's secrets.
-    let status = status_until(
-        &client,
-        Duration::from_secs(30),
-        "the remote server's error",
-        |status| {
-            let remote = status["servers"]
-                .as_array()?
-                .iter()
-                .find(|server| server["name"] == "remote")?;
-            remote["last_error"].is_string().then(|| status.clone())
-        },
-    )
+    let status = status_until(&client, PATIENCE, "the remote server's error", |status| {
+        let remote = status["servers"]
+            .as_array()?
+            .iter()
+            .find(|server| server["name"] == "remote")?;
+        remote["last_error"].is_string().then(|| status.clone())
+    })
     .await;
     holds_no_secret("mcp/status", &status.to_string());
     let shown = toold(&daemon, &["mcp", "status"]).await;
@@ -293,7 +290,7 @@ async fn a_session_grant_covers_the_call_the_approval_showed() {
         json!({"text": "x", "path": "/a"}),
     )
     .await;
-    assert_eq!(outcome(&first), "ok", "{first}");
+    assert_eq!(wire_error_type_or_ok(&first), "ok", "{first}");
     assert_eq!(asks(), 1);
     let shown = asked.lock().unwrap()[0].params.clone().unwrap_or_default();
     assert_eq!(
@@ -309,7 +306,7 @@ async fn a_session_grant_covers_the_call_the_approval_showed() {
         json!({"path": "/a", "text": "x"}),
     )
     .await;
-    assert_eq!(outcome(&again), "ok", "{again}");
+    assert_eq!(wire_error_type_or_ok(&again), "ok", "{again}");
     assert_eq!(asks(), 1);
 
     // Other arguments, another tool of the server: asked again.
@@ -320,7 +317,7 @@ async fn a_session_grant_covers_the_call_the_approval_showed() {
     ] {
         let before = asks();
         let result = call(&client, &session, tool, arguments.clone()).await;
-        assert_eq!(outcome(&result), "ok", "{result}");
+        assert_eq!(wire_error_type_or_ok(&result), "ok", "{result}");
         assert_eq!(asks(), before + 1, "{tool} {arguments} was not asked");
     }
 }

@@ -5,15 +5,19 @@
 //! equal to the server's listing, cancel, crashes and restarts, rules with tool globs, and no
 //! server left behind by a killed daemon.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use toold_tests::daemon::{TestClient, TestDaemon, no_answers, outcome, results};
-use toold_tests::mcp::{HttpServer, cmdline, parent_of, status_until, toold, tools_named};
+use toold_tests::PATIENCE;
+use toold_tests::daemon::{
+    TestClient, TestDaemon, no_answers, outcomes, results, tool_names, wire_error_type_or_ok,
+};
+use toold_tests::mcp::{HttpServer, status_until, toold, tools_named};
+use toold_tests::procs::{cmdline, descendants};
 use toold_tests::require;
 
 /// Where `install.sh` puts the servers.
@@ -69,7 +73,7 @@ fn four_servers_config(root: &Path) -> String {
 async fn status_when(client: &TestClient, server: &str, state: &str) -> Value {
     status_until(
         client,
-        Duration::from_secs(30),
+        PATIENCE,
         &format!("{server} to be {state}"),
         |status| {
             let entry = status["servers"]
@@ -98,28 +102,6 @@ async fn echo(client: &TestClient, session: &str, server: &str, message: &str) -
                 "arguments": {"message": message}}]),
         )
         .await
-}
-
-/// Every process descending from `pid`.
-fn descendants(pid: u32) -> BTreeSet<u32> {
-    let parents: Vec<(u32, u32)> = std::fs::read_dir("/proc")
-        .expect("/proc")
-        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter_map(|child| Some((child, parent_of(child)?)))
-        .collect();
-    let mut found = BTreeSet::from([pid]);
-    loop {
-        let before = found.len();
-        for (child, parent) in &parents {
-            if found.contains(parent) {
-                found.insert(*child);
-            }
-        }
-        if found.len() == before {
-            found.remove(&pid);
-            return found;
-        }
-    }
 }
 
 fn text(result: &Value) -> &str {
@@ -187,10 +169,7 @@ async fn two_sessions_share_one_process_per_server_under_their_rules() {
             .await;
         let results = results(&response);
         assert_eq!(
-            results
-                .iter()
-                .map(|result| outcome(result))
-                .collect::<Vec<_>>(),
+            outcomes(&response),
             ["ok", "ok", "permission_denied", "ok", "ok", "ok"],
             "{response}"
         );
@@ -261,7 +240,7 @@ async fn a_killed_daemon_leaves_none_of_four_servers_behind() {
     loop {
         let alive: Vec<String> = processes
             .iter()
-            .filter(|pid| toold_tests::daemon::process_alive(**pid))
+            .filter(|pid| toold_tests::procs::process_alive(**pid))
             .map(|pid| format!("{pid}: {}", cmdline(*pid)))
             .collect();
         if alive.is_empty() {
@@ -343,7 +322,7 @@ async fn after_list_changed_the_registry_equals_a_fresh_listing() {
         "registered after initialization: {:?}",
         fresh.keys()
     );
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + PATIENCE;
     loop {
         let registry = registered(&client, "everything").await;
         let same = registry.keys().eq(fresh.keys())
@@ -394,14 +373,18 @@ async fn a_cancel_ends_a_long_call_at_once_and_the_server_still_answers() {
             at
         }
     );
-    assert_eq!(outcome(results(&response)[0]), "canceled", "{response}");
+    assert_eq!(
+        wire_error_type_or_ok(results(&response)[0]),
+        "canceled",
+        "{response}"
+    );
     let ended = ended_at.saturating_duration_since(canceled_at);
     assert!(
         ended <= Duration::from_millis(200),
         "the call ended {ended:?} after the cancel"
     );
     let echoed = echo(&client, &session, "everything", "still").await;
-    assert_eq!(outcome(results(&echoed)[0]), "ok", "{echoed}");
+    assert_eq!(wire_error_type_or_ok(results(&echoed)[0]), "ok", "{echoed}");
     assert!(text(results(&echoed)[0]).contains("still"), "{echoed}");
 }
 
@@ -428,7 +411,7 @@ async fn a_killed_server_fails_its_call_comes_back_and_fails_after_five_crashes(
     let long = json!([{"id": "long", "name": "mcp__everything__trigger-long-running-operation",
         "arguments": {"duration": 20, "steps": 20}}]);
     let kill = |pid: u64| {
-        toold_tests::daemon::send_signal(
+        toold_tests::procs::send_signal(
             u32::try_from(pid).expect("a pid"),
             nix::sys::signal::Signal::SIGKILL,
         );
@@ -442,7 +425,11 @@ async fn a_killed_server_fails_its_call_comes_back_and_fails_after_five_crashes(
         }
     );
     let result = results(&response)[0];
-    assert_eq!(outcome(result), "internal_error", "{response}");
+    assert_eq!(
+        wire_error_type_or_ok(result),
+        "internal_error",
+        "{response}"
+    );
     let message = result["error"].as_str().expect("a message");
     assert!(
         message.contains("Starting default (STDIO) server"),
@@ -455,7 +442,7 @@ async fn a_killed_server_fails_its_call_comes_back_and_fails_after_five_crashes(
 
     // It comes back, and answers.
     for crash in 1..5 {
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let deadline = Instant::now() + PATIENCE;
         let next = loop {
             let status = status_when(&client, "everything", "ready").await;
             let next = status["pid"].as_u64().expect("a pid");
@@ -468,7 +455,7 @@ async fn a_killed_server_fails_its_call_comes_back_and_fails_after_five_crashes(
         };
         if crash == 1 {
             let echoed = echo(&client, &session, "everything", "back").await;
-            assert_eq!(outcome(results(&echoed)[0]), "ok", "{echoed}");
+            assert_eq!(wire_error_type_or_ok(results(&echoed)[0]), "ok", "{echoed}");
         }
         pid = next;
         kill(pid);
@@ -478,7 +465,11 @@ async fn a_killed_server_fails_its_call_comes_back_and_fails_after_five_crashes(
     assert!(failed.get("pid").is_none(), "{failed}");
     assert!(registered(&client, "everything").await.is_empty());
     let gone = echo(&client, &session, "everything", "x").await;
-    assert_eq!(outcome(results(&gone)[0]), "unknown_tool", "{gone}");
+    assert_eq!(
+        wire_error_type_or_ok(results(&gone)[0]),
+        "unknown_tool",
+        "{gone}"
+    );
 
     // A reload starts a failed server again, its table unchanged, with a fresh count.
     let reloaded = toold(&daemon, &["reload", "--json"]).await;
@@ -488,7 +479,7 @@ async fn a_killed_server_fails_its_call_comes_back_and_fails_after_five_crashes(
     let ready = status_when(&client, "everything", "ready").await;
     assert_eq!(ready["restarts"], 0, "{ready}");
     let echoed = echo(&client, &session, "everything", "after the reload").await;
-    assert_eq!(outcome(results(&echoed)[0]), "ok", "{echoed}");
+    assert_eq!(wire_error_type_or_ok(results(&echoed)[0]), "ok", "{echoed}");
 
     // mcp/restart replaces a running server with a new process.
     let before = ready["pid"].as_u64().expect("a pid");
@@ -503,11 +494,11 @@ async fn a_killed_server_fails_its_call_comes_back_and_fails_after_five_crashes(
     );
     let after = status_when(&client, "everything", "ready").await;
     assert_ne!(after["pid"].as_u64(), Some(before), "{after}");
-    assert!(!toold_tests::daemon::process_alive(
+    assert!(!toold_tests::procs::process_alive(
         u32::try_from(before).expect("a pid")
     ));
     let echoed = echo(&client, &session, "everything", "again").await;
-    assert_eq!(outcome(results(&echoed)[0]), "ok", "{echoed}");
+    assert_eq!(wire_error_type_or_ok(results(&echoed)[0]), "ok", "{echoed}");
     let unknown = client
         .request("mcp/restart", json!({"name": "nope"}))
         .await
@@ -542,7 +533,7 @@ async fn progress_becomes_events_and_keeps_a_call_alive() {
         )
         .await;
     let result = results(&response)[0];
-    assert_eq!(outcome(result), "ok", "{response}");
+    assert_eq!(wire_error_type_or_ok(result), "ok", "{response}");
     assert!(text(result).contains("Steps: 6"), "{response}");
     let progress: Vec<Value> = client
         .session_events()
@@ -568,7 +559,11 @@ async fn progress_becomes_events_and_keeps_a_call_alive() {
                 "arguments": {"duration": 3, "steps": 1}}]),
         )
         .await;
-    assert_eq!(outcome(results(&quiet)[0]), "timeout", "{quiet}");
+    assert_eq!(
+        wire_error_type_or_ok(results(&quiet)[0]),
+        "timeout",
+        "{quiet}"
+    );
 }
 
 /// A server reached over streamable HTTP on 127.0.0.1 (its bearer token from the daemon's
@@ -615,9 +610,9 @@ async fn a_server_over_streamable_http_is_listed_and_called() {
         )
         .await;
     let answered = results(&response);
-    assert_eq!(outcome(answered[0]), "ok", "{response}");
+    assert_eq!(wire_error_type_or_ok(answered[0]), "ok", "{response}");
     assert!(text(answered[0]).contains("over http"), "{response}");
-    assert_eq!(outcome(answered[1]), "ok", "{response}");
+    assert_eq!(wire_error_type_or_ok(answered[1]), "ok", "{response}");
     let progress = client
         .session_events()
         .into_iter()
@@ -631,7 +626,7 @@ async fn a_server_over_streamable_http_is_listed_and_called() {
     drop(server);
     let gone = echo(&client, &session, "remote", "x").await;
     let result = results(&gone)[0];
-    assert_eq!(outcome(result), "internal_error", "{gone}");
+    assert_eq!(wire_error_type_or_ok(result), "internal_error", "{gone}");
     let error = result["error"].as_str().expect("a message");
     assert!(
         error.contains("error sending request") && error.contains(&format!("reached at {url}")),
@@ -639,7 +634,7 @@ async fn a_server_over_streamable_http_is_listed_and_called() {
     );
     status_until(
         &client,
-        Duration::from_secs(30),
+        PATIENCE,
         "the server to be counted as ended",
         |status| {
             let server = &status["servers"][0];
@@ -661,16 +656,8 @@ async fn the_first_list_holds_the_eager_servers_tools() {
     let root = tempfile::tempdir().unwrap();
     let daemon = TestDaemon::start_with_config(Some(&four_servers_config(root.path())));
     let client = daemon.connect(json!({}), no_answers()).await;
-    let listed = client
-        .request("tools/list", json!({}))
-        .await
-        .expect("tools/list");
-    let names: Vec<&str> = listed["tools"]
-        .as_array()
-        .expect("tools")
-        .iter()
-        .filter_map(|tool| tool["name"].as_str())
-        .collect();
+    let listed = client.list_tools(json!({})).await;
+    let names = tool_names(&listed);
     for server in ["everything", "fs", "memory", "time"] {
         assert!(
             names

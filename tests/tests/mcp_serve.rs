@@ -10,8 +10,10 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use toold_tests::PATIENCE;
+use toold_tests::child::stdout_of_success;
 use toold_tests::daemon::{
-    ForeignDaemon, TestClient, TestDaemon, daemon_pid, no_answers, toold_binary,
+    ForeignDaemon, TestClient, TestDaemon, daemon_pid, no_answers, tool_names, toold_binary,
 };
 use toold_tests::mcp::malformed_server_table;
 use toold_tests::require;
@@ -64,18 +66,8 @@ async fn json_lines_of(
     what: &str,
     run: impl Future<Output = std::io::Result<std::process::Output>>,
 ) -> Vec<Value> {
-    let output = tokio::time::timeout(Duration::from_secs(60), run)
+    stdout_of_success(what, Duration::from_secs(60), run)
         .await
-        .unwrap_or_else(|_| panic!("{what} finished within 60 s"))
-        .unwrap_or_else(|error| panic!("run {what}: {error}"));
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{what} failed ({}): {stdout}\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-    stdout
         .lines()
         .map(|line| serde_json::from_str(line).expect("a JSON line"))
         .collect()
@@ -525,27 +517,12 @@ async fn the_mcp_inspector_lists_the_tools_and_reads_a_file() {
             .stdin(Stdio::null())
             .kill_on_drop(true)
             .output();
-        let output = tokio::time::timeout(Duration::from_secs(60), run)
-            .await
-            .expect("the inspector finished within 60 s")
-            .expect("run the inspector");
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        assert!(
-            output.status.success(),
-            "the inspector failed ({}): {stdout}\n{}",
-            output.status,
-            String::from_utf8_lossy(&output.stderr)
-        );
+        let stdout = stdout_of_success("the inspector", Duration::from_secs(60), run).await;
         serde_json::from_str(&stdout)
             .unwrap_or_else(|_| panic!("JSON from the inspector: {stdout}"))
     };
     let listed = inspect(&["--method", "tools/list"]).await;
-    let names: Vec<&str> = listed["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|tool| tool["name"].as_str())
-        .collect();
+    let names = tool_names(&listed);
     for builtin in [
         "read_file",
         "write_file",
@@ -635,9 +612,7 @@ async fn toold_watch_follows_two_hosts_and_answers_an_approval() {
         stdout,
         screen,
         ..
-    } = tokio::task::spawn_blocking(move || terminal.finish())
-        .await
-        .unwrap();
+    } = terminal.finish_async().await;
     assert_eq!(status.code(), Some(0), "{screen}");
     assert!(screen.contains("was closed"), "{screen}");
     for shown in [
@@ -672,7 +647,7 @@ async fn toold_watch_follows_the_newest_session_as_json() {
         .kill_on_drop(true);
     let mut watch = watch.spawn().expect("start toold watch");
     // Attached once the session counts two connections.
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let deadline = std::time::Instant::now() + PATIENCE;
     loop {
         let snapshot = owner
             .request("session/get", json!({"session_id": newest}))
@@ -1077,8 +1052,6 @@ async fn a_watch_prompt_settled_elsewhere_gives_the_terminal_back() {
     assert_eq!(seen(&lines, "result")["is_error"], false, "{lines:#?}");
     assert!(daemon.work().join("by-watch").exists());
     close(&owner, &session).await;
-    let finished = tokio::task::spawn_blocking(move || terminal.finish())
-        .await
-        .unwrap();
+    let finished = terminal.finish_async().await;
     assert_eq!(finished.status.code(), Some(0), "{}", finished.screen);
 }

@@ -7,9 +7,9 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 use std::process::{Command, Stdio};
-use std::time::Duration;
 
 use serde_json::{Value, json};
+use toold_tests::PATIENCE;
 use toold_tests::daemon::{TestDaemon, toold_binary};
 
 const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"stdio-test","version":"1"}}}"#;
@@ -58,9 +58,7 @@ fn a_host_giving_sockets_as_stdin_and_stdout_is_answered() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    from_server
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .unwrap();
+    from_server.set_read_timeout(Some(PATIENCE)).unwrap();
     let mut answers = BufReader::new(from_server);
     let mut read_answer = |id: u64| -> Value {
         loop {

@@ -7,10 +7,14 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use toold_tests::daemon::{TestClient, TestDaemon, no_answers, outcome, results};
-use toold_tests::mcp::{
-    HttpServer, child_running, malformed_server_table, status_until, test_server, toold, tools_when,
+use toold_tests::PATIENCE;
+use toold_tests::daemon::{
+    TestClient, TestDaemon, no_answers, outcomes, results, wire_error_type_or_ok,
 };
+use toold_tests::mcp::{
+    HttpServer, malformed_server_table, status_until, test_server, toold, tools_when,
+};
+use toold_tests::procs::{child_running, children_running};
 use toold_tests::require;
 
 /// The config of one server, `bad`, running the malformed test server under python3; `None`
@@ -110,10 +114,7 @@ async fn a_malformed_servers_good_tools_are_registered_and_called_through_the_pi
         )
         .await;
     assert_eq!(
-        results(&denied)
-            .into_iter()
-            .map(outcome)
-            .collect::<Vec<_>>(),
+        outcomes(&denied),
         ["permission_denied"],
         "a side-effect tool asks, and no approver answers: {denied}"
     );
@@ -137,10 +138,7 @@ async fn a_malformed_servers_good_tools_are_registered_and_called_through_the_pi
         .await;
     let results = results(&response);
     assert_eq!(
-        results
-            .iter()
-            .map(|result| outcome(result))
-            .collect::<Vec<_>>(),
+        outcomes(&response),
         ["ok", "ok", "permission_denied", "invalid_arguments"],
         "{response}"
     );
@@ -158,7 +156,7 @@ async fn a_malformed_servers_good_tools_are_registered_and_called_through_the_pi
         )
         .await;
     let failed = &results_of(&failed)[0];
-    assert_eq!(outcome(failed), "tool_error", "{failed}");
+    assert_eq!(wire_error_type_or_ok(failed), "tool_error", "{failed}");
     assert_eq!(failed["error"], "it failed on purpose", "{failed}");
 
     // An answer over the 16 MiB limit on one message fails its call at once, and the server's
@@ -174,7 +172,7 @@ async fn a_malformed_servers_good_tools_are_registered_and_called_through_the_pi
         )
         .await;
     let over = results_of(&over);
-    assert_eq!(outcome(&over[0]), "tool_error", "{}", over[0]);
+    assert_eq!(wire_error_type_or_ok(&over[0]), "tool_error", "{}", over[0]);
     assert!(
         over[0]["error"]
             .as_str()
@@ -196,7 +194,12 @@ async fn a_malformed_servers_good_tools_are_registered_and_called_through_the_pi
         )
         .await;
     let nested = results_of(&nested);
-    assert_eq!(outcome(&nested[0]), "tool_error", "{}", nested[0]);
+    assert_eq!(
+        wire_error_type_or_ok(&nested[0]),
+        "tool_error",
+        "{}",
+        nested[0]
+    );
     assert!(
         nested[0]["error"]
             .as_str()
@@ -259,7 +262,7 @@ async fn an_http_servers_answer_too_deep_to_read_fails_its_call_at_once() {
         )
         .await;
     let deep = &results_of(&deep)[0];
-    assert_eq!(outcome(deep), "internal_error", "{deep}");
+    assert_eq!(wire_error_type_or_ok(deep), "internal_error", "{deep}");
     assert!(
         deep["error"]
             .as_str()
@@ -268,18 +271,13 @@ async fn an_http_servers_answer_too_deep_to_read_fails_its_call_at_once() {
     );
     assert!(started.elapsed() < Duration::from_secs(10), "{deep}");
 
-    status_until(
-        &client,
-        Duration::from_secs(30),
-        "the server reached again",
-        |status| {
-            let server = &status["servers"][0];
-            (server["state"] == "ready"
-                && server["restarts"].as_u64() >= Some(1)
-                && server["tools"].as_array().map(Vec::len) == Some(5))
-            .then_some(())
-        },
-    )
+    status_until(&client, PATIENCE, "the server reached again", |status| {
+        let server = &status["servers"][0];
+        (server["state"] == "ready"
+            && server["restarts"].as_u64() >= Some(1)
+            && server["tools"].as_array().map(Vec::len) == Some(5))
+        .then_some(())
+    })
     .await;
     mcp_tools(&client, "mcp__web__", 5).await;
     let shallow = client
@@ -290,7 +288,7 @@ async fn an_http_servers_answer_too_deep_to_read_fails_its_call_at_once() {
         )
         .await;
     let shallow = &results_of(&shallow)[0];
-    assert_eq!(outcome(shallow), "ok", "{shallow}");
+    assert_eq!(wire_error_type_or_ok(shallow), "ok", "{shallow}");
     assert_eq!(shallow["content"], "echo: shallow", "{shallow}");
     assert!(
         shallow["metadata"]["structured"]["nested"].is_array(),
@@ -318,7 +316,7 @@ async fn ready_server_pid(
 ) -> u32 {
     status_until(
         client,
-        Duration::from_secs(30),
+        PATIENCE,
         "the server to be ready in a new process",
         |status| {
             let server = &status["servers"][0];
@@ -344,8 +342,8 @@ async fn a_killed_server_comes_back_with_its_tools() {
     mcp_tools(&client, "mcp__bad__", 5).await;
     let first = server_pid(&daemon, "malformed.py").expect("the server's process");
 
-    toold_tests::daemon::send_signal(first, nix::sys::signal::Signal::SIGKILL);
-    let deadline = Instant::now() + Duration::from_secs(30);
+    toold_tests::procs::send_signal(first, nix::sys::signal::Signal::SIGKILL);
+    let deadline = Instant::now() + PATIENCE;
     let second = loop {
         if let Some(pid) = server_pid(&daemon, "malformed.py").filter(|pid| *pid != first) {
             break pid;
@@ -404,7 +402,7 @@ async fn a_killed_server_comes_back_with_its_tools() {
         )
         .await;
     assert_eq!(
-        outcome(results(&response)[0]),
+        wire_error_type_or_ok(results(&response)[0]),
         "internal_error",
         "{response}"
     );
@@ -462,7 +460,11 @@ async fn stopped_calls_end_at_once_and_a_crash_is_quoted() {
             .await
             .expect("tools/cancel")
     });
-    assert_eq!(outcome(results(&canceled)[0]), "canceled", "{canceled}");
+    assert_eq!(
+        wire_error_type_or_ok(results(&canceled)[0]),
+        "canceled",
+        "{canceled}"
+    );
     assert!(
         started.elapsed() < Duration::from_millis(3000),
         "the cancel, not the timeout, ended it"
@@ -471,7 +473,11 @@ async fn stopped_calls_end_at_once_and_a_crash_is_quoted() {
 
     // Timed out: ended at the tool's timeout, the server told again.
     let timed_out = client.execute(&session, slow).await;
-    assert_eq!(outcome(results(&timed_out)[0]), "timeout", "{timed_out}");
+    assert_eq!(
+        wire_error_type_or_ok(results(&timed_out)[0]),
+        "timeout",
+        "{timed_out}"
+    );
     logged(&daemon, "cancelled request", 2).await;
 
     let echo = client
@@ -489,7 +495,7 @@ async fn stopped_calls_end_at_once_and_a_crash_is_quoted() {
         )
         .await;
     let result = results(&crashed)[0];
-    assert_eq!(outcome(result), "internal_error", "{crashed}");
+    assert_eq!(wire_error_type_or_ok(result), "internal_error", "{crashed}");
     let message = result["error"].as_str().expect("a message");
     assert!(message.contains("dying now: farewell"), "{message}");
 
@@ -503,9 +509,13 @@ async fn stopped_calls_end_at_once_and_a_crash_is_quoted() {
                 "arguments": {"words": "bye", "hang_up": true}}]),
         )
         .await;
-    assert_eq!(outcome(results(&hung_up)[0]), "internal_error", "{hung_up}");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while toold_tests::daemon::process_alive(hanging)
+    assert_eq!(
+        wire_error_type_or_ok(results(&hung_up)[0]),
+        "internal_error",
+        "{hung_up}"
+    );
+    let deadline = Instant::now() + PATIENCE;
+    while toold_tests::procs::process_alive(hanging)
         || server_pid(&daemon, "malformed.py").is_none_or(|pid| pid == hanging)
     {
         assert!(
@@ -528,9 +538,9 @@ async fn a_daemon_killed_leaves_no_server_behind() {
     mcp_tools(&client, "mcp__bad__", 5).await;
     let server = server_pid(&daemon, "malformed.py").expect("the server's process");
 
-    toold_tests::daemon::send_signal(daemon.pid(), nix::sys::signal::Signal::SIGKILL);
+    toold_tests::procs::send_signal(daemon.pid(), nix::sys::signal::Signal::SIGKILL);
     let deadline = Instant::now() + Duration::from_secs(5);
-    while toold_tests::daemon::process_alive(server) {
+    while toold_tests::procs::process_alive(server) {
         assert!(
             Instant::now() < deadline,
             "the server outlived its daemon by 5 s"
@@ -581,7 +591,7 @@ async fn the_mcp_commands_show_and_restart_servers() {
     mcp_tools(&client, "mcp__bad__", 5).await;
     assert_ne!(first, second);
     assert!(
-        !toold_tests::daemon::process_alive(first),
+        !toold_tests::procs::process_alive(first),
         "the old one is gone"
     );
 
@@ -624,13 +634,7 @@ async fn a_lazy_server_starts_at_its_first_use() {
         ("mcp__bad__echo", "allow", "allow_rule"),
         ("mcp__bad__fail", "deny", "deny_rule"),
     ] {
-        let explained = client
-            .request(
-                "permissions/explain",
-                json!({"session_id": session, "call": {"name": tool, "arguments": {"text": "x"}}}),
-            )
-            .await
-            .expect("permissions/explain");
+        let explained = client.explain(&session, tool, &json!({"text": "x"})).await;
         assert_eq!(explained["decision"], decision, "{explained}");
         assert_eq!(explained["step"], step, "{explained}");
         assert_eq!(explained["starts_server"], "bad", "{explained}");
@@ -670,10 +674,7 @@ async fn a_lazy_server_starts_at_its_first_use() {
     let listing = TestDaemon::start_with_config(Some(&config));
     let client = listing.connect(json!({}), no_answers()).await;
     let started = Instant::now();
-    let listed = client
-        .request("tools/list", json!({}))
-        .await
-        .expect("tools/list");
+    let listed = client.list_tools(json!({})).await;
     assert!(
         started.elapsed() < Duration::from_secs(10),
         "the listing waited {:?}",
@@ -726,14 +727,7 @@ async fn a_server_that_never_lists_its_tools_is_started_again() {
             .is_some_and(|error| error.contains("no answer to tools/list within 500 ms")),
         "{status}"
     );
-    let servers = std::fs::read_dir("/proc")
-        .expect("/proc")
-        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            toold_tests::mcp::parent_of(*pid) == Some(daemon.pid())
-                && toold_tests::mcp::cmdline(*pid).contains("malformed.py")
-        })
-        .count();
+    let servers = children_running(daemon.pid(), "malformed.py").len();
     assert!(
         servers <= 1,
         "the given-up process was stopped ({servers} alive)"

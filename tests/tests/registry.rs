@@ -12,7 +12,7 @@ use toold::tools::{RegisterError, ToolFuture};
 use toold::{Env, Registry, ToolContext, ToolSuccess};
 use toold_protocol::{Safety, ToolCall, ToolDefinition, ToolResult};
 use toold_tests::test_tool::TestTool;
-use toold_tests::{Tree, outcome};
+use toold_tests::{Tree, error_type_or_ok};
 
 /// What a test tool does when it runs.
 #[derive(Clone, Copy)]
@@ -247,7 +247,7 @@ fn the_builtins_are_the_six_tools_with_their_safety() {
 async fn unknown_tools_get_a_result_naming_them() {
     let tree = Tree::new(&[]);
     let result = run(&Registry::with_builtins(), tree.env(), "rm_rf", json!({})).await;
-    assert_eq!(outcome(&result), "unknown_tool");
+    assert_eq!(error_type_or_ok(&result), "unknown_tool");
     assert_eq!(result.tool, "rm_rf");
     assert_eq!(result.metadata["call_id"], "call_x");
     assert!(result.error.as_deref().unwrap().contains("\"rm_rf\""));
@@ -262,10 +262,10 @@ async fn arguments_come_as_an_object_or_a_json_string() {
     assert_eq!(object.content, r#"{"a":1}"#);
     assert_eq!(string.content, object.content);
     let broken = run(&registry, tree.env(), "echo", json!("{\"a\": ")).await;
-    assert_eq!(outcome(&broken), "invalid_arguments");
+    assert_eq!(error_type_or_ok(&broken), "invalid_arguments");
     assert!(broken.error.as_deref().unwrap().contains("not valid JSON"));
     let array = run(&registry, tree.env(), "echo", json!([1, 2])).await;
-    assert_eq!(outcome(&array), "invalid_arguments");
+    assert_eq!(error_type_or_ok(&array), "invalid_arguments");
 }
 
 #[tokio::test]
@@ -286,7 +286,7 @@ async fn schema_violations_list_pointers_and_messages() {
         json!({"n": 0, "extra": true}),
     )
     .await;
-    assert_eq!(outcome(&result), "invalid_arguments");
+    assert_eq!(error_type_or_ok(&result), "invalid_arguments");
     let errors = result.metadata["errors"].as_array().unwrap();
     let pointers: Vec<&str> = errors
         .iter()
@@ -303,7 +303,7 @@ async fn schema_violations_list_pointers_and_messages() {
             .all(|e| !e["message"].as_str().unwrap().is_empty())
     );
     assert_eq!(
-        outcome(&run(&registry, tree.env(), "strict", json!({"n": 2, "s": "ok"})).await),
+        error_type_or_ok(&run(&registry, tree.env(), "strict", json!({"n": 2, "s": "ok"})).await),
         "ok"
     );
 }
@@ -316,7 +316,7 @@ async fn a_panic_becomes_internal_error_and_the_runtime_keeps_working() {
         tool("echo", Behaviour::Echo),
     ]);
     let result = run(&registry, tree.env(), "boom", json!({})).await;
-    assert_eq!(outcome(&result), "internal_error");
+    assert_eq!(error_type_or_ok(&result), "internal_error");
     assert!(
         result
             .error
@@ -326,7 +326,7 @@ async fn a_panic_becomes_internal_error_and_the_runtime_keeps_working() {
     );
     assert_eq!(result.metadata["call_id"], "call_x");
     assert_eq!(
-        outcome(&run(&registry, tree.env(), "echo", json!({})).await),
+        error_type_or_ok(&run(&registry, tree.env(), "echo", json!({})).await),
         "ok"
     );
 }
@@ -337,7 +337,7 @@ async fn a_tool_that_ignores_its_deadline_cannot_hold_the_caller() {
     let registry = registry_with(vec![tool("stuck", Behaviour::IgnoreCancel)]);
     let started = Instant::now();
     let result = run(&registry, env_with_timeout(&tree, 100), "stuck", json!({})).await;
-    assert_eq!(outcome(&result), "timeout");
+    assert_eq!(error_type_or_ok(&result), "timeout");
     assert_eq!(result.metadata["timeout_ms"], 100);
     assert!(result.error.as_deref().unwrap().contains("100 ms"));
     // The deadline, then at most the stop grace: never the tool's forever.
@@ -353,7 +353,7 @@ async fn timeout_and_cancellation_are_different_and_keep_partial_output() {
     let tree = Tree::new(&[]);
     let registry = registry_with(vec![tool("slow", Behaviour::StopOnCancel)]);
     let timed_out = run(&registry, env_with_timeout(&tree, 50), "slow", json!({})).await;
-    assert_eq!(outcome(&timed_out), "timeout");
+    assert_eq!(error_type_or_ok(&timed_out), "timeout");
     assert_eq!(timed_out.content, "partial output");
 
     let cancel = CancellationToken::new();
@@ -366,7 +366,7 @@ async fn timeout_and_cancellation_are_different_and_keep_partial_output() {
     let canceled = registry
         .execute(&call, Arc::new(tree.env()), cancel, None)
         .await;
-    assert_eq!(outcome(&canceled), "canceled");
+    assert_eq!(error_type_or_ok(&canceled), "canceled");
     assert_eq!(canceled.content, "partial output");
     assert_eq!(canceled.metadata["call_id"], "call_y");
 }
@@ -384,7 +384,7 @@ async fn the_tool_definitions_timeout_overrides_the_envs() {
         json!({}),
     )
     .await;
-    assert_eq!(outcome(&result), "timeout");
+    assert_eq!(error_type_or_ok(&result), "timeout");
     assert_eq!(result.metadata["timeout_ms"], 30);
 }
 
@@ -403,5 +403,5 @@ async fn an_already_canceled_call_does_not_wait_for_its_deadline() {
             None,
         )
         .await;
-    assert_eq!(outcome(&result), "canceled");
+    assert_eq!(error_type_or_ok(&result), "canceled");
 }

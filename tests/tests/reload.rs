@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 
 use serde_json::{Value, json};
-use toold_tests::daemon::{TestClient, TestDaemon, no_answers, outcome, results};
+use toold_tests::daemon::{TestClient, TestDaemon, no_answers, results, wire_error_type_or_ok};
 use toold_tests::mcp::{malformed_server_table, toold, tools_when};
 use toold_tests::require;
 
@@ -23,7 +23,7 @@ async fn write(client: &TestClient, session: &str, daemon: &TestDaemon, name: &s
                 "arguments": {"path": daemon.work().join(name), "content": "x"}}]),
         )
         .await;
-    outcome(results(&response)[0]).to_owned()
+    wire_error_type_or_ok(results(&response)[0]).to_owned()
 }
 
 /// Waits until the registry holds `count` tools of the MCP server `bad`.
@@ -116,7 +116,7 @@ async fn a_reload_applies_rules_and_mcp_servers_and_refuses_a_bad_file() {
     // SIGHUP: the server removed, the rules gone, a restart-only key changed and named.
     std::fs::write(config_file(&daemon), "max_connections = 8\n").expect("write the config");
     client.drain_notifications();
-    toold_tests::daemon::send_signal(daemon.pid(), nix::sys::signal::Signal::SIGHUP);
+    toold_tests::procs::send_signal(daemon.pid(), nix::sys::signal::Signal::SIGHUP);
     bad_tools(&client, 0).await;
     list_changed(&mut client).await;
     let status = client

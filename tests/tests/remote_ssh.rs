@@ -8,24 +8,24 @@
 
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use toold_tests::PATIENCE;
+use toold_tests::child::{KillOnDrop, stdout_of_success, wait_for_path_made_by};
 use toold_tests::daemon::{ForeignDaemon, daemon_pid, toold_binary, toold_command_in};
 use toold_tests::require;
-
-/// How long sshd, a forwarded socket or an answer may take before the test fails.
-const PATIENCE: Duration = Duration::from_secs(30);
 
 /// A private sshd on 127.0.0.1 and the "remote" user's directories; stops the daemon that the
 /// remote commands started, and the sshd, when dropped.
 struct Remote {
+    /// Dropped first: killed before its directory is removed.
+    sshd: KillOnDrop,
     _dir: tempfile::TempDir,
     root: PathBuf,
     port: u16,
-    sshd: Child,
 }
 
 impl Remote {
@@ -77,10 +77,10 @@ impl Remote {
             .spawn()
             .expect("start sshd");
         let mut remote = Self {
+            sshd: KillOnDrop(child),
             _dir: dir,
             root,
             port,
-            sshd: child,
         };
         remote.wait_until_listening();
         Some(remote)
@@ -89,7 +89,7 @@ impl Remote {
     fn wait_until_listening(&mut self) {
         let deadline = Instant::now() + PATIENCE;
         while TcpStream::connect(("127.0.0.1", self.port)).is_err() {
-            if let Ok(Some(status)) = self.sshd.try_wait() {
+            if let Ok(Some(status)) = self.sshd.0.try_wait() {
                 panic!("sshd exited with {status}: {}", self.sshd_log());
             }
             assert!(Instant::now() < deadline, "sshd did not listen within 30 s");
@@ -178,8 +178,7 @@ impl Drop for Remote {
                 pid: Some(nix::unistd::Pid::from_raw(pid)),
             });
         }
-        let _ = self.sshd.kill();
-        let _ = self.sshd.wait();
+        // Then `sshd`, dropped after this, is killed.
     }
 }
 
@@ -378,27 +377,20 @@ async fn a_forwarded_socket_reports_the_remote_daemons_pid_not_sshs() {
     let local = tempfile::tempdir().expect("the local side's directory");
     let local_root = local.path().canonicalize().expect("canonical");
     let forwarded = local_root.join("forwarded.sock");
-    let mut forward = remote
-        .ssh(&[])
-        .args(["-N", "-o", "ExitOnForwardFailure=yes", "-L"])
-        .arg(format!(
-            "{}:{}",
-            forwarded.display(),
-            remote.socket().display()
-        ))
-        .stdin(Stdio::null())
-        .spawn()
-        .expect("start ssh -N -L");
-    let forwarder = KillOnDrop(&mut forward);
-    let deadline = Instant::now() + PATIENCE;
-    while !forwarded.exists() {
-        assert!(
-            Instant::now() < deadline,
-            "ssh did not make the forwarded socket within 30 s: {}",
-            remote.sshd_log()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let mut forwarder = KillOnDrop(
+        remote
+            .ssh(&[])
+            .args(["-N", "-o", "ExitOnForwardFailure=yes", "-L"])
+            .arg(format!(
+                "{}:{}",
+                forwarded.display(),
+                remote.socket().display()
+            ))
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("start ssh -N -L"),
+    );
+    wait_for_path_made_by(&forwarded, &mut forwarder.0, "ssh -N -L");
 
     let status = status_json(&local_root, &forwarded).expect("the daemon answers through ssh");
     assert_eq!(status["pid"], json!(remote_pid), "{status}");
@@ -410,16 +402,6 @@ async fn a_forwarded_socket_reports_the_remote_daemons_pid_not_sshs() {
     assert_eq!(status["socket"], json!(forwarded), "{status}");
     drop(forwarder);
     remote.stop_daemon();
-}
-
-/// Kills (and reaps) a child this test started when the test ends, however it ends.
-struct KillOnDrop<'a>(&'a mut Child);
-
-impl Drop for KillOnDrop<'_> {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 #[tokio::test]
@@ -449,17 +431,7 @@ async fn ssh_toold_mcp_serve_with_a_quoted_rule_serves_an_mcp_host() {
         .stdin(Stdio::null())
         .kill_on_drop(true)
         .output();
-    let output = tokio::time::timeout(Duration::from_secs(60), run)
-        .await
-        .expect("the host finished within 60 s")
-        .expect("run the host");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "the host failed ({}): {stdout}\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let stdout = stdout_of_success("the host", Duration::from_secs(60), run).await;
     let result: Value = stdout
         .lines()
         .map(|line| serde_json::from_str::<Value>(line).expect("a JSON line"))

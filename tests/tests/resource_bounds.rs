@@ -331,9 +331,7 @@ async fn file_names_cannot_forge_lines_of_a_listing() {
 
 /// The daemon's CPU time so far (user and system, every thread), in clock ticks.
 fn cpu_ticks(pid: u32) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("the daemon's stat");
-    let after_name = &stat[stat.rfind(')').expect("a command name") + 2..];
-    let fields: Vec<&str> = after_name.split(' ').collect();
+    let fields = toold_tests::procs::stat_fields(pid).expect("the daemon's stat");
     // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name and state.
     fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime")
 }

@@ -5,7 +5,7 @@
 //! written as `tools/list` shows the tool, a hook matcher written as a regex).
 
 use serde_json::{Value, json};
-use toold_tests::daemon::{TestDaemon, no_answers, outcome, results};
+use toold_tests::daemon::{TestDaemon, no_answers, results, wire_error_type_or_ok};
 use toold_tests::mcp::{test_server, tools_when};
 use toold_tests::require;
 
@@ -132,7 +132,7 @@ async fn the_forms_a_reader_expects_to_work_do() {
         )
         .await;
     assert_eq!(
-        outcome(results(&denied)[0]),
+        wire_error_type_or_ok(results(&denied)[0]),
         "permission_denied",
         "{denied}"
     );
@@ -144,7 +144,7 @@ async fn the_forms_a_reader_expects_to_work_do() {
         )
         .await;
     let result = results(&blocked)[0];
-    assert_eq!(outcome(result), "hook_blocked", "{blocked}");
+    assert_eq!(wire_error_type_or_ok(result), "hook_blocked", "{blocked}");
     assert!(
         result["error"]
             .as_str()

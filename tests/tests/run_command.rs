@@ -12,6 +12,7 @@ use toold::tools::{LiveUpdate, OutputStream};
 use toold::{Env, Registry};
 use toold_protocol::{ErrorType, ToolCall, ToolResult};
 use toold_tests::alone_in_a_process;
+use toold_tests::procs::{live_processes_with, zombie_children};
 
 fn env_in(dir: &Path) -> Env {
     Env::new(dir)
@@ -51,38 +52,6 @@ fn fresh_markers(count: u32) -> Vec<String> {
     (0..count)
         .map(|index| format!("3000.{:010}{set:04}{index:03}", std::process::id()))
         .collect()
-}
-
-/// The pids of live (not zombie) processes whose command line contains `needle`.
-fn live_processes_with(needle: &str) -> Vec<u32> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|name| name.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
-            continue;
-        };
-        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-        if !cmdline.contains(needle) {
-            continue;
-        }
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        let state = stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().next())
-            .unwrap_or("?");
-        if state != "Z" && state != "X" {
-            found.push(pid);
-        }
-    }
-    found
 }
 
 /// Polls until `done` holds, for at most `limit`.
@@ -542,34 +511,9 @@ async fn assert_all_die(markers: &[String]) {
         .collect();
     assert!(all_dead, "still alive: {alive:?}");
     // The test process is the subreaper the orphans went to: they must have been reaped.
+    let our_zombies = || zombie_children(std::process::id());
     let reaped = eventually(Duration::from_secs(3), || our_zombies().is_empty()).await;
     assert!(reaped, "zombies left behind: {:?}", our_zombies());
-}
-
-/// Zombie children of this process: orphans reparented to it that nobody reaped.
-fn our_zombies() -> Vec<u32> {
-    let me = std::process::id().to_string();
-    let mut zombies = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|name| name.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        let fields: Vec<&str> = stat
-            .rsplit_once(')')
-            .map(|(_, rest)| rest.split_whitespace().collect())
-            .unwrap_or_default();
-        if fields.first() == Some(&"Z") && fields.get(1) == Some(&me.as_str()) {
-            zombies.push(pid);
-        }
-    }
-    zombies
 }
 
 #[tokio::test]

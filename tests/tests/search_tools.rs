@@ -1,45 +1,11 @@
 //! Behaviour of the `find_files` and `search_code` tools on real fixture trees, called through
 //! the registry's execution boundary so that their schemas are exercised too.
 
-use std::path::Path;
-use std::sync::Arc;
-
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
-use toold::{Env, Registry};
-use toold_protocol::{ErrorType, ToolCall, ToolResult};
-
-/// A temporary tree built from `(relative path, contents)` pairs.
-fn tree(files: &[(&str, &[u8])]) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    for (path, contents) in files {
-        let path = dir.path().join(path);
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(path, contents).unwrap();
-    }
-    dir
-}
-
-async fn call(dir: &Path, tool: &str, arguments: Value) -> ToolResult {
-    call_with(dir, tool, arguments, CancellationToken::new()).await
-}
-
-async fn call_with(
-    dir: &Path,
-    tool: &str,
-    arguments: Value,
-    cancel: CancellationToken,
-) -> ToolResult {
-    Registry::with_builtins()
-        .execute(
-            &ToolCall::new("call_1", tool, arguments),
-            Arc::new(Env::new(dir)),
-            cancel,
-            None,
-        )
-        .await
-}
+use toold_protocol::{ErrorType, ToolResult};
+use toold_tests::{Tree, call, call_canceled_by};
 
 /// The content of a successful result.
 fn ok(result: &ToolResult) -> &str {
@@ -53,19 +19,19 @@ fn failed(result: &ToolResult, error_type: ErrorType) -> &str {
     result.error.as_deref().unwrap_or_default()
 }
 
-async fn find(dir: &Path, arguments: Value) -> ToolResult {
-    call(dir, "find_files", arguments).await
+async fn find(dir: &Tree, arguments: Value) -> ToolResult {
+    call(dir.env(), "find_files", arguments).await
 }
 
-async fn search(dir: &Path, arguments: Value) -> ToolResult {
-    call(dir, "search_code", arguments).await
+async fn search(dir: &Tree, arguments: Value) -> ToolResult {
+    call(dir.env(), "search_code", arguments).await
 }
 
 // ---------------------------------------------------------------- find_files
 
 #[tokio::test]
 async fn find_files_lists_sorted_paths_relative_to_the_directory() {
-    let dir = tree(&[
+    let dir = Tree::with_bytes(&[
         ("src/b.rs", b""),
         ("src/a.rs", b""),
         ("a.rs", b""),
@@ -73,7 +39,7 @@ async fn find_files_lists_sorted_paths_relative_to_the_directory() {
         ("lib/x.txt", b""),
         ("deep/n/m.rs", b""),
     ]);
-    let result = find(dir.path(), json!({"pattern": "*.rs"})).await;
+    let result = find(&dir, json!({"pattern": "*.rs"})).await;
     assert_eq!(
         ok(&result),
         "a-b/z.rs\na.rs\ndeep/n/m.rs\nsrc/a.rs\nsrc/b.rs"
@@ -82,16 +48,16 @@ async fn find_files_lists_sorted_paths_relative_to_the_directory() {
     assert_eq!(result.metadata["truncated"], json!(false));
     assert_eq!(result.metadata["call_id"], json!("call_1"));
 
-    let under_src = find(dir.path(), json!({"pattern": "*.rs", "path": "src"})).await;
+    let under_src = find(&dir, json!({"pattern": "*.rs", "path": "src"})).await;
     assert_eq!(ok(&under_src), "a.rs\nb.rs");
-    let absolute = dir.path().join("./src").display().to_string();
-    let under_abs = find(dir.path(), json!({"pattern": "*.rs", "path": absolute})).await;
+    let absolute = dir.root().join("./src").display().to_string();
+    let under_abs = find(&dir, json!({"pattern": "*.rs", "path": absolute})).await;
     assert_eq!(ok(&under_abs), "a.rs\nb.rs");
 }
 
 #[tokio::test]
 async fn find_files_globs_follow_ripgrep_semantics() {
-    let dir = tree(&[
+    let dir = Tree::with_bytes(&[
         ("src/a.rs", b""),
         ("src/sub/c.rs", b""),
         ("Cargo.toml", b""),
@@ -110,14 +76,14 @@ async fn find_files_globs_follow_ripgrep_semantics() {
         ),
     ];
     for (pattern, expected) in cases {
-        let result = find(dir.path(), json!({"pattern": pattern})).await;
+        let result = find(&dir, json!({"pattern": pattern})).await;
         assert_eq!(ok(&result), expected, "pattern {pattern}");
     }
 }
 
 #[tokio::test]
 async fn find_files_honours_gitignore_and_ignore_without_a_git_repository() {
-    let dir = tree(&[
+    let dir = Tree::with_bytes(&[
         (".gitignore", b"target/\n*.log\n"),
         ("sub/.ignore", b"generated.rs\n"),
         ("target/debug/x.rs", b""),
@@ -127,16 +93,16 @@ async fn find_files_honours_gitignore_and_ignore_without_a_git_repository() {
         ("sub/written.rs", b""),
     ]);
     assert!(
-        !dir.path().join(".git").exists(),
+        !dir.root().join(".git").exists(),
         "the tree must not be a git repository"
     );
-    let result = find(dir.path(), json!({"pattern": "*"})).await;
+    let result = find(&dir, json!({"pattern": "*"})).await;
     assert_eq!(ok(&result), "keep.rs\nsub/written.rs");
 }
 
 #[tokio::test]
 async fn find_files_skips_hidden_files_unless_the_pattern_names_them() {
-    let dir = tree(&[
+    let dir = Tree::with_bytes(&[
         (".env", b""),
         (".github/workflows/ci.yml", b""),
         ("src/.secret.rs", b""),
@@ -144,30 +110,27 @@ async fn find_files_skips_hidden_files_unless_the_pattern_names_them() {
         ("config", b""),
     ]);
     assert_eq!(
-        ok(&find(dir.path(), json!({"pattern": "*.rs"})).await),
+        ok(&find(&dir, json!({"pattern": "*.rs"})).await),
         "src/main.rs"
     );
-    assert_eq!(ok(&find(dir.path(), json!({"pattern": "*.yml"})).await), "");
+    assert_eq!(ok(&find(&dir, json!({"pattern": "*.yml"})).await), "");
     assert_eq!(
-        ok(&find(dir.path(), json!({"pattern": ".github/**"})).await),
+        ok(&find(&dir, json!({"pattern": ".github/**"})).await),
         ".github/workflows/ci.yml"
     );
+    assert_eq!(ok(&find(&dir, json!({"pattern": "**/.env"})).await), ".env");
     assert_eq!(
-        ok(&find(dir.path(), json!({"pattern": "**/.env"})).await),
-        ".env"
-    );
-    assert_eq!(
-        ok(&find(dir.path(), json!({"pattern": ".*"})).await),
+        ok(&find(&dir, json!({"pattern": ".*"})).await),
         ".env\nsrc/.secret.rs"
     );
 }
 
 #[tokio::test]
 async fn find_files_never_lists_git_internals_unless_named() {
-    let dir = tree(&[(".git/config", b""), (".env", b""), ("config", b"")]);
-    let named_hidden = find(dir.path(), json!({"pattern": "{.env,config}"})).await;
+    let dir = Tree::with_bytes(&[(".git/config", b""), (".env", b""), ("config", b"")]);
+    let named_hidden = find(&dir, json!({"pattern": "{.env,config}"})).await;
     assert_eq!(ok(&named_hidden), ".env\nconfig");
-    let named_git = find(dir.path(), json!({"pattern": ".git/*"})).await;
+    let named_git = find(&dir, json!({"pattern": ".git/*"})).await;
     assert_eq!(ok(&named_git), ".git/config");
 }
 
@@ -177,8 +140,8 @@ async fn find_files_max_results_truncates_and_stays_sorted() {
         .map(|n| (format!("d{}/f{n:02}.txt", n % 4), &b""[..]))
         .collect();
     let borrowed: Vec<(&str, &[u8])> = files.iter().map(|(p, c)| (p.as_str(), *c)).collect();
-    let dir = tree(&borrowed);
-    let result = find(dir.path(), json!({"pattern": "*.txt", "max_results": 7})).await;
+    let dir = Tree::with_bytes(&borrowed);
+    let result = find(&dir, json!({"pattern": "*.txt", "max_results": 7})).await;
     let listed: Vec<&str> = ok(&result).lines().collect();
     assert_eq!(listed.len(), 7);
     let mut sorted = listed.clone();
@@ -187,26 +150,26 @@ async fn find_files_max_results_truncates_and_stays_sorted() {
     assert_eq!(result.metadata["count"], json!(7));
     assert_eq!(result.metadata["truncated"], json!(true));
 
-    let exact = find(dir.path(), json!({"pattern": "*.txt", "max_results": 40})).await;
+    let exact = find(&dir, json!({"pattern": "*.txt", "max_results": 40})).await;
     assert_eq!(ok(&exact).lines().count(), 40);
     assert_eq!(exact.metadata["truncated"], json!(false));
 }
 
 #[tokio::test]
 async fn find_files_refuses_bad_globs_missing_paths_and_files() {
-    let dir = tree(&[("a.rs", b"")]);
-    let bad = find(dir.path(), json!({"pattern": "src/[a"})).await;
+    let dir = Tree::with_bytes(&[("a.rs", b"")]);
+    let bad = find(&dir, json!({"pattern": "src/[a"})).await;
     assert!(failed(&bad, ErrorType::InvalidArguments).contains("glob"));
 
-    let missing = find(dir.path(), json!({"pattern": "*", "path": "nope"})).await;
+    let missing = find(&dir, json!({"pattern": "*", "path": "nope"})).await;
     assert!(failed(&missing, ErrorType::NotFound).contains("nope"));
 
-    let file = find(dir.path(), json!({"pattern": "*", "path": "a.rs"})).await;
+    let file = find(&dir, json!({"pattern": "*", "path": "a.rs"})).await;
     assert!(failed(&file, ErrorType::InvalidArguments).contains("a.rs is a file"));
 
-    let no_pattern = find(dir.path(), json!({"path": "."})).await;
+    let no_pattern = find(&dir, json!({"path": "."})).await;
     failed(&no_pattern, ErrorType::InvalidArguments);
-    let unknown = find(dir.path(), json!({"pattern": "*", "recursive": true})).await;
+    let unknown = find(&dir, json!({"pattern": "*", "recursive": true})).await;
     failed(&unknown, ErrorType::InvalidArguments);
 }
 
@@ -214,13 +177,13 @@ async fn find_files_refuses_bad_globs_missing_paths_and_files() {
 
 #[tokio::test]
 async fn search_code_prints_path_line_text_in_file_then_line_order() {
-    let dir = tree(&[
+    let dir = Tree::with_bytes(&[
         ("src/b.rs", b"fn b() {}\nfn main() {}\n"),
         ("src/a.rs", b"// nothing\nfn a() {}\n"),
         ("a.txt", b"fn top\n"),
         ("empty.rs", b"no functions here\n"),
     ]);
-    let result = search(dir.path(), json!({"pattern": r"fn \w+"})).await;
+    let result = search(&dir, json!({"pattern": r"fn \w+"})).await;
     assert_eq!(
         ok(&result),
         "a.txt:1:fn top\nsrc/a.rs:2:fn a() {}\nsrc/b.rs:1:fn b() {}\nsrc/b.rs:2:fn main() {}"
@@ -229,40 +192,36 @@ async fn search_code_prints_path_line_text_in_file_then_line_order() {
     assert_eq!(result.metadata["files"], json!(3));
     assert_eq!(result.metadata["truncated"], json!(false));
 
-    let under_src = search(dir.path(), json!({"pattern": "main", "path": "./src"})).await;
+    let under_src = search(&dir, json!({"pattern": "main", "path": "./src"})).await;
     assert_eq!(ok(&under_src), "b.rs:2:fn main() {}");
 
-    let one_file = search(dir.path(), json!({"pattern": "fn", "path": "./src/b.rs"})).await;
+    let one_file = search(&dir, json!({"pattern": "fn", "path": "./src/b.rs"})).await;
     assert_eq!(
         ok(&one_file),
         "src/b.rs:1:fn b() {}\nsrc/b.rs:2:fn main() {}"
     );
 
-    let nothing = search(dir.path(), json!({"pattern": "zzz"})).await;
+    let nothing = search(&dir, json!({"pattern": "zzz"})).await;
     assert_eq!(ok(&nothing), "");
     assert_eq!(nothing.metadata["matches"], json!(0));
 }
 
 #[tokio::test]
 async fn search_code_filters_by_glob_and_ignores_case_on_request() {
-    let dir = tree(&[
+    let dir = Tree::with_bytes(&[
         ("src/lib.rs", b"struct Tool;\n"),
         ("src/tool.ts", b"class TOOL {}\n"),
         ("docs/tool.md", b"a tool\n"),
     ]);
-    let rust_only = search(dir.path(), json!({"pattern": "Tool", "glob": "*.rs"})).await;
+    let rust_only = search(&dir, json!({"pattern": "Tool", "glob": "*.rs"})).await;
     assert_eq!(ok(&rust_only), "src/lib.rs:1:struct Tool;");
-    let any_case = search(
-        dir.path(),
-        json!({"pattern": "tool", "case_insensitive": true}),
-    )
-    .await;
+    let any_case = search(&dir, json!({"pattern": "tool", "case_insensitive": true})).await;
     assert_eq!(
         ok(&any_case),
         "docs/tool.md:1:a tool\nsrc/lib.rs:1:struct Tool;\nsrc/tool.ts:1:class TOOL {}"
     );
     let negated = search(
-        dir.path(),
+        &dir,
         json!({"pattern": "tool", "case_insensitive": true, "glob": "!*.md"}),
     )
     .await;
@@ -270,19 +229,15 @@ async fn search_code_filters_by_glob_and_ignores_case_on_request() {
         ok(&negated),
         "src/lib.rs:1:struct Tool;\nsrc/tool.ts:1:class TOOL {}"
     );
-    let in_dir = search(dir.path(), json!({"pattern": "(?i)tool", "glob": "src/**"})).await;
+    let in_dir = search(&dir, json!({"pattern": "(?i)tool", "glob": "src/**"})).await;
     assert_eq!(in_dir.metadata["files"], json!(2));
 }
 
 #[tokio::test]
 async fn search_code_context_uses_ripgreps_conventions() {
     let text: String = (1..=12).map(|n| format!("line {n}\n")).collect();
-    let dir = tree(&[("a.txt", text.as_bytes()), ("b.txt", b"x\nline 5\n")]);
-    let result = search(
-        dir.path(),
-        json!({"pattern": "^line (2|5|11)$", "context": 1}),
-    )
-    .await;
+    let dir = Tree::with_bytes(&[("a.txt", text.as_bytes()), ("b.txt", b"x\nline 5\n")]);
+    let result = search(&dir, json!({"pattern": "^line (2|5|11)$", "context": 1})).await;
     let expected = "\
 a.txt-1-line 1
 a.txt:2:line 2
@@ -300,7 +255,7 @@ b.txt:2:line 5";
     assert_eq!(ok(&result), expected);
     assert_eq!(result.metadata["matches"], json!(4));
 
-    let merged = search(dir.path(), json!({"pattern": "^line [23]$", "context": 1})).await;
+    let merged = search(&dir, json!({"pattern": "^line [23]$", "context": 1})).await;
     assert_eq!(
         ok(&merged),
         "a.txt-1-line 1\na.txt:2:line 2\na.txt:3:line 3\na.txt-4-line 4"
@@ -310,8 +265,8 @@ b.txt:2:line 5";
 #[tokio::test]
 async fn search_code_max_results_truncates() {
     let many: String = (1..=50).map(|n| format!("hit {n}\n")).collect();
-    let dir = tree(&[("a.txt", many.as_bytes()), ("b.txt", many.as_bytes())]);
-    let result = search(dir.path(), json!({"pattern": "hit", "max_results": 3})).await;
+    let dir = Tree::with_bytes(&[("a.txt", many.as_bytes()), ("b.txt", many.as_bytes())]);
+    let result = search(&dir, json!({"pattern": "hit", "max_results": 3})).await;
     let lines: Vec<&str> = ok(&result).lines().collect();
     assert_eq!(lines.len(), 3);
     // Whichever files made it in (walker threads race), files come sorted and each file's
@@ -329,14 +284,14 @@ async fn search_code_max_results_truncates() {
     assert_eq!(result.metadata["matches"], json!(3));
     assert_eq!(result.metadata["truncated"], json!(true));
 
-    let all = search(dir.path(), json!({"pattern": "hit", "max_results": 100})).await;
+    let all = search(&dir, json!({"pattern": "hit", "max_results": 100})).await;
     assert_eq!(all.metadata["matches"], json!(100));
     assert_eq!(all.metadata["truncated"], json!(false));
 }
 
 #[tokio::test]
 async fn search_code_honours_ignore_files_and_hidden_files() {
-    let dir = tree(&[
+    let dir = Tree::with_bytes(&[
         (".gitignore", b"build/\n"),
         (".ignore", b"*.gen.rs\n"),
         ("build/out.rs", b"needle\n"),
@@ -345,41 +300,37 @@ async fn search_code_honours_ignore_files_and_hidden_files() {
         ("src/n.rs", b"needle\n"),
     ]);
     assert_eq!(
-        ok(&search(dir.path(), json!({"pattern": "needle"})).await),
+        ok(&search(&dir, json!({"pattern": "needle"})).await),
         "src/n.rs:1:needle"
     );
-    let named = search(
-        dir.path(),
-        json!({"pattern": "needle", "glob": ".hidden/**"}),
-    )
-    .await;
+    let named = search(&dir, json!({"pattern": "needle", "glob": ".hidden/**"})).await;
     assert_eq!(ok(&named), ".hidden/n.rs:1:needle");
 }
 
 #[tokio::test]
 async fn an_ignored_directory_named_as_path_is_searched_with_the_other_rules_still_applied() {
     // As `rg --no-require-git needle build`: naming a directory searches it even if ignored.
-    let dir = tree(&[
+    let dir = Tree::with_bytes(&[
         (".gitignore", b"build/\n*.log\n"),
         ("build/a.rs", b"needle\n"),
         ("build/sub/b.rs", b"needle\n"),
         ("build/x.log", b"needle\n"),
     ]);
-    let result = search(dir.path(), json!({"pattern": "needle", "path": "build"})).await;
+    let result = search(&dir, json!({"pattern": "needle", "path": "build"})).await;
     assert_eq!(ok(&result), "a.rs:1:needle\nsub/b.rs:1:needle");
-    let listed = find(dir.path(), json!({"pattern": "*", "path": "build"})).await;
+    let listed = find(&dir, json!({"pattern": "*", "path": "build"})).await;
     assert_eq!(ok(&listed), "a.rs\nsub/b.rs");
 }
 
 #[tokio::test]
 async fn search_code_skips_binary_files_and_cuts_long_lines() {
     let long_line = format!("needle{}\n", "x".repeat(5000));
-    let dir = tree(&[
+    let dir = Tree::with_bytes(&[
         ("bin.dat", b"needle\x00\x01\x02 needle\n"),
         ("min.js", long_line.as_bytes()),
         ("latin1.txt", b"caf\xe9 needle\n"),
     ]);
-    let result = search(dir.path(), json!({"pattern": "needle"})).await;
+    let result = search(&dir, json!({"pattern": "needle"})).await;
     let content = ok(&result);
     let lines: Vec<&str> = content.lines().collect();
     assert_eq!(lines.len(), 2, "{content}");
@@ -394,35 +345,30 @@ async fn search_code_skips_binary_files_and_cuts_long_lines() {
 
 #[tokio::test]
 async fn search_code_refuses_bad_regexes_and_missing_paths() {
-    let dir = tree(&[("a.rs", b"x\n")]);
-    let bad = search(dir.path(), json!({"pattern": "fn (main"})).await;
+    let dir = Tree::with_bytes(&[("a.rs", b"x\n")]);
+    let bad = search(&dir, json!({"pattern": "fn (main"})).await;
     assert!(failed(&bad, ErrorType::InvalidArguments).contains("regex"));
-    let bad_glob = search(dir.path(), json!({"pattern": "x", "glob": "[z"})).await;
+    let bad_glob = search(&dir, json!({"pattern": "x", "glob": "[z"})).await;
     assert!(failed(&bad_glob, ErrorType::InvalidArguments).contains("glob"));
-    let missing = search(dir.path(), json!({"pattern": "x", "path": "gone/dir"})).await;
+    let missing = search(&dir, json!({"pattern": "x", "path": "gone/dir"})).await;
     assert!(failed(&missing, ErrorType::NotFound).contains("gone/dir"));
-    nix::unistd::mkfifo(&dir.path().join("pipe"), nix::sys::stat::Mode::S_IRWXU).unwrap();
-    let fifo = search(dir.path(), json!({"pattern": "x", "path": "pipe"})).await;
+    nix::unistd::mkfifo(&dir.root().join("pipe"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+    let fifo = search(&dir, json!({"pattern": "x", "path": "pipe"})).await;
     assert!(failed(&fifo, ErrorType::InvalidArguments).contains("neither a directory"));
-    let too_much_context = search(dir.path(), json!({"pattern": "x", "context": 1000})).await;
+    let too_much_context = search(&dir, json!({"pattern": "x", "context": 1000})).await;
     failed(&too_much_context, ErrorType::InvalidArguments);
-    let as_string = call(dir.path(), "search_code", json!("{\"pattern\": \"x\"}")).await;
+    let as_string = call(dir.env(), "search_code", json!("{\"pattern\": \"x\"}")).await;
     assert_eq!(ok(&as_string), "a.rs:1:x");
 }
 
 #[tokio::test]
 async fn a_canceled_search_ends_canceled() {
-    let dir = tree(&[("a.rs", b"x\n")]);
+    let dir = Tree::with_bytes(&[("a.rs", b"x\n")]);
     let cancel = CancellationToken::new();
     cancel.cancel();
     for (tool, pattern) in [("search_code", "x"), ("find_files", "*")] {
-        let result = call_with(
-            dir.path(),
-            tool,
-            json!({"pattern": pattern}),
-            cancel.clone(),
-        )
-        .await;
+        let result =
+            call_canceled_by(dir.env(), tool, json!({"pattern": pattern}), cancel.clone()).await;
         failed(&result, ErrorType::Canceled);
     }
 }

@@ -15,10 +15,9 @@ use toold::pipeline::session::{SessionState, SessionView};
 use toold::session::log::EventLog;
 use toold::session::store::{SessionRecord, SessionStore};
 use toold_protocol::{Event, OnDisconnect, OutputStream, Rules, SessionMode, ToolCall};
+use toold_tests::PATIENCE;
 use toold_tests::Tree;
 use toold_tests::daemon::shell_parser;
-
-const PATIENCE: Duration = Duration::from_secs(30);
 
 fn allow_commands() -> Rules {
     Rules {

@@ -9,9 +9,8 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use toold::shell;
 use toold::shell::isolated::{DEFAULT_DEADLINE, MAX_WORKERS, ShellParser};
-use toold_tests::daemon::{
-    TestDaemon, no_answers, process_alive, send_signal, shell_parser_workers, toold_binary,
-};
+use toold_tests::daemon::{TestDaemon, no_answers, toold_binary};
+use toold_tests::procs::{process_alive, send_signal, shell_parser_workers};
 
 fn parser(deadline: Duration) -> ShellParser {
     ShellParser::new(toold_binary(), deadline)

@@ -10,6 +10,7 @@ use std::path::Path;
 
 use nix::unistd::geteuid;
 use toold::server::socket::{SocketError, bind_listener, peer_allowed, peer_uid, refuse_root};
+use toold_tests::PATIENCE;
 use toold_tests::daemon::TestDaemon;
 
 /// A temp dir the socket may live in: tempfile creates it with the umask's mode (often 0755).
@@ -242,7 +243,7 @@ async fn a_peer_of_another_user_is_not_allowed() {
         "a_peer_of_another_user_is_not_allowed",
         (INNER, &path),
     );
-    let (server, _) = tokio::time::timeout(std::time::Duration::from_secs(30), listener.accept())
+    let (server, _) = tokio::time::timeout(PATIENCE, listener.accept())
         .await
         .expect("nobody connected within 30 s")
         .expect("accept");

@@ -7,12 +7,13 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixDatagram, UnixStream};
 use std::path::PathBuf;
-use std::process::{Child, Command, ExitStatus};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::json;
+use toold_tests::PATIENCE;
+use toold_tests::child::{KillOnDrop, wait_for_path_made_by};
 use toold_tests::daemon::{TestDaemon, no_answers, toold_binary};
 
 /// The program activated and its arguments: the real daemon.
@@ -26,36 +27,8 @@ const SOCKET_ACTIVATE_PLACES: &[&str] = &[
     "/usr/lib/systemd/systemd-socket-activate",
 ];
 
-/// How long any single step may take on a loaded machine; the test waits only as long as
-/// each step needs.
-const STEP_TIMEOUT: Duration = Duration::from_secs(30);
 /// The watchdog timeout given to the program: a ping every 200 ms.
 const WATCHDOG_USEC: u32 = 400_000;
-
-/// Kills the activated program if the test ends before it exited.
-struct Activated(Child);
-
-impl Drop for Activated {
-    fn drop(&mut self) {
-        if let Ok(None) = self.0.try_wait() {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-}
-
-impl Activated {
-    fn wait_with_timeout(&mut self, timeout: Duration) -> Option<ExitStatus> {
-        let deadline = Instant::now() + timeout;
-        while Instant::now() < deadline {
-            if let Some(status) = self.0.try_wait().expect("try_wait") {
-                return Some(status);
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        None
-    }
-}
 
 /// Receives notifications until one has the line `wanted`; returns every message seen.
 fn receive_until(notify: &UnixDatagram, wanted: &str, seen: &mut Vec<String>) {
@@ -65,7 +38,7 @@ fn receive_until(notify: &UnixDatagram, wanted: &str, seen: &mut Vec<String>) {
         .any(|message| message.lines().any(|line| line == wanted))
     {
         let len = notify.recv(&mut buffer).unwrap_or_else(|error| {
-            panic!("no {wanted} within {STEP_TIMEOUT:?} ({error}); got {seen:?}")
+            panic!("no {wanted} within {PATIENCE:?} ({error}); got {seen:?}")
         });
         seen.push(String::from_utf8_lossy(&buffer[..len]).into_owned());
     }
@@ -89,7 +62,7 @@ fn an_activated_daemon_serves_the_inherited_socket_and_notifies() {
     let notify_path = temp.path().join("notify.sock");
     let notify = UnixDatagram::bind(&notify_path).expect("bind NOTIFY_SOCKET");
     notify
-        .set_read_timeout(Some(STEP_TIMEOUT))
+        .set_read_timeout(Some(PATIENCE))
         .expect("read timeout");
 
     let (program, program_args) = activated_program();
@@ -111,24 +84,14 @@ fn an_activated_daemon_serves_the_inherited_socket_and_notifies() {
         .args(&program_args)
         .spawn()
         .expect("start systemd-socket-activate");
-    let mut activated = Activated(child);
+    // Killed if the test ends before it exited.
+    let mut activated = KillOnDrop(child);
 
     // systemd-socket-activate listens first and starts the program at the first connection.
-    let deadline = Instant::now() + STEP_TIMEOUT;
-    while !socket.exists() {
-        assert!(
-            Instant::now() < deadline,
-            "{} never appeared",
-            socket.display()
-        );
-        if let Some(status) = activated.0.try_wait().expect("try_wait") {
-            panic!("systemd-socket-activate exited before listening: {status}");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_for_path_made_by(&socket, &mut activated.0, "systemd-socket-activate");
     let mut stream = UnixStream::connect(&socket).expect("connect to the activation socket");
     stream
-        .set_read_timeout(Some(STEP_TIMEOUT))
+        .set_read_timeout(Some(PATIENCE))
         .expect("read timeout");
 
     // The daemon never writes first: ask, as a client would.
@@ -155,7 +118,7 @@ fn an_activated_daemon_serves_the_inherited_socket_and_notifies() {
     // systemd stops a service with SIGTERM; the daemon drains, says so, and exits 0.
     kill(Pid::from_raw(activated.0.id() as i32), Signal::SIGTERM).expect("SIGTERM");
     let status = activated
-        .wait_with_timeout(STEP_TIMEOUT)
+        .wait_within(PATIENCE)
         .expect("the program did not exit after SIGTERM");
     assert!(status.success(), "{status}");
     receive_until(&notify, "STOPPING=1", &mut notifications);

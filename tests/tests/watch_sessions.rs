@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::process::ChildStdout;
-use toold_tests::daemon::{TestClient, TestDaemon, no_answers, outcome, results};
+use toold_tests::daemon::{TestClient, TestDaemon, no_answers, results, wire_error_type_or_ok};
 use toold_tests::terminal::{Finished, Terminal};
 
 /// `toold ARGS…` against `daemon`, run to its end (stdin empty).
@@ -134,9 +134,7 @@ async fn watch_started_first_waits_then_follows_each_new_session_until_sigterm()
         stdout,
         screen,
         ..
-    } = tokio::task::spawn_blocking(move || terminal.finish())
-        .await
-        .unwrap();
+    } = terminal.finish_async().await;
     assert_eq!(status.code(), Some(0), "{screen}");
     assert!(stdout.contains("▶ in_second read_file"), "{stdout}");
     assert!(stdout.contains("in_second ✓ read_file ok"), "{stdout}");
@@ -174,7 +172,11 @@ async fn a_session_followed_has_its_approvals_asked_on_the_watching_terminal() {
         )
         .await;
     let terminal = answering.await.unwrap();
-    assert_eq!(outcome(results(&response)[0]), "ok", "{response}");
+    assert_eq!(
+        wire_error_type_or_ok(results(&response)[0]),
+        "ok",
+        "{response}"
+    );
     assert!(daemon.work().join("approved").exists());
     assert!(
         terminal.screen().contains("touch approved"),
@@ -182,9 +184,7 @@ async fn a_session_followed_has_its_approvals_asked_on_the_watching_terminal() {
         terminal.screen()
     );
     sigterm(terminal.pid());
-    let Finished { status, screen, .. } = tokio::task::spawn_blocking(move || terminal.finish())
-        .await
-        .unwrap();
+    let Finished { status, screen, .. } = terminal.finish_async().await;
     assert_eq!(status.code(), Some(0), "{screen}");
 }
 
@@ -207,9 +207,7 @@ async fn watch_session_id_stays_on_it_and_ends_when_it_closes() {
         .request("session/close", json!({"session_id": watched}))
         .await
         .unwrap();
-    let Finished { status, screen, .. } = tokio::task::spawn_blocking(move || terminal.finish())
-        .await
-        .unwrap();
+    let Finished { status, screen, .. } = terminal.finish_async().await;
     assert_eq!(status.code(), Some(0), "{screen}");
     assert!(
         screen.contains(&format!("session {watched} was closed")),

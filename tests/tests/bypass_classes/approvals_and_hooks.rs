@@ -7,12 +7,10 @@ use std::sync::{Arc, Mutex};
 use serde_json::{Value, json};
 use toold_protocol::Request;
 use toold_protocol::peer::Reply;
-use toold_tests::daemon::{TestDaemon, no_answers};
+use toold_tests::daemon::{TestDaemon, command_call, no_answers};
 use toold_tests::require;
 
-use super::{
-    Workspace, approving_for_the_session, command, execute_one, no_effect, session_with, setup,
-};
+use super::{Workspace, approving_for_the_session, execute_one, no_effect, session_with, setup};
 
 #[tokio::test]
 async fn an_approval_never_outlives_a_rule_or_mode_change_made_while_it_was_pending() {
@@ -62,7 +60,7 @@ async fn an_approval_never_outlives_a_rule_or_mode_change_made_while_it_was_pend
         let running = {
             let session = session.clone();
             let approver = &approver;
-            async move { execute_one(approver, &session, command(&line)).await }
+            async move { execute_one(approver, &session, command_call("c", &line)).await }
         };
         let update = async {
             asked.notified().await;
@@ -119,7 +117,7 @@ async fn hook_output_over_the_cap_blocks_and_is_never_read_by_its_prefix() {
         let client = daemon.connect(json!({}), no_answers()).await;
         let session = session_with(&client, &workspace.project, "bypass", json!({})).await;
         let line = format!("touch {}", p.display());
-        let response = execute_one(&client, &session, command(&line)).await;
+        let response = execute_one(&client, &session, command_call("c", &line)).await;
         let result = &response["results"][0]["result"];
         assert_eq!(result["error_type"], "hook_blocked", "{hook}: {result}");
         assert!(
@@ -169,7 +167,7 @@ async fn grants_and_rules_cover_the_directory_a_command_runs_in() {
     let approver = daemon.connect(json!({"approvals": true}), answerer).await;
     let rules = json!({"allow": ["run_command(echo *)", "run_command(true)"]});
     let session = session_with(&approver, &workspace.project, "default", rules).await;
-    let granted = execute_one(&approver, &session, command("rm -rf build")).await;
+    let granted = execute_one(&approver, &session, command_call("c", "rm -rf build")).await;
     assert_eq!(granted["results"][0]["result"]["ok"], true, "{granted}");
     std::fs::create_dir_all(workspace.project.join("build")).unwrap();
     std::fs::write(workspace.project.join("build/artifact"), "x").unwrap();
@@ -367,7 +365,7 @@ async fn a_grant_for_an_assignment_never_covers_the_env_argument() {
     let (client, asked) = approving_for_the_session(&daemon).await;
     let session = client.create_session(&daemon.work(), json!({})).await;
     let path = evil_bin.display().to_string();
-    let inline = command(&format!("PATH={path} true; git --version"));
+    let inline = command_call("c", &format!("PATH={path} true; git --version"));
     execute_one(&client, &session, inline.clone()).await;
     execute_one(&client, &session, inline).await;
     assert_eq!(
@@ -432,7 +430,7 @@ async fn a_hook_runs_nothing_a_session_wrote() {
     )
     .await;
     assert_eq!(planted["results"][0]["result"]["ok"], true, "{planted}");
-    let response = execute_one(&client, &session, command("touch pwned")).await;
+    let response = execute_one(&client, &session, command_call("c", "touch pwned")).await;
     let result = &response["results"][0]["result"];
     assert_eq!(result["error_type"], "hook_blocked", "{response}");
     assert!(!project.join("pwned").exists());

@@ -6,9 +6,9 @@ use std::sync::{Arc, Mutex};
 use serde_json::{Value, json};
 use toold_protocol::peer::Reply;
 use toold_protocol::{Request, RequestError};
-use toold_tests::daemon::{TestDaemon, no_answers};
+use toold_tests::daemon::{TestDaemon, command_call, no_answers, tool_names};
 
-use super::{SECRET, approving_for_the_session, call, command, execute_one, session_with, setup};
+use super::{SECRET, approving_for_the_session, call, execute_one, session_with, setup};
 
 /// A client tool that records every invocation.
 fn recording_tool(seen: Arc<Mutex<Vec<String>>>) -> toold_tests::daemon::Answerer {
@@ -63,16 +63,8 @@ async fn clients_register_neither_system_tools_nor_names_no_rule_can_name() {
     let mixed = json!({"tools": [tool("fine_tool", false), tool("sys", true)]});
     assert!(owner.request("tools/register", mixed).await.is_err());
 
-    let list = client
-        .request("tools/list", json!({}))
-        .await
-        .expect("tools/list");
-    let names: Vec<&str> = list["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|tool| tool["name"].as_str())
-        .collect();
+    let list = client.list_tools(json!({})).await;
+    let names = tool_names(&list);
     assert!(
         names.iter().all(|name| {
             name.bytes()
@@ -171,7 +163,7 @@ async fn what_a_session_accepts_survives_a_restart() {
     // Grants of long lines, approved for the session, until the grants are full.
     for index in 0..12 {
         let line = format!("echo {index}-{}", "z".repeat(100 * 1024));
-        let response = execute_one(&client, &session, command(&line)).await;
+        let response = execute_one(&client, &session, command_call("c", &line)).await;
         assert_eq!(response["results"][0]["result"]["ok"], true, "{index}");
     }
     let snapshot = client
@@ -190,7 +182,7 @@ async fn what_a_session_accepts_survives_a_restart() {
         .expect("the session came back after the restart");
     assert_eq!(restored["rules"]["deny"].as_array().unwrap().len(), 2001);
     assert_eq!(restored["grants"].as_array().unwrap().len(), grants);
-    let response = execute_one(&client, &session, command("rm marker.txt")).await;
+    let response = execute_one(&client, &session, command_call("c", "rm marker.txt")).await;
     assert_eq!(
         response["results"][0]["result"]["error_type"], "permission_denied",
         "{response}"

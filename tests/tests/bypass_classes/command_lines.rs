@@ -6,7 +6,8 @@ use std::path::PathBuf;
 
 use serde_json::{Value, json};
 
-use super::{command, execute_one, no_effect, setup};
+use super::{execute_one, no_effect, setup};
+use toold_tests::daemon::command_call;
 
 #[tokio::test]
 async fn lines_bash_and_a_posix_shell_read_differently_run_as_judged() {
@@ -39,7 +40,7 @@ async fn lines_bash_and_a_posix_shell_read_differently_run_as_judged() {
         format!("{{touch,}} {}", p.display()),
         format!("echo a; {{touch,{}}}", p.display()),
     ];
-    let calls: Vec<Value> = lines.iter().map(|line| command(line)).collect();
+    let calls: Vec<Value> = lines.iter().map(|line| command_call("c", line)).collect();
     no_effect(
         &client,
         &session,
@@ -74,7 +75,7 @@ async fn tilde_forms_other_than_home_are_not_judged_as_local_names() {
         format!("echo x >~:{marker}"),
         format!("echo x > ~root:{marker}"),
     ];
-    let calls: Vec<Value> = lines.iter().map(|line| command(line)).collect();
+    let calls: Vec<Value> = lines.iter().map(|line| command_call("c", line)).collect();
     let markers = [
         PathBuf::from("/root").join(&marker),
         workspace.project.join(&marker),
@@ -117,7 +118,7 @@ async fn wrapper_options_the_analysis_does_not_know_are_not_skipped() {
         format!("$'\\x72m' -f {}", keep.display()),
         format!("{{rm,}} -f {}", keep.display()),
     ];
-    let calls: Vec<Value> = lines.iter().map(|line| command(line)).collect();
+    let calls: Vec<Value> = lines.iter().map(|line| command_call("c", line)).collect();
     no_effect(&client, &session, &workspace, &calls, &[p]).await;
     assert!(keep.exists());
 }
@@ -178,29 +179,38 @@ async fn the_env_argument_is_judged_as_leading_words() {
             json!({"SHELLOPTS": "xtrace", "PS4": format!("$({touch})")}),
         ),
         // A loop variable is an assignment too, of a variable git or bash reads.
-        command(&format!(
-            "for PATH in {}; do git status; done",
-            bin.display()
-        )),
-        command(&format!(
-            "for PATH in {}; do true; done; git status",
-            bin.display()
-        )),
-        command(&format!(
-            "for HOME in {}; do git status; done",
-            home.display()
-        )),
-        command(&format!(
-            "for XDG_CONFIG_HOME in {}; do git status; done",
-            home.display()
-        )),
-        command(&format!(
-            "coproc PATH {{ true; }}; for PATH in {}; do git status; done",
-            bin.display()
-        )),
-        command(&format!(
-            "for GIT_CONFIG_PARAMETERS in \"'core.fsmonitor'='{touch}'\"; do git status; done"
-        )),
+        command_call(
+            "c",
+            &format!("for PATH in {}; do git status; done", bin.display()),
+        ),
+        command_call(
+            "c",
+            &format!("for PATH in {}; do true; done; git status", bin.display()),
+        ),
+        command_call(
+            "c",
+            &format!("for HOME in {}; do git status; done", home.display()),
+        ),
+        command_call(
+            "c",
+            &format!(
+                "for XDG_CONFIG_HOME in {}; do git status; done",
+                home.display()
+            ),
+        ),
+        command_call(
+            "c",
+            &format!(
+                "coproc PATH {{ true; }}; for PATH in {}; do git status; done",
+                bin.display()
+            ),
+        ),
+        command_call(
+            "c",
+            &format!(
+                "for GIT_CONFIG_PARAMETERS in \"'core.fsmonitor'='{touch}'\"; do git status; done"
+            ),
+        ),
     ];
     no_effect(
         &client,
@@ -250,7 +260,7 @@ async fn relative_paths_after_cd_are_not_judged_from_the_cwd() {
         format!("echo() {{ builtin echo x > f; }}; cd {outside}; echo"),
         format!("for d in 1 2; do echo x > f && cd {outside}; done"),
     ];
-    let calls: Vec<Value> = lines.iter().map(|line| command(line)).collect();
+    let calls: Vec<Value> = lines.iter().map(|line| command_call("c", line)).collect();
     no_effect(
         &client,
         &session,
@@ -287,7 +297,7 @@ async fn values_bash_evaluates_as_code_run_nothing() {
         format!("[[ -v 'a[$({touch})]' ]]; echo"),
         format!("{subscript}; echo ${{#BASH_REMATCH[BASH_REMATCH]}}"),
     ];
-    let calls: Vec<Value> = lines.iter().map(|line| command(line)).collect();
+    let calls: Vec<Value> = lines.iter().map(|line| command_call("c", line)).collect();
     no_effect(&client, &session, &workspace, &calls, &[p]).await;
 }
 
@@ -328,10 +338,10 @@ async fn code_read_from_the_input_hides_nothing_from_a_deny_rule() {
         format!("eval \"$(cat {script})\""),
         format!("busybox sh -s < {script}"),
     ];
-    let calls: Vec<Value> = lines.iter().map(|line| command(line)).collect();
+    let calls: Vec<Value> = lines.iter().map(|line| command_call("c", line)).collect();
     no_effect(&client, &session, &workspace, &calls, &[]).await;
     for line in &lines {
-        let response = execute_one(&client, &session, command(line)).await;
+        let response = execute_one(&client, &session, command_call("c", line)).await;
         let result = &response["results"][0]["result"];
         assert_eq!(
             result["error_type"], "permission_denied",

@@ -122,10 +122,6 @@ async fn approving_for_the_session(daemon: &TestDaemon) -> (TestClient, Arc<Mute
     (client, asked)
 }
 
-fn command(line: &str) -> Value {
-    json!({"id": "c", "name": "run_command", "arguments": {"command": line}})
-}
-
 /// Runs each call as its own batch and checks that it left the workspace exactly as it was,
 /// made no marker anywhere, and showed no secret; reports every call that did.
 async fn no_effect(

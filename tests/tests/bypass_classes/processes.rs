@@ -4,10 +4,10 @@
 use std::time::Duration;
 
 use serde_json::json;
-use toold_tests::daemon::{TestDaemon, no_answers};
+use toold_tests::daemon::{TestDaemon, command_call, no_answers};
 use toold_tests::require;
 
-use super::{SECRET, command, execute_one, session_with, setup, shown};
+use super::{SECRET, execute_one, session_with, setup, shown};
 
 /// Processes the call's shell left behind after leaving its group, dropping its tag and
 /// losing their parent: none is alive once the call has ended.
@@ -26,7 +26,7 @@ async fn no_process_outlives_its_call() {
         format!("env -i setsid sh -c '(sleep {} &) &'", marker(4)),
     ];
     for line in &lines {
-        execute_one(&client, &session, command(line)).await;
+        execute_one(&client, &session, command_call("c", line)).await;
     }
     let timed_out = json!({"id": "c", "name": "run_command", "arguments": {
         "command": format!("env -i setsid sh -c 'sleep {} &'; sleep 600", marker(5)),
@@ -42,7 +42,7 @@ async fn no_process_outlives_its_call() {
         "env -i setsid bash -c 'hop(){{ ( : {}; [ $SECONDS -lt 20 ] && hop ) & }}; hop'",
         marker(6)
     );
-    execute_one(&client, &session, command(&chain)).await;
+    execute_one(&client, &session, command_call("c", &chain)).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let alive: Vec<String> = (1..=6)
         .map(marker)
@@ -109,8 +109,8 @@ async fn commands_cannot_read_or_trace_the_daemon_or_its_parser_workers() {
     let rules = json!({"allow": ["run_command"]});
     let session = session_with(&client, &daemon.work(), "default", rules).await;
     // The first command starts the parser workers.
-    execute_one(&client, &session, command("true")).await;
-    let workers = children_running(daemon.pid(), "__shell-parser-worker");
+    execute_one(&client, &session, command_call("c", "true")).await;
+    let workers = toold_tests::procs::children_running(daemon.pid(), "__shell-parser-worker");
     assert!(!workers.is_empty(), "no parser worker found");
     for pid in std::iter::once(daemon.pid()).chain(workers) {
         for what in ["environ", "mem", "fd", "maps", "auxv"] {
@@ -118,7 +118,7 @@ async fn commands_cannot_read_or_trace_the_daemon_or_its_parser_workers() {
                 "cat /proc/{pid}/{what} | od -c | head -c 100000; ls -l /proc/{pid}/{what}; \
                  cat /proc/{pid}/{what} | tr '\\0' ' '"
             );
-            let response = execute_one(&client, &session, command(&line)).await;
+            let response = execute_one(&client, &session, command_call("c", &line)).await;
             let text = shown(&response);
             assert!(!text.contains(SECRET), "{line}: {text}");
             assert!(!text.contains("toold.sock"), "{line}: {text}");
@@ -127,24 +127,6 @@ async fn commands_cannot_read_or_trace_the_daemon_or_its_parser_workers() {
             }
         }
     }
-}
-
-/// Children of `parent` whose command line contains `needle`.
-fn children_running(parent: u32, needle: &str) -> Vec<u32> {
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            let ppid = stat
-                .rsplit_once(')')
-                .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok());
-            ppid == Some(parent)
-                && std::fs::read(format!("/proc/{pid}/cmdline"))
-                    .is_ok_and(|cmdline| String::from_utf8_lossy(&cmdline).contains(needle))
-        })
-        .collect()
 }
 
 /// Whatever started the daemon may have left it descriptors (a pipe, a socket): no command or
@@ -168,7 +150,7 @@ async fn commands_inherit_no_descriptor_the_daemon_was_given() {
     let response = execute_one(
         &client,
         &session,
-        command("ls /proc/self/fd; ls /proc/$$/fd"),
+        command_call("c", "ls /proc/self/fd; ls /proc/$$/fd"),
     )
     .await;
     let result = &response["results"][0]["result"];
@@ -182,7 +164,7 @@ async fn commands_inherit_no_descriptor_the_daemon_was_given() {
         listed.iter().all(|fd| matches!(*fd, "0" | "1" | "2" | "3")),
         "a command holds more than its standard streams: {listed:?}"
     );
-    for worker in toold_tests::daemon::shell_parser_workers(daemon.pid()) {
+    for worker in toold_tests::procs::shell_parser_workers(daemon.pid()) {
         let held: Vec<String> = std::fs::read_dir(format!("/proc/{worker}/fd"))
             .unwrap()
             .flatten()

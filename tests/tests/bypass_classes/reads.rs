@@ -3,7 +3,8 @@
 
 use serde_json::{Value, json};
 
-use super::{SECRET, call, command, execute_one, no_effect, session_with, setup, shown};
+use super::{SECRET, call, execute_one, no_effect, session_with, setup, shown};
+use toold_tests::daemon::command_call;
 
 #[tokio::test]
 async fn what_a_line_reads_is_judged_against_read_deny_rules() {
@@ -29,11 +30,16 @@ async fn what_a_line_reads_is_judged_against_read_deny_rules() {
         "echo $(<secrets/key.txt)".to_owned(),
         "env xargs echo < secrets/key.txt".to_owned(),
     ];
-    let calls: Vec<Value> = lines.iter().map(|line| command(line)).collect();
+    let calls: Vec<Value> = lines.iter().map(|line| command_call("c", line)).collect();
     no_effect(&client, &session, &workspace, &calls, &[]).await;
 
     // The deny rule itself is the reason, not only the lack of an allow rule.
-    let response = execute_one(&client, &session, command("echo hi < secrets/key.txt")).await;
+    let response = execute_one(
+        &client,
+        &session,
+        command_call("c", "echo hi < secrets/key.txt"),
+    )
+    .await;
     let message = response["results"][0]["result"]["error"]
         .as_str()
         .unwrap_or_default()

@@ -4,10 +4,10 @@
 use std::path::PathBuf;
 
 use serde_json::{Value, json};
-use toold_tests::daemon::{TestDaemon, no_answers};
+use toold_tests::daemon::{TestDaemon, command_call, no_answers};
 use toold_tests::require;
 
-use super::{command, execute_one, no_effect, session_with, setup};
+use super::{execute_one, no_effect, session_with, setup};
 
 #[tokio::test]
 async fn files_that_make_later_code_run_are_protected() {
@@ -33,21 +33,21 @@ async fn files_that_make_later_code_run_are_protected() {
             "arguments": {"path": path, "content": content}})
     };
     let calls = [
-        command(&format!("echo '{config}' >> .git/config")),
-        command(&format!("echo '{hook}' > .git/hooks/pre-commit")),
-        command("echo x > ./.git/config.worktree"),
-        command(&format!("echo '{config}' >> .git/conf*")),
-        command(&format!("echo '{config}' >> .gi[t]/config")),
-        command("echo ../../evil > .git/commondir; git status"),
-        command("echo x >| .git/hooks/../config"),
+        command_call("c", &format!("echo '{config}' >> .git/config")),
+        command_call("c", &format!("echo '{hook}' > .git/hooks/pre-commit")),
+        command_call("c", "echo x > ./.git/config.worktree"),
+        command_call("c", &format!("echo '{config}' >> .git/conf*")),
+        command_call("c", &format!("echo '{config}' >> .gi[t]/config")),
+        command_call("c", "echo ../../evil > .git/commondir; git status"),
+        command_call("c", "echo x >| .git/hooks/../config"),
         write(".git/config", &config),
         write(".git/hooks/post-checkout", &hook),
         write("./.git/../.git/config", &config),
         write(".git", "gitdir: /tmp\n"),
         // A directory made to look like a repository needs a HEAD.
         write("fake/HEAD", "ref: refs/heads/main\n"),
-        command("echo 'ref: refs/heads/x' > .git/HEAD"),
-        command("git status"),
+        command_call("c", "echo 'ref: refs/heads/x' > .git/HEAD"),
+        command_call("c", "git status"),
     ];
     no_effect(
         &client,
@@ -91,7 +91,7 @@ async fn what_a_line_writes_is_judged_against_write_deny_rules() {
         "echo x > alias",
         "echo x 2>| secrets/key.txt",
     ];
-    let calls: Vec<Value> = lines.iter().map(|line| command(line)).collect();
+    let calls: Vec<Value> = lines.iter().map(|line| command_call("c", line)).collect();
     no_effect(&client, &session, &workspace, &calls, &[]).await;
 }
 
@@ -138,7 +138,7 @@ async fn files_programs_are_told_to_write_are_judged() {
         format!("cp keep.txt {outside}/keep.txt"),
         "cp keep.txt .git/hooks/pre-commit".to_owned(),
     ];
-    let calls: Vec<Value> = lines.iter().map(|line| command(line)).collect();
+    let calls: Vec<Value> = lines.iter().map(|line| command_call("c", line)).collect();
     no_effect(&client, &session, &workspace, &calls, &[p]).await;
 }
 
@@ -183,38 +183,48 @@ async fn toolds_own_files_are_protected_like_git_config() {
         write("state/toold/sessions/s_planted.json", "{}"),
         json!({"id": "c", "name": "edit_file", "arguments": {"path": "config/toold/config.toml",
             "old_string": "# the user's config", "new_string": planted_hook}}),
-        command(&format!(
-            "echo '{planted_hook}' >> config/toold/config.toml"
-        )),
-        command(&format!("echo '{planted_hook}' >> work/link/config.toml")),
-        command("tee -a config/toold/config.toml < work/evil.toml"),
-        command("cp work/evil.toml config/toold/config.toml"),
-        command("dd if=work/evil.toml of=config/toold/config.toml"),
-        command("sed -i 's/^#.*//' config/toold/config.toml"),
-        command("truncate -s 0 config/toold/config.toml"),
-        command("rm -rf state/toold"),
-        command("rm config/toold/config.toml"),
-        command("mv state/toold/sessions work/moved"),
-        command("mv config/toold work/moved-config"),
-        command("echo x > run/toold/planted"),
+        command_call(
+            "c",
+            &format!("echo '{planted_hook}' >> config/toold/config.toml"),
+        ),
+        command_call(
+            "c",
+            &format!("echo '{planted_hook}' >> work/link/config.toml"),
+        ),
+        command_call("c", "tee -a config/toold/config.toml < work/evil.toml"),
+        command_call("c", "cp work/evil.toml config/toold/config.toml"),
+        command_call("c", "dd if=work/evil.toml of=config/toold/config.toml"),
+        command_call("c", "sed -i 's/^#.*//' config/toold/config.toml"),
+        command_call("c", "truncate -s 0 config/toold/config.toml"),
+        command_call("c", "rm -rf state/toold"),
+        command_call("c", "rm config/toold/config.toml"),
+        command_call("c", "mv state/toold/sessions work/moved"),
+        command_call("c", "mv config/toold work/moved-config"),
+        command_call("c", "echo x > run/toold/planted"),
         // Into a directory above toold's, whose copies land inside it.
-        command("cp -r work/evil/toold config/"),
-        command("cp -r work/evil/toold config"),
-        command("cp -rT work/evil config"),
-        command("rsync -a work/evil/ config/"),
-        command("cp -r work/evil/.git work/"),
+        command_call("c", "cp -r work/evil/toold config/"),
+        command_call("c", "cp -r work/evil/toold config"),
+        command_call("c", "cp -rT work/evil config"),
+        command_call("c", "rsync -a work/evil/ config/"),
+        command_call("c", "cp -r work/evil/.git work/"),
         // A second name for toold's files, made and used in one line or kept for later.
-        command("cp -l config/toold/config.toml work/hard"),
-        command("ln config/toold/config.toml work/hard"),
-        command(&format!(
-            "cp -s {} work/soft; echo '{planted_hook}' >> work/soft",
-            config.display()
-        )),
-        command(&format!(
-            "ln -s {} work/dir; cat work/evil.toml >> work/dir/config.toml",
-            root.join("config/toold").display()
-        )),
-        command("rm -rf config"),
+        command_call("c", "cp -l config/toold/config.toml work/hard"),
+        command_call("c", "ln config/toold/config.toml work/hard"),
+        command_call(
+            "c",
+            &format!(
+                "cp -s {} work/soft; echo '{planted_hook}' >> work/soft",
+                config.display()
+            ),
+        ),
+        command_call(
+            "c",
+            &format!(
+                "ln -s {} work/dir; cat work/evil.toml >> work/dir/config.toml",
+                root.join("config/toold").display()
+            ),
+        ),
+        command_call("c", "rm -rf config"),
     ];
     // Every directory of the daemon's tree but the socket's (a root holding it is refused).
     let roots: Vec<PathBuf> = ["config", "state", "work"]
@@ -246,7 +256,12 @@ async fn toolds_own_files_are_protected_like_git_config() {
             }
         }
         // Elsewhere under the same root, the same tools and lines still work.
-        let response = execute_one(&client, &session, command("echo fine > work/fine.txt")).await;
+        let response = execute_one(
+            &client,
+            &session,
+            command_call("c", "echo fine > work/fine.txt"),
+        )
+        .await;
         assert_eq!(
             response["results"][0]["result"]["ok"], true,
             "{mode}: {response}"
@@ -257,7 +272,7 @@ async fn toolds_own_files_are_protected_like_git_config() {
     daemon.restart();
     let client = daemon.connect(json!({}), no_answers()).await;
     let session = client.create_session(&root, json!({"roots": roots})).await;
-    execute_one(&client, &session, command("true")).await;
+    execute_one(&client, &session, command_call("c", "true")).await;
     assert!(!marker.exists(), "a planted hook ran");
 }
 
@@ -300,7 +315,7 @@ async fn a_root_is_resolved_once_when_the_session_is_made() {
     let through_link = format!("{}/f.txt", link.display());
     for call in [
         write(through_link.clone()),
-        command(&format!("echo x > {through_link}")),
+        command_call("c", &format!("echo x > {through_link}")),
         write(base.join("elsewhere/g.txt").display().to_string()),
     ] {
         let response = execute_one(&client, &session, call.clone()).await;
@@ -312,7 +327,7 @@ async fn a_root_is_resolved_once_when_the_session_is_made() {
     let in_moved_root = format!("{}/above/proj/f.txt", base.display());
     for call in [
         write(in_moved_root.clone()),
-        command(&format!("echo x > {in_moved_root}")),
+        command_call("c", &format!("echo x > {in_moved_root}")),
     ] {
         let response = execute_one(&client, &nested, call.clone()).await;
         assert_ne!(
@@ -328,7 +343,10 @@ async fn a_root_is_resolved_once_when_the_session_is_made() {
     assert!(!base.join("other/proj/f.txt").exists());
 
     // Relative paths still go to the directory the session was made in.
-    for call in [write("a.txt".to_owned()), command("echo x > b.txt")] {
+    for call in [
+        write("a.txt".to_owned()),
+        command_call("c", "echo x > b.txt"),
+    ] {
         let response = execute_one(&client, &session, call.clone()).await;
         assert_eq!(
             response["results"][0]["result"]["ok"], true,

@@ -8,9 +8,10 @@ use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 use toold_protocol::peer::Reply;
 use toold_protocol::{ErrorObject, RequestError};
-use toold_tests::daemon::{TestClient, TestDaemon, no_answers};
+use toold_tests::daemon::{TestClient, TestDaemon, no_answers, tool_names};
 
 use super::{answering, params_of, result_of};
+use toold_tests::PATIENCE;
 
 /// How the owner of the client tools answers `tool/invoke`, by tool name.
 fn client_tool_answer(method: &str, params: &Value) -> Option<Reply> {
@@ -41,15 +42,6 @@ fn client_tool(name: &str) -> Value {
     })
 }
 
-fn tool_names(list: &Value) -> Vec<String> {
-    list["tools"]
-        .as_array()
-        .expect("tools")
-        .iter()
-        .map(|tool| tool["name"].as_str().expect("a name").to_owned())
-        .collect()
-}
-
 async fn next_list_changed(client: &mut TestClient) -> u64 {
     let notification = client
         .next_notification_matching(|n| n.method == "tools/list_changed")
@@ -70,10 +62,7 @@ async fn a_client_tool_is_announced_invoked_and_answers() {
         )
         .await;
     let mut caller = daemon.connect(json!({}), no_answers()).await;
-    let before = caller
-        .request("tools/list", json!({}))
-        .await
-        .expect("tools/list")["revision"]
+    let before = caller.list_tools(json!({})).await["revision"]
         .as_u64()
         .expect("a revision");
 
@@ -88,10 +77,7 @@ async fn a_client_tool_is_announced_invoked_and_answers() {
     assert!(revision > before, "{revision} after {before}");
     assert_eq!(next_list_changed(&mut caller).await, revision);
     assert_eq!(next_list_changed(&mut owner).await, revision);
-    let list = caller
-        .request("tools/list", json!({}))
-        .await
-        .expect("tools/list");
+    let list = caller.list_tools(json!({})).await;
     let listed = list["tools"]
         .as_array()
         .expect("tools")
@@ -208,10 +194,7 @@ async fn a_taken_tool_name_is_refused_and_replace_only_replaces_ones_own() {
         .as_u64()
         .expect("a revision");
     assert!(replaced > registered, "{replaced} after {registered}");
-    let list = second
-        .request("tools/list", json!({}))
-        .await
-        .expect("tools/list");
+    let list = second.list_tools(json!({})).await;
     let echo = list["tools"]
         .as_array()
         .expect("tools")
@@ -296,14 +279,8 @@ async fn client_tools_leave_with_their_connection() {
     owner.peer.close();
     let after = next_list_changed(&mut other).await;
     assert!(after > registered, "{after} after {registered}");
-    let list = other
-        .request("tools/list", json!({}))
-        .await
-        .expect("tools/list");
-    assert!(
-        !tool_names(&list).contains(&"e2e_echo".to_owned()),
-        "{list}"
-    );
+    let list = other.list_tools(json!({})).await;
+    assert!(!tool_names(&list).contains(&"e2e_echo"), "{list}");
     assert_eq!(list["revision"], after);
 }
 
@@ -332,7 +309,7 @@ async fn a_client_tool_whose_owner_leaves_mid_call_is_an_internal_error() {
             {"id": "orphaned", "name": "e2e_hang", "arguments": {}},
         ]})),
     ));
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let deadline = tokio::time::Instant::now() + PATIENCE;
     while !seen
         .lock()
         .expect("requests")

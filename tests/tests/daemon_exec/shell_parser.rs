@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use pretty_assertions::assert_eq;
 use serde_json::json;
-use toold_tests::daemon::{TestDaemon, send_signal, shell_parser_workers};
+use toold_tests::daemon::{TestDaemon, command_call};
+use toold_tests::procs::{send_signal, shell_parser_workers};
 
 use super::{command_session, result_of};
 
@@ -19,7 +20,7 @@ use super::{command_session, result_of};
 async fn a_stuck_shell_parser_delays_only_the_call_it_holds() {
     let daemon = TestDaemon::start();
     let (client, session_id) = command_session(&daemon).await;
-    let command = |id: &str, line: &str| json!([{"id": id, "name": "run_command", "arguments": {"command": line}}]);
+    let command = |id: &str, line: &str| json!([command_call(id, line)]);
     let warm = client.execute(&session_id, command("warm", "true")).await;
     assert_eq!(result_of(&warm, "warm")["ok"], true, "{warm}");
     let stuck = shell_parser_workers(daemon.pid());

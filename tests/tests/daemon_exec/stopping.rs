@@ -8,11 +8,11 @@ use std::time::Duration;
 
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
-use toold_tests::daemon::{
-    TestClient, TestDaemon, no_answers, process_alive, shell_parser_workers,
-};
+use toold_tests::daemon::{TestClient, TestDaemon, no_answers};
+use toold_tests::procs::{live_processes_with_variable, process_alive, shell_parser_workers};
 
 use super::{command_session, is_call_event, params_of, result_of};
+use toold_tests::PATIENCE;
 
 /// A command that leaves processes behind three ways (a background job, one in a new session,
 /// the shell itself) and says `started` once they exist.
@@ -29,44 +29,9 @@ fn unique_mark(test: &str) -> String {
     format!("{test}-{}-{nanos}", std::process::id())
 }
 
-/// Live processes (zombies count as dead) whose environment holds `MARK_VAR=mark`.
+/// Live processes whose environment holds `MARK_VAR=mark`, with their command lines.
 fn marked_processes(mark: &str) -> Vec<(u32, String)> {
-    let wanted = format!("{MARK_VAR}={mark}");
-    let mut found = Vec::new();
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return found;
-    };
-    for entry in entries.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let dir = entry.path();
-        let Ok(stat) = std::fs::read_to_string(dir.join("stat")) else {
-            continue;
-        };
-        // The state follows the command name, which is in parentheses and may hold anything.
-        let state = stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.trim_start().chars().next());
-        if matches!(state, Some('Z' | 'X') | None) {
-            continue;
-        }
-        let Ok(environ) = std::fs::read(dir.join("environ")) else {
-            continue;
-        };
-        if environ
-            .split(|byte| *byte == 0)
-            .any(|variable| variable == wanted.as_bytes())
-        {
-            let cmdline = std::fs::read(dir.join("cmdline")).unwrap_or_default();
-            found.push((pid, String::from_utf8_lossy(&cmdline).replace('\0', " ")));
-        }
-    }
-    found
+    live_processes_with_variable(&format!("{MARK_VAR}={mark}"))
 }
 
 /// Waits (at most 5 s) until no process carries the mark.
@@ -251,7 +216,7 @@ async fn sigterm_lets_a_running_batch_finish_and_keeps_the_session() {
 
 /// Waits until the socket refuses connections: the daemon has stopped accepting.
 async fn wait_until_refusing(socket: &Path) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let deadline = tokio::time::Instant::now() + PATIENCE;
     while tokio::net::UnixStream::connect(socket).await.is_ok() {
         assert!(
             tokio::time::Instant::now() < deadline,
@@ -280,7 +245,7 @@ fn a_sigterm_right_after_the_first_answer_drains_and_exits_0() {
             .stderr(std::process::Stdio::null())
             .spawn()
             .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let deadline = Instant::now() + PATIENCE;
         let stream = loop {
             match UnixStream::connect(&socket) {
                 Ok(stream) => break stream,
@@ -325,7 +290,7 @@ async fn stopping_the_daemon_leaves_no_process_it_started() {
         "the command's line was parsed in a worker"
     );
     daemon.send_sigterm();
-    let response = tokio::time::timeout(Duration::from_secs(30), running)
+    let response = tokio::time::timeout(PATIENCE, running)
         .await
         .expect("an answer within the grace")
         .expect("the request task")

@@ -2,21 +2,18 @@
 //! replacement arguments), and the answers that cancel the permission (an error, an invalid
 //! decision, a timeout, an approver that leaves, a canceled call) or none at all.
 
-use std::sync::Arc;
-use std::time::Duration;
-
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
+use toold_protocol::Notification;
 use toold_protocol::peer::Reply;
-use toold_protocol::{Notification, Request};
 use toold_tests::daemon::{
-    Answerer, TestClient, TestDaemon, always, answer_with, never_answers, no_answers,
+    Answerer, TestClient, TestDaemon, always, answer_with, command_call, never_answers,
+    never_answers_telling, no_answers,
 };
 
 use super::{
-    approvals, command_call, event_call_id, methods, outcomes, params, requests, resolved_events,
-    result, seen,
+    approvals, event_call_id, methods, outcomes, params, requests, resolved_events, result, seen,
 };
+use toold_tests::PATIENCE;
 
 /// A session whose own connection approves with `answerer`, after running `calls` in it.
 struct ApprovalRun {
@@ -327,11 +324,7 @@ async fn while_an_approval_waits(
     let daemon = TestDaemon::start_asking();
     let mut submitter = daemon.connect(json!({}), no_answers()).await;
     let session = submitter.create_session(&daemon.work(), json!({})).await;
-    let (asked_tx, mut asked_rx) = mpsc::unbounded_channel();
-    let silent: Answerer = Arc::new(move |request: Request| {
-        let _ = asked_tx.send(request);
-        Box::pin(std::future::pending())
-    });
+    let (silent, mut asked_rx) = never_answers_telling();
     let approver = daemon.connect(approvals(), silent).await;
     approver
         .request("session/attach", json!({"session_id": session}))
@@ -339,7 +332,7 @@ async fn while_an_approval_waits(
         .expect("session/attach");
     let batch = submitter.execute(&session, json!([command_call("call_a", "echo x")]));
     let act = async {
-        tokio::time::timeout(Duration::from_secs(30), asked_rx.recv())
+        tokio::time::timeout(PATIENCE, asked_rx.recv())
             .await
             .expect("the approver is asked")
             .expect("a request");

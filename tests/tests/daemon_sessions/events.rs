@@ -3,9 +3,9 @@
 
 use serde_json::json;
 use toold_protocol::Notification;
-use toold_tests::daemon::{RawConnection, TestDaemon, Wire, no_answers};
+use toold_tests::daemon::{RawConnection, TestDaemon, Wire, command_call, no_answers};
 
-use super::{command_call, event_call_id, methods, outcomes, params, result, seq};
+use super::{event_call_id, methods, outcomes, params, result, seq};
 
 #[tokio::test]
 async fn a_batch_sends_every_event_in_order_before_its_response() {

@@ -5,19 +5,12 @@
 
 use serde_json::{Value, json};
 use toold_protocol::peer::Reply;
-use toold_tests::daemon::{TestDaemon, answer_with, no_answers};
+use toold_tests::daemon::{TestDaemon, answer_with, asked_nobody, command_call, no_answers};
 
-use super::{approvals, command_call, requests, result, seen};
+use super::{approvals, requests, result, seen};
 
 fn output_of(result: &Value) -> &str {
     result["content"].as_str().unwrap_or_default()
-}
-
-fn asked_nobody(result: &Value) -> bool {
-    result["error_type"] == "permission_denied"
-        && result["error"]
-            .as_str()
-            .is_some_and(|error| error.contains("no approver is attached"))
 }
 
 #[tokio::test]
@@ -210,12 +203,12 @@ async fn a_session_grant_covers_the_program_and_subcommand_and_no_more() {
     assert!(result(&response, 0)["error_type"].is_null(), "{response}");
     assert_eq!(requests(&asked).len(), 1, "the grant covered it");
     let explained = client
-        .request(
-            "permissions/explain",
-            json!({"session_id": session, "call": {"name": "run_command", "arguments": {"command": "git log -3 --stat -- '*.rs'"}}}),
+        .explain(
+            &session,
+            "run_command",
+            &json!({"command": "git log -3 --stat -- '*.rs'"}),
         )
-        .await
-        .unwrap();
+        .await;
     assert_eq!(explained["step"], "grant", "{explained}");
     assert_eq!(explained["rule"], "run_command(git log *)", "{explained}");
     assert_eq!(explained["source"]["kind"], "grant", "{explained}");
@@ -224,24 +217,20 @@ async fn a_session_grant_covers_the_program_and_subcommand_and_no_more() {
         "git -c core.pager=cat log -- '*.txt'",
     ] {
         let explained = client
-            .request(
-                "permissions/explain",
-                json!({"session_id": session, "call": {"name": "run_command", "arguments": {"command": line}}}),
-            )
-            .await
-            .unwrap();
+            .explain(&session, "run_command", &json!({"command": line}))
+            .await;
         assert_eq!(explained["decision"], "ask", "{line}: {explained}");
     }
 
     // The grant's command moved elsewhere by `env -C` is not the granted one: it asks (with
     // it, `git log --output=config` would write the repository's config).
     let explained = client
-        .request(
-            "permissions/explain",
-            json!({"session_id": session, "call": {"name": "run_command", "arguments": {"command": "env -C .git git log -1 --output=config"}}}),
+        .explain(
+            &session,
+            "run_command",
+            &json!({"command": "env -C .git git log -1 --output=config"}),
         )
-        .await
-        .unwrap();
+        .await;
     assert_eq!(explained["decision"], "ask", "{explained}");
 
     // A program that runs other code keeps an exact grant: `bash -c …` once granted covers
@@ -259,12 +248,12 @@ async fn a_session_grant_covers_the_program_and_subcommand_and_no_more() {
         json!(["run_command(bash -c 'touch made.txt')"])
     );
     let explained = client
-        .request(
-            "permissions/explain",
-            json!({"session_id": session, "call": {"name": "run_command", "arguments": {"command": "bash -c 'touch other.txt'"}}}),
+        .explain(
+            &session,
+            "run_command",
+            &json!({"command": "bash -c 'touch other.txt'"}),
         )
-        .await
-        .unwrap();
+        .await;
     assert_eq!(explained["decision"], "ask", "{explained}");
 }
 
@@ -333,12 +322,12 @@ async fn always_holds_in_the_project_after_a_restart_and_until_removed() {
     let client = daemon.connect(json!({}), no_answers()).await;
     let session = client.create_session(&project, json!({})).await;
     let explained = client
-        .request(
-            "permissions/explain",
-            json!({"session_id": session, "call": {"name": "run_command", "arguments": {"command": "mkdir -p dist"}}}),
+        .explain(
+            &session,
+            "run_command",
+            &json!({"command": "mkdir -p dist"}),
         )
-        .await
-        .unwrap();
+        .await;
     assert_eq!(explained["step"], "allow_rule", "{explained}");
     assert_eq!(explained["rule"], "run_command(mkdir *)", "{explained}");
     assert_eq!(explained["source"]["kind"], "config", "{explained}");

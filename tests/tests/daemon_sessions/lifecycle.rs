@@ -6,9 +6,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use toold_protocol::error_code;
-use toold_tests::daemon::{TestDaemon, no_answers, outcome};
+use toold_tests::daemon::{TestDaemon, command_call, no_answers, wire_error_type_or_ok};
 
-use super::{command_call, outcomes, params, rpc_code};
+use super::{outcomes, params, rpc_code};
 
 #[tokio::test]
 async fn session_update_is_reflected_in_get_and_list() {
@@ -53,12 +53,11 @@ async fn session_update_is_reflected_in_get_and_list() {
     }
 
     client
-        .request(
-            "session/update",
-            json!({"session_id": session, "allowed_tools": null, "title": null, "mode": "default"}),
+        .update_session(
+            &session,
+            json!({"allowed_tools": null, "title": null, "mode": "default"}),
         )
-        .await
-        .expect("session/update");
+        .await;
     let bypass = client
         .request(
             "session/update",
@@ -210,13 +209,13 @@ async fn result_after_submitter_leaves(extra: Value) -> Value {
 #[tokio::test]
 async fn a_batch_is_canceled_when_its_submitter_disconnects() {
     let result = result_after_submitter_leaves(json!({})).await;
-    assert_eq!(outcome(&result), "canceled", "{result}");
+    assert_eq!(wire_error_type_or_ok(&result), "canceled", "{result}");
 }
 
 #[tokio::test]
 async fn with_on_disconnect_continue_the_batch_completes() {
     let result = result_after_submitter_leaves(json!({"on_disconnect": "continue"})).await;
-    assert_eq!(outcome(&result), "ok", "{result}");
+    assert_eq!(wire_error_type_or_ok(&result), "ok", "{result}");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
 use toold_protocol::{Notification, Request, RequestError};
-use toold_tests::daemon::{outcome, results};
+use toold_tests::daemon::outcomes;
 
 mod approvals;
 mod events;
@@ -70,17 +70,9 @@ fn result(response: &Value, index: usize) -> &Value {
     &response["results"][index]["result"]
 }
 
-fn outcomes(response: &Value) -> Vec<&str> {
-    results(response).into_iter().map(outcome).collect()
-}
-
 fn rpc_code(error: RequestError) -> i32 {
     match error {
         RequestError::Rpc(error) => error.code,
         other => panic!("expected a JSON-RPC error, got {other:?}"),
     }
-}
-
-fn command_call(id: &str, command: &str) -> Value {
-    json!({"id": id, "name": "run_command", "arguments": {"command": command}})
 }

@@ -4,9 +4,9 @@
 use std::time::Duration;
 
 use serde_json::json;
-use toold_tests::daemon::{TestDaemon, always, no_answers};
+use toold_tests::daemon::{TestDaemon, always, command_call, no_answers};
 
-use super::{approvals, command_call, outcomes, result, seen, seq};
+use super::{approvals, outcomes, result, seen, seq};
 
 /// An `allow_session` grant is saved when it is recorded, not when its batch ends: a daemon
 /// killed while the batch still runs comes back with the grant.

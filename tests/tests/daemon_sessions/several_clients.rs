@@ -2,17 +2,11 @@
 //! to an approver that attaches later, the first of two answers wins, and a detached
 //! connection gets no more events.
 
-use std::sync::Arc;
-use std::time::Duration;
-
 use serde_json::json;
-use tokio::sync::mpsc;
-use toold_protocol::Request;
-use toold_tests::daemon::{Answerer, TestDaemon, always, no_answers};
+use toold_tests::daemon::{TestDaemon, always, command_call, never_answers_telling, no_answers};
 
-use super::{
-    approvals, command_call, methods, outcomes, requests, resolved_events, result, seen, seq,
-};
+use super::{approvals, methods, outcomes, requests, resolved_events, result, seen, seq};
+use toold_tests::PATIENCE;
 
 #[tokio::test]
 async fn one_client_submits_and_another_approves() {
@@ -67,11 +61,7 @@ async fn a_pending_approval_is_sent_again_to_an_approver_that_attaches() {
     let session = submitter.create_session(&daemon.work(), json!({})).await;
 
     // The first approver tells the test it was asked, and never answers.
-    let (asked_tx, mut asked_rx) = mpsc::unbounded_channel();
-    let silent: Answerer = Arc::new(move |request: Request| {
-        let _ = asked_tx.send(request);
-        Box::pin(std::future::pending())
-    });
+    let (silent, mut asked_rx) = never_answers_telling();
     let silent_approver = daemon.connect(approvals(), silent).await;
     silent_approver
         .request("session/attach", json!({"session_id": session}))
@@ -81,7 +71,7 @@ async fn a_pending_approval_is_sent_again_to_an_approver_that_attaches() {
     let late_asked = seen();
     let execute_batch = submitter.execute(&session, json!([command_call("call_a", "echo late")]));
     let attach_late = async {
-        let first = tokio::time::timeout(Duration::from_secs(30), asked_rx.recv())
+        let first = tokio::time::timeout(PATIENCE, asked_rx.recv())
             .await
             .expect("the first approver is asked")
             .expect("a request");

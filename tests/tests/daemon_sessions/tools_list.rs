@@ -1,20 +1,7 @@
 //! `tools/list` as a session sees it: only the tools the session may see.
 
-use serde_json::{Value, json};
-use toold_tests::daemon::{TestClient, TestDaemon, no_answers};
-
-async fn tool_names(client: &TestClient, params: Value) -> Vec<String> {
-    let listed = client
-        .request("tools/list", params)
-        .await
-        .expect("tools/list");
-    listed["tools"]
-        .as_array()
-        .expect("tools")
-        .iter()
-        .map(|tool| tool["name"].as_str().expect("a name").to_owned())
-        .collect()
-}
+use serde_json::json;
+use toold_tests::daemon::{TestDaemon, no_answers};
 
 #[tokio::test]
 async fn tools_list_shows_what_the_session_may_see() {
@@ -22,65 +9,52 @@ async fn tools_list_shows_what_the_session_may_see() {
     let client = daemon.connect(json!({}), no_answers()).await;
     let session = client.create_session(&daemon.work(), json!({})).await;
 
-    let everything = tool_names(&client, json!({})).await;
+    let everything = client.tool_names(json!({})).await;
     assert_eq!(
-        tool_names(&client, json!({"session_id": session})).await,
+        client.tool_names(json!({"session_id": session})).await,
         everything
     );
 
-    let read_only = tool_names(&client, json!({"safety": "read_only"})).await;
+    let read_only = client.tool_names(json!({"safety": "read_only"})).await;
     assert_eq!(read_only, ["find_files", "read_file", "search_code"]);
     client
-        .request(
-            "session/update",
-            json!({"session_id": session, "mode": "plan"}),
-        )
-        .await
-        .expect("session/update");
+        .update_session(&session, json!({"mode": "plan"}))
+        .await;
     assert_eq!(
-        tool_names(&client, json!({"session_id": session})).await,
+        client.tool_names(json!({"session_id": session})).await,
         read_only
     );
 
     client
-        .request(
-            "session/update",
-            json!({"session_id": session, "allowed_tools": ["read_file", "run_command"]}),
+        .update_session(
+            &session,
+            json!({"allowed_tools": ["read_file", "run_command"]}),
         )
-        .await
-        .expect("session/update");
+        .await;
     assert_eq!(
-        tool_names(&client, json!({"session_id": session})).await,
+        client.tool_names(json!({"session_id": session})).await,
         ["read_file"],
         "plan mode still hides run_command"
     );
 
     client
-        .request(
-            "session/update",
-            json!({"session_id": session, "mode": "default"}),
-        )
-        .await
-        .expect("session/update");
+        .update_session(&session, json!({"mode": "default"}))
+        .await;
     assert_eq!(
-        tool_names(&client, json!({"session_id": session})).await,
+        client.tool_names(json!({"session_id": session})).await,
         ["read_file", "run_command"]
     );
     assert_eq!(
-        tool_names(
-            &client,
-            json!({"session_id": session, "allowed": ["run_command", "write_file"]})
-        )
-        .await,
+        client
+            .tool_names(json!({"session_id": session, "allowed": ["run_command", "write_file"]}))
+            .await,
         ["run_command"],
         "allowed narrows the session's list"
     );
     assert_eq!(
-        tool_names(
-            &client,
-            json!({"session_id": session, "safety": "side_effect"})
-        )
-        .await,
+        client
+            .tool_names(json!({"session_id": session, "safety": "side_effect"}))
+            .await,
         ["run_command"]
     );
 }

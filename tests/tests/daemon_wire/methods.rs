@@ -3,7 +3,7 @@
 
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
-use toold_tests::daemon::{RawConnection, TestDaemon, Wire, no_answers};
+use toold_tests::daemon::{RawConnection, TestDaemon, Wire, no_answers, tool_names};
 
 use super::{INVALID_PARAMS, UNKNOWN_SESSION, code_of, read_file_call, rpc_error};
 
@@ -93,23 +93,11 @@ async fn every_session_method_answers() {
     );
 }
 
-fn tool_names(listed: &Value) -> Vec<String> {
-    listed["tools"]
-        .as_array()
-        .expect("tools")
-        .iter()
-        .map(|tool| tool["name"].as_str().expect("a name").to_owned())
-        .collect()
-}
-
 #[tokio::test]
 async fn tools_list_filters_by_session_allowed_names_and_safety() {
     let daemon = TestDaemon::start();
     let client = daemon.connect(json!({}), no_answers()).await;
-    let everything = client
-        .request("tools/list", json!({}))
-        .await
-        .expect("tools/list");
+    let everything = client.list_tools(json!({})).await;
     let names = tool_names(&everything);
     let mut sorted = names.clone();
     sorted.sort();
@@ -122,13 +110,10 @@ async fn tools_list_filters_by_session_allowed_names_and_safety() {
         "search_code",
         "write_file",
     ] {
-        assert!(
-            names.contains(&builtin.to_owned()),
-            "{builtin} in {names:?}"
-        );
+        assert!(names.contains(&builtin), "{builtin} in {names:?}");
     }
     assert!(everything["revision"].is_u64());
-    let read_file = &everything["tools"][names.iter().position(|n| n == "read_file").unwrap()];
+    let read_file = &everything["tools"][names.iter().position(|n| *n == "read_file").unwrap()];
     assert_eq!(read_file["safety"], "read_only");
     assert_eq!(read_file["source"], "builtin");
     assert!(read_file["input_schema"].is_object());
@@ -215,10 +200,7 @@ async fn tools_register_needs_the_client_tools_capability() {
     let mut owner = daemon
         .connect(json!({"client_tools": true}), no_answers())
         .await;
-    let before = plain
-        .request("tools/list", json!({}))
-        .await
-        .expect("tools/list")["revision"]
+    let before = plain.list_tools(json!({})).await["revision"]
         .as_u64()
         .expect("revision");
     let registered = owner
@@ -229,10 +211,7 @@ async fn tools_register_needs_the_client_tools_capability() {
     assert!(revision > before);
     let changed = owner.next_notification().await;
     assert_eq!(changed.method, "tools/list_changed");
-    let listed = plain
-        .request("tools/list", json!({"allowed": ["echo"]}))
-        .await
-        .expect("tools/list");
+    let listed = plain.list_tools(json!({"allowed": ["echo"]})).await;
     assert_eq!(listed["tools"][0]["source"], "client");
 
     let duplicate = rpc_error(
@@ -258,10 +237,7 @@ async fn tools_register_needs_the_client_tools_capability() {
         .await
         .expect("tools/unregister");
     assert!(unregistered["revision"].as_u64().expect("revision") > revision);
-    let gone = plain
-        .request("tools/list", json!({"allowed": ["echo"]}))
-        .await
-        .expect("tools/list");
+    let gone = plain.list_tools(json!({"allowed": ["echo"]})).await;
     assert_eq!(gone["tools"], json!([]));
 }
 

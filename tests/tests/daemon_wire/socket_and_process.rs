@@ -12,9 +12,7 @@ use serde_json::json;
 use toold_tests::daemon::{RawConnection, TestDaemon, Wire, no_answers};
 
 use super::{OVERLOADED, code_of};
-
-/// How long any single answer may take before the test fails instead of hanging.
-const PATIENCE: Duration = Duration::from_secs(30);
+use toold_tests::PATIENCE;
 
 fn mode_of(path: &Path) -> u32 {
     std::fs::metadata(path)

@@ -254,13 +254,7 @@ fn call(id: &str, name: &str, arguments: Value) -> ToolCall {
 fn outcomes(results: &[CallOutcome]) -> Vec<String> {
     results
         .iter()
-        .map(|outcome| {
-            outcome
-                .result
-                .error_type
-                .as_ref()
-                .map_or("ok".to_owned(), ToString::to_string)
-        })
+        .map(|outcome| toold_tests::error_type_or_ok(&outcome.result))
         .collect()
 }
 

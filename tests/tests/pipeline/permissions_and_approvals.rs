@@ -15,6 +15,7 @@ use toold_protocol::{
 use toold_tests::daemon::shell_parser;
 
 use super::{Harness, ScriptedApprover, answer, call, outcomes, rules};
+use toold_tests::PATIENCE;
 
 #[tokio::test]
 async fn approvals_allow_deny_and_remember() {
@@ -241,7 +242,7 @@ async fn canceling_a_batch_stops_running_calls_and_ends_the_rest() {
     // shell took to start.
     let events = Arc::clone(&harness.events);
     tokio::spawn(async move {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        let deadline = tokio::time::Instant::now() + PATIENCE;
         while !events.events().iter().any(
             |event| matches!(event, Event::Output(output) if output.body.data.contains("started")),
         ) && tokio::time::Instant::now() < deadline

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use serde_json::{Value, json};
 use toold_protocol::Request;
 use toold_protocol::peer::Reply;
-use toold_tests::daemon::{TestClient, TestDaemon, answer_with, no_answers};
+use toold_tests::daemon::{TestClient, TestDaemon, answer_with, asked_nobody, no_answers};
 
 use super::{Places, output, quoted};
 
@@ -47,13 +47,6 @@ fn requests(seen: &Mutex<Vec<Request>>) -> Vec<Value> {
         .iter()
         .map(|request| request.params.clone().unwrap_or_default())
         .collect()
-}
-
-fn asked_nobody(result: &Value) -> bool {
-    result["error_type"] == "permission_denied"
-        && result["error"]
-            .as_str()
-            .is_some_and(|error| error.contains("no approver is attached"))
 }
 
 #[tokio::test]

@@ -7,7 +7,7 @@ use std::path::Path;
 use serde_json::json;
 use toold_tests::daemon::TestDaemon;
 
-use super::{Places, connected, output, outside_base, quoted, run};
+use super::{Places, connected, output, outside_base, quoted, run, sandboxed, sandboxed_on};
 
 /// A home outside `/tmp` (a command's `/tmp` is its session's own) with a secret in each of
 /// some credential stores; the secrets all hold `SECRET`.
@@ -132,9 +132,7 @@ async fn the_config_chooses_what_is_hidden() {
     let config = "[sandbox]\nhidden = [\"~/private.txt\", \"~/.aws\"]\n";
     let daemon =
         TestDaemon::start_with_config_and_env(config, &[("HOME", home_path.to_str().unwrap())]);
-    let client = connected(&daemon).await;
-    let places = Places::new();
-    let session = super::session(&client, &places.project, json!({})).await;
+    let (client, _places, session) = sandboxed_on(&daemon).await;
     let shown = run(&client, &session, "cat ~/.ssh/id_ed25519").await;
     assert_eq!(output(&shown), "SECRET ssh key\n", "{shown}");
     for line in ["cat ~/private.txt", "cat ~/.aws/credentials"] {
@@ -148,10 +146,7 @@ async fn the_config_chooses_what_is_hidden() {
 /// or a disk's key put there by a login) cannot be read or added to.
 #[tokio::test]
 async fn the_keyrings_are_out_of_reach() {
-    let daemon = TestDaemon::start();
-    let client = connected(&daemon).await;
-    let places = Places::new();
-    let session = super::session(&client, &places.project, json!({})).await;
+    let (_daemon, client, places, session) = sandboxed().await;
     let script = "import ctypes\n\
         libc = ctypes.CDLL(None, use_errno=True)\n\
         KEY_SPEC_SESSION_KEYRING = -3\n\

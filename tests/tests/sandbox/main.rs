@@ -142,10 +142,17 @@ async fn connected(daemon: &TestDaemon) -> TestClient {
 /// the config's sandbox (every command allowed).
 async fn sandboxed() -> (TestDaemon, TestClient, Places, String) {
     let daemon = TestDaemon::start();
-    let client = connected(&daemon).await;
+    let (client, places, session) = sandboxed_on(&daemon).await;
+    (daemon, client, places, session)
+}
+
+/// A client of `daemon`, fresh places, and a session in the project with the config's sandbox
+/// (every command allowed).
+async fn sandboxed_on(daemon: &TestDaemon) -> (TestClient, Places, String) {
+    let client = connected(daemon).await;
     let places = Places::new();
     let session = session(&client, &places.project, json!({})).await;
-    (daemon, client, places, session)
+    (client, places, session)
 }
 
 /// The sandbox report of `initialize`, asked on a fresh connection.

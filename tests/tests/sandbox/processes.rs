@@ -7,24 +7,12 @@ use std::time::Duration;
 
 use serde_json::json;
 use toold_tests::daemon::{TestClient, TestDaemon};
+use toold_tests::procs::live_processes_with;
 use toold_tests::require;
 
-use super::{Places, connected, output, run, sandbox_report, sandboxed, session, without};
-
-/// Whether any live process has `needle` on its command line.
-fn alive_with(needle: &str) -> bool {
-    std::fs::read_dir("/proc").unwrap().flatten().any(|entry| {
-        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
-        let state = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
-        let zombie = state
-            .rsplit_once(") ")
-            .is_some_and(|(_, rest)| rest.starts_with('Z'));
-        !zombie
-            && String::from_utf8_lossy(&cmdline)
-                .replace('\0', " ")
-                .contains(needle)
-    })
-}
+use super::{
+    Places, connected, output, run, sandbox_report, sandboxed, sandboxed_on, session, without,
+};
 
 /// The escapes a command's processes try — background, `setsid`, a double fork, `env -i`
 /// (dropping the call's tag), all at once — leave nothing alive 2 s after the call ends,
@@ -46,9 +34,7 @@ async fn without_pid_namespaces_the_sweep_leaves_no_survivor() {
     // processes of the user.
     assert_eq!(report["degraded"], json!(["pid_namespace"]), "{report}");
     assert!(report["why"]["pid_namespace"].is_string(), "{report}");
-    let client = connected(&daemon).await;
-    let places = Places::new();
-    let session = session(&client, &places.project, json!({})).await;
+    let (client, _places, session) = sandboxed_on(&daemon).await;
     assert_no_survivors(&client, &session, "sweep").await;
 }
 
@@ -92,7 +78,7 @@ async fn assert_no_survivors(client: &TestClient, session: &str, tier: &str) {
         tokio::time::sleep(Duration::from_secs(2)).await;
         for index in 1..=5 {
             assert!(
-                !alive_with(&marker(index)),
+                live_processes_with(&marker(index)).is_empty(),
                 "{} outlived its call ({ending}, {tier})",
                 marker(index)
             );
@@ -133,7 +119,7 @@ async fn each_command_runs_in_a_pid_namespace_of_its_own() {
         run(&neighbour, &other, "exec -a toold-pidns-neighbour sleep 30").await
     });
     let started = std::time::Instant::now();
-    while !alive_with("toold-pidns-neighbour") {
+    while live_processes_with("toold-pidns-neighbour").is_empty() {
         assert!(
             started.elapsed() < Duration::from_secs(10),
             "the neighbour never started"

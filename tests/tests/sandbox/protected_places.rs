@@ -8,7 +8,7 @@ use serde_json::json;
 use toold_tests::daemon::TestDaemon;
 use toold_tests::require;
 
-use super::{Places, connected, output, quoted, run, sandboxed, session};
+use super::{Places, connected, output, quoted, run, sandboxed, sandboxed_on, session};
 
 /// `dir` made a git repository by the real `git`.
 fn git_init(git: &Path, dir: &Path) {
@@ -220,9 +220,7 @@ async fn undoing_a_commondir_follows_no_symlink() {
 #[tokio::test]
 async fn toolds_own_directories_are_read_only_to_commands() {
     let daemon = TestDaemon::start_with_config(Some("# the user's config\n"));
-    let client = connected(&daemon).await;
-    let places = Places::new();
-    let session = session(&client, &places.project, json!({})).await;
+    let (client, places, session) = sandboxed_on(&daemon).await;
     let config = daemon.root().join("config/toold/config.toml");
     let state = daemon.root().join("state/toold");
     assert!(config.starts_with("/tmp") && state.is_dir());
@@ -259,9 +257,7 @@ async fn a_config_file_in_a_writable_place_stays_read_only() {
         format!("exec \"$0\" \"$@\" --config '{}'", config.display()),
     ];
     let daemon = TestDaemon::start_under(&wrapper, &[]);
-    let client = connected(&daemon).await;
-    let places = Places::new();
-    let session = session(&client, &places.project, json!({})).await;
+    let (client, _places, session) = sandboxed_on(&daemon).await;
     let result = run(
         &client,
         &session,

@@ -5,7 +5,9 @@
 use serde_json::{Value, json};
 use toold_tests::daemon::TestDaemon;
 
-use super::{Places, connected, output, quoted, run, sandbox_report, session, without};
+use super::{
+    Places, connected, output, quoted, run, sandbox_report, sandboxed_on, session, without,
+};
 
 #[tokio::test]
 async fn the_session_may_tighten_the_sandbox_and_loosen_it_only_when_the_config_allows() {
@@ -47,12 +49,11 @@ async fn the_session_may_tighten_the_sandbox_and_loosen_it_only_when_the_config_
     }
     // Back to the config's own: allowed.
     let back = client
-        .request(
-            "session/update",
-            json!({"session_id": tight["session_id"], "sandbox": {}}),
+        .update_session(
+            tight["session_id"].as_str().expect("a session id"),
+            json!({"sandbox": {}}),
         )
-        .await
-        .unwrap();
+        .await;
     assert_eq!(
         back["sandbox"],
         json!({"mode": "workspace_write", "network": false})
@@ -200,9 +201,7 @@ async fn a_tmpdir_inside_the_runtime_directory_changes_nothing() {
     assert_eq!(report["degraded"], json!([]), "{report}");
     assert_eq!(report["daemon_socket"], "mount_namespace", "{report}");
     assert_eq!(report["processes"], "pid_namespace", "{report}");
-    let client = connected(&daemon).await;
-    let places = Places::new();
-    let session = session(&client, &places.project, json!({})).await;
+    let (client, _places, session) = sandboxed_on(&daemon).await;
     let result = run(
         &client,
         &session,

@@ -8,7 +8,10 @@ use serde_json::{Value, json};
 use toold_tests::daemon::{TestClient, TestDaemon};
 use toold_tests::require;
 
-use super::{Places, connected, output, quoted, run, sandbox_report, sandboxed, session, without};
+use super::{
+    Places, connected, output, quoted, run, sandbox_report, sandboxed, sandboxed_on, session,
+    without,
+};
 
 /// Lines that try to reach the daemon through its socket: Python directly and through
 /// `/proc/<daemon pid>/root`, `socat`, `toold status`, and Python through a hard link to the
@@ -141,9 +144,11 @@ async fn commands_cannot_signal_trace_or_read_the_daemon() {
     // Every process it may signal, which is none outside its own sandbox.
     run(&client, &session, "kill -KILL -1").await;
     // Still serving, not stopped.
-    let status = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    let state = status.rsplit_once(") ").unwrap().1.chars().next().unwrap();
-    assert!(matches!(state, 'S' | 'R'), "the daemon is in state {state}");
+    let state = toold_tests::procs::stat_fields(pid).unwrap()[0].clone();
+    assert!(
+        matches!(state.as_str(), "S" | "R"),
+        "the daemon is in state {state}"
+    );
     assert_eq!(run(&client, &session, "echo alive").await["ok"], true);
 }
 
@@ -207,9 +212,7 @@ async fn without_user_namespaces_the_peer_check_keeps_commands_out() {
     assert!(created);
 
     // Writes are still confined.
-    let client = connected(&daemon).await;
-    let places = Places::new();
-    let session = session(&client, &places.project, json!({})).await;
+    let (client, places, session) = sandboxed_on(&daemon).await;
     let before = Places::snapshot(&places.outside);
     let result = run(
         &client,

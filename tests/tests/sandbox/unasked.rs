@@ -81,12 +81,8 @@ async fn confined_commands_run_unasked_and_every_record_says_why() {
     // `permissions/explain` gives the same decision before the call, and `toold explain` says
     // it in words.
     let explained = client
-        .request(
-            "permissions/explain",
-            json!({"session_id": session, "call": {"name": "run_command", "arguments": {"command": "rm -rf build"}}}),
-        )
-        .await
-        .expect("permissions/explain");
+        .explain(&session, "run_command", &json!({"command": "rm -rf build"}))
+        .await;
     assert_eq!(explained["decision"], "allow", "{explained}");
     assert_eq!(explained["step"], "sandboxed", "{explained}");
     let cli = daemon
@@ -222,12 +218,8 @@ async fn rules_hooks_and_modes_speak_before_the_sandbox() {
 
     // Plan mode runs no side effect, whatever the sandbox.
     client
-        .request(
-            "session/update",
-            json!({"session_id": session, "mode": "plan"}),
-        )
-        .await
-        .expect("session/update");
+        .update_session(&session, json!({"mode": "plan"}))
+        .await;
     let planned = run(&client, &session, "touch planned.txt").await;
     assert_eq!(planned["error_type"], "tool_not_allowed", "{planned}");
     assert!(!places.project.join("planned.txt").exists());

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use serde_json::json;
 use toold_tests::daemon::TestDaemon;
 
-use super::{Places, connected, quoted, run, session, without};
+use super::{Places, connected, quoted, run, sandboxed_on, session, without};
 
 /// What a change to an entry would change: its mode, owner and group, size, and modification
 /// and change times (a change of mode, owner, times or attributes moves the change time).
@@ -121,9 +121,7 @@ async fn nothing_outside_the_writable_places_changes_in_any_mode() {
 #[tokio::test]
 async fn without_the_mount_api_the_report_says_what_is_missing() {
     let daemon = TestDaemon::start_under_with_config(&without(&["--mount-api"]), "");
-    let client = connected(&daemon).await;
-    let places = Places::new();
-    let session = session(&client, &places.project, json!({})).await;
+    let (client, places, session) = sandboxed_on(&daemon).await;
     let result = run(&client, &session, "echo x > inside.txt").await;
     assert_eq!(result["ok"], json!(true), "{result}");
     let sandbox = &result["metadata"]["sandbox"];

@@ -9,10 +9,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::json;
+use toold_tests::child::{KillOnDrop, wait_for_path};
 use toold_tests::daemon::TestDaemon;
 use toold_tests::require;
 
-use super::{Places, connected, output, quoted, run, session};
+use super::{Places, connected, output, quoted, run, sandboxed_on, session};
 
 /// A tmux server of the user's, outside the sandbox, on `socket`: what it would run for a
 /// command is the proof of an escape.
@@ -290,33 +291,20 @@ print(", ".join(results))
     }
 }
 
-/// An SSH agent of the user's, started on `socket`; killed when dropped.
-struct Agent(std::process::Child);
-
-impl Agent {
-    fn start(program: &Path, socket: &Path) -> Self {
-        let child = Command::new(program)
+/// An SSH agent of the user's, started on `socket` (once it listens there); killed when
+/// dropped.
+fn start_agent(program: &Path, socket: &Path) -> KillOnDrop {
+    let agent = KillOnDrop(
+        Command::new(program)
             .arg("-D")
             .arg("-a")
             .arg(socket)
             .stdout(std::process::Stdio::null())
             .spawn()
-            .unwrap();
-        for _ in 0..200 {
-            if socket.exists() {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
-        Self(child)
-    }
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+            .unwrap(),
+    );
+    wait_for_path(socket);
+    agent
 }
 
 /// `[sandbox] unix_sockets` lets commands reach what the config names — an SSH agent for `git
@@ -339,9 +327,9 @@ async fn the_config_names_the_sockets_commands_may_reach() {
     let host_tmp = tempfile::tempdir_in("/tmp").unwrap();
     let in_tmp = host_tmp.path().canonicalize().unwrap().join("agent.sock");
     let _agents = [
-        Agent::start(&ssh_agent, &in_runtime),
-        Agent::start(&ssh_agent, &other),
-        Agent::start(&ssh_agent, &in_tmp),
+        start_agent(&ssh_agent, &in_runtime),
+        start_agent(&ssh_agent, &other),
+        start_agent(&ssh_agent, &in_tmp),
     ];
     let config = format!(
         "[sandbox]\nunix_sockets = [\"$SSH_AUTH_SOCK\", \"{}\"]\n",
@@ -360,9 +348,7 @@ async fn the_config_names_the_sockets_commands_may_reach() {
             ("DISPLAY", ":0"),
         ],
     );
-    let client = connected(&daemon).await;
-    let places = Places::new();
-    let session = session(&client, &places.project, json!({})).await;
+    let (client, _places, session) = sandboxed_on(&daemon).await;
     let result = run(
         &client,
         &session,
