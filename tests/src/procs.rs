@@ -5,8 +5,6 @@
 
 use std::collections::BTreeSet;
 
-use crate::daemon::TestDaemon;
-
 /// Every process `/proc` lists now.
 pub fn pids() -> Vec<u32> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
@@ -92,11 +90,6 @@ pub fn children_running(parent: u32, needle: &str) -> Vec<u32> {
         .into_iter()
         .filter(|pid| parent_of(*pid) == Some(parent) && cmdline(*pid).contains(needle))
         .collect()
-}
-
-/// The daemon's child whose command line contains `marker`, if any.
-pub fn child_running(daemon: &TestDaemon, marker: &str) -> Option<u32> {
-    children_running(daemon.pid(), marker).first().copied()
 }
 
 /// Every process descending from `pid` (not `pid` itself).

@@ -14,7 +14,7 @@ use toold_tests::daemon::{
 use toold_tests::mcp::{
     HttpServer, malformed_server_table, status_until, test_server, toold, tools_when,
 };
-use toold_tests::procs::{child_running, children_running};
+use toold_tests::procs::children_running;
 use toold_tests::require;
 
 /// The config of one server, `bad`, running the malformed test server under python3; `None`
@@ -302,7 +302,7 @@ fn results_of(response: &Value) -> Vec<Value> {
 
 /// The daemon's child running `script`, if any.
 fn server_pid(daemon: &TestDaemon, script: &str) -> Option<u32> {
-    child_running(daemon, script)
+    children_running(daemon.pid(), script).first().copied()
 }
 
 /// The pid of the one configured server once `mcp/status` says it is ready in a process other
