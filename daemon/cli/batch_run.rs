@@ -94,20 +94,32 @@ pub async fn run_batch(
         }
     });
     let (client, mut events) = Client::connect(options).await?;
-    let outcome =
-        run_in_session(args, &client, &mut events, calls, &our_batch, &mut on_event).await;
+    let mut connected = Connected {
+        client: &client,
+        events: &mut events,
+        our_batch: &our_batch,
+        on_event: &mut on_event,
+    };
+    let outcome = run_in_session(args, &mut connected, calls).await;
     client.close();
     outcome
 }
 
+/// The connection a batch runs over: the client, its event stream, where the batch's id is
+/// told (once its `batch/start` arrives) to the approval answerer, and who sees its events.
+struct Connected<'a, F: FnMut(&Event)> {
+    client: &'a Client,
+    events: &'a mut Events,
+    our_batch: &'a watch::Sender<Option<String>>,
+    on_event: &'a mut F,
+}
+
 async fn run_in_session(
     args: &BatchArgs,
-    client: &Client,
-    events: &mut Events,
+    connected: &mut Connected<'_, impl FnMut(&Event)>,
     calls: Vec<ToolCall>,
-    our_batch: &watch::Sender<Option<String>>,
-    on_event: &mut impl FnMut(&Event),
 ) -> anyhow::Result<ExecuteResult> {
+    let client = connected.client;
     let (session_id, fresh) = match &args.session {
         Some(session_id) => {
             client
@@ -127,7 +139,7 @@ async fn run_in_session(
             (snapshot.session_id, true)
         }
     };
-    let outcome = execute(client, events, &session_id, calls, our_batch, on_event).await;
+    let outcome = execute(connected, &session_id, calls).await;
     let ended = if fresh {
         client.session_close(&session_id).await
     } else {
@@ -141,13 +153,18 @@ async fn run_in_session(
 }
 
 async fn execute(
-    client: &Client,
-    events: &mut Events,
+    connected: &mut Connected<'_, impl FnMut(&Event)>,
     session_id: &str,
     calls: Vec<ToolCall>,
-    our_batch: &watch::Sender<Option<String>>,
-    on_event: &mut impl FnMut(&Event),
 ) -> anyhow::Result<ExecuteResult> {
+    let Connected {
+        client,
+        events,
+        our_batch,
+        on_event,
+    } = connected;
+    let client = *client;
+    let our_batch = *our_batch;
     let call_ids: Vec<String> = calls.iter().map(|call| call.id.clone()).collect();
     let mut filter = BatchFilter {
         session_id: session_id.to_owned(),

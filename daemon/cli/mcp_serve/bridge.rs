@@ -55,17 +55,28 @@ pub type WaitingCalls = Arc<tokio::sync::Mutex<HashMap<String, Waiting>>>;
 
 pub type ProgressSinks = Arc<tokio::sync::Mutex<HashMap<String, ProgressSink>>>;
 
+/// Where [`bridge_events`] sends what the daemon tells: each call's progress sink, the host's
+/// approvals, and the way back to the daemon (its client, how to reach it, whether it is
+/// reached) when the connection is lost.
+pub struct EventRoutes {
+    pub progress: ProgressSinks,
+    pub approvals: Arc<Approvals>,
+    pub client: Client,
+    pub daemon: ConnectArgs,
+    pub connected: Arc<watch::Sender<bool>>,
+}
+
 /// Reads the daemon's events for as long as the process lives: a call's output and progress
 /// to its host's progress token, registry changes to `tools/list_changed`; a daemon gone
 /// (restarted) is reached again, started if need be, and the session attached again.
-pub fn bridge_events(
-    mut events: Events,
-    progress: ProgressSinks,
-    approvals: Arc<Approvals>,
-    client: Client,
-    daemon: ConnectArgs,
-    connected: Arc<watch::Sender<bool>>,
-) {
+pub fn bridge_events(mut events: Events, routes: EventRoutes) {
+    let EventRoutes {
+        progress,
+        approvals,
+        client,
+        daemon,
+        connected,
+    } = routes;
     tokio::spawn(async move {
         while let Some(event) = events.recv().await {
             match event {

@@ -27,7 +27,7 @@ mod bridge;
 mod stdio;
 
 use approvals::Approvals;
-use bridge::{Bridge, bridge_events};
+use bridge::{Bridge, EventRoutes, bridge_events};
 
 #[derive(Args, Debug)]
 pub struct McpServeArgs {
@@ -91,14 +91,14 @@ pub async fn serve(args: McpServeArgs) -> anyhow::Result<Outcome> {
         callable: tokio::sync::Mutex::default(),
         connected: link,
     };
-    bridge_events(
-        events,
-        Arc::clone(&bridge.progress),
-        Arc::clone(&approvals),
-        client.clone(),
-        args.daemon.clone(),
-        Arc::new(connected),
-    );
+    let routes = EventRoutes {
+        progress: Arc::clone(&bridge.progress),
+        approvals: Arc::clone(&approvals),
+        client: client.clone(),
+        daemon: args.daemon.clone(),
+        connected: Arc::new(connected),
+    };
+    bridge_events(events, routes);
     let (host_in, host_out) = stdio::host_stdio();
     let transport = AsyncRwTransport::new_server(host_in, host_out);
     let served = bridge.serve(transport).await;

@@ -198,24 +198,16 @@ fn search_code(args: &SearchArgs, ctx: &ToolContext, indexes: &Indexes) -> ToolO
         // A file that a deny rule hides is searched no more when named than when walked.
         Start::File { path, .. } if filter.denies(&path) => Vec::new(),
         Start::File { path, shown } => {
-            let mut searcher = searcher;
-            let mut cancel = CancelCheck::new(&ctx.cancel);
-            let mut hits = Vec::new();
-            let named = Path::new(&shown);
-            if let Some(file_hits) = search_file(
-                &mut searcher,
-                &matcher,
-                &path,
-                named,
-                &Shared {
+            let mut one = FileSearcher {
+                searcher,
+                matcher,
+                cancel: CancelCheck::new(&ctx.cancel),
+                shared: Shared {
                     budget: &budget,
                     skipped: &skipped,
                 },
-                &mut cancel,
-            ) {
-                hits.push(file_hits);
-            }
-            hits
+            };
+            one.search(&path, Path::new(&shown)).into_iter().collect()
         }
         Start::Directory(root) => {
             // From the warm index: the files the walk would visit that can hold a match.
@@ -234,25 +226,20 @@ fn search_code(args: &SearchArgs, ctx: &ToolContext, indexes: &Indexes) -> ToolO
             let shared = Mutex::new(Vec::new());
             let visitor = || {
                 let mut results = ThreadResults::new(&shared);
-                let mut searcher = searcher.clone();
-                let matcher = matcher.clone();
-                let mut cancel = CancelCheck::new(&ctx.cancel);
-                let shared = Shared {
-                    budget: &budget,
-                    skipped: &skipped,
+                let mut this_thread = FileSearcher {
+                    searcher: searcher.clone(),
+                    matcher: matcher.clone(),
+                    cancel: CancelCheck::new(&ctx.cancel),
+                    shared: Shared {
+                        budget: &budget,
+                        skipped: &skipped,
+                    },
                 };
                 move |path: &Path, relative: &Path| {
-                    if let Some(file_hits) = search_file(
-                        &mut searcher,
-                        &matcher,
-                        path,
-                        relative,
-                        &shared,
-                        &mut cancel,
-                    ) {
+                    if let Some(file_hits) = this_thread.search(path, relative) {
                         results.local.push(file_hits);
                     }
-                    if shared.budget.is_full() {
+                    if this_thread.shared.budget.is_full() {
                         WalkState::Quit
                     } else {
                         WalkState::Continue
@@ -306,51 +293,61 @@ struct Shared<'a> {
     skipped: &'a AtomicUsize,
 }
 
-/// Searches one file, shown as `name`; `None` when nothing matched or it could not be read
-/// (skipped and counted, as ripgrep skips it with a warning).
-fn search_file(
-    searcher: &mut Searcher,
-    matcher: &RegexMatcher,
-    path: &Path,
-    name: &Path,
-    shared: &Shared<'_>,
-    cancel: &mut CancelCheck<'_>,
-) -> Option<FileHits> {
-    // Borrowed for the UTF-8 paths that nearly all are: most files match nothing, and their
-    // search should cost no allocation.
-    let shown = walk::shown_path(name);
-    let mut sink = HitSink {
-        shown: &shown,
-        text: String::new(),
-        match_ends: Vec::new(),
-        budget: shared.budget,
-        cancel,
-    };
-    // A large file is read only while the call goes on (`StopReading`).
-    let searched = std::fs::File::open(path).and_then(|file| {
-        let reader = StopReading::new(file, sink.cancel.token());
-        searcher.search_reader(matcher, reader, &mut sink)
-    });
-    let HitSink {
-        text, match_ends, ..
-    } = sink;
-    if searched.is_err() {
-        shared.skipped.fetch_add(1, Ordering::Relaxed);
-        return None;
+/// One thread's search of files: its own searcher, matcher and cancel check, and what every
+/// thread of the search shares.
+struct FileSearcher<'a> {
+    searcher: Searcher,
+    matcher: RegexMatcher,
+    cancel: CancelCheck<'a>,
+    shared: Shared<'a>,
+}
+
+impl FileSearcher<'_> {
+    /// Searches one file, shown as `name`; `None` when nothing matched or it could not be
+    /// read (skipped and counted, as ripgrep skips it with a warning).
+    fn search(&mut self, path: &Path, name: &Path) -> Option<FileHits> {
+        let Self {
+            searcher,
+            matcher,
+            cancel,
+            shared,
+        } = self;
+        // Borrowed for the UTF-8 paths that nearly all are: most files match nothing, and their
+        // search should cost no allocation.
+        let shown = walk::shown_path(name);
+        let mut sink = HitSink {
+            shown: &shown,
+            text: String::new(),
+            match_ends: Vec::new(),
+            budget: shared.budget,
+            cancel,
+        };
+        // A large file is read only while the call goes on (`StopReading`).
+        let searched = std::fs::File::open(path).and_then(|file| {
+            let reader = StopReading::new(file, sink.cancel.token());
+            searcher.search_reader(&*matcher, reader, &mut sink)
+        });
+        let HitSink {
+            text, match_ends, ..
+        } = sink;
+        if searched.is_err() {
+            shared.skipped.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        if match_ends.is_empty() {
+            return None;
+        }
+        let exact = match &shown {
+            Cow::Owned(shown) => walk::exact_name(name, shown),
+            Cow::Borrowed(_) => None,
+        };
+        Some(FileHits {
+            shown: shown.into_owned(),
+            exact,
+            text,
+            match_ends,
+        })
     }
-    if match_ends.is_empty() {
-        return None;
-    }
-    let exact = match &shown {
-        Cow::Owned(shown) => walk::exact_name(name, shown),
-        Cow::Borrowed(_) => None,
-    };
-    Some(FileHits {
-        shown: shown.into_owned(),
-        exact,
-        text,
-        match_ends,
-    })
 }
 
 /// Writes one file's matches and context lines in ripgrep's format, and counts matching lines
