@@ -147,10 +147,13 @@ dispatcher's immediate RESULT for it is a token, recorded, not sent."
         (goto-char (point-max))
         (insert text "\n")))))
 
+(defun toold--json (value)
+  "VALUE as JSON text, nil as {}: jsonrpc.el reads an empty object as nil."
+  (if value (json-serialize value :null-object nil :false-object :json-false) "{}"))
+
 (defun toold--one-line (value)
   "VALUE (a string or JSON) on one line, cut at 200 characters."
-  (let* ((text (if (stringp value) value
-                 (json-serialize (or value '(:_ nil)) :null-object nil :false-object :json-false)))
+  (let* ((text (if (stringp value) value (toold--json value)))
          (text (replace-regexp-in-string "[[:cntrl:]]" " " text)))
     (if (> (length text) 200) (concat (substring text 0 200) "…") text)))
 
@@ -163,8 +166,7 @@ dispatcher's immediate RESULT for it is a token, recorded, not sent."
           (pcase method
             ('tool/call_start
              (format "▶ %s %s %s" (plist-get call :id) (plist-get call :name)
-                     (toold--one-line (json-serialize (or (plist-get call :arguments) '(:_ nil))
-                                                      :null-object nil :false-object :json-false))))
+                     (toold--one-line (toold--json (plist-get call :arguments)))))
             ('tool/output (string-trim-right (or (plist-get params :data) "") "\n"))
             ('tool/result
              (if (eq (plist-get result :ok) t)

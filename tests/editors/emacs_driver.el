@@ -55,4 +55,10 @@
         (write-region (point-min) (point-max)
                       (expand-file-name "buffer.txt" toold-test--dir) nil 'silent)))))
 
+;; jsonrpc.el reads an empty object as nil: a call without arguments shows `{}'.
+(ert-deftest toold-shows-json-as-sent ()
+  (should (equal (toold--one-line nil) "{}"))
+  (should (equal (toold--one-line (list :command "ls" :dry :json-false))
+                 "{\"command\":\"ls\",\"dry\":false}")))
+
 ;;; emacs_driver.el ends here
