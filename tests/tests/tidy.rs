@@ -143,9 +143,7 @@ fn names_in(line: &str) -> Vec<&str> {
         let Some((stem, extension)) = word.rsplit_once('.') else {
             continue;
         };
-        let extension_ends = extension.trim_end_matches(|c: char| !c.is_ascii_alphanumeric());
-        if stem.is_empty() || !NAMED_KINDS.contains(&extension_ends) || extension_ends != extension
-        {
+        if stem.is_empty() || !NAMED_KINDS.contains(&extension) {
             continue;
         }
         if !stem

@@ -133,7 +133,8 @@ impl ServerSupervisor {
                 .session
                 .as_ref()
                 .is_some_and(|session| session.is_closed());
-        if let Some(dead) = pid.filter(|pid| gone || !process_alive(*pid)) {
+        // A server this daemon started: its pid is not reused before the daemon reaps it.
+        if let Some(dead) = pid.filter(|pid| gone || !crate::process_tree::is_alive(*pid)) {
             tracing::debug!(server = %self.config.name, pid = dead, "status of a server whose process has ended");
             pid = None;
             state = ServerState::Starting;
@@ -567,15 +568,4 @@ fn show_exit(status: std::io::Result<std::process::ExitStatus>) -> String {
         Ok(status) => status.to_string(),
         Err(err) => format!("cannot wait for it: {err}"),
     }
-}
-
-/// Whether process `pid` (a server this daemon started, so never reused before it is reaped)
-/// is alive: it exists and is not a zombie waiting to be reaped.
-fn process_alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-        // The state follows the command's closing parenthesis (the command may hold any).
-        stat.rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().next())
-            .is_some_and(|state| !matches!(state, "Z" | "X"))
-    })
 }

@@ -41,6 +41,15 @@ impl ProcStat {
     }
 }
 
+/// Whether process `pid` exists and is not a zombie (one whose main thread exited while
+/// others run counts as alive).
+pub(crate) fn is_alive(pid: u32) -> bool {
+    i32::try_from(pid)
+        .ok()
+        .and_then(read_stat)
+        .is_some_and(|stat| !stat.is_zombie())
+}
+
 /// The start time of process `pid`, when it can be read.
 pub(super) fn start_of(pid: u32) -> Option<u64> {
     i32::try_from(pid)
