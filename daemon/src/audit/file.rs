@@ -401,7 +401,7 @@ pub fn seal_path(path: &Path) -> PathBuf {
 /// rotated it or stopped, kept outside the log so that cutting the log's newest records, or
 /// rewriting them, while the daemon is stopped shows at its next start and in `verify`.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Seal {
+pub(crate) struct Seal {
     pub seq: u64,
     pub hash: String,
     pub ts: String,
@@ -410,7 +410,7 @@ pub struct Seal {
 }
 
 /// The seal of the log at `path`, when there is one that can be read.
-pub fn read_seal(path: &Path) -> Option<Seal> {
+pub(crate) fn read_seal(path: &Path) -> Option<Seal> {
     let text = std::fs::read(seal_path(path)).ok()?;
     serde_json::from_slice(&text).ok()
 }

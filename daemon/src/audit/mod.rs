@@ -22,7 +22,8 @@
 mod file;
 pub mod read;
 
-pub use file::{Seal, read_seal, seal_path};
+pub use file::seal_path;
+
 pub mod record;
 
 use std::path::{Path, PathBuf};

@@ -501,7 +501,7 @@ fn records_cut_while_the_daemon_was_stopped_break_the_seal() {
     record_some(&log, 10);
     log.seal_at_stop();
     drop(log);
-    let seal = super::read_seal(&path).expect("a seal");
+    let seal = super::file::read_seal(&path).expect("a seal");
     assert_eq!((seal.seq, seal.at.as_str()), (10, "stop"));
     verify(&path).expect("an untouched log verifies against its seal");
     // A stop and a start with nothing cut: still whole.

@@ -22,7 +22,7 @@ use super::shell_word::shell_quoted;
 /// call's `env` as JSON, when it has one) for a tool that takes one (`run_command`), the
 /// resolved path for one that takes a path (the file tools), the tool alone otherwise. Paths are written by [`paths::exact_text`], so a grant covers the bytes
 /// it was given for and no other file that merely displays the same.
-pub fn canonical_form(call: &CallFacts<'_>) -> String {
+pub(crate) fn canonical_form(call: &CallFacts<'_>) -> String {
     if let Some(command) = call.command {
         // A grant for a `cwd` covers that directory only: the same line elsewhere runs
         // elsewhere. `cd DIR && LINE` is what such a call runs.
@@ -75,7 +75,7 @@ pub fn canonical_form(call: &CallFacts<'_>) -> String {
 /// the tool and its arguments as canonical JSON (object keys sorted, no spaces), so that a
 /// grant covers the call the approval showed and not the tool's every call. Arguments over
 /// [`MAX_SHOWN_ARGUMENTS`] bytes as JSON are recorded by their SHA-256 instead.
-pub fn grant_form(call: &CallFacts<'_>) -> String {
+pub(crate) fn grant_form(call: &CallFacts<'_>) -> String {
     if judged_arguments(call.tool) != JudgedArguments::ByName {
         return canonical_form(call);
     }
@@ -122,7 +122,7 @@ const PATTERN_GRANT: &str = "pattern ";
 /// and subcommand that cannot run other code by their arguments ([`prefix_grant`]), a pattern
 /// grant of each (`git log -1` → `run_command(git log *)`); for anything else, the call's exact
 /// form ([`canonical_form`]). Grants of several commands are one grant per line.
-pub fn session_grant(call: &CallFacts<'_>) -> String {
+pub(crate) fn session_grant(call: &CallFacts<'_>) -> String {
     match pattern_grant(call) {
         Some(rule) => format!("{PATTERN_GRANT}{rule}"),
         None => grant_form(call),
@@ -133,7 +133,7 @@ pub fn session_grant(call: &CallFacts<'_>) -> String {
 /// rule, or the call's exact form when that reads as a rule covering exactly this call (no `*`
 /// or glob character in it, no `env`, no `cwd`). `None` when neither covers the call as its
 /// text reads: "always" is then not offered.
-pub fn always_rule(call: &CallFacts<'_>) -> Option<String> {
+pub(crate) fn always_rule(call: &CallFacts<'_>) -> Option<String> {
     let text = match pattern_grant(call) {
         Some(rule) => rule,
         None => {

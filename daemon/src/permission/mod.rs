@@ -28,7 +28,8 @@ mod rules;
 mod shell_word;
 
 pub use self::decision_order::{denied, evaluate};
-pub use self::grants::{always_rule, canonical_form, grant_form, grant_shown, session_grant};
+pub use self::grants::grant_shown;
+pub(crate) use self::grants::{always_rule, canonical_form, session_grant};
 pub use self::inputs::{CallFacts, CommandFacts, HookVerdict, SessionFacts};
 pub use self::judgment::{DecidingRule, Decision, Judgment, Step};
 pub(crate) use self::matching::command_rules;

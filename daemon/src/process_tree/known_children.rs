@@ -73,7 +73,7 @@ pub fn spawn_known<C>(
 
 /// [`spawn_known`] for a command's shell; `confined`: it runs sandboxed, and neither it nor
 /// anything it starts may connect to the daemon. Recorded before any peer check can look.
-pub fn spawn_known_as<C>(
+pub(crate) fn spawn_known_as<C>(
     confined: bool,
     spawn: impl FnOnce() -> std::io::Result<C>,
     pid: impl FnOnce(&C) -> Option<u32>,

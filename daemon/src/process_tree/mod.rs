@@ -50,7 +50,8 @@ mod sweep;
 
 pub(crate) use ancestry::descends_from_a_confined_command;
 pub(crate) use hardening::{inherit_no_descriptors, inherited_env, keep_out_of_reach};
-pub use known_children::{KnownChild, spawn_known, spawn_known_as};
+pub(crate) use known_children::spawn_known_as;
+pub use known_children::{KnownChild, spawn_known};
 pub(crate) use proc_fs::is_alive;
 pub(crate) use reap::{ensure_subreaper, reap_orphans_as_they_die};
 pub(crate) use run_tag::{RUN_TAG_VAR, new_run_tag, tagged_command};

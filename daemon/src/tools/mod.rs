@@ -29,7 +29,8 @@ pub mod walk;
 pub mod write_file;
 pub(crate) mod write_journal;
 
-pub use registry::{RegisterError, Registry, ResolvedCall, is_valid_tool_name};
+pub use registry::{RegisterError, Registry};
+pub(crate) use registry::{ResolvedCall, is_valid_tool_name};
 
 /// What a tool returns: its output, or why it failed. The registry turns either into a
 /// [`ToolResult`] carrying the tool's name and the call id.

@@ -341,7 +341,7 @@ impl ListFilter<'_> {
 /// Whether `name` is a tool name every permission rule can write: 1 to 64 ASCII letters, digits,
 /// `_`, `.` or `-`. Anything else (parentheses, spaces, invisible Unicode) could be registered
 /// under a name that no rule matches, or that looks like another tool's name.
-pub fn is_valid_tool_name(name: &str) -> bool {
+pub(crate) fn is_valid_tool_name(name: &str) -> bool {
     (1..=64).contains(&name.len())
         && name
             .bytes()
