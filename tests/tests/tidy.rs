@@ -85,9 +85,9 @@ fn prose(file: &File) -> Vec<(usize, &str)> {
     };
     lines
         .filter_map(|(number, line)| {
-            let comment = line.find(marker).map(|at| &line[at + marker.len()..])?;
+            let at = line.find(marker)?;
+            let (before, comment) = (&line[..at], &line[at + marker.len()..]);
             // `//` inside a URL is not a comment; neither is a string that merely holds one.
-            let before = &line[..line.find(marker)?];
             (!before.ends_with(':') && before.matches('"').count() % 2 == 0)
                 .then_some((number, comment))
         })
